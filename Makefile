@@ -1,0 +1,37 @@
+# Two entry points on a fresh machine with python3 >= 3.11: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+
+.PHONY: demo test test-fast lint bench validate clean
+
+# Core + analysis extras: what the main job needs.
+$(VENV)/.core: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e ".[analysis]"
+	touch $@
+
+# Everything the suite exercises, torch (CPU wheel, pinned) and triton included.
+$(VENV)/.full: $(VENV)/.core
+	$(PIP) install -q -c constraints.txt -e ".[analysis,test,gpu]"
+	touch $@
+
+demo: $(VENV)/.core
+	$(BIN)/simfloat demo
+
+test: $(VENV)/.full
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.full
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(VENV)/.full
+	$(BIN)/ruff check simfloat gpu tests experiments benchmarks
+
+bench: $(VENV)/.core
+	$(BIN)/python benchmarks/bench_round.py
+
+clean:
+	rm -rf $(VENV)

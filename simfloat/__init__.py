@@ -1,0 +1,45 @@
+"""simfloat: bit-exact CPU emulation of low-precision floating point and of attention kernels.
+
+Imports need only numpy and numba; torch, triton, pandas and matplotlib load lazily where used.
+"""
+
+from simfloat.formats import (
+    FloatFormat,
+    bfloat16,
+    float4_e2m1fn,
+    float6_e2m3fn,
+    float6_e3m2fn,
+    float8_e4m3fn,
+    float8_e4m3fnuz,
+    float8_e5m2,
+    float8_e5m2fnuz,
+    float16,
+    float32,
+    float64,
+    format,
+    formats,
+    tfloat32,
+)
+from simfloat.rounding import RoundingMode, round
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FloatFormat",
+    "RoundingMode",
+    "bfloat16",
+    "float4_e2m1fn",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float16",
+    "float32",
+    "float64",
+    "format",
+    "formats",
+    "round",
+    "tfloat32",
+]

@@ -1,0 +1,62 @@
+"""The one numba decorator every kernel uses, and the few LLVM intrinsics numba does not expose.
+
+``fastmath`` is never enabled: it lets LLVM contract ``a*b + c`` into an FMA and reassociate sums, which would make
+the emulator silently compute something other than what it claims. Results are cached on disk so the test suite and
+the CLI do not recompile on every start.
+"""
+
+from __future__ import annotations
+
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["jit", "pjit", "f64_bits", "bits_f64", "fma64"]
+
+# Scalar workers and serial drivers.
+jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
+# Drivers that loop over independent elements or rows with prange.
+pjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", parallel=True)
+
+
+@intrinsic
+def f64_bits(typingctx, x):  # type: ignore[no-untyped-def]
+    """The IEEE-754 bit pattern of a float64 as uint64 (a register bitcast, no memory round trip)."""
+    if x != types.float64:
+        return None
+    sig = types.uint64(types.float64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
+def bits_f64(typingctx, b):  # type: ignore[no-untyped-def]
+    """The float64 whose IEEE-754 bit pattern is the uint64 ``b``."""
+    if b != types.uint64:
+        return None
+    sig = types.float64(types.uint64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+@intrinsic
+def fma64(typingctx, a, b, c):  # type: ignore[no-untyped-def]
+    """``a*b + c`` with a single rounding (llvm.fma is always fused: hardware FMA or a correctly rounded libm call)."""
+    if not (a == types.float64 and b == types.float64 and c == types.float64):
+        return None
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        dbl = ir.DoubleType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(dbl, [dbl, dbl, dbl]), "llvm.fma.f64")
+        return builder.call(fn, args)
+
+    return sig, codegen

@@ -1,0 +1,299 @@
+"""Binary floating-point formats: a typed description with finfo-named properties.
+
+A :class:`FloatFormat` is fully described by its exponent width, its fraction (mantissa) width and an explicit
+special-value policy. The policy follows the conventions of the OCP/ml_dtypes format names:
+
+* IEEE-like (``float16``, ``bfloat16``, ``float8_e5m2``): infinities, NaNs in the top exponent code.
+* ``fn`` (finite, NaN): no infinities; only the all-ones code (``S.1111.111``) is NaN, so the top binade holds
+  finite values too (``float8_e4m3fn`` reaches 448).
+* ``fnuz`` (finite, NaN, unsigned zero): no infinities, no negative zero; the code of negative zero is the single
+  NaN. The bias is one larger than IEEE's.
+* no NaN at all (``float6_*``, ``float4_e2m1fn``): every code is a finite number.
+
+The overflow policy says what a finite value too large for the format becomes when the rounding mode would give
+an infinity (IEEE semantics): ``"inf"``, ``"nan"`` (ml_dtypes' choice for the fn/fnuz fp8 formats) or
+``"saturate"`` (the largest finite value, as ml_dtypes does for fp6/fp4 and PTX's ``.satfinite`` does).
+Rounding toward zero never overflows to infinity in any policy: it gives the largest finite value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal, NamedTuple
+
+__all__ = [
+    "FloatFormat",
+    "FormatParams",
+    "format",
+    "formats",
+    "float64",
+    "float32",
+    "tfloat32",
+    "bfloat16",
+    "float16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
+]
+
+NanEncoding = Literal["ieee", "fn", "fnuz", "none"]
+Overflow = Literal["inf", "nan", "saturate"]
+
+_OVERFLOW_CODES = {"inf": 0, "nan": 1, "saturate": 2}
+
+
+class FormatParams(NamedTuple):
+    """What the njit rounding kernels need to know about a format (a frozen dataclass cannot enter njit code).
+
+    Attributes:
+        mantissa_bits: fraction bits (precision minus one).
+        emin: exponent of the smallest normal value.
+        max_value: largest finite value, as float64 (exact).
+        overflow: 0 -> infinity, 1 -> NaN, 2 -> saturate to ``max_value``.
+        has_inf: whether +-inf are codes of the format.
+        has_nan: whether the format has a NaN code.
+        neg_zero: whether -0 is a code (False for fnuz formats: -0 becomes +0).
+        subnormals: whether subnormals exist (False: subnormal results flush to signed zero).
+    """
+
+    mantissa_bits: int
+    emin: int
+    max_value: float
+    overflow: int
+    has_inf: bool
+    has_nan: bool
+    neg_zero: bool
+    subnormals: bool
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format.
+
+    Attributes:
+        name: full name, e.g. ``"bfloat16"``.
+        exponent_bits: width of the exponent field (1..11).
+        mantissa_bits: width of the fraction field, without the implicit bit (0..52).
+        nan: NaN encoding, ``"ieee"``, ``"fn"``, ``"fnuz"`` or ``"none"``.
+        has_infinity: whether +-inf are codes of the format (only with ``nan="ieee"``).
+        subnormals: whether the format has subnormal numbers.
+        overflow: what an overflowing finite value becomes, ``"inf"``, ``"nan"`` or ``"saturate"``.
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    nan: NanEncoding = "ieee"
+    has_infinity: bool = True
+    subnormals: bool = True
+    overflow: Overflow = "inf"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.exponent_bits, int) or not 1 <= self.exponent_bits <= 11:
+            raise ValueError(f"exponent_bits must be an int in 1..11, got {self.exponent_bits!r}")
+        if not isinstance(self.mantissa_bits, int) or not 0 <= self.mantissa_bits <= 52:
+            raise ValueError(f"mantissa_bits must be an int in 0..52, got {self.mantissa_bits!r}")
+        if self.nan not in ("ieee", "fn", "fnuz", "none"):
+            raise ValueError(f"nan must be 'ieee', 'fn', 'fnuz' or 'none', got {self.nan!r}")
+        if self.overflow not in _OVERFLOW_CODES:
+            raise ValueError(f"overflow must be 'inf', 'nan' or 'saturate', got {self.overflow!r}")
+        if self.has_infinity and self.nan != "ieee":
+            raise ValueError(f"{self.name}: infinities exist only with nan='ieee'")
+        if self.overflow == "inf" and not self.has_infinity:
+            raise ValueError(f"{self.name}: overflow='inf' needs a format with infinities")
+        if self.overflow == "nan" and self.nan == "none":
+            raise ValueError(f"{self.name}: overflow='nan' needs a format with a NaN")
+        if self.nan == "ieee" and self.exponent_bits == 1 and self.mantissa_bits == 0:
+            raise ValueError(f"{self.name}: an IEEE format needs more than one exponent bit or a fraction")
+        if self.max <= 0 or not math.isfinite(self.max):
+            raise ValueError(f"{self.name}: no finite positive value is representable")
+
+    # -- finfo-named properties -------------------------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total width in bits (sign + exponent + fraction)."""
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def bias(self) -> int:
+        """Exponent bias (one larger than IEEE's for fnuz formats)."""
+        return (1 << (self.exponent_bits - 1)) - 1 + (1 if self.nan == "fnuz" else 0)
+
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number (``tiny == 2**emin``)."""
+        return 1 - self.bias
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest finite binade."""
+        top = (1 << self.exponent_bits) - 1
+        if self.nan == "ieee":
+            top -= 1  # all-ones exponent holds inf/NaN
+        elif self.nan == "fn" and self.mantissa_bits == 0:
+            top -= 1  # the only code of the top binade would be the NaN
+        return top - self.bias
+
+    @property
+    def max(self) -> float:
+        """Largest finite value."""
+        m = self.mantissa_bits
+        frac_codes = (1 << (m + 1)) - 1  # 1.111..1 in units of 2**-m
+        if self.nan == "fn" and m > 0:
+            frac_codes -= 1  # S.1111.111 is NaN: the largest finite fraction is 1.11..10
+        return math.ldexp(float(frac_codes), self.emax - m)
+
+    @property
+    def tiny(self) -> float:
+        """Smallest positive normal value (``smallest_normal`` in numpy's finfo)."""
+        return math.ldexp(1.0, self.emin)
+
+    @property
+    def smallest_normal(self) -> float:
+        """Alias of :attr:`tiny`."""
+        return self.tiny
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """Smallest positive value (``tiny`` when the format has no subnormals)."""
+        return math.ldexp(1.0, self.emin - self.mantissa_bits) if self.subnormals else self.tiny
+
+    @property
+    def eps(self) -> float:
+        """Distance from 1.0 to the next larger value."""
+        return math.ldexp(1.0, -self.mantissa_bits)
+
+    @property
+    def precision(self) -> int:
+        """Significand bits including the implicit one."""
+        return self.mantissa_bits + 1
+
+    @property
+    def has_nan(self) -> bool:
+        """Whether the format has a NaN code."""
+        return self.nan != "none"
+
+    @property
+    def has_negative_zero(self) -> bool:
+        """Whether -0 is a code of the format (not for fnuz)."""
+        return self.nan != "fnuz"
+
+    @property
+    def params(self) -> FormatParams:
+        """The format as a NamedTuple for njit kernels."""
+        return FormatParams(
+            self.mantissa_bits,
+            self.emin,
+            self.max,
+            _OVERFLOW_CODES[self.overflow],
+            self.has_infinity,
+            self.has_nan,
+            self.has_negative_zero,
+            self.subnormals,
+        )
+
+    def replace(self, **changes: object) -> FloatFormat:
+        """A copy with some fields changed (e.g. ``float8_e4m3fn.replace(overflow="saturate")``)."""
+        if "name" not in changes:
+            changes["name"] = self.name + "*"
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _ieee(name: str, e: int, m: int) -> FloatFormat:
+    return FloatFormat(name, e, m)
+
+
+float64 = _ieee("float64", 11, 52)
+float32 = _ieee("float32", 8, 23)
+tfloat32 = _ieee("tfloat32", 8, 10)
+bfloat16 = _ieee("bfloat16", 8, 7)
+float16 = _ieee("float16", 5, 10)
+float8_e5m2 = _ieee("float8_e5m2", 5, 2)
+float8_e4m3fn = FloatFormat("float8_e4m3fn", 4, 3, nan="fn", has_infinity=False, overflow="nan")
+float8_e4m3fnuz = FloatFormat("float8_e4m3fnuz", 4, 3, nan="fnuz", has_infinity=False, overflow="nan")
+float8_e5m2fnuz = FloatFormat("float8_e5m2fnuz", 5, 2, nan="fnuz", has_infinity=False, overflow="nan")
+float6_e2m3fn = FloatFormat("float6_e2m3fn", 2, 3, nan="none", has_infinity=False, overflow="saturate")
+float6_e3m2fn = FloatFormat("float6_e3m2fn", 3, 2, nan="none", has_infinity=False, overflow="saturate")
+float4_e2m1fn = FloatFormat("float4_e2m1fn", 2, 1, nan="none", has_infinity=False, overflow="saturate")
+
+_NAMED: dict[str, FloatFormat] = {
+    f.name: f
+    for f in (
+        float64,
+        float32,
+        tfloat32,
+        bfloat16,
+        float16,
+        float8_e4m3fn,
+        float8_e5m2,
+        float8_e4m3fnuz,
+        float8_e5m2fnuz,
+        float6_e2m3fn,
+        float6_e3m2fn,
+        float4_e2m1fn,
+    )
+}
+_ALIASES = {
+    "fp64": "float64",
+    "f64": "float64",
+    "double": "float64",
+    "fp32": "float32",
+    "f32": "float32",
+    "single": "float32",
+    "tf32": "tfloat32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+    "e4m3": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "e4m3fn": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+    "fp8_e5m2": "float8_e5m2",
+    "e4m3fnuz": "float8_e4m3fnuz",
+    "e5m2fnuz": "float8_e5m2fnuz",
+    "e2m3": "float6_e2m3fn",
+    "fp6_e2m3": "float6_e2m3fn",
+    "e3m2": "float6_e3m2fn",
+    "fp6_e3m2": "float6_e3m2fn",
+    "e2m1": "float4_e2m1fn",
+    "fp4": "float4_e2m1fn",
+    "fp4_e2m1": "float4_e2m1fn",
+}
+
+
+def formats() -> dict[str, FloatFormat]:
+    """All named formats by full name."""
+    return dict(_NAMED)
+
+
+def format(name: str | FloatFormat) -> FloatFormat:  # noqa: A001 - public API name from the design
+    """Look a format up by full name (``"bfloat16"``), alias (``"bf16"``) or ``"e<E>m<M>"`` for a custom IEEE-like
+    format with E exponent and M fraction bits (e.g. ``"e6m9"``). A :class:`FloatFormat` is returned unchanged.
+
+    Raises:
+        TypeError: ``name`` is neither a string nor a FloatFormat.
+        ValueError: the name is unknown.
+    """
+    if isinstance(name, FloatFormat):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"format must be a FloatFormat or a name, got {type(name).__name__}")
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in _NAMED:
+        return _NAMED[key]
+    if key.startswith("e") and "m" in key:
+        e_str, _, m_str = key[1:].partition("m")
+        if e_str.isdigit() and m_str.isdigit():
+            return FloatFormat(key, int(e_str), int(m_str))
+    known = ", ".join(sorted(_NAMED) + sorted(_ALIASES))
+    raise ValueError(f"unknown format {name!r}; known: {known}, or 'e<E>m<M>' for a custom IEEE-like format")
