@@ -1,0 +1,425 @@
+"""A faithful Triton interpreter: triton's CPU interpreter with simfloat's numerics in place of numpy's.
+
+Running any Triton kernel faithfully on a CPU
+---------------------------------------------
+1. Set ``TRITON_INTERPRET=1`` before triton is first imported in the process (``export TRITON_INTERPRET=1``,
+   or ``os.environ.setdefault("TRITON_INTERPRET", "1")`` at the very top of the script / ``conftest.py``):
+   triton decorates its own ``tl.sum``, ``tl.max``, ... when it is imported.
+2. Put the kernel's tensors on the CPU (``torch.float16/bfloat16/float32``, ``torch.float8_e4m3fn/e5m2``,
+   integers) and launch it inside the context manager::
+
+       from gpu.interpreter import faithful, faithful_config
+       with faithful():                                # or faithful(exp2=my_ex2_model, ftz=True, ...)
+           kernel[grid](x, y, out, n, BLOCK=128)
+           settings = faithful_config()                # what was used, JSON-friendly, for the record
+
+   In pytest, use the ``faithful_interpreter`` fixture (``from gpu.interpreter import faithful_interpreter``;
+   keyword arguments through ``@pytest.mark.parametrize("faithful_interpreter", [{...}], indirect=True)``).
+3. Nothing else changes: grids, masks, loads/stores, ``tl.where``, reshapes are the stock interpreter's (they
+   move bits and are right). On exit (also on an exception) the stock interpreter is back.
+
+Supported: triton 3.6.x and 3.9.x (checked at entry, as is that ``TRITON_INTERPRET=1`` took effect; both
+raise ``RuntimeError`` with the fix). Blocks nest (the innermost settings apply; the stock interpreter returns
+when the outermost exits). The patches are process-global: do not launch interpreted kernels from other
+threads meanwhile.
+
+What it computes (the GPU column is what Triton 3.9 emits for sm_90, read from the PTX of small kernels)
+-----------------------------------------------------------------------------------------------------------
+Every floating-point operation decodes its operands to values (bf16 ``uint16`` bits and fp8 ``uint8`` codes
+exactly), computes with :mod:`simfloat`, and stores the result back in the storage the interpreter expects.
+Anything floating-point that has no model here raises ``NotImplementedError`` naming the op and the dtype:
+there is no silent fallback to the stock numerics (integer, boolean and pointer arithmetic stay stock: it is
+exact). Inside a kernel triton wraps exceptions in ``InterpreterError``; the ``faithful()`` block re-raises
+ours as :class:`FaithfulNotImplementedError` (a ``NotImplementedError``) when it exits.
+
+==========================  =================================  ==============================================
+operation                   GPU (sm_90)                         faithful()
+==========================  =================================  ==============================================
++ - * on fp16/bf16/fp32/64  add/mul.{f16,bf16,f32,f64} (rn)     exact result rounded once into the dtype
+                                                                (simfloat.ops.add/sub/mul)
+``/`` fp32                  div.full.f32 (approximate)          ``div`` model (default correctly rounded)
+``/`` fp16/bf16             cvt.f32, div.full.f32, cvt.rn       ``div`` model in fp32, then rounded (rn)
+div_rn, fdiv(ieee=True)     div.rn.f32                          correctly rounded
+tl.fma                      fma.rn.{f32,f16,bf16,f64}           one rounding (simfloat.ops.fma)
+tl.exp2 (fp32)              ex2.approx.ftz.f32                  ``exp2`` model; ``ftz`` flushes in/outputs
+tl.exp (fp32)               ex2.approx.f32(mul.f32(x, log2e))   ``exp2``(rn32(x * 1.4426950f)), never flushed
+tl.log / tl.log2 (fp32)     libdevice __nv_logf/__nv_log2f      ``log`` / ``log2`` model (default: correctly
+                                                                rounded)
+tl.sqrt (fp32)              sqrt.approx.ftz.f32                 ``sqrt`` model; ``ftz`` flushes in/outputs
+tl.sqrt_rn                  sqrt.rn.f32                         correctly rounded
+comparisons, min/max,       exact                               exact on decoded values (unordered compares
+neg, floor/ceil, clamp                                          true on NaN, ordered false)
+fp32/64 -> fp16/bf16        cvt.rn / cvt.rz                     round to nearest even / toward zero (the
+                                                                ``fp_downcast_rounding`` given)
+-> fp8 e4m3 / e5m2          cvt.rn.satfinite.{e4m3,e5m2}x2      nearest even; overflow and +-inf -> +-max
+                                                                (``fp8_overflow="ieee"``: ml_dtypes' policy)
+fp32 -> e5m2, rtz           cvt.rz.f16.f32 + top byte           toward zero (inf kept); other rtz -> fp8
+                                                                casts do not compile for sm_90: raise
+fp8 -> wider                cvt.rn.f16x2.{e4m3,e5m2}x2          exact, NaN/inf kept
+float -> int                cvt.rzi (saturating, NaN -> 0)      same
+int -> float                cvt.rn                              round to nearest even, from the exact integer
+tl.dot bf16/fp16            wgmma / mma.sync                    ``dot`` model, default tensor_core("sm90", dt)
+tl.dot fp32, tf32           mma .tf32 fed raw fp32              tensor_core("sm90", "tf32") (operands
+                                                                truncated to tf32)
+tl.dot fp32, ieee           fma.rn.f32 loop                     Sequential("float32"): fused, k in order
+tl.dot fp8                  wgmma ...e4m3/e5m2                  tensor_core("sm90", "e4m3"); with
+                                                                max_num_imprecise_acc=n <= K: chunks of
+                                                                max(32, n) products added in fp32 (Triton's
+                                                                WGMMA partial accumulator)
+tl.dot int8                 imma                                exact int32 (wrapping)
+tl.sum / tl.reduce(sum)     per-thread + shuffle tree           simfloat.ops.sum, ``reduce_order``
+tl.max/min/argmax           exact                               exact (bf16/fp8 decoded first)
+tl.cumsum/cumprod           parallel scan                       sequential only (other orders raise)
+==========================  =================================  ==============================================
+
+``tl.dot(a, b, acc)``: ``acc`` enters the model as its incoming accumulator
+(``simfloat.accumulate.matmul(a, b, c=acc)``), as the MMA accumulates into C -- the stock interpreter adds it
+after the product (one more rounding).
+
+Defaults and why
+----------------
+* ``dot=None``: ``tensor_core(arch, dtype)`` for bf16/fp16/tf32/fp8 (``arch="sm90"``: the H100/H200 model the
+  emulator's ``triton-<fmt>`` plans use), ``Sequential("float32")`` for ``input_precision="ieee"``,
+  ``Sequential("float64")`` for fp64. Override per key with ``dot={"bf16": model, "fp16": ...,
+  "tf32": ..., "ieee": ..., "fp8": ..., "fp64": ...}`` or one model for every key. A model whose accumulator
+  format does not fit the ``acc`` dtype (e.g. an fp16 accumulator, ``out_dtype=tl.float16``) raises.
+* ``exp2="correctly_rounded"`` (exact 2**x rounded once to fp32, simfloat.ops.exp2): the GPU's ex2.approx is
+  not correctly rounded (about 2 ulp); pass a callable ``f(x: float32 ndarray) -> float32 ndarray`` of the
+  same shape (e.g. a model fitted on the device) to reproduce it. The same convention holds for ``log``,
+  ``log2``, ``sqrt`` and ``div`` (``div`` takes two broadcast float32 arrays). Correct rounding is the default
+  because it is what the emulator's kernels compute (``simfloat.attention``) and it has no free parameters.
+* ``ftz=False``: as the emulator; ``True`` models the ``.ftz`` of ex2.approx.ftz / sqrt.approx.ftz.
+* ``reduce_order="sequential"``: ``simfloat.ops.sum``'s default and the order the emulator uses for the row
+  sums (flash attention's l_ij); "pairwise" (``reduce_fan_in``), "chunked" (``reduce_chunk``) and "numpy"
+  (the stock interpreter's np.sum, bit for bit on a contiguous axis) are the alternatives. None of them is the
+  GPU's layout-dependent tree; choose the one the comparison needs and record it with :func:`faithful_config`.
+* ``fp8_overflow="satfinite"``: what Triton's casts compile to on sm_89+.
+
+Limitations
+-----------
+* Triton 3.9 compiles with fp fusion on by default, so on the GPU ``a * b + c`` may become one ``fma.rn``; the
+  interpreter sees a multiply and an add and rounds twice. Write ``tl.fma`` where it matters (as
+  gpu/flash_attention.py does) or compile with ``TRITON_DEFAULT_FP_FUSION=0``.
+* tl.sin/cos/rsqrt/erf, fp64 exp/log, tl.dot_scaled, tf32x3/bf16x3 dots, fnuz and e4b15 fp8, bf16/fp16 atomics
+  raise. fp32 atomics are applied in program order (the GPU's order is nondeterministic).
+* bf16 constants (``tl.full(..., tl.bfloat16)``) are the Python float rounded once to bf16.
+* triton 3.6's interpreter itself fails with numpy >= 2.4 where a tensor is used as a Python index (``range``
+  bounds such as gpu/flash_attention.py's ``hi``), stock or faithful; the numerics patches work on 3.6.
+* NaN payloads: bf16/fp16/fp8 results take NVIDIA's canonical NaN (0x7FFF / 0x7F).
+* Not thread-safe; the settings live in module state while a block is active. Inside the block numba runs
+  single-threaded in the calling thread (``numba.set_num_threads(1)``, restored on exit): simfloat's results
+  do not depend on it, and the interpreter's small arrays would otherwise pay a parallel start-up per op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from gpu._interp_formats import FaithfulNotImplementedError
+
+__all__ = ["faithful", "faithful_config", "FaithfulNotImplementedError", "SUPPORTED_TRITON", "DOT_KEYS"]
+
+#: (major, minor) versions of triton whose interpreter this module patches.
+SUPPORTED_TRITON = ((3, 6), (3, 9))
+#: keys of the ``dot=`` mapping: operand dtype (fp32 split by input_precision)
+DOT_KEYS = ("bf16", "fp16", "fp8", "tf32", "ieee", "fp64")
+_FN_PARAMS = ("exp2", "log", "log2", "sqrt", "div")
+_FP8_OVERFLOW = ("satfinite", "ieee")
+
+# patches currently installed: (owner, name, original or _MISSING)
+_SAVED: list[tuple[object, str, object]] = []
+_SAVED_OPTIONS: list[object] = []
+_SAVED_THREADS: list[int] = []
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    dot: dict
+    arch: str
+    exp2: Any
+    log: Any
+    log2: Any
+    sqrt: Any
+    div: Any
+    ftz: bool
+    reduce_order: str
+    reduce_fan_in: int
+    reduce_chunk: int
+    fp8_overflow: str
+    triton_version: str
+
+    def as_dict(self) -> dict[str, Any]:
+        def fn_name(f: Any) -> str:
+            if isinstance(f, str):
+                return f
+            return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+        out: dict[str, Any] = {
+            "dot": {k: repr(v) for k, v in self.dot.items()},
+            "arch": self.arch,
+            "ftz": self.ftz,
+            "reduce_order": self.reduce_order,
+            "reduce_fan_in": self.reduce_fan_in,
+            "reduce_chunk": self.reduce_chunk,
+            "fp8_overflow": self.fp8_overflow,
+            "triton_version": self.triton_version,
+            "exp": "exp2(rn32(x * 1.4426950f))",
+        }
+        out.update({p: fn_name(getattr(self, p)) for p in _FN_PARAMS})
+        return out
+
+
+def _default_dots(arch: str) -> dict:
+    from simfloat.accumulate import Sequential, tensor_core
+
+    dots = {
+        "bf16": tensor_core(arch, "bf16"),
+        "fp16": tensor_core(arch, "fp16"),
+        "tf32": tensor_core(arch, "tf32"),
+        "ieee": Sequential("float32"),
+        "fp64": Sequential("float64"),
+    }
+    if arch == "sm90":
+        dots["fp8"] = tensor_core(arch, "e4m3")
+    return dots
+
+
+def _resolve_dots(dot: Any, arch: str) -> dict:
+    from simfloat.accumulate import BlockFMA, Chunked, Sequential, acc_params
+
+    models = (Sequential, BlockFMA, Chunked)
+    dots = _default_dots(arch)
+    if dot is None:
+        return dots
+    if isinstance(dot, models):
+        given = {k: dot for k in DOT_KEYS}
+    elif isinstance(dot, Mapping):
+        unknown = sorted(set(dot) - set(DOT_KEYS))
+        if unknown:
+            raise ValueError(f"faithful(dot=...): unknown keys {unknown}; known: {', '.join(DOT_KEYS)}")
+        given = dict(dot)
+    else:
+        raise TypeError("faithful(dot=...) takes None, an accumulation model (Sequential, BlockFMA, "
+                        f"Chunked) or a mapping {{key: model}} with keys {', '.join(DOT_KEYS)}; "
+                        f"got {type(dot).__name__}")
+    for k, m in given.items():
+        if not isinstance(m, models):
+            raise TypeError(f"faithful(dot=...)[{k!r}] must be Sequential, BlockFMA or Chunked, got "
+                            f"{type(m).__name__}")
+        acc_params(m)  # validates the model
+    dots.update(given)
+    return dots
+
+
+def _check_fn(name: str, value: Any) -> Any:
+    if value == "correctly_rounded" or (callable(value) and not isinstance(value, str)):
+        return value
+    raise ValueError(f"faithful({name}=...) must be 'correctly_rounded' or a callable taking float32 "
+                     f"ndarray(s) and returning a float32 ndarray; got {value!r}")
+
+
+def _check_int(name: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"faithful({name}=...) must be an int, got {type(value).__name__}")
+    if value < lo:
+        raise ValueError(f"faithful({name}=...) must be >= {lo}, got {value}")
+    return value
+
+
+def _check_environment() -> str:
+    """Triton version and TRITON_INTERPRET; returns the version string."""
+    import triton
+
+    version = str(triton.__version__)
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None or (int(m.group(1)), int(m.group(2))) not in SUPPORTED_TRITON:
+        supported = " and ".join(f"{a}.{b}.x" for a, b in SUPPORTED_TRITON)
+        raise RuntimeError(f"gpu.interpreter.faithful() supports triton {supported}; the installed triton is "
+                           f"{version}. Its interpreter internals may differ: install a supported version or "
+                           "check gpu/INTERPRETER_NOTES.md against the new source first.")
+    import triton.language as tl
+
+    fix = ("set TRITON_INTERPRET=1 before triton is first imported (export it in the shell, or put "
+           "os.environ.setdefault('TRITON_INTERPRET', '1') at the top of the script or tests/conftest.py)")
+    if type(tl.standard.sum).__name__ != "InterpretedFunction":
+        raise RuntimeError("faithful(): TRITON_INTERPRET=1 did not take effect -- triton was imported "
+                           f"without it, so kernels compile for a GPU instead of running in the interpreter; "
+                           f"{fix}")
+    knobs = getattr(triton, "knobs", None)
+    interpret = (getattr(knobs.runtime, "interpret", None) if knobs is not None else None)
+    if interpret is None:
+        interpret = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    if not interpret:
+        raise RuntimeError(f"faithful(): TRITON_INTERPRET is not set now, so kernels decorated from here on "
+                           f"would not be interpreted; {fix}")
+    return version
+
+
+def _install() -> None:
+    import triton.runtime.interpreter as ti
+
+    from gpu import _interp_ops
+
+    try:
+        for owner, name, fn in _interp_ops.patch_table():
+            original = vars(owner).get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
+            _interp_ops.STOCK[(owner, name)] = original
+            _SAVED.append((owner, name, original))
+            setattr(owner, name, fn)
+        import numba
+
+        # the interpreter's arrays are tiny: numba's parallel drivers would spend ~10 ms per call starting
+        # threads. simfloat's results do not depend on the thread count, so this only changes the speed.
+        _SAVED_THREADS.append(numba.get_num_threads())
+        numba.set_num_threads(1)
+        builder = ti.interpreter_builder
+        options = builder.options
+        _SAVED_OPTIONS.append(options)
+        if "max_num_imprecise_acc_default" in {f.name for f in dataclasses.fields(options)}:
+            # the sm_90 default (the interpreter's is 0): fp8 dots accumulate without promotion unless asked
+            builder.options = dataclasses.replace(options, max_num_imprecise_acc_default=2**30)
+    except BaseException:
+        _restore()
+        raise
+
+
+def _restore() -> None:
+    while _SAVED:
+        owner, name, original = _SAVED.pop()
+        if original is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+    if _SAVED_THREADS:
+        import numba
+
+        numba.set_num_threads(_SAVED_THREADS.pop())
+    if _SAVED_OPTIONS:
+        import triton.runtime.interpreter as ti
+
+        ti.interpreter_builder.options = _SAVED_OPTIONS.pop()
+        _SAVED_OPTIONS.clear()
+
+
+@contextlib.contextmanager
+def faithful(
+    *,
+    dot: Any = None,
+    arch: str = "sm90",
+    exp2: str | Callable = "correctly_rounded",
+    log: str | Callable = "correctly_rounded",
+    log2: str | Callable = "correctly_rounded",
+    sqrt: str | Callable = "correctly_rounded",
+    div: str | Callable = "correctly_rounded",
+    ftz: bool = False,
+    reduce_order: str = "sequential",
+    reduce_fan_in: int = 2,
+    reduce_chunk: int = 32,
+    fp8_overflow: str = "satfinite",
+) -> Iterator[dict[str, Any]]:
+    """Run interpreted Triton kernels with simfloat's numerics inside the block (see the module docstring).
+
+    Args:
+        dot: accumulation model(s) for ``tl.dot``: None (defaults), one model for every key, or a mapping with
+            keys ``"bf16"``, ``"fp16"``, ``"fp8"``, ``"tf32"``, ``"ieee"`` (fp32 operands by input_precision),
+            ``"fp64"``.
+        arch: tensor-core presets of the defaults, ``"sm90"`` or ``"sm80"`` (no fp8 there).
+        exp2, log, log2, sqrt, div: ``"correctly_rounded"`` or a callable on float32 ndarrays returning
+            float32 (models of ex2.approx, libdevice logf/log2f, sqrt.approx, div.full).
+        ftz: flush subnormal inputs and outputs of exp2 and sqrt (the GPU's .ftz variants).
+        reduce_order: ``"sequential"``, ``"pairwise"``, ``"chunked"`` or ``"numpy"`` for tl.sum
+            (simfloat.ops.sum).
+        reduce_fan_in, reduce_chunk: parameters of the pairwise and chunked orders.
+        fp8_overflow: ``"satfinite"`` (NVIDIA cvt) or ``"ieee"`` (the format's policy, as ml_dtypes).
+
+    Yields:
+        The active settings, as :func:`faithful_config` returns them.
+
+    Raises:
+        RuntimeError: unsupported triton version, or TRITON_INTERPRET=1 not in effect.
+        ValueError, TypeError: invalid settings.
+    """
+    from simfloat.ops import ORDERS
+
+    if not isinstance(arch, str) or arch.lower() not in ("sm80", "sm90"):
+        raise ValueError(f"faithful(arch=...) must be 'sm80' or 'sm90', got {arch!r}")
+    arch = arch.lower()
+    if not isinstance(ftz, bool):
+        raise TypeError(f"faithful(ftz=...) must be a bool, got {type(ftz).__name__}")
+    if reduce_order not in ORDERS:
+        raise ValueError(f"faithful(reduce_order=...) must be one of {', '.join(ORDERS)}, "
+                         f"got {reduce_order!r}")
+    if fp8_overflow not in _FP8_OVERFLOW:
+        raise ValueError(f"faithful(fp8_overflow=...) must be 'satfinite' or 'ieee', got {fp8_overflow!r}")
+    fns = {name: _check_fn(name, value) for name, value in
+           (("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("div", div))}
+    config = _Config(
+        dot=_resolve_dots(dot, arch), arch=arch, ftz=ftz, reduce_order=reduce_order,
+        reduce_fan_in=_check_int("reduce_fan_in", reduce_fan_in, 2),
+        reduce_chunk=_check_int("reduce_chunk", reduce_chunk, 1), fp8_overflow=fp8_overflow,
+        triton_version=_check_environment(), **fns,
+    )
+    from gpu import _interp_ops
+
+    stack = _interp_ops.STACK
+    if not stack:
+        _install()
+    stack.append(config)
+    try:
+        yield config.as_dict()
+    except Exception as exc:
+        # triton wraps kernel exceptions in InterpreterError(repr(e)); surface ours as what they are
+        cause = _our_cause(exc)
+        if cause is not None and cause is not exc:
+            raise FaithfulNotImplementedError(*cause.args) from exc
+        raise
+    finally:
+        if not stack or stack[-1] is not config:
+            raise RuntimeError("faithful() blocks were exited out of order")
+        stack.pop()
+        if not stack:
+            _restore()
+
+
+def _our_cause(exc: BaseException) -> BaseException | None:
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 20:
+        if isinstance(e, FaithfulNotImplementedError):
+            return e
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return None
+
+
+def faithful_config() -> dict[str, Any] | None:
+    """Settings of the innermost active :func:`faithful` block (JSON-friendly), or None outside any block."""
+    import sys
+
+    ops = sys.modules.get("gpu._interp_ops")
+    if ops is None or not ops.STACK:
+        return None
+    return ops.STACK[-1].as_dict()
+
+
+try:  # the pytest fixture, without making pytest a dependency
+    import pytest as _pytest
+except ImportError:  # pragma: no cover
+    _pytest = None
+
+if _pytest is not None:
+    __all__ += ["faithful_interpreter"]
+
+    @_pytest.fixture
+    def faithful_interpreter(request):  # type: ignore[no-untyped-def]
+        """pytest fixture: the test body runs inside ``faithful(**kwargs)``; kwargs come from
+        ``@pytest.mark.parametrize("faithful_interpreter", [{...}], indirect=True)`` (default: none)."""
+        kwargs = getattr(request, "param", None) or {}
+        with faithful(**kwargs) as config:
+            yield config
