@@ -1,0 +1,85 @@
+"""Argument checks shared by the attention kernels: shapes, dtypes, block sizes, scale, plan and tracer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simfloat.attention.plan import Plan, plan
+from simfloat.trace import Tracer
+
+__all__ = ["Inputs", "prepare"]
+
+
+class Inputs:
+    """Validated operands as contiguous float64 (L, S, D) arrays plus what the kernels need."""
+
+    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, lead: tuple[int, ...], scale: float,
+                 causal: bool, plan: Plan, trace: Tracer | None) -> None:
+        self.q, self.k, self.v, self.lead = q, k, v, lead
+        self.scale, self.causal, self.plan, self.trace = scale, causal, plan, trace
+
+    @property
+    def n_lead(self) -> int:
+        return self.q.shape[0]
+
+
+def _array(x: object, name: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
+    if x.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., seq, head_dim), got {x.shape}")
+    return x
+
+
+def block(value: object, name: str) -> int:
+    """A positive int tile size."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, scale: object,
+            trace: object) -> Inputs:
+    """Check and normalize the common arguments of :func:`flash` and :func:`baseline`.
+
+    Raises:
+        TypeError: non-array operands, dtypes other than float32/float64, wrong argument types.
+        ValueError: inconsistent shapes, no keys, a scale that is not finite and > 0, unknown plan.
+    """
+    pl = plan(plan_)  # type: ignore[arg-type]
+    qa, ka, va = _array(q, "q"), _array(k, "k"), _array(v, "v")
+    if ka.shape[-1] != qa.shape[-1]:
+        raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k and v sequence lengths differ: k {ka.shape}, v {va.shape}")
+    if ka.shape[-2] < 1:
+        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+    if qa.shape[-1] < 1 or va.shape[-1] < 1:
+        raise ValueError(f"head_dim must be >= 1, got q {qa.shape}, v {va.shape}")
+    try:
+        lead = np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2])
+    except ValueError as err:
+        raise ValueError(f"leading dims do not broadcast: q {qa.shape}, k {ka.shape}, v {va.shape}") from err
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(qa.shape[-1])
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
+    scale = float(scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be finite and > 0, got {scale}")
+    if trace is not None and not isinstance(trace, Tracer):
+        raise TypeError(f"trace must be a simfloat.Tracer or None, got {type(trace).__name__}")
+
+    def flat(x: np.ndarray) -> np.ndarray:
+        full = np.broadcast_to(x, lead + x.shape[-2:])
+        return np.ascontiguousarray(full, dtype=np.float64).reshape((math.prod(lead),) + x.shape[-2:])
+
+    return Inputs(flat(qa), flat(ka), flat(va), lead, scale, bool(causal), pl, trace)

@@ -1,0 +1,151 @@
+"""Standard (non-flash) attention under a precision plan: full score rows, softmax, then P.V.
+
+Per query row i, over the keys it may see (all; causal: j <= i):
+
+* ``s_j = qk(q_i . k_j)`` (accumulation model, from 0);
+* ``t_j = scale(s_j * scale_op(scale))``, then ``x_j = softmax(t_j)`` (the softmax's input cast);
+* ``m = max_j x_j`` (exact); ``e_j = softmax(exp(softmax(x_j - m)))``;
+  ``l = softmax(... softmax(e_0 + e_1) ...)`` summed in key order; ``P_j = softmax(e_j / l)`` (masked keys:
+  ``P_j = 0``);
+* ``o_d = pv(sum_j P_j v_jd)`` over all keys (accumulation model, from 0); ``out_d = out(o_d)``.
+
+The flash-only plan flags (exp2, contract, normalization, lazy_threshold) do not apply: the baseline uses exp.
+Traces use q tiles of 64 rows and one kv block (0); the states are m_i = the row max, l_i = the row sum,
+acc = P.V before the output cast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simfloat._jit import jit
+from simfloat._parallel import run_rows
+from simfloat.accumulate import dot_acc
+from simfloat.attention._inputs import prepare
+from simfloat.attention._kernels import add, div, dot64, exp, fmax, mul, rnd, sub
+from simfloat.attention.plan import BASELINE_OPS, Plan
+from simfloat.trace import record
+
+__all__ = ["baseline"]
+
+ROWS = 64  # rows per work unit and per traced q tile
+_NINF = -np.inf
+QK, SCALE, SOFTMAX, PV, OUT = range(5)
+S_M, S_L, S_ACC, S_OUT = range(4)
+
+
+@jit
+def _shadow(b, t, jv, x, ys, ps, tr):  # type: ignore[no-untyped-def]
+    """The float64 shadow softmax of row i from the float64 scaled scores ``ys``: P into ``ps``, the drift of
+    the row max recorded; returns the shadow row sum."""
+    ms = _NINF
+    for j in range(jv):
+        ms = fmax(ms, ys[j])
+    ls = 0.0
+    for j in range(jv):
+        ps[j] = math.exp(ys[j] - ms)
+        ls += ps[j]
+    for j in range(jv):
+        ps[j] = ps[j] / ls
+    m = _NINF
+    for j in range(jv):
+        m = fmax(m, x[j])
+    record(tr[1], b, t, 0, S_M, m - ms, ms)
+    return ls
+
+
+@jit
+def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr):  # type: ignore[no-untyped-def]
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_tiles, rows of tile u % n_tiles)."""
+    seq_q, seq_k, dv = q.shape[1], k.shape[1], v.shape[2]
+    n_qt = (seq_q + ROWS - 1) // ROWS
+    x, pr, ys, ps = np.empty(seq_k), np.empty(seq_k), np.empty(seq_k), np.empty(seq_k)
+    for u in range(lo, hi):
+        b = u // n_qt
+        t = u - b * n_qt
+        for i in range(t * ROWS, min(seq_q, (t + 1) * ROWS)):
+            jv = min(seq_k, i + 1) if causal else seq_k
+            for j in range(jv):
+                s = dot_acc(q[b, i], k[b, j], 0.0, pp.qk)
+                y = mul(s, pp.sm_scale, pp.scale)
+                z = rnd(y, pp.softmax)
+                x[j] = z
+                if tr is not None:
+                    ex = dot64(q[b, i], k[b, j], 0.0)
+                    ys[j] = ex * scale64
+                    record(tr[0], b, t, 0, QK, s - ex, ex)
+                    record(tr[0], b, t, 0, SCALE, y - s * pp.sm_scale, s * pp.sm_scale)
+                    record(tr[0], b, t, 0, SOFTMAX, z - y, y)
+            m = _NINF
+            for j in range(jv):
+                m = fmax(m, x[j])
+            for j in range(jv):
+                dj = sub(x[j], m, pp.softmax)
+                e = exp(dj, pp.softmax)
+                if tr is not None:
+                    record(tr[0], b, t, 0, SOFTMAX, dj - (x[j] - m), x[j] - m)
+                    record(tr[0], b, t, 0, SOFTMAX, e - math.exp(dj), math.exp(dj))
+                pr[j] = e
+            tot = 0.0
+            for j in range(jv):
+                y = add(tot, pr[j], pp.softmax)
+                if tr is not None:
+                    record(tr[0], b, t, 0, SOFTMAX, y - (tot + pr[j]), tot + pr[j])
+                tot = y
+            t_div = 1.0 if tot == 0.0 else tot
+            for j in range(jv):
+                y = div(pr[j], t_div, pp.softmax)
+                if tr is not None:
+                    record(tr[0], b, t, 0, SOFTMAX, y - pr[j] / t_div, pr[j] / t_div)
+                pr[j] = y
+            pr[jv:] = 0.0
+            if tr is not None:
+                ls = _shadow(b, t, jv, x, ys, ps, tr)
+                record(tr[1], b, t, 0, S_L, tot - ls, ls)
+            for d in range(dv):
+                o = dot_acc(pr, v[b, :, d], 0.0, pp.pv)
+                y = rnd(o, pp.out)
+                out[b, i, d] = y
+                if tr is not None:
+                    ex = dot64(pr, v[b, :, d], 0.0)
+                    sh = dot64(ps[:jv], v[b, :jv, d], 0.0)
+                    record(tr[0], b, t, 0, PV, o - ex, ex)
+                    record(tr[0], b, t, 1, OUT, y - o, o)
+                    record(tr[1], b, t, 0, S_ACC, o - sh, sh)
+                    record(tr[1], b, t, 1, S_OUT, y - sh, sh)
+
+
+def baseline(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, causal: bool = False,
+             scale: float | None = None, trace: object = None) -> np.ndarray:
+    """Emulated standard attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
+
+    Args:
+        q: (..., seq_q, head_dim) float32/float64 array (values used as they are).
+        k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1.
+        plan: a :class:`~simfloat.attention.Plan` or preset name (``"pytorch-bf16"``, ``"fp64"``, ...); uses
+            the ops qk, scale, softmax, pv, out.
+        causal: top-left aligned mask: query i sees keys j <= i.
+        scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)), rounded into the scale op's format.
+        trace: a :class:`simfloat.Tracer` or None.
+
+    Returns:
+        (..., seq_q, head_dim_v) float64 array of values of ``plan.out``'s format.
+
+    Raises:
+        TypeError, ValueError: bad arrays, shapes, scale, plan or tracer.
+    """
+    x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
+    pp = x.plan.params(x.scale)
+    n_lead, seq_q = x.q.shape[:2]
+    dv = x.v.shape[2]
+    n_qt = -(-seq_q // ROWS)
+    out = np.zeros((n_lead, seq_q, dv))
+    tr = None
+    if x.trace is not None:
+        tr = x.trace._start("baseline", x.plan.name, BASELINE_OPS, n_lead, n_qt, 1, lead=x.lead,
+                            causal=x.causal, scale=x.scale)
+    if n_lead * n_qt > 0:
+        run_rows(_units, n_lead * n_qt, x.q, x.k, x.v, out, pp, int(x.causal), x.scale, tr)
+    return out.reshape(x.lead + (seq_q, dv))

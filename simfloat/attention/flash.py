@@ -1,0 +1,287 @@
+"""Flash attention (FA2 online softmax, and FA1 / lazy-rescaling variants) under a precision plan.
+
+The dataflow mirrors ``gpu/flash_attention.py`` step for step (its docstring's T1..T14, E1, E2). Per query
+row of a q tile of ``block_m`` rows, and per key tile of ``block_n`` keys, left to right up to the kernel's
+bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x rounded once into op's format:
+
+* T2/T3 ``s_j = qk(q_i . k_j)`` for the keys the row may see (later keys masked; their scores are never used);
+* T4 ``m_new = max(m_i, scale(max_j s_j * qk_scale))``, stored as ``m_i``; lazy: keep ``m_i`` unless
+  ``m_i(m_new - m_i) > threshold``; T5 ``m_sub = m_new``, or 0 while no key has been seen (-inf);
+* T6 ``x_j = scale(fma(s_j, qk_scale, -m_sub))`` (``contract``),
+  else ``scale(scale(s_j * qk_scale) - m_sub)``;
+* T7 ``p_j = exp(exp2(x_j))`` (or exp); T8 ``l_ij = l_i(... l_i(p_0 + p_1) ...)`` sequentially;
+* T9 ``alpha = alpha(exp2(alpha(m_i - m_sub)))``, 0 while ``m_i`` is -inf, 1 when lazy rescaling skips;
+* T10 ``l_i = l_i(fma(l_i, alpha, l_ij))`` (``contract``), else ``l_i(l_i(l_i * alpha) + l_ij)``;
+* T11 ``acc_d = acc(acc_d * alpha)``; per-step normalization (FA1):
+  ``acc_d = acc(acc_d * acc(l_old * alpha))``;
+* T12 ``p_j = p(p_j)``; T13 ``acc_d = pv(acc_d + sum_j p_j v_jd)`` over the whole tile of ``block_n`` keys
+  (masked and padded keys have ``p_j = 0``, padded keys ``v = 0``), as ``tl.dot(p, v, acc)``;
+  FA1: ``acc_d = normalize(acc_d / l_i)``; T14 ``m_i = m_new``;
+* E1 ``o_d = normalize(acc_d / l_safe)`` with ``l_safe = 1`` if ``l_i == 0`` (FA2); E2 ``out(o_d)``.
+
+A row that saw no key ends with out = 0, m = -inf, l = 0 (as the kernel's guards give); with top-left causal
+alignment and seq_k >= 1 no row is ever fully masked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simfloat._jit import fma64, jit
+from simfloat._parallel import run_rows
+from simfloat.accumulate import dot_acc
+from simfloat.attention._inputs import block, prepare
+from simfloat.attention._kernels import add, div, dot64, exp, exp2, fma, fmax, mul, rnd, sub
+from simfloat.attention.plan import FLASH_OPS, Plan
+from simfloat.trace import record
+
+__all__ = ["flash"]
+
+_NINF = -np.inf
+# op indices (FLASH_OPS order) and state indices (simfloat.trace.STATES order)
+QK, SCALE, EXP, M_I, ALPHA, L_I, ACC, P, PV, NORMALIZE, OUT = range(11)
+S_M, S_L, S_ACC, S_OUT = range(4)
+
+
+@jit
+def _ex(x, pp):  # type: ignore[no-untyped-def]
+    return math.exp2(x) if pp.exp2 else math.exp(x)
+
+
+@jit
+def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp, tr):  # type: ignore[no-untyped-def]
+    """One key tile of the float64 shadow (same dataflow, same lazy decisions), then the state drift."""
+    smax = _NINF
+    for jj in range(nv):
+        smax = fmax(smax, ss[jj])
+    m_new = fmax(ms, smax * pp.qk_scale64) if rescale else ms
+    m_sub = 0.0 if m_new == _NINF else m_new
+    lij = 0.0
+    for jj in range(nv):
+        x = fma64(ss[jj], pp.qk_scale64, -m_sub) if pp.contract else ss[jj] * pp.qk_scale64 - m_sub
+        ps[jj] = _ex(x, pp)
+        lij += ps[jj]
+    alpha = 1.0
+    if rescale:
+        alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
+    l_new = fma64(ls, alpha, lij) if pp.contract else ls * alpha + lij
+    w = ls * alpha if pp.per_step else alpha
+    l_div = 1.0 if l_new == 0.0 else l_new
+    for d in range(accs.shape[0]):
+        a = accs[d] * w
+        for jj in range(nv):
+            a += ps[jj] * vt[jj, d]
+        accs[d] = a / l_div if pp.per_step else a
+        record(tr[1], b, t, jt, S_ACC, acc[d] - accs[d], accs[d])
+    if m_new != _NINF:
+        record(tr[1], b, t, jt, S_M, m_lp - m_new, m_new)
+    record(tr[1], b, t, jt, S_L, l_lp - l_new, l_new)
+    return m_new, l_new
+
+
+@jit
+def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr):  # type: ignore[no-untyped-def]
+    """T2..T14 for row ``i`` and key tile ``jt``; returns the new (m_i, l_i) and the shadow's."""
+    bn = s.shape[0]
+    j0 = jt * bn
+    jv = min(j0 + bn, k.shape[1])
+    if causal:
+        jv = min(jv, i + 1)
+    nv = max(0, jv - j0)
+    qi = q[b, i]
+    smax = _NINF
+    for jj in range(nv):  # T2, T3
+        x = dot_acc(qi, k[b, j0 + jj], 0.0, pp.qk)
+        s[jj] = x
+        smax = fmax(smax, x)
+        if tr is not None:
+            ss[jj] = dot64(qi, k[b, j0 + jj], 0.0)
+            record(tr[0], b, t, jt, QK, x - ss[jj], ss[jj])
+    m_new = m_i  # T4
+    if smax != _NINF:
+        mx = mul(smax, pp.qk_scale, pp.scale)
+        if tr is not None:
+            record(tr[0], b, t, jt, SCALE, mx - smax * pp.qk_scale, smax * pp.qk_scale)
+        m_new = fmax(m_i, mx)
+        if m_new != m_i:
+            y = rnd(m_new, pp.m_i)
+            if tr is not None:
+                record(tr[0], b, t, jt, M_I, y - m_new, m_new)
+            m_new = y
+    rescale = True
+    if pp.lazy:
+        if m_i == _NINF:
+            rescale = m_new > _NINF
+        else:
+            dm = sub(m_new, m_i, pp.m_i)
+            if tr is not None:
+                record(tr[0], b, t, jt, M_I, dm - (m_new - m_i), m_new - m_i)
+            rescale = dm > pp.threshold
+        if not rescale:
+            m_new = m_i
+    m_sub = 0.0 if m_new == _NINF else m_new  # T5
+    for jj in range(nv):  # T6, T7
+        sj = s[jj]
+        if pp.contract:
+            x = fma(sj, pp.qk_scale, -m_sub, pp.scale)
+            if tr is not None:
+                ex = fma64(sj, pp.qk_scale, -m_sub)
+                record(tr[0], b, t, jt, SCALE, x - ex, ex)
+        else:
+            y = mul(sj, pp.qk_scale, pp.scale)
+            x = sub(y, m_sub, pp.scale)
+            if tr is not None:
+                record(tr[0], b, t, jt, SCALE, y - sj * pp.qk_scale, sj * pp.qk_scale)
+                record(tr[0], b, t, jt, SCALE, x - (y - m_sub), y - m_sub)
+        pj = exp2(x, pp.exp) if pp.exp2 else exp(x, pp.exp)
+        if tr is not None:
+            ex = _ex(x, pp)
+            record(tr[0], b, t, jt, EXP, pj - ex, ex)
+        p[jj] = pj
+    for jj in range(nv, bn):
+        p[jj] = 0.0
+    l_ij = 0.0  # T8
+    for jj in range(nv):
+        y = add(l_ij, p[jj], pp.l_i)
+        if tr is not None:
+            record(tr[0], b, t, jt, L_I, y - (l_ij + p[jj]), l_ij + p[jj])
+        l_ij = y
+    alpha = 1.0  # T9
+    if rescale:
+        if m_i == _NINF:
+            alpha = 0.0
+        else:
+            dm = sub(m_i, m_sub, pp.alpha)
+            alpha = exp2(dm, pp.alpha) if pp.exp2 else exp(dm, pp.alpha)
+            if tr is not None:
+                record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
+                record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))
+    if pp.contract:  # T10
+        l_new = fma(l_i, alpha, l_ij, pp.l_i)
+        if tr is not None:
+            ex = fma64(l_i, alpha, l_ij)
+            record(tr[0], b, t, jt, L_I, l_new - ex, ex)
+    else:
+        y = mul(l_i, alpha, pp.l_i)
+        l_new = add(y, l_ij, pp.l_i)
+        if tr is not None:
+            record(tr[0], b, t, jt, L_I, y - l_i * alpha, l_i * alpha)
+            record(tr[0], b, t, jt, L_I, l_new - (y + l_ij), y + l_ij)
+    w = alpha  # T11
+    if pp.per_step:
+        w = mul(l_i, alpha, pp.acc)
+        if tr is not None:
+            record(tr[0], b, t, jt, ACC, w - l_i * alpha, l_i * alpha)
+    for d in range(acc.shape[0]):
+        y = mul(acc[d], w, pp.acc)
+        if tr is not None:
+            record(tr[0], b, t, jt, ACC, y - acc[d] * w, acc[d] * w)
+        acc[d] = y
+    for jj in range(nv):  # T12
+        y = rnd(p[jj], pp.p)
+        if tr is not None:
+            record(tr[0], b, t, jt, P, y - p[jj], p[jj])
+        p[jj] = y
+    vt = v[b, j0:j0 + bn]
+    l_div = 1.0 if l_new == 0.0 else l_new
+    for d in range(acc.shape[0]):  # T13 (+ FA1 normalization)
+        y = dot_acc(p, vt[:, d], acc[d], pp.pv)
+        if tr is not None:
+            ex = dot64(p, vt[:, d], acc[d])
+            record(tr[0], b, t, jt, PV, y - ex, ex)
+        if pp.per_step:
+            z = div(y, l_div, pp.normalize)
+            if tr is not None:
+                record(tr[0], b, t, jt, NORMALIZE, z - y / l_div, y / l_div)
+            y = z
+        acc[d] = y
+    if tr is not None:
+        ms, ls = _shadow(b, t, jt, nv, rescale, m_new, l_new, ms, ls, acc, accs, ss, ps, vt, pp, tr)
+    return m_new, l_new, ms, ls
+
+
+@jit
+def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-untyped-def]
+    """Rows of work ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
+    bm, bn, causal = geo
+    seq_q, seq_k, dv = q.shape[1], k.shape[1], v.shape[2]
+    n_qt = (seq_q + bm - 1) // bm
+    n_kv_all = (seq_k + bn - 1) // bn
+    s, p, ss, ps = np.empty(bn), np.empty(bn), np.empty(bn), np.empty(bn)
+    acc, accs = np.empty(dv), np.empty(dv)
+    for u in range(lo, hi):
+        b = u // n_qt
+        t = u - b * n_qt
+        kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
+        n_kv = (kv_hi + bn - 1) // bn
+        for i in range(t * bm, min(seq_q, (t + 1) * bm)):
+            m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
+            acc[:] = 0.0
+            accs[:] = 0.0
+            for jt in range(n_kv):
+                m_i, l_i, ms, ls = _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp,
+                                         causal, tr)
+            l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
+            ls_div = 1.0 if ls == 0.0 else ls
+            for d in range(dv):
+                o = acc[d] if pp.per_step else div(acc[d], l_div, pp.normalize)
+                y = rnd(o, pp.out)
+                out[b, i, d] = y
+                if tr is not None:
+                    if not pp.per_step:
+                        record(tr[0], b, t, n_kv_all, NORMALIZE, o - acc[d] / l_div, acc[d] / l_div)
+                    record(tr[0], b, t, n_kv_all, OUT, y - o, o)
+                    os = accs[d] if pp.per_step else accs[d] / ls_div
+                    record(tr[1], b, t, n_kv_all, S_OUT, y - os, os)
+            m_out[b, i] = m_i
+            l_out[b, i] = l_i
+
+
+def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, block_m: int = 64,
+          block_n: int = 64, causal: bool = False, scale: float | None = None, trace: object = None,
+          return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Emulated flash attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
+
+    Args:
+        q: (..., seq_q, head_dim) float32/float64 array. Values are used as they are: round them into the
+            kernel's input format first (``simfloat.round(q, "bf16")``) to emulate low-precision inputs.
+        k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1.
+        plan: a :class:`~simfloat.attention.Plan` or preset name (``"triton-bf16"``, ...).
+        block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial).
+        causal: top-left aligned mask: query i sees keys j <= i.
+        scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)); with ``plan.exp2`` the kernel uses
+            ``scale_op(scale_op(scale) * scale_op(log2 e))``.
+        trace: a :class:`simfloat.Tracer` to record local errors and state drift, or None (no cost).
+        return_stats: also return ``m`` and ``l`` ((..., seq_q) each): the final running max (log2 units with
+            exp2) and the softmax denominator relative to it.
+
+    Returns:
+        (..., seq_q, head_dim_v) float64 array whose values are values of ``plan.out``'s format; with
+        ``return_stats`` the tuple (out, m, l). Bitwise deterministic for any thread count.
+
+    Raises:
+        TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan or tracer.
+    """
+    x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
+    bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    pp = x.plan.params(x.scale)
+    n_lead, seq_q = x.q.shape[:2]
+    seq_k, dv = x.v.shape[1:]
+    n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
+    vpad = np.zeros((n_lead, n_kv * bn, dv))
+    vpad[:, :seq_k] = x.v
+    out = np.zeros((n_lead, seq_q, dv))
+    m = np.empty((n_lead, seq_q))
+    l = np.empty((n_lead, seq_q))  # noqa: E741
+    tr = None
+    if x.trace is not None:
+        tr = x.trace._start("flash", x.plan.name, FLASH_OPS, n_lead, n_qt, n_kv, lead=x.lead, block_m=bm,
+                            block_n=bn, causal=x.causal, scale=x.scale)
+    if n_lead * n_qt > 0:
+        run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal)), tr)
+    out = out.reshape(x.lead + (seq_q, dv))
+    if return_stats:
+        return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
+    return out

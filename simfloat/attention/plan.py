@@ -1,0 +1,342 @@
+"""Precision plans: the format and rounding of every operation of an attention kernel.
+
+A :class:`Plan` names one entry per operation. The names are those of the Triton kernel's variables
+(``gpu/flash_attention.py``); :mod:`simfloat.attention.flash` uses
+``qk scale exp m_i alpha l_i acc p pv normalize out`` and :mod:`simfloat.attention.baseline` uses
+``qk scale softmax pv out``. Scalar operations take an :class:`OpSpec` (format + rounding mode: the exact
+result of the operation on its inputs is rounded once); the two dot products ``qk`` and ``pv`` take an
+accumulation model (:mod:`simfloat.accumulate`).
+
+The flags choose the algorithm: ``exp2`` (exp2 with log2(e) folded into the scale, else exp), ``contract``
+(``qk*scale - m`` and ``l*alpha + l_ij`` as single-rounding FMAs), ``normalization`` (``"deferred"``: FA2,
+divide once at the end; ``"per_step"``: FA1, keep the accumulator normalized after every key block) and
+``lazy_threshold`` (rescale only when the running max grows by more than it; ``None``: always).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
+from simfloat.formats import FloatFormat, FormatParams
+from simfloat.formats import format as _format
+from simfloat.rounding import RoundingMode, mode_code
+
+__all__ = ["BASELINE_OPS", "FLASH_OPS", "OpSpec", "Plan", "plan", "presets"]
+
+FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "pv", "normalize", "out")
+BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
+_OPS = FLASH_OPS + ("softmax",)
+_DOTS = ("qk", "pv")
+_FLAGS = ("exp2", "contract", "normalization", "lazy_threshold")
+_BIG_CHUNK = 1 << 40  # one chunk: "accumulate, then round the result once into outer_fmt"
+
+
+def _checked_format(fmt: object, what: str) -> FloatFormat:
+    if not isinstance(fmt, (str, FloatFormat)):
+        raise TypeError(f"{what}: expected a format (FloatFormat or name), got {type(fmt).__name__}")
+    f = _format(fmt)
+    if f.emin - f.mantissa_bits < -1074 or f.emax > 1023:
+        raise ValueError(f"{what}: format {f.name} has values outside float64's range")
+    return f
+
+
+def _checked_mode(mode: object, what: str) -> RoundingMode:
+    m = mode_code(mode)  # type: ignore[arg-type]
+    if m == RoundingMode.STOCHASTIC:
+        raise ValueError(f"{what}: stochastic rounding is not supported in attention plans")
+    return m
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One scalar operation: its exact result is rounded once into ``fmt`` with ``mode``.
+
+    Attributes:
+        fmt: target format (a :class:`FloatFormat`; names such as ``"bf16"`` are accepted).
+        mode: rounding mode (any but stochastic).
+    """
+
+    fmt: FloatFormat
+    mode: RoundingMode = RoundingMode.NEAREST_EVEN
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fmt", _checked_format(self.fmt, "OpSpec.fmt"))
+        object.__setattr__(self, "mode", _checked_mode(self.mode, "OpSpec.mode"))
+
+    def __str__(self) -> str:
+        rn = self.mode == RoundingMode.NEAREST_EVEN
+        return self.fmt.name + ("" if rn else f"/{self.mode.name.lower()}")
+
+
+def _scalar_spec(name: str, value: object) -> OpSpec:
+    if isinstance(value, OpSpec):
+        return value
+    if isinstance(value, (str, FloatFormat)):
+        return OpSpec(value)  # type: ignore[arg-type]
+    if isinstance(value, tuple) and len(value) == 2:
+        return OpSpec(*value)
+    is_model = isinstance(value, (Sequential, BlockFMA, Chunked))
+    hint = " (accumulation models are for 'qk' and 'pv')" if is_model else ""
+    raise TypeError(f"op {name!r} takes a format, (format, mode) or OpSpec, got {type(value).__name__}{hint}")
+
+
+def _models(m: Model) -> tuple[Sequential | BlockFMA, ...]:
+    return (m.inner,) if isinstance(m, Chunked) else (m,)
+
+
+def _dot_spec(name: str, value: object) -> Model:
+    if isinstance(value, (str, FloatFormat)):
+        value = (value, RoundingMode.NEAREST_EVEN)
+    if isinstance(value, tuple) and len(value) == 2:
+        f = _checked_format(value[0], f"op {name!r}")
+        return Sequential(f, _checked_mode(value[1], f"op {name!r}"), product_fmt=f)
+    if not isinstance(value, (Sequential, BlockFMA, Chunked)):
+        raise TypeError(
+            f"op {name!r} takes an accumulation model (Sequential, BlockFMA, Chunked), a format or "
+            f"(format, mode), got {type(value).__name__}"
+        )
+    acc_params(value)  # validates formats and modes
+    for inner in _models(value):
+        m = inner.mode if isinstance(inner, Sequential) else inner.out_mode
+        _checked_mode(m, f"op {name!r}")
+    return value
+
+
+class OpParams(NamedTuple):
+    """An :class:`OpSpec` for njit code."""
+
+    p: FormatParams
+    mode: int
+
+
+class PlanParams(NamedTuple):
+    """A plan flattened for njit kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
+
+    qk: AccParams
+    pv: AccParams
+    scale: OpParams
+    exp: OpParams
+    m_i: OpParams
+    alpha: OpParams
+    l_i: OpParams
+    acc: OpParams
+    p: OpParams
+    normalize: OpParams
+    out: OpParams
+    softmax: OpParams
+    exp2: bool
+    contract: bool
+    per_step: bool
+    lazy: bool
+    threshold: float
+    qk_scale: float  # flash: the scale as the kernel uses it (log2(e) folded in with exp2), a scale-op value
+    qk_scale64: float  # the same in float64, for the shadow execution
+    sm_scale: float  # baseline: the scale rounded into the scale op's format
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Format and rounding of every operation of the flash and baseline attention kernels.
+
+    Scalar ops hold an :class:`OpSpec`, ``qk``/``pv`` an accumulation model. Construct presets with
+    :func:`plan` and derive variants with :meth:`replace`.
+
+    Attributes:
+        name: label (shown in traces).
+        qk: score dot product q.k (accumulation model; starts from 0).
+        scale: softmax-scale multiply (with ``exp2`` the scale has log2(e) folded in), and with ``contract``
+            the fused ``qk*scale - m``; without it the subtraction of the max is a second rounding here.
+        exp: exp (or exp2) of the shifted scores.
+        m_i: storage of the running max (and the lazy-rescaling test ``m_new - m_old``).
+        alpha: ``m_old - m_new`` and its exp/exp2.
+        l_i: row-sum accumulation (sequential) and its rescale ``l*alpha + l_ij``.
+        acc: accumulator rescale ``acc*alpha`` (per-step normalization: ``acc*(l_old*alpha)``, two roundings).
+        p: cast of P before P.V.
+        pv: P.V accumulated into the incoming accumulator, as ``tl.dot(p, v, acc)`` (accumulation model).
+        normalize: ``acc / l``.
+        out: output cast.
+        softmax: baseline only: format of the softmax (input cast, max, subtract, exp, sum, divide).
+        exp2: flash: exp2 with log2(e) folded into the scale (as the Triton kernel) instead of exp.
+        contract: flash: ``qk*scale - m`` and ``l*alpha + l_ij`` rounded once each (tl.fma / fp fusion).
+        normalization: flash: ``"deferred"`` (FA2) or ``"per_step"`` (FA1).
+        lazy_threshold: flash: rescale only if ``m_i(m_new - m_old) > lazy_threshold`` (exp/exp2 units of the
+            scaled scores; the threshold is rounded into the m_i format); ``None`` always rescales.
+    """
+
+    name: str
+    qk: Model
+    scale: OpSpec
+    exp: OpSpec
+    m_i: OpSpec
+    alpha: OpSpec
+    l_i: OpSpec
+    acc: OpSpec
+    p: OpSpec
+    pv: Model
+    normalize: OpSpec
+    out: OpSpec
+    softmax: OpSpec
+    exp2: bool = False
+    contract: bool = False
+    normalization: str = "deferred"
+    lazy_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"Plan.name must be a string, got {type(self.name).__name__}")
+        for op in _OPS:
+            value = getattr(self, op)
+            spec = _dot_spec(op, value) if op in _DOTS else _scalar_spec(op, value)
+            object.__setattr__(self, op, spec)
+        for flag in ("exp2", "contract"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"Plan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
+        if self.normalization not in ("deferred", "per_step"):
+            raise ValueError("Plan.normalization must be 'deferred' or 'per_step', "
+                             f"got {self.normalization!r}")
+        t = self.lazy_threshold
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)):
+                raise TypeError(f"Plan.lazy_threshold must be None or a real number, got {type(t).__name__}")
+            if not (math.isfinite(t) and t >= 0):
+                raise ValueError(f"Plan.lazy_threshold must be finite and >= 0, got {t}")
+            object.__setattr__(self, "lazy_threshold", float(t))
+
+    def replace(self, **changes: object) -> Plan:
+        """A copy with some ops or flags changed.
+
+        Ops take an :class:`OpSpec`, a format, ``(format, mode)``; ``qk``/``pv`` also an accumulation model (a
+        bare format there means sequential accumulation with products and partial sums rounded into it).
+
+        Raises:
+            ValueError: unknown op or flag name (the message lists the valid ones).
+            TypeError: a value of the wrong type.
+        """
+        unknown = sorted(set(changes) - set(_OPS) - set(_FLAGS) - {"name"})
+        if unknown:
+            raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(_OPS)}; "
+                             f"flags: {', '.join(_FLAGS)}")
+        if "name" not in changes:
+            changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
+        return (f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
+                f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold})")
+
+    def params(self, scale: float) -> PlanParams:
+        """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it.
+
+        flash: ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2`` (the Triton kernel's
+        host code, H1), else ``scale_op(scale)``; baseline: ``scale_op(scale)``.
+
+        Raises:
+            ValueError: the rounded scale is not finite and > 0.
+        """
+        from simfloat.attention._kernels import mul, rnd
+
+        def op(name: str) -> OpParams:
+            s: OpSpec = getattr(self, name)
+            return OpParams(s.fmt.params, int(s.mode))
+
+        sc = op("scale")
+        sm_scale = rnd(float(scale), sc)
+        qk_scale = mul(sm_scale, rnd(math.log2(math.e), sc), sc) if self.exp2 else sm_scale
+        qk_scale64 = float(scale) * math.log2(math.e) if self.exp2 else float(scale)
+        for v in (sm_scale, qk_scale):
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"scale {scale} becomes {v} in {self.scale.fmt.name}: "
+                                 "it must stay finite and > 0")
+        t = self.lazy_threshold
+        threshold = 0.0 if t is None else rnd(t, op("m_i"))  # a constant of the m_i format, as in the kernel
+        return PlanParams(
+            acc_params(self.qk), acc_params(self.pv), *(op(n) for n in _OPS if n not in _DOTS),
+            self.exp2, self.contract, self.normalization == "per_step", t is not None,
+            threshold, qk_scale, qk_scale64, sm_scale,
+        )
+
+
+_ALIAS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "tfloat32",
+          "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+
+
+def _uniform(name: str, fmt: str, dot: Model) -> Plan:
+    return Plan(name, dot, *([fmt] * 7), dot, fmt, fmt, fmt)  # type: ignore[arg-type]
+
+
+def _triton(fmt: str) -> Plan:
+    f = _ALIAS[fmt]
+    # fp32 inputs: "ieee" dots (an FMA loop); tf32: fp32 inputs with tf32 tensor cores (Triton's default)
+    dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
+    wide = fmt in ("fp32", "tf32")
+    io = "float32" if wide else f
+    return Plan(f"triton-{fmt}", dot, *(["float32"] * 6), io, dot, "float32", io, "float32",
+                exp2=True, contract=True)  # type: ignore[arg-type]
+
+
+def _pytorch(fmt: str) -> Plan:
+    f = _ALIAS[fmt]
+    if fmt == "fp32":
+        qk: Model = Sequential("float32")
+        pv: Model = Sequential("float32")
+    else:  # fp32 accumulation from 0, the result rounded once into fmt; P read as fmt
+        qk = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
+        pv = Chunked(_BIG_CHUNK, Sequential("float32", input_fmt=f), outer_fmt=f)
+    return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type]
+
+
+def _build() -> dict[str, Plan]:
+    out = {"fp64": _uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
+    for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
+        f = _ALIAS[fmt]
+        out[f"all-{fmt}"] = _uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
+    for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
+        out[f"triton-{fmt}"] = _triton(fmt)
+    for fmt in ("bf16", "fp16", "fp32"):
+        out[f"pytorch-{fmt}"] = _pytorch(fmt)
+    return out
+
+
+_PRESETS: dict[str, Plan] | None = None
+
+
+def presets() -> dict[str, Plan]:
+    """All preset plans by name (see :func:`plan`)."""
+    global _PRESETS
+    if _PRESETS is None:
+        _PRESETS = _build()
+    return dict(_PRESETS)
+
+
+def plan(name: str | Plan) -> Plan:
+    """A preset precision plan (a :class:`Plan` is returned unchanged).
+
+    Presets:
+        ``fp64``: golden, every op float64 (dots: plain float64 loops, products rounded then added).
+        ``all-<fmt>``: every op and stored intermediate in <fmt>, dots sequential with each product and
+            partial sum rounded into <fmt>, exp (not exp2), no FMA contraction (Golden et al.'s simulator).
+        ``triton-<fmt>``: the Triton kernel: sm90 tensor-core dots, exp2 with log2(e) folded into an fp32
+            scale, FMA contraction, fp32 m_i/l_i/acc/alpha/normalize, P cast to <fmt>, output in <fmt>;
+            ``triton-fp32`` uses "ieee" FMA-loop dots, ``triton-tf32`` fp32 inputs with tf32 tensor cores (P
+            and output fp32).
+        ``pytorch-<fmt>`` (baseline): each matmul accumulated in fp32 from zero and rounded once into <fmt>,
+            scale in <fmt>, softmax in fp32, P read by the P.V matmul as <fmt>, output <fmt>.
+        fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
+
+    Raises:
+        ValueError: unknown name (the message lists the presets).
+        TypeError: ``name`` is neither a string nor a Plan.
+    """
+    if isinstance(name, Plan):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"plan must be a Plan or a preset name, got {type(name).__name__}")
+    table = presets()
+    if name not in table:
+        raise ValueError(f"unknown plan {name!r}; presets: {', '.join(table)}")
+    return table[name]
