@@ -2,25 +2,29 @@
 
 The scalar worker :func:`round_exact` rounds a value given as an unevaluated pair ``s + e`` (the output of an
 error-free transformation such as TwoSum or TwoProduct, ``|e| <= ulp(s)/2``), so the arithmetic in
-:mod:`simfloat.ops` rounds its *exact* result once. Plain rounding of a float64 is the case ``e == 0``. float64
-inputs are rounded directly from their bits, never through float32 (ml_dtypes and torch convert float64 -> float32
--> target and so double-round).
+:mod:`simfloat.ops` rounds its *exact* result once. Plain rounding of a float64 is the case ``e == 0``.
+float64 inputs are rounded directly from their bits, never through float32 (ml_dtypes and torch convert
+float64 -> float32 -> target and so double-round).
 
-How it works: the float64 ``s = m * 2**ex`` (``m`` its 53-bit integer significand) and the sign of ``e`` are folded
-into one integer ``M = 4*m + d`` at a grid four times finer than float64's, with ``d = +-2`` when ``e`` is exactly
-half an ulp of ``s`` and ``d = +-1`` when it is strictly between 0 and half an ulp. An odd ``M`` thus stands for
-"strictly between two grid points" (round-to-odd at 55 bits); since every target format keeps at most 53 bits,
-the target grid is at least 4 times coarser, so the bits of ``M`` below the target quantum decide every mode
-exactly: they are below, at or above the midpoint, and zero or not (the sticky bit).
+How it works: the float64 ``s = m * 2**ex`` (``m`` its 53-bit integer significand) and the sign of ``e`` are
+folded into one integer ``M = 4*m + d`` at a grid four times finer than float64's, with ``d = +-2`` when ``e``
+is exactly half an ulp of ``s`` and ``d = +-1`` when it is strictly between 0 and half an ulp. An odd ``M``
+thus stands for "strictly between two grid points" (round-to-odd at 55 bits); since every target format keeps
+at most 53 bits, the target grid is at least 4 times coarser, so the bits of ``M`` below the target quantum
+decide every mode exactly: they are below, at or above the midpoint, and zero or not (the sticky bit).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic
 
 from simfloat._jit import bits_f64, f64_bits, jit, pjit
 from simfloat.formats import FloatFormat, FormatParams
@@ -78,7 +82,8 @@ def mode_code(mode: str | RoundingMode) -> RoundingMode:
         key = mode.strip().lower().replace("-", "_")
         if key in _MODE_NAMES:
             return _MODE_NAMES[key]
-        raise ValueError(f"unknown rounding mode {mode!r}; known: {', '.join(m.name.lower() for m in RoundingMode)}")
+        known = ", ".join(m.name.lower() for m in RoundingMode)
+        raise ValueError(f"unknown rounding mode {mode!r}; known: {known}")
     raise TypeError(f"rounding mode must be a string or RoundingMode, got {type(mode).__name__}")
 
 
@@ -101,8 +106,8 @@ def _pow2(q: int) -> float:
 def sticky(s: float, e: float) -> int:
     """Classify the tail ``e`` of an exact value ``s + e`` (``|e| <= ulp(s)/2``, as TwoSum returns it).
 
-    Returns +-2 when ``e`` is exactly half an ulp of ``s`` (a tie at float64 precision), +-1 when it is strictly
-    between 0 and half an ulp, 0 when ``e == 0``; the sign is the sign of ``e``.
+    Returns +-2 when ``e`` is exactly half an ulp of ``s`` (a tie at float64 precision), +-1 when it is
+    strictly between 0 and half an ulp, 0 when ``e == 0``; the sign is the sign of ``e``.
     """
     if e == 0.0:
         return 0
@@ -143,8 +148,9 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
 
     Args:
         s: float64 head of the exact value.
-        d: the tail's class from :func:`sticky` (0 for a plain float64; +-1 strictly inside half an ulp of ``s``,
-            +-2 exactly half an ulp). With ``s == 0`` a nonzero ``d`` means a value of that sign below 2**-1075.
+        d: the tail's class from :func:`sticky` (0 for a plain float64; +-1 strictly inside half an ulp of
+            ``s``, +-2 exactly half an ulp). With ``s == 0`` a nonzero ``d`` means a value of that sign below
+            2**-1075.
         p: the target format's :class:`FormatParams`.
         mode: a :class:`RoundingMode` value.
         rbits: 64 uniform random bits, used only by stochastic rounding.
@@ -213,8 +219,12 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
             # P(up) = rem / 2**shift, compared against 64 uniform bits; resolution 2**-64.
             if shift <= 64:
                 thr = rem << np.uint64(64 - shift)
-            else:
+            elif shift < 128:
                 thr = rem >> np.uint64(shift - 64)
+            else:
+                # P(up) < 2**-64: never. (A shift by >= 64 bits is undefined in LLVM and x86 takes the count
+                # mod 64, which rounded e.g. 2.0**-207 up to bf16's smallest subnormal about once in 1000.)
+                thr = _ZERO
             if rbits < thr:
                 kept += _ONE
         # mode 2 (toward zero): truncation, nothing to add
@@ -248,16 +258,278 @@ def rand_bits(seed: np.uint64, counter: np.uint64) -> np.uint64:
     return z ^ (z >> np.uint64(31))
 
 
-@pjit
-def _round_flat(x, out, p, mode, seed):  # type: ignore[no-untyped-def]
+_CHUNK = 65536  # elements per parallel task; results never depend on it
+
+
+@jit
+def _round_chunk_exact(x, out, lo, p, mode, seed):  # type: ignore[no-untyped-def]
+    """Elements lo.. of the flat input through :func:`round_exact` (stochastic rounding, and formats the bit
+    kernel below does not cover); the stochastic bits are indexed by the flat position."""
+    if mode == 6:
+        for i in range(x.size):
+            out[i] = round_exact(np.float64(x[i]), 0, p, 6, rand_bits(seed, np.uint64(lo + i)))
+    else:
+        for i in range(x.size):
+            out[i] = round_exact(np.float64(x[i]), 0, p, mode, _ZERO)
+
+
+# -- fast kernel for the deterministic modes -----------------------------------------------------------------
+# The same results as round_exact with d == 0 (the tests compare both with an exact oracle), computed on the
+# input's own bit pattern, int32 for float32 inputs (8 lanes per AVX2 register) and int64 for float64, with
+# selects only and the mode folded into per-mode constants, so that one loop serves every mode and LLVM
+# vectorizes it.
+#
+# Target-normal range (|x| >= 2**emin): a positive float is E * 2**F + frac as an integer (F fraction bits),
+# linear in the value within a binade and continuous across binades, so rounding that *integer* to a multiple
+# of 2**base (base = F - m) rounds the value; a carry out of the fraction moves to the next binade, and past
+# the largest finite value up to the bit pattern of infinity, which the overflow test catches. The input
+# type's own subnormals are linear too.
+#
+# Target-subnormal range (|x| < 2**emin, when emin is above the input type's): the target's quantum is
+# 2**(emin - m) for every x, so A = trunc(|x| * 2**(F - emin)) (exact: a power-of-two scaling, then an integer
+# < 2**F) puts that quantum at bit ``base`` too, with the inexact low part folded into bit 0 as a sticky bit
+# (base >= 2 keeps bit 0 strictly below the half-quantum bit, so every comparison with the half stays right).
+# Rounding A, with lsb = 2**base: add a mode-dependent addend, then clear the low ``base`` bits, where
+#   nearest-even: lsb/2 - 1 + (bit ``base`` of A)   nearest-away: lsb/2   toward zero: 0
+#   up: lsb - 1 if x > 0 else 0   down: the mirror of up
+#   odd: 0, then set bit ``base`` if the low bits were not all 0.
+
+
+def _to_bits_impl(typingctx, x):  # type: ignore[no-untyped-def]
+    width = {types.float32: 32, types.float64: 64}.get(x)
+    if width is None:
+        return None
+    sig = (types.int32 if width == 32 else types.int64)(x)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.IntType(width))
+
+    return sig, codegen
+
+
+def _from_bits_impl(typingctx, b, like):  # type: ignore[no-untyped-def]
+    if like not in (types.float32, types.float64) or not isinstance(b, types.Integer):
+        return None
+    width = like.bitwidth
+    sig = like(b, like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        v = _resize(builder, args[0], signature.args[0].bitwidth, width)
+        return builder.bitcast(v, ir.FloatType() if width == 32 else ir.DoubleType())
+
+    return sig, codegen
+
+
+def _narrow_impl(typingctx, v, like):  # type: ignore[no-untyped-def]
+    if like not in (types.float32, types.float64) or not isinstance(v, types.Integer):
+        return None
+    width = like.bitwidth
+    sig = (types.int32 if width == 32 else types.int64)(v, like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return _resize(builder, args[0], signature.args[0].bitwidth, width)
+
+    return sig, codegen
+
+
+def _resize(builder, v, src: int, dst: int):  # type: ignore[no-untyped-def]
+    if src > dst:
+        return builder.trunc(v, ir.IntType(dst))
+    if src < dst:
+        return builder.sext(v, ir.IntType(dst))
+    return v
+
+
+_to_bits = intrinsic(_to_bits_impl)  # float32 -> int32, float64 -> int64 bit pattern
+_from_bits = intrinsic(_from_bits_impl)  # integer bit pattern -> float of the type of ``like``
+# numba computes integer arithmetic in 64 bits; truncating every intermediate back to the input's width lets
+# LLVM narrow the float32 kernel to 32-bit lanes
+_narrow = intrinsic(_narrow_impl)
+
+
+class _BitParams(NamedTuple):
+    """Constants of the fast kernel for one (format, input dtype, mode); integers are of the input's width."""
+
+    keep: np.integer  # ~(lsb - 1): clears the dropped bits
+    lsb: np.integer  # 2**base, base = F - m fraction bits dropped
+    add0: np.integer  # rounding addend: add0 + (add_lsb if A & lsb) + (add_neg if x < 0 else add_pos)
+    add_lsb: np.integer
+    add_pos: np.integer
+    add_neg: np.integer
+    odd: np.integer  # lsb for round-to-odd, else 0: set when the dropped bits are not all 0
+    abs_mask: np.integer  # all bits but the sign
+    inf: np.integer  # bit pattern of +inf
+    tiny_bits: np.integer  # bit pattern of 2**emin
+    split_bits: np.integer  # tiny_bits if has_sub else 0: |x| below it is left to _round_small
+    max_bits: np.integer  # bit pattern of the largest finite value
+    ovf_pos: np.integer  # what a positive / negative overflow gives (magnitude): inf, NaN or max
+    ovf_neg: np.integer
+    inf_out: np.integer  # what an infinite input gives (magnitude)
+    magic_bits: np.integer  # bits of 2**F: float(k) = from_bits(magic_bits + k) - 2**F for 0 <= k <= 2**F
+    zero: np.integer
+    has_sub: bool  # the target's subnormal range holds normal numbers of the input type
+    tiny: np.floating  # 2**emin
+    up: np.floating  # 2**(F - emin), of the input's float type
+    down: np.floating  # 2**(emin - F)
+    magic: np.floating  # 2**F
+    neg_zero: bool
+    ftz: bool  # subnormal results flush to zero
+    ok: bool  # False: the format and mode need round_exact (the other fields are then placeholders)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bit_params(f: FloatFormat, dtype: np.dtype, mode: int) -> _BitParams:
+    """Constants of the fast kernel for inputs of ``dtype``; ``ok`` is False when round_exact must do it."""
+    fi = np.finfo(dtype)
+    frac = int(fi.nmant)
+    base = frac - f.mantissa_bits
+    has_sub = f.emin > int(fi.minexp)
+    ok = not (
+        mode == RoundingMode.STOCHASTIC
+        or base < 2  # bit 0 must lie strictly below the half-quantum bit (it carries the sticky bit)
+        or f.mantissa_bits == 0  # bit ``base`` would be the exponent's lowest bit, not the significand parity
+        or f.emin < int(fi.minexp)
+        or f.emax >= int(fi.maxexp)
+        or (has_sub and frac - f.emin >= int(fi.maxexp))  # 2**(F - emin) must be a finite input-type number
+    )
+    if not ok:
+        return _placeholder(dtype)
+    return _make_bit_params(f, dtype, mode, has_sub)
+
+
+@functools.cache
+def _placeholder(dtype: np.dtype) -> _BitParams:
+    return _make_bit_params(_format("bfloat16"), dtype, 0, False)._replace(ok=False)
+
+
+def _make_bit_params(f: FloatFormat, dtype: np.dtype, mode: int, has_sub: bool) -> _BitParams:
+    fi = np.finfo(dtype)
+    frac, ftype, itype = int(fi.nmant), dtype.type, (np.int32 if fi.bits == 32 else np.int64)
+    base = frac - f.mantissa_bits
+    scale = frac - f.emin if has_sub else 0
+
+    def bits(v: float) -> int:
+        return int(np.array(v, dtype=dtype).view(itype))
+
+    lsb = 1 << base
+    half = lsb >> 1
+    add0, add_lsb, add_pos, add_neg, odd = {
+        RoundingMode.NEAREST_EVEN: (half - 1, 1, 0, 0, 0),
+        RoundingMode.NEAREST_AWAY: (half, 0, 0, 0, 0),
+        RoundingMode.TOWARD_ZERO: (0, 0, 0, 0, 0),
+        RoundingMode.UP: (0, 0, lsb - 1, 0, 0),
+        RoundingMode.DOWN: (0, 0, 0, lsb - 1, 0),
+        RoundingMode.ODD: (0, 0, 0, 0, lsb),
+    }[RoundingMode(mode)]
+    inf, max_bits = bits(np.inf), bits(f.max)
+    policy = {"inf": inf, "nan": bits(np.nan), "saturate": max_bits}[f.overflow]
+    # IEEE: overflow gives infinity (here: the policy's value) in the nearest modes and when rounding away
+    # from zero, the largest finite value when rounding toward zero (and round-to-odd never overflows)
+    away_pos = mode in (RoundingMode.NEAREST_EVEN, RoundingMode.NEAREST_AWAY, RoundingMode.UP)
+    away_neg = mode in (RoundingMode.NEAREST_EVEN, RoundingMode.NEAREST_AWAY, RoundingMode.DOWN)
+    i = itype
+    return _BitParams(
+        i(~(lsb - 1)), i(lsb), i(add0), i(add_lsb), i(add_pos), i(add_neg), i(odd),
+        i((1 << (fi.bits - 1)) - 1), i(inf), i(bits(f.tiny)), i(bits(f.tiny) if has_sub else 0), i(max_bits),
+        i(policy if away_pos else max_bits), i(policy if away_neg else max_bits),
+        i(inf if f.has_infinity else policy), i(bits(2.0**frac)), i(0), has_sub, ftype(f.tiny),
+        ftype(2.0**scale), ftype(2.0**-scale), ftype(2.0**frac), f.has_negative_zero, not f.subnormals, True,
+    )  # fmt: skip
+
+
+@jit
+def _round_normal(x, c):  # type: ignore[no-untyped-def]
+    """``x`` rounded into the format and deterministic mode described by ``c``, when ``|x| >= 2**emin`` or
+    the format's emin is the input type's (then the bit formula covers everything); other ``x`` come back
+    unchanged for :func:`_round_small`. Specials and overflow included."""
+    u = _to_bits(x)
+    a = _narrow(u & c.abs_mask, x)
+    s = _narrow(u ^ a, x)
+    neg = s != 0
+    add = c.add0 + (0 if (a & c.lsb) == 0 else c.add_lsb) + (c.add_neg if neg else c.add_pos)
+    r = _narrow(((a + add) & c.keep) | (0 if (a & ~c.keep) == 0 else c.odd), x)
+    if r > c.max_bits:
+        r = c.ovf_neg if neg else c.ovf_pos
+    if c.ftz and r < c.tiny_bits:
+        r = c.zero
+    if a >= c.inf:
+        r = a if a > c.inf else c.inf_out  # NaN stays NaN (payload too); inf by the format's policy
+    if r == 0 and not c.neg_zero:
+        s = c.zero
+    return x if a < c.split_bits else _from_bits(r | s, x)
+
+
+@jit
+def _round_small(x, c):  # type: ignore[no-untyped-def]
+    """``x`` rounded as :func:`_round_normal` does, for ``|x| < 2**emin`` (target subnormals and zeros)."""
+    u = _to_bits(x)
+    s = _narrow(u & ~c.abs_mask, x)
+    neg = s != 0
+    y = abs(x) * c.up
+    t = np.trunc(y)
+    k = _narrow(_to_bits(t + c.magic) - c.magic_bits, x)  # int(t), exact
+    a = _narrow(k | (0 if t == y else 1), x)  # the sticky bit: x was not a multiple of 2**(emin - F)
+    add = c.add0 + (0 if (a & c.lsb) == 0 else c.add_lsb) + (c.add_neg if neg else c.add_pos)
+    r = _narrow(((a + add) & c.keep) | (0 if (a & ~c.keep) == 0 else c.odd), x)
+    r = _narrow(_to_bits((_from_bits(r + c.magic_bits, x) - c.magic) * c.down), x)  # float(r) * 2**(emin - F)
+    if c.ftz and r < c.tiny_bits:
+        r = c.zero
+    if r == 0 and not c.neg_zero:
+        s = c.zero
+    return _from_bits(r | s, x)
+
+
+_BLOCK = 4096  # elements per block of _round_chunk_bits (a block's second pass runs while it is in cache)
+
+
+@jit
+def _pass_normal(x, out, c):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = _round_normal(x[i], c)
+
+
+@jit
+def _pass_flagged(x, out, c):  # type: ignore[no-untyped-def]
+    """Round everything in the target-normal range, then (only if there were any) the values below
+    2**emin that the first pass left unchanged."""
+    small = c.zero  # of the input's width, so that this flag does not halve the vector width
+    for i in range(x.size):
+        v = x[i]
+        out[i] = _round_normal(v, c)
+        small = _narrow(small | (1 if abs(v) < c.tiny else 0), v)
+    if small != 0:
+        for i in range(x.size):
+            v = out[i]  # x itself where |x| < 2**emin, a result >= 2**emin (or NaN) elsewhere
+            out[i] = _round_small(v, c) if abs(v) < c.tiny else v
+
+
+@jit
+def _round_chunk_bits(x, out, c):  # type: ignore[no-untyped-def]
+    """Round a contiguous chunk (``out`` may be ``x``). Values below 2**emin (target subnormals, zeros)
+    need the second formula only where emin is above the input type's, and a second pass only over the blocks
+    that hold any."""
+    if not c.has_sub:
+        _pass_normal(x, out, c)
+        return
     n = x.size
-    nchunks = (n + 65535) // 65536
-    for c in prange(nchunks):
-        lo = c * 65536
-        hi = min(n, lo + 65536)
-        for i in range(lo, hi):
-            rb = rand_bits(seed, np.uint64(i)) if mode == 6 else _ZERO
-            out[i] = round_exact(np.float64(x[i]), 0, p, mode, rb)
+    for lo in range(0, n, _BLOCK):
+        hi = min(n, lo + _BLOCK)
+        _pass_flagged(x[lo:hi], out[lo:hi], c)
+
+
+@pjit
+def _round_flat(x, out, c, p, mode, seed):  # type: ignore[no-untyped-def]
+    """Round the flat array ``x`` into ``out`` in parallel chunks: with the bit kernel when ``c.ok``,
+    else with round_exact (one driver for both: each parallel driver costs seconds of compilation)."""
+    n = x.size
+    nchunks = (n + _CHUNK - 1) // _CHUNK
+    for ch in prange(nchunks):
+        lo = ch * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        if c.ok:
+            _round_chunk_bits(x[lo:hi], out[lo:hi], c)
+        else:
+            _round_chunk_exact(x[lo:hi], out[lo:hi], lo, p, mode, seed)
 
 
 def _resolve_format(fmt: str | FloatFormat) -> FloatFormat:
@@ -318,7 +590,7 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
         dst = out
     else:
         dst = np.empty(x.shape, dtype=x.dtype)
-    _round_flat(src.reshape(-1), dst.reshape(-1), f.params, int(m), useed)
+    _round_flat(src.reshape(-1), dst.reshape(-1), _bit_params(f, x.dtype, int(m)), f.params, int(m), useed)
     if out is not None and dst is not out:
         np.copyto(out, dst)
         return out
