@@ -2,8 +2,16 @@
 
 Triton reads TRITON_INTERPRET when it is first imported (it wraps tl.sum and friends then), so it is set here,
 before any test module can import triton: every Triton kernel in the suite runs on the CPU interpreter.
+
+Helper modules next to the tests (the exact rounding reference ``oracle``) import by their plain name under
+any pytest import mode.
 """
 
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
