@@ -1,7 +1,8 @@
 """Throughput of simfloat.round against ml_dtypes and a plain copy, measured in one run.
 
 Every figure is a round trip x -> format -> x's dtype over N elements (standard normal data), in G elements/s,
-best of R repeats, into preallocated outputs (no allocation or page faults in the timed region):
+best of R repeats (the three contenders interleaved), into preallocated outputs (no allocation or page
+faults in the timed region):
 
 * ``simfloat``: ``simfloat.round(x, fmt, out=y)``.
 * ``ml_dtypes``: ``np.copyto(t, x, casting="unsafe"); np.copyto(y, t)`` with ``t`` of the ml_dtypes/numpy type
@@ -35,13 +36,17 @@ CASES = [  # (label, input dtype, simfloat format, ml_dtypes/numpy type)
 ]
 
 
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm up (compilation, first touch)
-    best = float("inf")
+def best_times(fns: list, repeats: int) -> list[float]:
+    """Best wall time of each function, the functions interleaved repeat by repeat so that a change in machine
+    load hits all of them alike."""
+    for fn in fns:
+        fn()  # warm up (compilation, first touch)
+    best = [float("inf")] * len(fns)
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
     return best
 
 
@@ -66,12 +71,17 @@ def main() -> None:
                 np.copyto(t, x, casting="unsafe")
                 np.copyto(y, t, casting="unsafe")
 
-            t_ml = best_time(run_ml, args.repeats)
-            t_copy = best_time(lambda x=x, y=y: np.copyto(y, x), args.repeats)
             for threads in (1, all_threads):
                 numba.set_num_threads(threads)
-                t_sf = best_time(lambda x=x, y=y, fmt=fmt: simfloat.round(x, fmt, out=y), args.repeats)
-                g = [n / tt / 1e9 for tt in (t_sf, t_ml, t_copy)]
+                times = best_times(
+                    [
+                        lambda x=x, y=y, fmt=fmt: simfloat.round(x, fmt, out=y),
+                        run_ml,
+                        lambda x=x, y=y: np.copyto(y, x),
+                    ],
+                    args.repeats,
+                )
+                g = [n / tt / 1e9 for tt in times]
                 print(
                     f"{label:<11}{threads:>8}{g[0]:>10.3f}{g[1]:>11.3f}{g[2]:>8.3f}"
                     f"{g[0] / g[1]:>8.2f}{g[0] / g[2]:>9.2f}"
