@@ -5,6 +5,9 @@
 * :func:`baseline` — standard attention: full scores, softmax, P.V.
 * :class:`Plan` / :func:`plan` — the format and rounding of every op (presets: fp64, all-<fmt>, triton-<fmt>,
   pytorch-<fmt>).
+* :func:`int8_flash` / :func:`fp8_flash` — quantized flash attention (INT-FlashAttention; FlashAttention-3
+  FP8 scaling, incoherent processing), mirroring ``gpu/int8_attention.py`` / ``gpu/fp8_attention.py`` op for
+  op under a :class:`QuantPlan` whose quantizers (:class:`Quant`) are ops like any other.
 
 Both kernels take (..., seq, head_dim) float32/float64 arrays and return float64 arrays holding values of the
 plan's output format; pass ``trace=simfloat.Tracer()`` to attribute the error to ops and kv blocks.
@@ -13,5 +16,21 @@ plan's output format; pass ``trace=simfloat.Tracer()`` to attribute the error to
 from simfloat.attention.baseline import baseline
 from simfloat.attention.flash import flash
 from simfloat.attention.plan import BASELINE_OPS, FLASH_OPS, OpSpec, Plan, plan, presets
+from simfloat.attention.quantized import (
+    EXACT,
+    QUANT_OPS,
+    QUANTIZERS,
+    Quant,
+    QuantPlan,
+    fp8_flash,
+    hadamard_rotation,
+    int8_flash,
+    quant_flash,
+    quant_plan,
+    quant_presets,
+    quantize,
+)
 
-__all__ = ["BASELINE_OPS", "FLASH_OPS", "OpSpec", "Plan", "baseline", "flash", "plan", "presets"]
+__all__ = ["BASELINE_OPS", "EXACT", "FLASH_OPS", "QUANTIZERS", "QUANT_OPS", "OpSpec", "Plan", "Quant",
+           "QuantPlan", "baseline", "flash", "fp8_flash", "hadamard_rotation", "int8_flash", "plan",
+           "presets", "quant_flash", "quant_plan", "quant_presets", "quantize"]

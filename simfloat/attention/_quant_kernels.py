@@ -1,0 +1,590 @@
+"""njit kernels of the quantized (INT8 / FP8) flash attention emulator (:mod:`simfloat.attention.quantized`).
+
+Three parts:
+
+* fast dot products: exact integer dots (``qk``/``pv`` on INT8 codes), a plain float64 loop (fp64 plans) and a
+  specialization of :class:`~simfloat.accumulate.BlockFMA` for operands whose products are exact in float64
+  (every 8/16-bit format). Each returns bit for bit what :func:`simfloat.accumulate.dot_acc` returns for the
+  same model; anything else goes to ``dot_acc`` itself.
+* the element-wise quantizer (:func:`quant_elems`) and the fixed-scale P quantizer (:func:`p_quant`).
+* the per-row flash loop (:func:`units`), op for op as ``gpu/int8_attention.py`` / ``gpu/fp8_attention.py``
+  document it (see :mod:`simfloat.attention.quantized` for the step list), with optional tracing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from simfloat._jit import bits_f64, f64_bits, fma64, jit
+from simfloat.accumulate import AccParams, _accumulate, _exponent, dot_acc
+from simfloat.attention._kernels import add, div, dot64, fma, fmax, mul, rnd
+from simfloat.attention.plan import OpParams
+from simfloat.rounding import round_scalar
+from simfloat.trace import record
+
+__all__ = ["QParams", "dot3", "fixed_codes", "p_quant", "quant_elems", "scales_from_amax", "units"]
+
+_NINF = -np.inf
+_Z = np.uint64(0)
+
+# op indices (QUANT_OPS order in quantized.py) and state indices (simfloat.trace.STATES)
+(ROTATE, Q_QUANT, K_QUANT, V_QUANT, QK, DEQUANT, SCALE, EXP, M_I, ALPHA, L_I, ACC, P_QUANT, PV, PV_DEQUANT,
+ NORMALIZE, OUT) = range(17)
+S_M, S_L, S_ACC, S_OUT = range(4)
+
+# dot kinds
+DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64 = range(4)
+# quantizer kinds / code rounding rules / pv update modes
+K_NONE, K_INT, K_FLOAT = range(3)
+R_NEAREST_EVEN, R_NEAREST_AWAY, R_TOWARD_ZERO, R_HALF_UP = range(4)
+PV_SEPARATE, PV_INTO_ACC, PV_SCALED = range(3)
+
+
+class QParams(NamedTuple):
+    """A :class:`~simfloat.attention.quantized.QuantPlan` flattened for njit code, with the call's scale."""
+
+    qk: AccParams
+    pv: AccParams
+    qk_kind: int
+    pv_kind: int
+    dequant: OpParams
+    scale: OpParams
+    exp: OpParams
+    m_i: OpParams
+    alpha: OpParams
+    l_i: OpParams
+    acc: OpParams
+    pv_dequant: OpParams
+    normalize: OpParams
+    out: OpParams
+    p_kind: int  # K_NONE, K_INT (fixed scale 1/p_qmax), K_FLOAT (cast)
+    p_pre: bool
+    p_pre_op: OpParams
+    p_arith: OpParams
+    p_code: OpParams  # float kind: the code format and its rounding
+    p_qmax: float
+    p_rule: int
+    exp2: bool
+    contract: bool
+    consistent: bool
+    folded: bool
+    pv_mode: int
+    qk_scale: float
+    qk_scale64: float
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fast paths of the scalar ops
+# ---------------------------------------------------------------------------------------------------------
+# _kernels' ops round the exact result through the general round_exact (~25 ns). The versions below take a
+# shortcut (~3 ns) where it provably gives the same bits: round-to-nearest-even or toward-zero targets below
+# float64 precision, normal float64 values, no overflow, and the float64 result either exact or (nearest
+# only) not on a midpoint of the target grid. A float64 value that is not a midpoint rounds like the exact
+# value it approximates: every grid point and midpoint of the target is a float64 number, so no such point
+# lies strictly between the exact value and its float64 rounding. Everything else goes to the general ops.
+
+
+@jit
+def _pow2(k):  # type: ignore[no-untyped-def]
+    """2**k for |k| <= 1000 (exact, from bits)."""
+    return bits_f64(np.uint64(k + 1023) << np.uint64(52))
+
+
+@jit
+def _grid(x, p, mode, exact):  # type: ignore[no-untyped-def]
+    """(ok, x rounded into format p) by the shortcut, ok False where it does not apply."""
+    m = p.mantissa_bits
+    if m >= 52 or (mode != 0 and mode != 2):
+        return False, 0.0
+    ex = np.int64((f64_bits(x) >> np.uint64(52)) & np.uint64(0x7FF))
+    if ex == 0 or ex == 0x7FF:
+        return False, 0.0
+    e = ex - 1023
+    if e < p.emin:
+        if not p.subnormals:
+            return False, 0.0
+        e = p.emin
+    sh = m - e
+    if sh > 1000 or sh < -1000:
+        return False, 0.0
+    y = x * _pow2(sh)
+    if mode == 0:
+        r = np.rint(y)
+        if not exact and abs(y - r) == 0.5:
+            return False, 0.0
+    else:
+        r = float(math.trunc(y))
+        if not exact and r == y:
+            return False, 0.0
+    r = r * _pow2(-sh)
+    if abs(r) > p.max_value or (r == 0.0 and not p.neg_zero):
+        return False, 0.0
+    return True, r
+
+
+@jit
+def frnd(x, o):  # type: ignore[no-untyped-def]
+    """_kernels.rnd."""
+    ok, r = _grid(x, o.p, o.mode, True)
+    return r if ok else rnd(x, o)
+
+
+@jit
+def fmul(a, b, o):  # type: ignore[no-untyped-def]
+    """_kernels.mul."""
+    r0 = a * b
+    ok, r = _grid(r0, o.p, o.mode, fma64(a, b, -r0) == 0.0)
+    return r if ok else mul(a, b, o)
+
+
+@jit
+def fdiv(a, b, o):  # type: ignore[no-untyped-def]
+    """_kernels.div."""
+    r0 = a / b
+    ok, r = _grid(r0, o.p, o.mode, fma64(-r0, b, a) == 0.0)
+    return r if ok else div(a, b, o)
+
+
+@jit
+def fadd(a, b, o):  # type: ignore[no-untyped-def]
+    """_kernels.add."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    ok, r = _grid(s, o.p, o.mode, e == 0.0)
+    return r if ok else add(a, b, o)
+
+
+@jit
+def fsub(a, b, o):  # type: ignore[no-untyped-def]
+    """_kernels.sub."""
+    return fadd(a, -b, o)
+
+
+@jit
+def ffma(a, b, c, o):  # type: ignore[no-untyped-def]
+    """_kernels.fma."""
+    p = a * b
+    if fma64(a, b, -p) == 0.0:
+        s = p + c
+        bb = s - p
+        e = (p - (s - bb)) + (c - bb)
+        ok, r = _grid(s, o.p, o.mode, e == 0.0)
+        if ok:
+            return r
+    return fma(a, b, c, o)
+
+
+@jit
+def fexp2(x, o):  # type: ignore[no-untyped-def]
+    """_kernels.exp2 (libm's value rounded as if exact)."""
+    y = math.exp2(x)
+    ok, r = _grid(y, o.p, o.mode, True)
+    return r if ok else rnd(y, o)
+
+
+@jit
+def fexp(x, o):  # type: ignore[no-untyped-def]
+    """_kernels.exp."""
+    y = math.exp(x)
+    ok, r = _grid(y, o.p, o.mode, True)
+    return r if ok else rnd(y, o)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# dots
+# ---------------------------------------------------------------------------------------------------------
+
+
+@jit
+def _expo(x):  # type: ignore[no-untyped-def]
+    """floor(log2 |x|) of a nonzero finite float64."""
+    e = np.int64((f64_bits(x) >> np.uint64(52)) & np.uint64(0x7FF))
+    if e == 0:
+        return _exponent(x)
+    return e - 1023
+
+
+@jit
+def _block3(A, a0, a1, B, b0, b1, c, ap):  # type: ignore[no-untyped-def]
+    """The BlockFMA model of :mod:`simfloat.accumulate` (unchunked, no input format) on the exact float64
+    products, without its per-product ldexp; non-finite values and extreme exponents continue in the
+    generic code from the current block."""
+    n = A.shape[2]
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + ap.block)
+        if c - c != 0.0:
+            return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
+        emax = np.int64(-100000)
+        if c != 0.0:
+            emax = _expo(c)
+        for k in range(lo, hi):
+            pk = A[a0, a1, k] * B[b0, b1, k]
+            if pk - pk != 0.0:
+                return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
+            if pk != 0.0:
+                e = _expo(pk)
+                if e > emax:
+                    emax = e
+        if emax == -100000:
+            c = round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _Z)
+        else:
+            q = emax - ap.frac_bits
+            if q - 60 < -1000 or q > 1000:
+                return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
+            inv = _pow2(-q)  # exact scaling
+            total = np.int64(0)
+            if c != 0.0:
+                total += np.int64(c * inv)  # conversion truncates toward zero, as math.trunc
+            for k in range(lo, hi):
+                total += np.int64((A[a0, a1, k] * B[b0, b1, k]) * inv)
+            if total == 0:
+                c = 0.0
+            else:
+                val = np.float64(total) * _pow2(q)
+                ok, r = _grid(val, ap.acc_p, ap.acc_mode, True)
+                c = r if ok else round_scalar(val, ap.acc_p, ap.acc_mode, _Z)
+        lo = hi
+    return c
+
+
+@jit
+def dot3(A, a0, a1, B, b0, b1, c, ap, kind):  # type: ignore[no-untyped-def]
+    """``c + A[a0, a1, :] . B[b0, b1, :]`` under the model ``ap``, bit for bit as
+    :func:`simfloat.accumulate.dot_acc`, by the fast path ``kind`` chosen in Python (no array views: numba's
+    reference counting of views costs more than a short dot):
+
+    * DOT_INT: integer codes (exact model): an int64 sum, exact (|sum| < 2**53);
+    * DOT_F64: the float64 loop of the ``EXACT`` model;
+    * DOT_BLOCK: :func:`_block3`;
+    * DOT_GENERIC: ``dot_acc`` itself.
+    """
+    n = A.shape[2]
+    if kind == DOT_INT:
+        s = np.int64(0)
+        for k in range(n):
+            s += np.int64(A[a0, a1, k]) * np.int64(B[b0, b1, k])
+        return c + np.float64(s)
+    if kind == DOT_F64:
+        for k in range(n):
+            c = c + A[a0, a1, k] * B[b0, b1, k]
+        return c
+    if kind == DOT_BLOCK:
+        return _block3(A, a0, a1, B, b0, b1, c, ap)
+    return dot_acc(A[a0, a1], B[b0, b1], c, ap)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# quantizers
+# ---------------------------------------------------------------------------------------------------------
+
+
+@jit
+def _int_code(y, qmax, rule):  # type: ignore[no-untyped-def]
+    if rule == R_NEAREST_EVEN:
+        r = np.rint(y)
+    elif rule == R_NEAREST_AWAY:
+        r = math.floor(abs(y) + 0.5)
+        r = r if y >= 0.0 else -r
+    else:  # toward zero
+        r = float(math.trunc(y))
+    return min(max(r, -qmax), qmax)
+
+
+@jit
+def quant_elems(x, scale, codes, kind, arith, code_op, qmax, rule):  # type: ignore[no-untyped-def]
+    """Codes of the flat arrays ``x`` (already cast by the quantizer's ``pre``) with per-element ``scale``:
+    ``y = arith(x / scale)``; INT: ``clamp(round_rule(y), +-qmax)``; FLOAT: ``code_op(clamp(y, +-qmax))``
+    (with qmax <= 0: no clamp, the cast's own overflow policy)."""
+    for e in range(x.shape[0]):
+        xe = x[e]
+        y = fdiv(xe, scale[e], arith)
+        if kind == K_INT:
+            codes[e] = _int_code(y, qmax, rule)
+        else:
+            if qmax > 0.0:
+                y = min(max(y, -qmax), qmax)
+            codes[e] = frnd(y, code_op)
+
+
+@jit
+def scales_from_amax(amax, out, qmax, arith):  # type: ignore[no-untyped-def]
+    """``arith(amax / qmax)``, 1.0 for an all-zero group (the kernels' Q3 / F2)."""
+    for g in range(amax.shape[0]):
+        out[g] = 1.0 if amax[g] == 0.0 else fdiv(amax[g], qmax, arith)
+
+
+@jit
+def p_quant(p, pp):  # type: ignore[no-untyped-def]
+    """P's code: K_INT: ``t = pre(p)``; half_up ``trunc(arith(t * qmax + 0.5))`` (one rounding, the kernel's
+    fma16), else ``round_rule(arith(t * qmax))``; K_FLOAT: ``code(p)``; K_NONE: p."""
+    if pp.p_kind == K_NONE:
+        return p
+    t = frnd(p, pp.p_pre_op) if pp.p_pre else p
+    if pp.p_kind == K_FLOAT:
+        return frnd(t, pp.p_code)
+    if pp.p_rule == R_HALF_UP:
+        y = ffma(t, pp.p_qmax, 0.5, pp.p_arith)
+        r = float(math.trunc(y))
+        return min(max(r, -pp.p_qmax), pp.p_qmax)
+    return _int_code(fmul(t, pp.p_qmax, pp.p_arith), pp.p_qmax, pp.p_rule)
+
+
+@jit
+def fixed_codes(x, codes, arith, qmax, rule):  # type: ignore[no-untyped-def]
+    """Fixed-scale integer codes (scale 1/qmax) of the flat array x, as :func:`p_quant` computes them."""
+    for e in range(x.shape[0]):
+        if rule == R_HALF_UP:
+            codes[e] = min(max(float(math.trunc(ffma(x[e], qmax, 0.5, arith))), -qmax), qmax)
+        else:
+            codes[e] = _int_code(fmul(x[e], qmax, arith), qmax, rule)
+
+
+@jit
+def _p_value(c, pp):  # type: ignore[no-untyped-def]
+    """The value a P code stands for (float64, for traces)."""
+    return c / pp.p_qmax if pp.p_kind == K_INT else c
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the flash loop
+# ---------------------------------------------------------------------------------------------------------
+
+
+@jit
+def _ex(x, pp):  # type: ignore[no-untyped-def]
+    return math.exp2(x) if pp.exp2 else math.exp(x)
+
+
+@jit
+def _shadow(b, t, jt, j0, nv, bn, m_lp, l_lp, acc_lp, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr, ps):  # type: ignore[no-untyped-def]
+    """One key tile of the float64 shadow on the unquantized inputs (exact softmax scale), then the drift of
+    the emulated state (m in the kernel's units, l and acc relative to each run's own running max)."""
+    smax = _NINF
+    for jj in range(nv):
+        ps[jj] = dot64(q64[b, i], k64[b, j0 + jj], 0.0) * pp.qk_scale64
+        smax = fmax(smax, ps[jj])
+    m_new = fmax(ms, smax)
+    m_sub = 0.0 if m_new == _NINF else m_new
+    lij = 0.0
+    for jj in range(nv):
+        ps[jj] = _ex(ps[jj] - m_sub, pp)
+        lij += ps[jj]
+    alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
+    l_new = ls * alpha + lij
+    for d in range(accs.shape[0]):
+        a = accs[d] * alpha
+        for jj in range(nv):
+            a += ps[jj] * v64[b, j0 + jj, d]
+        accs[d] = a
+        record(tr[1], b, t, jt, S_ACC, acc_lp[d] * vs_fin[d] - a, a)
+    if m_new != _NINF:
+        record(tr[1], b, t, jt, S_M, m_lp - m_new, m_new)
+    record(tr[1], b, t, jt, S_L, l_lp - l_new, l_new)
+    return m_new, l_new
+
+
+@jit
+def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs, pp, causal, seq_k, tr):  # type: ignore[no-untyped-def]
+    """One key tile for row i (steps T1..T20 / T1..T12 of the Triton kernels); returns (m_i, l_i, number of
+    visible keys, first key). ``vt`` is (lead * n_kv_tiles, head_dim, block_n): V's codes, tile-transposed;
+    ``pc3`` is ``pc`` as (1, 1, block_n)."""
+    bn = s.shape[0]
+    vrow = b * ((seq_k + bn - 1) // bn) + jt
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    if causal:
+        jv = min(jv, i + 1)
+    nv = max(0, jv - j0)
+    sscale = qss
+    if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
+        sscale = fmul(qss, ks[b, j0], pp.scale)
+        if tr is not None:
+            record(tr[0], b, t, jt, SCALE, sscale - qss * ks[b, j0], qss * ks[b, j0])
+    smax = _NINF
+    for jj in range(nv):  # scores (INT8 T2..T5 / FP8 T3)
+        x = dot3(qc, b, i, kc, b, j0 + jj, 0.0, pp.qk, pp.qk_kind)
+        if tr is not None:
+            ex = dot64(qc[b, i], kc[b, j0 + jj], 0.0)
+            record(tr[0], b, t, jt, QK, x - ex, ex)
+        if not pp.folded:
+            y = fmul(x, qs[b, i], pp.dequant)
+            z = fmul(y, ks[b, j0 + jj], pp.dequant)
+            if tr is not None:
+                record(tr[0], b, t, jt, DEQUANT, y - x * qs[b, i], x * qs[b, i])
+                record(tr[0], b, t, jt, DEQUANT, z - y * ks[b, j0 + jj], y * ks[b, j0 + jj])
+            x = z
+        s[jj] = x
+        smax = fmax(smax, x)
+    m_new = m_i  # T7 / T5
+    if smax != _NINF:
+        mx = fmul(smax, sscale, pp.scale)
+        if tr is not None:
+            record(tr[0], b, t, jt, SCALE, mx - smax * sscale, smax * sscale)
+        m_new = fmax(m_i, mx)
+        if m_new != m_i:
+            y = frnd(m_new, pp.m_i)
+            if tr is not None:
+                record(tr[0], b, t, jt, M_I, y - m_new, m_new)
+            m_new = y
+    m_sub = 0.0 if m_new == _NINF else m_new
+    for jj in range(nv):  # T9, T10 / T7, T8
+        sj = s[jj]
+        if pp.contract:
+            x = ffma(sj, sscale, -m_sub, pp.scale)
+            if tr is not None:
+                ex = fma64(sj, sscale, -m_sub)
+                record(tr[0], b, t, jt, SCALE, x - ex, ex)
+        else:
+            y = fmul(sj, sscale, pp.scale)
+            x = fsub(y, m_sub, pp.scale)
+            if tr is not None:
+                record(tr[0], b, t, jt, SCALE, y - sj * sscale, sj * sscale)
+                record(tr[0], b, t, jt, SCALE, x - (y - m_sub), y - m_sub)
+        pj = fexp2(x, pp.exp) if pp.exp2 else fexp(x, pp.exp)
+        if tr is not None:
+            ex = _ex(x, pp)
+            record(tr[0], b, t, jt, EXP, pj - ex, ex)
+        p[jj] = pj
+    alpha = 0.0  # T11 / T9
+    if m_i != _NINF:
+        dm = fsub(m_i, m_sub, pp.alpha)
+        alpha = fexp2(dm, pp.alpha) if pp.exp2 else fexp(dm, pp.alpha)
+        if tr is not None:
+            record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
+            record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))
+    for jj in range(nv):  # P quantization (INT8 T12..T14 / FP8 T10)
+        c = p_quant(p[jj], pp)
+        pc[jj] = c
+        if tr is not None:
+            record(tr[0], b, t, jt, P_QUANT, _p_value(c, pp) - p[jj], p[jj])
+    for jj in range(nv, bn):
+        pc[jj] = 0.0
+    l_ij = 0.0  # T15
+    if pp.consistent and pp.p_kind == K_INT:
+        isum = 0.0
+        for jj in range(nv):
+            isum += pc[jj]  # exact: integers < 2**53
+        l_ij = fdiv(isum, pp.p_qmax, pp.l_i)
+        if tr is not None:
+            record(tr[0], b, t, jt, L_I, l_ij - isum / pp.p_qmax, isum / pp.p_qmax)
+    else:
+        src = pc if pp.consistent else p
+        for jj in range(nv):
+            y = fadd(l_ij, src[jj], pp.l_i)
+            if tr is not None:
+                record(tr[0], b, t, jt, L_I, y - (l_ij + src[jj]), l_ij + src[jj])
+            l_ij = y
+    if pp.contract:  # T16
+        l_new = ffma(l_i, alpha, l_ij, pp.l_i)
+        if tr is not None:
+            ex = fma64(l_i, alpha, l_ij)
+            record(tr[0], b, t, jt, L_I, l_new - ex, ex)
+    else:
+        y = fmul(l_i, alpha, pp.l_i)
+        l_new = fadd(y, l_ij, pp.l_i)
+        if tr is not None:
+            record(tr[0], b, t, jt, L_I, y - l_i * alpha, l_i * alpha)
+            record(tr[0], b, t, jt, L_I, l_new - (y + l_ij), y + l_ij)
+    for d in range(acc.shape[0]):  # INT8 T17..T19 / half-INT8 T17, T18 / FP8 T9, T11
+        if pp.pv_mode == PV_SEPARATE:
+            pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+            y = fmul(pv, vs[b, jt, d], pp.pv_dequant)
+            if tr is not None:
+                ex = dot64(pc, vt[vrow, d], 0.0)
+                record(tr[0], b, t, jt, PV, pv - ex, ex)
+                record(tr[0], b, t, jt, PV_DEQUANT, y - pv * vs[b, jt, d], pv * vs[b, jt, d])
+            if pp.p_kind == K_INT:
+                z = fdiv(y, pp.p_qmax, pp.pv_dequant)
+                if tr is not None:
+                    record(tr[0], b, t, jt, PV_DEQUANT, z - y / pp.p_qmax, y / pp.p_qmax)
+                y = z
+            if pp.contract:
+                a = ffma(acc[d], alpha, y, pp.acc)
+                if tr is not None:
+                    ex = fma64(acc[d], alpha, y)
+                    record(tr[0], b, t, jt, ACC, a - ex, ex)
+            else:
+                a0 = fmul(acc[d], alpha, pp.acc)
+                a = fadd(a0, y, pp.acc)
+                if tr is not None:
+                    record(tr[0], b, t, jt, ACC, a0 - acc[d] * alpha, acc[d] * alpha)
+                    record(tr[0], b, t, jt, ACC, a - (a0 + y), a0 + y)
+            acc[d] = a
+        else:
+            a0 = fmul(acc[d], alpha, pp.acc)
+            if tr is not None:
+                record(tr[0], b, t, jt, ACC, a0 - acc[d] * alpha, acc[d] * alpha)
+            if pp.pv_mode == PV_INTO_ACC:
+                a = dot3(pc3, 0, 0, vt, vrow, d, a0, pp.pv, pp.pv_kind)
+                if tr is not None:
+                    ex = dot64(pc, vt[vrow, d], a0)
+                    record(tr[0], b, t, jt, PV, a - ex, ex)
+            else:
+                pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+                a = ffma(pv, vs[b, jt, d], a0, pp.pv_dequant)
+                if tr is not None:
+                    ex = dot64(pc, vt[vrow, d], 0.0)
+                    record(tr[0], b, t, jt, PV, pv - ex, ex)
+                    ex = fma64(pv, vs[b, jt, d], a0)
+                    record(tr[0], b, t, jt, PV_DEQUANT, a - ex, ex)
+            acc[d] = a
+    return m_new, l_new, nv, j0
+
+
+@jit
+def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k64, v64):  # type: ignore[no-untyped-def]
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
+    bm, bn, causal, seq_k = geo
+    seq_q, dv = qc.shape[1], vt.shape[1]
+    n_qt = (seq_q + bm - 1) // bm
+    n_kv_all = (seq_k + bn - 1) // bn
+    s, p, pc, ps = np.empty(bn), np.empty(bn), np.empty(bn), np.empty(bn)
+    pc3 = pc.reshape((1, 1, bn))
+    acc, accs, vs_fin = np.empty(dv), np.empty(dv), np.ones(dv)
+    for u in range(lo, hi):
+        b = u // n_qt
+        t = u - b * n_qt
+        kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
+        n_kv = (kv_hi + bn - 1) // bn
+        if pp.pv_mode == PV_INTO_ACC:
+            for d in range(dv):
+                vs_fin[d] = vs[b, 0, d]
+        for i in range(t * bm, min(seq_q, (t + 1) * bm)):
+            qss = pp.qk_scale
+            if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
+                qss = fmul(pp.qk_scale, qs[b, i], pp.scale)
+                if tr is not None:
+                    record(tr[0], b, t, 0, SCALE, qss - pp.qk_scale * qs[b, i], pp.qk_scale * qs[b, i])
+            m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
+            acc[:] = 0.0
+            accs[:] = 0.0
+            for jt in range(n_kv):
+                m_i, l_i, nv, j0 = _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt,
+                                         vs, pp, causal, seq_k, tr)
+                if tr is not None:
+                    ms, ls = _shadow(b, t, jt, j0, nv, bn, m_i, l_i, acc, vs_fin, ms, ls, accs, q64, k64, v64,
+                                     i, pp, tr, ps)
+            l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
+            ls_div = 1.0 if ls == 0.0 else ls
+            for d in range(dv):
+                a = acc[d]
+                if pp.pv_mode == PV_INTO_ACC:  # FP8 per-tensor E1: V's descale once
+                    y = fmul(a, vs_fin[d], pp.pv_dequant)
+                    if tr is not None:
+                        record(tr[0], b, t, n_kv_all, PV_DEQUANT, y - a * vs_fin[d], a * vs_fin[d])
+                    a = y
+                o = fdiv(a, l_div, pp.normalize)
+                y = frnd(o, pp.out)
+                out[b, i, d] = y
+                if tr is not None:
+                    record(tr[0], b, t, n_kv_all, NORMALIZE, o - a / l_div, a / l_div)
+                    record(tr[0], b, t, n_kv_all, OUT, y - o, o)
+                    os = accs[d] / ls_div
+                    record(tr[1], b, t, n_kv_all, S_OUT, y - os, os)
+            m_out[b, i] = m_i
+            l_out[b, i] = l_i

@@ -1,0 +1,721 @@
+"""Quantized flash attention: INT8 (INT-FlashAttention) and FP8 (FA3 style) under precision plans.
+
+:func:`int8_flash` and :func:`fp8_flash` emulate ``gpu/int8_attention.py`` and ``gpu/fp8_attention.py`` op for
+op (their module docstrings number the steps; Q1..Q6/F1..F4 quantization, H1 host scale, T1..T20 per key tile,
+E1/E2 epilogue). Under ``gpu.interpreter.faithful()`` (integer dots exact, casts and divisions correctly
+rounded, sequential row sums, the sm90 tensor-core dot models) the Triton kernels and these functions agree
+bit for bit (``tests/test_gpu_int8_crossval.py``).
+
+A :class:`QuantPlan` names every operation, including the four quantizers, each a :class:`Quant` (kind,
+granularity, code rounding rule, the format of its own scale arithmetic), so that tracing
+(:class:`simfloat.Tracer`) and attribution work as for :func:`~simfloat.attention.flash`:
+:meth:`QuantPlan.isolate` keeps one op of a plan and makes everything else exact (float64, no quantization),
+:meth:`QuantPlan.ablate` makes one op exact and keeps the rest.
+
+Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bound, as the kernels), with
+``op(x)`` = x rounded once into op's format:
+
+* quantizers, once per call: ``x = pre(x)``; ``scale = arith(amax / qmax)`` per group (1 for an all-zero
+  group); int: ``code = clamp(round_rule(arith(x / scale)), +-qmax)``; float:
+  ``code = fmt(clamp(arith(x / scale), +-qmax))``; ``"unscaled"``: ``code = fmt(x)`` (a plain cast);
+  ``"none"``: the value itself;
+* ``score_scaling="scores"`` (INT8 T2..T5): ``s = dequant(dequant(qk(q_code . k_code) * q_scale) * k_scale)``,
+  ``s_scale = qk_scale``; ``"folded"`` (FP8 K2, T2): ``s = qk(q_code . k_code)``,
+  ``s_scale = scale(scale(qk_scale * q_scale) * k_scale)`` (scales constant over a q tile / key tile);
+* ``m_new = max(m_i, scale(max_j s_j * s_scale))``; ``x_j = scale(fma(s_j, s_scale, -m_sub))``;
+  ``p_j = exp(exp2(x_j))``; ``alpha = alpha(exp2(alpha(m_i - m_sub)))`` (0 while m_i = -inf);
+* ``c_j = p_quant(p_j)`` (INT8 T12..T14: ``trunc(fp16(fp16(p) * 127 + 0.5))``, FP8 T10: ``fp8(p)``);
+* ``l_ij`` = sequential ``l_i`` sum of p (``row_sum="reference"``) or of the quantized P (``"consistent"``;
+  integer codes: the exact integer sum, then ``l_i(sum / qmax)``); ``l_i = l_i(fma(l_i, alpha, l_ij))``;
+* ``pv_update="separate"`` (INT8 T17..T19): ``pv = pv(c . v_code)`` from 0,
+  ``y = pv_dequant(pv_dequant(pv * v_scale) / qmax_P)``, ``acc = acc(fma(acc, alpha, y))``;
+  ``"into_acc"`` (FP8 per-tensor, half-INT8): ``acc = pv(acc(acc * alpha) + c . v_code)`` (``tl.dot(p, v,
+  acc)``), V's scale applied once in the epilogue (``pv_dequant(acc * v_scale)``); ``"scaled"`` (FP8
+  per-block): ``acc = pv_dequant(fma(pv(c . v_code), v_scale, acc(acc * alpha)))``;
+* epilogue ``out(normalize(acc / l))``.
+
+The qk/pv dot products take accumulation models (:mod:`simfloat.accumulate`); ``EXACT`` (float64, exact for
+the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Everything runs as njit scalar code: the cost
+is O(seq_q * seq_k * head_dim), integer dots about 1 ns per product, fp8/fp16 tensor-core models a few ns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
+from simfloat.attention import _quant_kernels as _qk
+from simfloat.attention._inputs import block, prepare
+from simfloat.attention._kernels import mul, rnd
+from simfloat.attention.plan import OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
+from simfloat.formats import FloatFormat
+from simfloat.rounding import RoundingMode, mode_code
+from simfloat.rounding import round as _round
+from simfloat.trace import Tracer
+
+__all__ = [
+    "EXACT",
+    "QUANTIZERS",
+    "QUANT_OPS",
+    "Quant",
+    "QuantPlan",
+    "fp8_flash",
+    "hadamard_rotation",
+    "int8_flash",
+    "quant_flash",
+    "quant_plan",
+    "quant_presets",
+    "quantize",
+]
+
+#: Ops of a :class:`QuantPlan`, in kernel order (the tracer's op names).
+QUANT_OPS = ("rotate", "q_quant", "k_quant", "v_quant", "qk", "dequant", "scale", "exp", "m_i", "alpha",
+             "l_i", "acc", "p_quant", "pv", "pv_dequant", "normalize", "out")
+#: The quantizer ops.
+QUANTIZERS = ("q_quant", "k_quant", "v_quant", "p_quant")
+_DOTS = ("qk", "pv")
+_SCALARS = tuple(op for op in QUANT_OPS if op not in QUANTIZERS and op not in _DOTS)
+_FLAGS = ("exp2", "contract", "row_sum", "score_scaling", "pv_update")
+#: Exact accumulation: a float64 loop, exact for the integer codes (INT8 x INT8 -> INT32 tensor cores).
+EXACT = Sequential("float64", product_fmt="float64")
+_LOG2E = math.log2(math.e)  # rn32 of it equals rn32(1.44269504), the kernels' constant (H1)
+
+_KINDS = ("none", "int", "float")
+_GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-channel", "fixed", "unscaled")
+_INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up")
+_ROW_SUMS = ("reference", "consistent")
+_SCORE_SCALINGS = ("scores", "folded")
+_PV_UPDATES = ("separate", "into_acc", "scaled")
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {choices}, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Quant:
+    """A quantizer: how a tensor (Q, K, V) or P becomes codes and scales.
+
+    Attributes:
+        kind: ``"none"`` (the value itself, scale 1), ``"int"`` (symmetric integer codes in [-qmax, qmax]) or
+            ``"float"`` (codes of ``fmt``).
+        granularity: one scale per ``"per-token"`` row, ``"per-tensor"`` (seq x head_dim of one lead index),
+            ``"per-block"`` (the kernel's tile: block_m rows of Q, block_n keys of K/V), ``"per-channel"``
+            (one head_dim column over the sequence; V only), ``"fixed"`` (int P: scale 1/qmax, no amax) or
+            ``"unscaled"`` (a plain cast into ``fmt``: scale 1).
+        rounding: int: ``"nearest_even"`` (torch.round), ``"nearest_away"``, ``"toward_zero"`` or, for
+            ``"fixed"`` only, ``"half_up"`` (``trunc(arith(x*qmax + 0.5))``, one rounding: the kernel's fp16
+            fma); float: the rounding mode of the cast into ``fmt``.
+        fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``).
+        qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast).
+        arith: format and rounding of the quantizer's own arithmetic: ``amax/qmax``, ``x/scale``
+            (fixed: ``x*qmax (+0.5)``).
+        pre: a cast applied first (Q/K/V: fp32, the kernels' Q1; P: fp16, INT8 T12), or None.
+    """
+
+    kind: str = "none"
+    granularity: str = "unscaled"
+    rounding: str | RoundingMode = "nearest_even"
+    fmt: FloatFormat | str | None = None
+    qmax: float | None = None
+    arith: OpSpec | str = "float32"
+    pre: OpSpec | str | None = None
+
+    def __post_init__(self) -> None:
+        kind = _choice("Quant.kind", self.kind, _KINDS)
+        gran = _choice("Quant.granularity", self.granularity, _GRANULARITIES)
+        object.__setattr__(self, "arith", _scalar_spec("Quant.arith", self.arith))
+        if self.pre is not None:
+            object.__setattr__(self, "pre", _scalar_spec("Quant.pre", self.pre))
+        if kind == "none":
+            object.__setattr__(self, "fmt", None)
+            object.__setattr__(self, "qmax", None)
+            return
+        if kind == "int":
+            rule = _choice("Quant.rounding (int)", self.rounding, _INT_RULES)
+            if gran == "unscaled":
+                raise ValueError("an int Quant needs a scale: granularity 'unscaled' is for float casts")
+            if (rule == "half_up") != (gran == "fixed"):
+                raise ValueError("int rounding 'half_up' goes with granularity 'fixed' (P) and only there")
+            if self.fmt is not None:
+                raise ValueError("Quant.fmt is for float quantizers; an int quantizer has qmax")
+            qmax = 127.0 if self.qmax is None else self.qmax
+        else:
+            if self.fmt is None:
+                raise ValueError("a float Quant needs fmt (e.g. 'float8_e4m3fn')")
+            f = _checked_format(self.fmt, "Quant.fmt")
+            object.__setattr__(self, "fmt", f)
+            m = mode_code(self.rounding)  # type: ignore[arg-type]
+            if m == RoundingMode.STOCHASTIC:
+                raise ValueError("stochastic rounding is not supported in attention plans")
+            object.__setattr__(self, "rounding", m)
+            if gran == "fixed":
+                raise ValueError("granularity 'fixed' is for int quantizers of P")
+            qmax = f.max if self.qmax is None else self.qmax
+        if isinstance(qmax, bool) or not isinstance(qmax, (int, float)) or not (math.isfinite(qmax)
+                                                                               and qmax > 0):
+            raise ValueError(f"Quant.qmax must be a finite number > 0, got {qmax!r}")
+        if kind == "int" and (qmax != int(qmax) or qmax > 2**20):
+            raise ValueError(f"int Quant.qmax must be an integer <= 2**20, got {qmax!r}")
+        object.__setattr__(self, "qmax", float(qmax))
+
+    @property
+    def quantizes(self) -> bool:
+        """Whether this quantizer changes anything (kind != 'none')."""
+        return self.kind != "none"
+
+    def __str__(self) -> str:
+        if self.kind == "none":
+            return "none"
+        assert isinstance(self.arith, OpSpec)
+        pre = f"{self.pre}->" if self.pre is not None else ""
+        if self.kind == "int":
+            return f"{pre}int[{self.qmax:g}]/{self.granularity}/{self.rounding}/{self.arith}"
+        assert isinstance(self.fmt, FloatFormat) and isinstance(self.rounding, RoundingMode)
+        rn = "" if self.rounding == RoundingMode.NEAREST_EVEN else f"/{self.rounding.name.lower()}"
+        if self.granularity == "unscaled":
+            return f"{pre}{self.fmt.name}{rn}"
+        return f"{pre}{self.fmt.name}{rn}/{self.granularity}/{self.arith}"
+
+
+def _quant_spec(name: str, value: object) -> Quant:
+    if isinstance(value, Quant):
+        return value
+    if value is None or value == "none":
+        return Quant()
+    raise TypeError(f"op {name!r} takes a Quant (or None / 'none'), got {type(value).__name__}")
+
+
+_F64 = OpSpec("float64")
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """Format, rounding or quantizer of every operation of the quantized flash kernels (see module docs).
+
+    Construct presets with :func:`quant_plan`, variants with :meth:`replace`.
+
+    Attributes:
+        name: label (shown in traces).
+        q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`).
+        qk, pv: accumulation models of the two dot products (on the codes).
+        rotate: incoherent processing: the rotated Q and K (computed in float64) rounded into this op.
+        dequant: ``score_scaling="scores"``: the two multiplications of the integer score by the scales.
+        scale: the softmax scale (H1), ``max * s_scale``, ``fma(s, s_scale, -m)``; folded: the scale products.
+        exp, m_i, alpha, l_i, acc, normalize, out: as in :class:`~simfloat.attention.Plan`.
+        pv_dequant: ``pv * v_scale`` and ``/ qmax`` of P (separate), the epilogue ``acc * v_scale``
+            (into_acc), the fused ``fma(pv, v_scale, acc)`` (scaled).
+        exp2, contract: as in :class:`~simfloat.attention.Plan`.
+        row_sum: ``"reference"`` (l from the fp32 P, INT-FlashAttention's code) or ``"consistent"`` (from the
+            quantized P that multiplies V).
+        score_scaling: ``"scores"`` (INT8 kernel) or ``"folded"`` (FP8 kernel).
+        pv_update: ``"separate"`` (INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash) or
+            ``"scaled"`` (FP8 per-block).
+    """
+
+    name: str
+    q_quant: Quant
+    k_quant: Quant
+    v_quant: Quant
+    p_quant: Quant
+    qk: Model
+    pv: Model
+    rotate: OpSpec = OpSpec("float32")
+    dequant: OpSpec = OpSpec("float32")
+    scale: OpSpec = OpSpec("float32")
+    exp: OpSpec = OpSpec("float32")
+    m_i: OpSpec = OpSpec("float32")
+    alpha: OpSpec = OpSpec("float32")
+    l_i: OpSpec = OpSpec("float32")
+    acc: OpSpec = OpSpec("float32")
+    pv_dequant: OpSpec = OpSpec("float32")
+    normalize: OpSpec = OpSpec("float32")
+    out: OpSpec = OpSpec("float16")
+    exp2: bool = True
+    contract: bool = True
+    row_sum: str = "reference"
+    score_scaling: str = "scores"
+    pv_update: str = "separate"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"QuantPlan.name must be a string, got {type(self.name).__name__}")
+        for op in QUANTIZERS:
+            object.__setattr__(self, op, _quant_spec(op, getattr(self, op)))
+        for op in _DOTS:
+            object.__setattr__(self, op, _dot_spec(op, getattr(self, op)))
+        for op in _SCALARS:
+            object.__setattr__(self, op, _scalar_spec(op, getattr(self, op)))
+        for flag in ("exp2", "contract"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"QuantPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
+        _choice("QuantPlan.row_sum", self.row_sum, _ROW_SUMS)
+        folded = _choice("QuantPlan.score_scaling", self.score_scaling, _SCORE_SCALINGS) == "folded"
+        pvu = _choice("QuantPlan.pv_update", self.pv_update, _PV_UPDATES)
+        q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
+        for name, qu in (("q_quant", q), ("k_quant", k)):
+            if qu.granularity in ("per-channel", "fixed"):
+                raise ValueError(f"{name}: granularity {qu.granularity!r} does not factor out of q . k; use "
+                                 "per-token, per-tensor, per-block or unscaled")
+            if folded and qu.kind != "none" and qu.granularity == "per-token":
+                raise ValueError(f"{name}: score_scaling 'folded' needs one scale per tile (per-tensor or "
+                                 "per-block); per-token scales need score_scaling 'scores'")
+        if v.granularity in ("per-token", "fixed") and v.kind != "none":
+            raise ValueError(f"v_quant: granularity {v.granularity!r} does not factor out of P . V; use "
+                             "per-tensor, per-block, per-channel or unscaled")
+        if pvu == "into_acc" and v.kind != "none" and v.granularity == "per-block":
+            raise ValueError("v_quant per-block needs pv_update 'separate' or 'scaled' (the scale changes "
+                             "per key tile, so it cannot be applied once at the end)")
+        if p.kind != "none" and p.granularity not in ("fixed", "unscaled"):
+            raise ValueError("p_quant: P takes a fixed scale (int, granularity 'fixed') or a plain cast "
+                             "(float, 'unscaled')")
+        if p.kind == "int" and pvu != "separate":
+            raise ValueError("an int p_quant (fixed scale 1/qmax) needs pv_update 'separate'")
+
+    def replace(self, **changes: object) -> QuantPlan:
+        """A copy with some ops or flags changed (the name gets a ``*`` unless given).
+
+        Raises:
+            ValueError: unknown op or flag (the message lists the valid ones), or an invalid combination.
+            TypeError: a value of the wrong type.
+        """
+        unknown = sorted(set(changes) - set(QUANT_OPS) - set(_FLAGS) - {"name"})
+        if unknown:
+            raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(QUANT_OPS)}; "
+                             f"flags: {', '.join(_FLAGS)}")
+        if "name" not in changes:
+            changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def exact(self) -> QuantPlan:
+        """The same dataflow with nothing quantized and every op exact (float64; dots ``EXACT``)."""
+        changes: dict[str, object] = {op: Quant() for op in QUANTIZERS}
+        changes.update({op: EXACT for op in _DOTS})
+        changes.update({op: _F64 for op in _SCALARS})
+        return self.replace(name=f"{self.name}:exact", **changes)
+
+    def isolate(self, op: str) -> QuantPlan:
+        """Only ``op`` as in this plan, everything else exact: the error ``op`` causes on its own."""
+        if op not in QUANT_OPS:
+            raise ValueError(f"unknown op {op!r}; ops: {', '.join(QUANT_OPS)}")
+        return self.exact().replace(name=f"{self.name}:only-{op}", **{op: getattr(self, op)})
+
+    def ablate(self, op: str) -> QuantPlan:
+        """This plan with ``op`` made exact (a quantizer removed): the error left without it."""
+        if op not in QUANT_OPS:
+            raise ValueError(f"unknown op {op!r}; ops: {', '.join(QUANT_OPS)}")
+        value: object = Quant() if op in QUANTIZERS else (EXACT if op in _DOTS else _F64)
+        return self.replace(name=f"{self.name}:no-{op}", **{op: value})
+
+    def arith_fp64(self) -> QuantPlan:
+        """The quantizers of this plan with all arithmetic exact: quantization error alone."""
+        exact = self.exact()
+        return exact.replace(name=f"{self.name}:fp64", **{op: getattr(self, op) for op in QUANTIZERS})
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{op}={getattr(self, op)}" for op in QUANT_OPS)
+        return (f"QuantPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
+                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update})")
+
+    def _dot_kind(self, model: Model, a: Quant, b: Quant) -> int:
+        if isinstance(model, Chunked):
+            return _qk.DOT_GENERIC
+        if model == EXACT:
+            return _qk.DOT_INT if a.kind == "int" and b.kind == "int" else _qk.DOT_F64
+        if isinstance(model, BlockFMA) and model.input_fmt is None:
+            return _qk.DOT_BLOCK
+        return _qk.DOT_GENERIC
+
+    def params(self, scale: float) -> _qk.QParams:
+        """The plan for njit kernels with the host's qk_scale (H1): ``scale(scale(sm_scale) *
+        scale(log2 e))`` with exp2, else ``scale(sm_scale)``.
+
+        Raises:
+            ValueError: the rounded scale is not finite and > 0.
+        """
+
+        def op(name: str) -> OpParams:
+            s: OpSpec = getattr(self, name)
+            return OpParams(s.fmt.params, int(s.mode))
+
+        sc = op("scale")
+        sm = rnd(float(scale), sc)
+        qk_scale = mul(sm, rnd(_LOG2E, sc), sc) if self.exp2 else sm
+        if not (math.isfinite(qk_scale) and qk_scale > 0 and math.isfinite(sm) and sm > 0):
+            raise ValueError(f"scale {scale} becomes {qk_scale} in {self.scale.fmt.name}: it must stay "
+                             "finite and > 0")
+        p = self.p_quant
+        pre = p.pre if p.pre is not None else _F64
+        code = OpSpec(p.fmt, p.rounding) if p.kind == "float" else _F64  # type: ignore[arg-type]
+        p_kind = {"none": _qk.K_NONE, "int": _qk.K_INT, "float": _qk.K_FLOAT}[p.kind]
+        rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0  # type: ignore[arg-type]
+        return _qk.QParams(
+            acc_params(self.qk), acc_params(self.pv),
+            self._dot_kind(self.qk, self.q_quant, self.k_quant), self._dot_kind(self.pv, p, self.v_quant),
+            op("dequant"), sc, op("exp"), op("m_i"), op("alpha"), op("l_i"), op("acc"), op("pv_dequant"),
+            op("normalize"), op("out"),
+            p_kind, p.pre is not None, OpParams(pre.fmt.params, int(pre.mode)),
+            OpParams(p.arith.fmt.params, int(p.arith.mode)),  # type: ignore[union-attr]
+            OpParams(code.fmt.params, int(code.mode)), float(p.qmax or 1.0), rule,
+            self.exp2, self.contract, self.row_sum == "consistent", self.score_scaling == "folded",
+            _PV_UPDATES.index(self.pv_update), qk_scale, float(scale) * (_LOG2E if self.exp2 else 1.0),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# presets
+# ---------------------------------------------------------------------------------------------------------
+
+_FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+
+
+def _build() -> dict[str, QuantPlan]:
+    fp32 = OpSpec("float32")
+    tok = Quant("int", "per-token", pre=fp32)
+    p_int8 = Quant("int", "fixed", "half_up", arith="float16", pre="float16")
+    int8 = QuantPlan("int8-reference", tok, tok, Quant("int", "per-tensor", pre=fp32), p_int8, EXACT, EXACT)
+    fp16 = Quant("float", "unscaled", fmt="float16")
+    half = int8.replace(name="half-int8", v_quant=fp16, p_quant=fp16, pv=tensor_core("sm90", "fp16"),
+                        pv_update="into_acc")
+    out = {
+        "int8-reference": int8,
+        "int8-consistent": int8.replace(name="int8-consistent", row_sum="consistent"),
+        "int8-reference-vblock": int8.replace(name="int8-reference-vblock",
+                                              v_quant=Quant("int", "per-block", pre=fp32)),
+        "int8-reference-vchannel": int8.replace(name="int8-reference-vchannel",
+                                                v_quant=Quant("int", "per-channel", pre=fp32)),
+        "half-int8": half,
+        "half-int8-consistent": half.replace(name="half-int8-consistent", row_sum="consistent"),
+    }
+    fp8_dot = tensor_core("sm90", "e4m3")  # faithful()'s "fp8" model, for e4m3 and e5m2 operands alike
+    for short, f in _FP8.items():
+        cast = Quant("float", "unscaled", fmt=f)
+        tens = Quant("float", "per-tensor", fmt=f, pre=fp32)
+        base = QuantPlan(f"fp8-{short}", tens, tens, tens, cast, fp8_dot, fp8_dot, score_scaling="folded",
+                         pv_update="into_acc")
+        blk = Quant("float", "per-block", fmt=f, pre=fp32)
+        out[f"fp8-{short}"] = base
+        out[f"fp8-{short}-block"] = base.replace(name=f"fp8-{short}-block", q_quant=blk, k_quant=blk,
+                                                 v_quant=blk, pv_update="scaled")
+        out[f"fp8-{short}-unscaled"] = base.replace(name=f"fp8-{short}-unscaled", q_quant=cast, k_quant=cast,
+                                                    v_quant=cast)
+    for short, f in (("fp16", "float16"), ("bf16", "bfloat16")):
+        cast = Quant("float", "unscaled", fmt=f)
+        out[f"{short}-flash"] = QuantPlan(f"{short}-flash", cast, cast, cast, cast, tensor_core("sm90", f),
+                                          tensor_core("sm90", f), out=f, score_scaling="folded",
+                                          pv_update="into_acc")
+    for name in list(out):
+        out[f"{name}-fp64"] = out[name].arith_fp64().replace(name=f"{name}-fp64")
+    out["fp64"] = out["int8-reference"].exact().replace(name="fp64")
+    return out
+
+
+_PRESETS: dict[str, QuantPlan] | None = None
+
+
+def quant_presets() -> dict[str, QuantPlan]:
+    """All preset quantized plans by name (see :func:`quant_plan`)."""
+    global _PRESETS
+    if _PRESETS is None:
+        _PRESETS = _build()
+    return dict(_PRESETS)
+
+
+def quant_plan(name: str | QuantPlan) -> QuantPlan:
+    """A preset :class:`QuantPlan` (a QuantPlan is returned unchanged).
+
+    Presets (all with fp32 arithmetic, exp2 with log2(e) folded into an fp32 scale, FMAs as the kernels,
+    fp16 output):
+        ``int8-reference``: gpu/int8_attention.py "int8": Q, K per-token INT8, V per-tensor INT8 (scale
+            max/127, round half to even), exact integer dots, P = trunc(fp16(fp16(p)*127 + 0.5)), row sum
+            from the fp32 P. ``int8-consistent``: row sum from the quantized P. ``int8-reference-vblock`` /
+            ``-vchannel``: V scales per key tile / per head_dim channel (the CUDA port's options).
+        ``half-int8`` (``-consistent``): Q, K INT8; V and P fp16, P.V on the sm90 fp16 tensor-core model into
+            the accumulator.
+        ``fp8-e4m3``, ``fp8-e5m2``: gpu/fp8_attention.py per-tensor (one scale per tensor, amax/FP8_MAX,
+            scales folded into the softmax scale, P cast to fp8, V's scale in the epilogue);
+            ``fp8-<fmt>-block``: FA3-style per-block scales (Q per block_m tile, K and V per block_n tile);
+            ``fp8-<fmt>-unscaled``: Q, K, V cast straight to fp8 (the INT-FlashAttention code's FP8
+            baseline). fp8 dots use the sm90 fp8 tensor-core model (blocks of 32, 13 fraction bits, e8m13
+            results), as gpu.interpreter.
+        ``fp16-flash``, ``bf16-flash``: no scaling, Q/K/V/P cast to fp16/bf16, sm90 tensor-core dots: the
+            ``triton-fp16``/``triton-bf16`` flash plans, bit for bit.
+        ``<any>-fp64``: the same quantizers with every other op exact (float64); ``fp64``: nothing quantized,
+            everything float64.
+
+    Raises:
+        ValueError: unknown name (the message lists the presets). TypeError: neither str nor QuantPlan.
+    """
+    if isinstance(name, QuantPlan):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"plan must be a QuantPlan or a preset name, got {type(name).__name__}")
+    table = quant_presets()
+    if name not in table:
+        raise ValueError(f"unknown quantized plan {name!r}; presets: {', '.join(table)}")
+    return table[name]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# quantization
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _amax_groups(x: np.ndarray, granularity: str, group: int | None) -> np.ndarray:
+    """max |x| per group, shaped to broadcast against x (..., S, D); per-block expanded to every token."""
+    a = np.abs(x)
+    if granularity == "per-token":
+        return a.max(axis=-1, keepdims=True)
+    if granularity == "per-tensor":
+        return a.max(axis=(-2, -1), keepdims=True)
+    if granularity == "per-channel":
+        return a.max(axis=-2, keepdims=True)
+    assert group is not None
+    s = x.shape[-2]
+    n_g = -(-s // group)
+    pad = np.zeros(x.shape[:-2] + (n_g * group, x.shape[-1]))
+    pad[..., :s, :] = a
+    g = pad.reshape(x.shape[:-2] + (n_g, group * x.shape[-1])).max(axis=-1)
+    return np.repeat(g, group, axis=-1)[..., :s, None]
+
+
+def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and scales of ``x`` under a quantizer, as the kernels compute them (Q1..Q6 / F1..F4).
+
+    Args:
+        x: (..., seq, head_dim) float32/float64 array (P: any shape, with granularity 'fixed'/'unscaled').
+        quant: the :class:`Quant`.
+        group: tokens per scale for granularity ``"per-block"``.
+
+    Returns:
+        (codes, scale): float64 codes of x's shape (integers for int kinds) and float64 scales broadcasting
+        against them (per-token (..., seq, 1), per-tensor (..., 1, 1), per-channel (..., 1, head_dim),
+        per-block (..., seq, 1), fixed: ``1/qmax`` as a 0-d array, unscaled/none: 1), with
+        ``x ~= codes * scale``.
+
+    Raises:
+        TypeError: x is not a float32/float64 array or quant not a Quant. ValueError: missing group.
+    """
+    if not isinstance(quant, Quant):
+        raise TypeError(f"quant must be a Quant, got {type(quant).__name__}")
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
+        raise TypeError("x must be a float32 or float64 numpy array")
+    x64 = np.array(x, dtype=np.float64)
+    if quant.kind == "none":
+        return x64, np.ones(())
+    assert isinstance(quant.arith, OpSpec) and quant.qmax is not None
+    if quant.pre is not None:
+        assert isinstance(quant.pre, OpSpec)
+        x64 = _round(x64, quant.pre.fmt, quant.pre.mode)
+    arith = OpParams(quant.arith.fmt.params, int(quant.arith.mode))
+    gran = quant.granularity
+    if gran == "unscaled":
+        assert isinstance(quant.fmt, FloatFormat)
+        return _round(x64, quant.fmt, quant.rounding), np.ones(())  # type: ignore[arg-type]
+    if gran == "fixed":
+        codes = np.empty(x64.size)
+        rule = _INT_RULES.index(quant.rounding)  # type: ignore[arg-type]
+        _qk.fixed_codes(x64.reshape(-1), codes, arith, quant.qmax, rule)
+        return codes.reshape(x64.shape), np.asarray(1.0 / quant.qmax)
+    if x64.ndim < 2:
+        raise ValueError(f"granularity {gran!r} needs x of shape (..., seq, head_dim), got {x64.shape}")
+    if gran == "per-block":
+        if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1:
+            raise ValueError(f"granularity 'per-block' needs group, a positive int, got {group!r}")
+        group = int(group)
+    amax = np.ascontiguousarray(_amax_groups(x64, gran, group))
+    scale = np.empty(amax.size)
+    _qk.scales_from_amax(amax.reshape(-1), scale, quant.qmax, arith)
+    scale = scale.reshape(amax.shape)
+    codes = np.empty(x64.size)
+    full = np.ascontiguousarray(np.broadcast_to(scale, x64.shape)).reshape(-1)
+    if quant.kind == "int":
+        kind, code_op, rule = _qk.K_INT, arith, _INT_RULES.index(quant.rounding)  # type: ignore[arg-type]
+    else:
+        assert isinstance(quant.fmt, FloatFormat)
+        kind, rule = _qk.K_FLOAT, 0
+        code_op = OpParams(quant.fmt.params, int(quant.rounding))  # type: ignore[arg-type]
+    _qk.quant_elems(x64.reshape(-1), full, codes, kind, arith, code_op, quant.qmax, rule)
+    return codes.reshape(x64.shape), scale
+
+
+def hadamard_rotation(d: int, seed: int = 0) -> np.ndarray:
+    """The incoherent-processing rotation ``diag(signs) @ H / sqrt(d)`` (float64, orthogonal): H the Sylvester
+    Hadamard matrix of order d (a power of two), signs uniform +-1 from ``numpy.random.default_rng(seed)``.
+    ``(Q R)(K R)^T = Q K^T`` in exact arithmetic."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 or d & (d - 1):
+        raise ValueError(f"incoherent processing needs head_dim a power of two, got {d}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    signs = np.random.default_rng(int(seed)).choice([-1.0, 1.0], size=d)
+    return signs[:, None] * h / math.sqrt(d)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the kernels' drivers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _merge(local: np.ndarray, t_idx: slice | int, kv_idx: slice | int, op: int, err: np.ndarray,
+           ref: np.ndarray) -> None:
+    """Add error samples (lead, n) into local[:, t, kv, op] (tracer statistics)."""
+    cell = local[:, t_idx, kv_idx, op]
+    cell[:, 0] = np.maximum(cell[:, 0], np.abs(err).max(axis=1, initial=0.0))
+    cell[:, 1] += (err * err).sum(axis=1)
+    cell[:, 2] += err.shape[1]
+    cell[:, 3] = np.maximum(cell[:, 3], np.abs(ref).max(axis=1, initial=0.0))
+
+
+def _record_tokens(local: np.ndarray, op: int, err: np.ndarray, ref: np.ndarray, size: int,
+                   axis: str) -> None:
+    """Quantizer errors per tile of tokens: Q's per q tile (kv block 0), K/V's per kv block (q tile 0)."""
+    n_lead, seq = err.shape[:2]
+    for t in range(-(-seq // size)):
+        e = err[:, t * size:(t + 1) * size].reshape(n_lead, -1)
+        r = ref[:, t * size:(t + 1) * size].reshape(n_lead, -1)
+        if axis == "q":
+            _merge(local, t, 0, op, e, r)
+        else:
+            _merge(local, 0, t, op, e, r)
+
+
+def quant_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan | str, block_m: int = 64,
+                block_n: int = 64, causal: bool = False, scale: float | None = None, incoherent: bool = False,
+                seed: int = 0, trace: Tracer | None = None,
+                return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quantized flash attention under any :class:`QuantPlan` (:func:`int8_flash` and :func:`fp8_flash` are
+    this with their presets); arguments and results as theirs."""
+    pl = quant_plan(plan)
+    x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
+    bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    if not isinstance(incoherent, (bool, np.bool_)):
+        raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
+    pp = pl.params(x.scale)
+    n_lead, seq_q, d = x.q.shape
+    seq_k, dv = x.v.shape[1:]
+    n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
+    tr = None
+    if x.trace is not None:
+        tr = x.trace._start("quant_flash", pl.name, QUANT_OPS, n_lead, n_qt, n_kv, lead=x.lead, block_m=bm,
+                            block_n=bn, causal=x.causal, scale=x.scale, incoherent=bool(incoherent),
+                            seed=seed)
+    qin, kin = x.q, x.k
+    if incoherent:
+        r = hadamard_rotation(d, seed)
+        qr, kr = x.q @ r, x.k @ r
+        qin = _round(qr, pl.rotate.fmt, pl.rotate.mode)
+        kin = _round(kr, pl.rotate.fmt, pl.rotate.mode)
+        if tr is not None:
+            _record_tokens(tr[0], _qk.ROTATE, qin - qr, qr, bm, "q")
+            _record_tokens(tr[0], _qk.ROTATE, kin - kr, kr, bn, "k")
+    qc, qs = quantize(qin, pl.q_quant, group=bm)
+    kc, ks = quantize(kin, pl.k_quant, group=bn)
+    vc, vs = quantize(x.v, pl.v_quant, group=bn)
+    if tr is not None:
+        for op, src, codes, sc, size, axis in ((_qk.Q_QUANT, qin, qc, qs, bm, "q"),
+                                               (_qk.K_QUANT, kin, kc, ks, bn, "k"),
+                                               (_qk.V_QUANT, x.v, vc, vs, bn, "k")):
+            if getattr(pl, QUANT_OPS[op]).quantizes:
+                _record_tokens(tr[0], op, codes * sc - src, src, size, axis)
+    # kernel operands: per-row q scales, per-key k scales (padded), V codes per tile transposed, V scales per
+    # (tile, channel)
+    qs_rows = np.ascontiguousarray(np.broadcast_to(qs, (n_lead, seq_q, 1))[..., 0])
+    kpad = np.zeros((n_lead, n_kv * bn, d))
+    kpad[:, :seq_k] = kc
+    ks_keys = np.ones((n_lead, n_kv * bn))
+    ks_keys[:, :seq_k] = np.broadcast_to(ks, (n_lead, seq_k, 1))[..., 0]
+    vpad = np.zeros((n_lead, n_kv * bn, dv))
+    vpad[:, :seq_k] = vc
+    vt = np.ascontiguousarray(vpad.reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
+    vt = vt.reshape(n_lead * n_kv, dv, bn)
+    vs_full = np.broadcast_to(vs, (n_lead, seq_k, dv)) if vs.ndim else np.ones((n_lead, seq_k, dv))
+    vs_tile = np.ascontiguousarray(vs_full[:, ::bn, :]) if seq_k else np.ones((n_lead, 0, dv))
+    out = np.zeros((n_lead, seq_q, dv))
+    m = np.empty((n_lead, seq_q))
+    l = np.empty((n_lead, seq_q))  # noqa: E741
+    if n_lead * n_qt > 0:
+        from simfloat._parallel import run_rows
+
+        run_rows(_qk.units, n_lead * n_qt, qc, qs_rows, kpad, ks_keys, vt, vs_tile, out, m, l, pp,
+                 (bm, bn, int(x.causal), seq_k), tr, x.q, x.k, x.v)
+    out = out.reshape(x.lead + (seq_q, dv))
+    if return_stats:
+        return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
+    return out
+
+
+def int8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan | str = "int8-reference",
+               block_m: int = 64, block_n: int = 64, causal: bool = False, scale: float | None = None,
+               trace: Tracer | None = None,
+               return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """INT8 flash attention (INT-FlashAttention), emulating ``gpu/int8_attention.py`` op for op.
+
+    Args:
+        q: (..., seq_q, head_dim) float32/float64; k, v: (..., seq_k, head_dim). Values are used as given (the
+            kernels convert their fp16/bf16/fp32 inputs to fp32 exactly, Q1): pass fp16 values to emulate fp16
+            inputs. Leading dims broadcast; seq_k >= 1.
+        plan: a :class:`QuantPlan` or preset: ``"int8-reference"`` (the released scheme),
+            ``"int8-consistent"`` (row sum from the quantized P), ``"half-int8"``,
+            ``"int8-reference-vblock"``, ``"int8-reference-vchannel"``, ``"<preset>-fp64"`` (quantizers
+            only), ``"fp64"``; derive isolation/ablation plans with :meth:`QuantPlan.isolate` /
+            :meth:`QuantPlan.ablate`.
+        block_m, block_n: tile sizes (any >= 1; the Triton kernel needs powers of two, block_n >= 32).
+        causal: top-left aligned causal mask (query i sees keys j <= i).
+        scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)).
+        trace: a :class:`simfloat.Tracer` (local error of every op, quantizers included; state drift from a
+            float64 shadow run on the unquantized inputs), or None.
+        return_stats: also return m (running max, log2 units) and l (row sum), (..., seq_q) each.
+
+    Returns:
+        (..., seq_q, head_dim) float64 array of values of the plan's output format (fp16), or (out, m, l).
+
+    Raises:
+        TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan or tracer.
+    """
+    return quant_flash(q, k, v, plan=plan, block_m=block_m, block_n=block_n, causal=causal, scale=scale,
+                       trace=trace, return_stats=return_stats)
+
+
+_SCALING_NAMES = {"per-tensor": "", "per-block": "-block", "none": "-unscaled"}
+
+
+def fp8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fmt: str = "e4m3", scaling: str = "per-tensor",
+              incoherent: bool = False, seed: int = 0, block_m: int = 64, block_n: int = 64,
+              causal: bool = False, scale: float | None = None, plan: QuantPlan | str | None = None,
+              trace: Tracer | None = None,
+              return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FP8 flash attention (FlashAttention-3 style scaling), emulating ``gpu/fp8_attention.py`` op for op.
+
+    Args:
+        q, k, v, block_m, block_n, causal, scale, trace, return_stats: as :func:`int8_flash`.
+        fmt: ``"e4m3"`` (float8_e4m3fn) or ``"e5m2"``: Q, K, V and P.
+        scaling: ``"per-tensor"`` (one scale per tensor), ``"per-block"`` (one per block_m x head_dim tile of
+            Q and block_n x head_dim tile of K and V, as FA3) or ``"none"`` (plain casts, no scale).
+        incoherent: FA3's incoherent processing: Q and K multiplied by ``hadamard_rotation(head_dim, seed)``
+            (in float64, rounded into the plan's ``rotate`` op, fp32) before quantization. head_dim must be a
+            power of two.
+        seed: seed of the random signs.
+        plan: a :class:`QuantPlan` or preset instead of fmt/scaling (then leave those at their defaults).
+
+    Returns:
+        As :func:`int8_flash`.
+    """
+    if plan is None:
+        _choice("fmt", fmt, tuple(_FP8))
+        _choice("scaling", scaling, tuple(_SCALING_NAMES))
+        plan = f"fp8-{fmt}{_SCALING_NAMES[scaling]}"
+    elif (fmt, scaling) != ("e4m3", "per-tensor"):
+        raise ValueError("give either plan= or fmt=/scaling=, not both")
+    return quant_flash(q, k, v, plan=plan, block_m=block_m, block_n=block_n, causal=causal, scale=scale,
+                       incoherent=incoherent, seed=seed, trace=trace, return_stats=return_stats)

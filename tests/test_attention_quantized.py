@@ -1,0 +1,356 @@
+"""simfloat.attention.int8_flash / fp8_flash: each quantizer against an independent numpy reference (fp64 plan
+except that quantizer), the consistent row sum, the fast paths against the general code, tracing, presets and
+argument errors. The bit-exact comparison with the Triton kernels is tests/test_gpu_int8_crossval.py."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simfloat.accumulate import acc_params, dot_acc, tensor_core
+from simfloat.attention import (
+    QUANT_OPS,
+    QUANTIZERS,
+    Quant,
+    QuantPlan,
+    flash,
+    fp8_flash,
+    hadamard_rotation,
+    int8_flash,
+    quant_flash,
+    quant_plan,
+    quant_presets,
+    quantize,
+)
+from simfloat.attention import _kernels as K
+from simfloat.attention import _quant_kernels as QK
+from simfloat.attention.plan import OpParams
+from simfloat.formats import format as sformat
+from simfloat.trace import Tracer
+
+LOG2E = math.log2(math.e)
+
+
+def _inputs(n, d, seed=0, nk=None):
+    rng = np.random.default_rng(seed)
+    nk = n if nk is None else nk
+    q = rng.standard_normal((n, d)).astype(np.float16).astype(np.float32)
+    k = rng.standard_normal((nk, d)).astype(np.float16).astype(np.float32)
+    v = rng.standard_normal((nk, d)).astype(np.float16).astype(np.float32)
+    return q, k, v
+
+
+def _attn64(q, k, v, scale=None, causal=False):
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * (q @ k.T)
+    if causal:
+        s[np.triu_indices(s.shape[0], 1, s.shape[1])] = -np.inf
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def _np_int8(x, axis):
+    """Independent numpy INT8 quantization: fp32 scale max/127 and quotient, np.round (half to even)."""
+    x32 = x.astype(np.float32)
+    amax = np.abs(x32).max(axis=axis, keepdims=True)
+    scale = np.where(amax == 0, np.float32(1), amax / np.float32(127)).astype(np.float32)
+    codes = np.clip(np.round(x32 / scale), -127, 127)
+    return codes.astype(np.float64), scale.astype(np.float64)
+
+
+# --- each quantizer alone (fp64 plan except that quantizer) == an independent numpy reference ---------------
+
+
+@pytest.mark.parametrize("op", ["q_quant", "k_quant", "v_quant"])
+def test_isolated_int8_quantizer_matches_numpy(op):
+    q, k, v = _inputs(70, 32, seed=1)
+    q[3] *= 40  # one loud token, one silent one
+    k[5] = 0.0
+    plan = quant_plan("int8-reference").isolate(op)
+    assert [o for o in QUANTIZERS if getattr(plan, o).quantizes] == [op]
+    out = int8_flash(q, k, v, plan=plan, block_m=16, block_n=32)
+    args = {"q_quant": (q, -1), "k_quant": (k, -1), "v_quant": (v, (-2, -1))}
+    x, axis = args[op]
+    codes, scale = _np_int8(x, axis)
+    deq = codes * scale
+    ref = _attn64(*(deq if name == op[0] else arr for name, arr in zip("qkv", (q, k, v), strict=True)))
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-13)
+    assert np.abs(ref - _attn64(q, k, v)).max() > 1e-4  # the quantizer does change the result
+
+
+def test_isolated_p_quantizer_matches_numpy():
+    """One key tile, so the running max is the row max: P = exp2((s - max) * scale * log2 e) exactly,
+    codes trunc(fp16(fp16(P) * 127 + 0.5)), out = (codes @ v) / 127 / sum(P)."""
+    q, k, v = _inputs(40, 32, seed=2, nk=100)
+    plan = quant_plan("int8-reference").isolate("p_quant")
+    out = int8_flash(q, k, v, plan=plan, block_n=128)
+    s = (q.astype(np.float64) @ k.T.astype(np.float64)) * (LOG2E / math.sqrt(32))
+    p = np.exp2(s - s.max(-1, keepdims=True))
+    p16 = p.astype(np.float16).astype(np.float64)
+    codes = np.trunc((p16 * 127 + 0.5).astype(np.float16).astype(np.float64))  # exact in float64, one rn16
+    ref = (codes @ v.astype(np.float64)) / 127 / p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-13)
+    cons = int8_flash(q, k, v, plan=plan.replace(row_sum="consistent"), block_n=128)
+    np.testing.assert_allclose(cons, (codes @ v.astype(np.float64)) / codes.sum(-1, keepdims=True),
+                               rtol=1e-12, atol=1e-13)
+
+
+def test_isolated_fp8_quantizers_match_numpy():
+    q, k, v = _inputs(64, 32, seed=3)
+    e4m3 = ml_dtypes.float8_e4m3fn
+    plan = quant_plan("fp8-e4m3-block")
+    # Q per block of block_m = 32 rows: scale = amax/448 (fp32), code = e4m3(fp32(x / scale))
+    out = fp8_flash(q, k, v, plan=plan.isolate("q_quant"), block_m=32, block_n=32)
+    qb = q.reshape(2, 32, 32)
+    scale = (np.abs(qb).max(axis=(1, 2), keepdims=True) / np.float32(448)).astype(np.float32)
+    deq = ((qb / scale).astype(e4m3).astype(np.float64) * scale).reshape(64, 32)
+    np.testing.assert_allclose(out, _attn64(deq, k, v), rtol=1e-12, atol=1e-13)
+    # P cast straight to e4m3; the row sum from the unquantized P
+    out = fp8_flash(q, k, v, plan=plan.isolate("p_quant"), block_n=64)
+    s = (q.astype(np.float64) @ k.T.astype(np.float64)) * (LOG2E / math.sqrt(32))
+    p = np.exp2(s - s.max(-1, keepdims=True))
+    ref = (p.astype(e4m3).astype(np.float64) @ v) / p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("quant, kw", [
+    (Quant("int", "per-channel", pre="float32"), {}),
+    (Quant("int", "per-block", pre="float32"), {"group": 7}),
+    (Quant("int", "per-token", "nearest_away"), {}),
+    (Quant("int", "per-token", "toward_zero", qmax=63), {}),
+    (Quant("float", "per-tensor", fmt="float8_e5m2", pre="float32"), {}),
+    (Quant("float", "unscaled", fmt="float8_e5m2"), {}),
+])
+def test_quantize_matches_numpy(quant, kw):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 30, 8)) * 3).astype(np.float32)
+    codes, scale = quantize(x, quant, **kw)
+    x32 = x.astype(np.float32)
+    if quant.granularity == "unscaled":
+        assert np.array_equal(codes, x32.astype(ml_dtypes.float8_e5m2).astype(np.float64))
+        return
+    if quant.granularity == "per-block":
+        g = kw["group"]
+        pad = np.zeros((2, 35, 8), np.float32)
+        pad[:, :30] = np.abs(x32)
+        amax = np.repeat(pad.reshape(2, 5, g * 8).max(-1), g, axis=1)[:, :30, None]
+    else:
+        axis = {"per-channel": -2, "per-token": -1, "per-tensor": (-2, -1)}[quant.granularity]
+        amax = np.abs(x32).max(axis=axis, keepdims=True)
+    qmax = np.float32(quant.qmax)
+    s = (amax / qmax).astype(np.float32)
+    y = (x32 / s).astype(np.float32)
+    if quant.kind == "float":
+        want = y.astype(ml_dtypes.float8_e5m2).astype(np.float64)
+    elif quant.rounding == "nearest_away":
+        want = np.clip(np.sign(y) * np.floor(np.abs(y) + np.float32(0.5)), -qmax, qmax)
+    elif quant.rounding == "toward_zero":
+        want = np.clip(np.trunc(y), -qmax, qmax)
+    else:
+        want = np.clip(np.round(y), -qmax, qmax)
+    assert np.array_equal(codes, want)
+    assert np.array_equal(np.broadcast_to(scale, x.shape), np.broadcast_to(s, x.shape))
+
+
+# --- row sums --------------------------------------------------------------------------------------------
+
+
+def test_consistent_row_sum_gives_constant_v_exactly():
+    """With the row sum taken from the quantized P, numerator and denominator see the same P: a constant V
+    comes out exactly (fp16 output); the reference row sum (fp32 P) misses it by up to ~1/254."""
+    q, k, _ = _inputs(130, 64, seed=5)
+    v = np.full((130, 64), 0.7998046875, np.float32)  # an fp16 value
+    cons = int8_flash(q, k, v, plan="int8-consistent", block_m=32, block_n=32, causal=True)
+    assert np.array_equal(cons, np.broadcast_to(v, cons.shape))
+    ref = int8_flash(q, k, v, plan="int8-reference", block_m=32, block_n=32, causal=True)
+    assert not np.array_equal(ref, cons)
+    assert np.abs(ref / v - 1).max() > 2**-10
+    # fp64 arithmetic, only P quantized, V unquantized and constant 1: exactly 1
+    ones = np.ones_like(v)
+    iso = quant_plan("int8-consistent").isolate("p_quant")
+    assert np.array_equal(int8_flash(q, k, ones, plan=iso, block_n=32), np.ones_like(ones))
+
+
+def test_int8_error_is_modest_and_half_int8_is_closer():
+    q, k, v = _inputs(150, 64, seed=6)
+    ref = _attn64(q, k, v)
+    errs = {p: np.sqrt(np.mean((int8_flash(q, k, v, plan=p) - ref) ** 2))
+            for p in ("int8-reference", "int8-consistent", "half-int8")}
+    assert all(1e-4 < e < 1e-2 for e in errs.values()), errs
+    assert errs["half-int8"] < errs["int8-reference"]
+
+
+# --- equivalences and fast paths -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_float_flash_preset_equals_flash_bitwise(fmt):
+    q, k, v = _inputs(77, 32, seed=7, nk=90)
+    f = {"fp16": "float16", "bf16": "bfloat16"}[fmt]
+    from simfloat import round as sround
+
+    q, k, v = (sround(x, f) for x in (q, k, v))
+    for causal in (False, True):
+        a = quant_flash(q, k, v, plan=f"{fmt}-flash", block_m=16, block_n=32, causal=causal)
+        b = flash(q, k, v, plan=f"triton-{fmt}", block_m=16, block_n=32, causal=causal)
+        assert np.array_equal(a, b)
+
+
+def test_fp64_plan_is_attention():
+    q, k, v = _inputs(50, 16, seed=8)
+    np.testing.assert_allclose(int8_flash(q, k, v, plan="fp64", block_n=16, causal=True),
+                               _attn64(q, k, v, causal=True), rtol=1e-13, atol=1e-14)
+
+
+def test_incoherent_rotation_is_exact_in_fp64():
+    q, k, v = _inputs(40, 64, seed=9)
+    r = hadamard_rotation(64, seed=3)
+    np.testing.assert_allclose(r @ r.T, np.eye(64), atol=1e-15)
+    exact = quant_plan("fp8-e4m3").exact().replace(rotate="float64")
+    out = fp8_flash(q, k, v, plan=exact, incoherent=True, seed=3)
+    np.testing.assert_allclose(out, _attn64(q, k, v), rtol=1e-12, atol=1e-13)
+    # outliers in a few channels: rotation spreads them and cuts the per-tensor FP8 error
+    q[:, 5] *= 30
+    k[:, 5] *= 30
+    ref = _attn64(q, k, v)
+    plain = fp8_flash(q, k, v, plan=quant_plan("fp8-e4m3").arith_fp64())
+    rot = fp8_flash(q, k, v, plan=quant_plan("fp8-e4m3").arith_fp64(), incoherent=True)
+    assert np.abs(rot - ref).mean() < np.abs(plain - ref).mean()
+
+
+def test_block_dot_fast_path_equals_dot_acc():
+    rng = np.random.default_rng(10)
+    for fmt, model in (("float8_e4m3fn", tensor_core("sm90", "e4m3")),
+                       ("float16", tensor_core("sm90", "fp16")), ("bfloat16", tensor_core("sm90", "bf16"))):
+        from simfloat import round as sround
+
+        ap = acc_params(model)
+        a = sround(rng.standard_normal((50, 3, 70)) * np.exp2(rng.integers(-12, 5, (50, 3, 1))), fmt)
+        b = sround(rng.standard_normal((50, 3, 70)), fmt)
+        a[:, 1, ::3] = 0.0
+        for i in range(50):
+            c = float(sround(np.array([rng.standard_normal() * 2.0 ** rng.integers(-30, 30)]), "float32")[0])
+            for r in range(3):
+                got = QK.dot3(a, i, r, b, i, r, c, ap, QK.DOT_BLOCK)
+                assert np.isfinite(got) and got == dot_acc(a[i, r], b[i, r], c, ap)
+
+
+def test_fast_scalar_ops_equal_general_ops():
+    rng = np.random.default_rng(11)
+    x, y = (rng.standard_normal(4000) * np.exp2(rng.integers(-20, 20, 4000)) for _ in range(2))
+    x, y = (z.astype(np.float32).astype(np.float64) for z in (x, y))
+    # values on fp16 grid midpoints and products landing on them
+    mid = (np.arange(2048, 4096, dtype=np.float64) + 0.5) * 2.0**-10
+    x = np.concatenate([x, mid, mid * 3, np.ldexp(mid, -20), [0.0, -0.0, 1e-45, 65520.0, 7e4]])
+    y = np.concatenate([y, np.ones(len(mid)), np.full(len(mid), 1 / 3), np.ones(len(mid)),
+                        [1.0, 2.0, 1.0, 1.0, 1.0]])
+    for fname, mode in (("float16", 0), ("float32", 0), ("bfloat16", 0), ("float8_e4m3fn", 0), ("float16", 2),
+                        ("float32", 2)):
+        o = OpParams(sformat(fname).params, mode)
+
+        def same(u, w):
+            return u == w or (np.isnan(u) and np.isnan(w))
+
+        for i in range(len(x)):
+            a, b = x[i], y[i]
+            assert same(QK.frnd(a, o), K.rnd(a, o))
+            assert same(QK.fmul(a, b, o), K.mul(a, b, o))
+            assert same(QK.fadd(a, b, o), K.add(a, b, o))
+            assert same(QK.ffma(a, b, 0.5, o), K.fma(a, b, 0.5, o))
+            if b != 0.0:
+                assert same(QK.fdiv(a, b, o), K.div(a, b, o))
+
+
+# --- tracing and attribution -----------------------------------------------------------------------------
+
+
+def test_trace_records_quantizers_and_does_not_change_results():
+    q, k, v = _inputs(100, 32, seed=12)
+    tr = Tracer()
+    a = int8_flash(q, k, v, trace=tr, block_m=32, block_n=32, causal=True)
+    assert np.array_equal(a, int8_flash(q, k, v, block_m=32, block_n=32, causal=True))
+    ops = tr.by_op().reset_index()
+    rms = dict(zip(ops["op"].astype(str), ops["rms"], strict=True))
+    assert {"q_quant", "k_quant", "v_quant", "p_quant"} <= set(rms)
+    assert rms["qk"] == 0.0 and rms["pv"] == 0.0  # integer dots are exact
+    assert rms["p_quant"] > 1e-4 and rms["v_quant"] > 1e-3
+    out_drift = tr.state_by_block("max_abs").loc[-1, "out"]
+    assert out_drift == pytest.approx(np.abs(a - _attn64(q, k, v, causal=True)).max(), rel=1e-6)
+    tr8 = Tracer()
+    b = fp8_flash(q, k, v, trace=tr8, scaling="per-block", incoherent=True, block_m=32, block_n=32)
+    assert np.array_equal(b, fp8_flash(q, k, v, scaling="per-block", incoherent=True, block_m=32, block_n=32))
+    assert "rotate" in set(tr8.by_op().reset_index()["op"].astype(str))
+
+
+def test_isolate_and_ablate():
+    plan = quant_plan("int8-reference")
+    only = plan.isolate("v_quant")
+    assert only.v_quant == plan.v_quant and not only.q_quant.quantizes and only.scale.fmt.name == "float64"
+    no = plan.ablate("p_quant")
+    assert not no.p_quant.quantizes and no.q_quant == plan.q_quant and no.scale == plan.scale
+    assert plan.ablate("qk").qk == plan.exact().qk
+    q, k, v = _inputs(64, 32, seed=13)
+    ref = _attn64(q, k, v)
+    full = np.abs(int8_flash(q, k, v, plan=plan) - ref).mean()
+    assert np.abs(int8_flash(q, k, v, plan=plan.exact()) - ref).max() < 1e-14
+    assert np.abs(int8_flash(q, k, v, plan=plan.ablate("v_quant")) - ref).mean() < full
+    with pytest.raises(ValueError, match="unknown op"):
+        plan.isolate("nope")
+
+
+def test_presets_and_plan_str():
+    table = quant_presets()
+    for name in ("int8-reference", "int8-consistent", "half-int8", "fp8-e4m3", "fp8-e5m2-block",
+                 "fp8-e5m2-unscaled", "fp16-flash", "bf16-flash", "int8-reference-fp64", "fp64"):
+        assert isinstance(table[name], QuantPlan)
+    text = str(quant_plan("int8-reference"))
+    for op in QUANT_OPS:
+        assert f"{op}=" in text
+    assert "half_up" in text and "per-token" in text
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_clear_errors():
+    q, k, v = _inputs(8, 32, seed=14)
+    with pytest.raises(TypeError, match="numpy array"):
+        int8_flash(q.tolist(), k, v)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        int8_flash(q.astype(np.int32), k, v)
+    with pytest.raises(ValueError, match="head_dim differ"):
+        int8_flash(q[:, :16], k, v)
+    with pytest.raises(ValueError, match="block_m"):
+        int8_flash(q, k, v, block_m=0)
+    with pytest.raises(ValueError, match="unknown quantized plan"):
+        int8_flash(q, k, v, plan="int9")
+    with pytest.raises(TypeError, match="QuantPlan"):
+        int8_flash(q, k, v, plan=3)
+    with pytest.raises(ValueError, match="scale"):
+        int8_flash(q, k, v, scale=-1.0)
+    with pytest.raises(TypeError, match="Tracer"):
+        int8_flash(q, k, v, trace="yes")
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        fp8_flash(q, k, v, fmt="e3m4")
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        fp8_flash(q, k, v, scaling="per-row")
+    with pytest.raises(ValueError, match="either plan"):
+        fp8_flash(q, k, v, fmt="e5m2", plan="fp8-e4m3")
+    with pytest.raises(ValueError, match="power of two"):
+        fp8_flash(q[:, :24], k[:, :24], v[:, :24], incoherent=True)
+    with pytest.raises(ValueError, match="half_up"):
+        Quant("int", "per-token", "half_up")
+    with pytest.raises(ValueError, match="needs fmt"):
+        Quant("float", "per-tensor")
+    with pytest.raises(ValueError, match="does not factor out"):
+        quant_plan("int8-reference").replace(q_quant=Quant("int", "per-channel"))
+    with pytest.raises(ValueError, match="folded"):
+        quant_plan("fp8-e4m3").replace(q_quant=Quant("int", "per-token"))
+    with pytest.raises(ValueError, match="pv_update"):
+        quant_plan("half-int8").replace(p_quant=Quant("int", "fixed", "half_up"))
+    with pytest.raises(ValueError, match="unknown plan entries"):
+        quant_plan("int8-reference").replace(bogus=1)
+    with pytest.raises(TypeError, match="Quant"):
+        quant_plan("int8-reference").replace(v_quant="float16")
