@@ -1,0 +1,614 @@
+"""The whole GPU job in one command: environment, validation fixtures, hardware probes, speed.
+
+    PYTHONPATH=. python -m gpu.gpu_run --out $OUT [--budget-s 230]     # on the GPU machine
+    python -m gpu.gpu_run --out /tmp/smoke --cpu-smoke                  # the same plumbing on a CPU
+
+Parts, in this order (each in try/except: one failure loses nothing else; every line of the log is flushed):
+
+1. **env**: GPU name, driver, CUDA, torch, triton, numpy versions (``summary.json``).
+2. **isa**: a background subprocess (``python -m gpu.probes isa``, fresh TRITON_CACHE_DIR) launches the flash
+   kernel (bf16, BLOCK 64 and 32; fp16 16 x 16) and the int8 kernel and reads their PTX/SASS back.
+3. **pool** (worker processes, several kernels compiling at once): the validation grid in GPU mode with
+   fixture recording (kernel outputs only: the emulator runs later, on a CPU, against the fixtures), the dot
+   probes and the sum probes. Meanwhile the main process runs the **exp** probe.
+4. **pack**: ``fixtures.tar`` (``<gpu>/env.json, configs.json, outputs.npz``: copy to tests/fixtures/gpu/),
+   ``probes.npz`` (dot + sum), ``exp2.npz`` (+ ``exp2_binades.npz`` only if one file would exceed 15 MiB),
+   ``isa.tar.xz``.
+5. **speed**: the Triton flash kernel (bf16, head_dim 128, seq 1k..16k, causal and not) against torch SDPA's
+   flash backend, and the INT8 / half-INT8 / FP16 kernels through benchmarks/bench_gpu_attention.py's runners
+   (triton.testing.do_bench medians, TFLOP/s) -> ``speed.csv``. Last, alone on the GPU.
+
+A global time budget (``--budget-s``, counted from process start) bounds every part; what does not fit is
+skipped and logged. What comes back from the device tool is limited (8 files, 16 MiB each, 64 MiB in all,
+names [A-Za-z0-9._-]): everything intermediate lives in a temporary directory, and a final check enforces the
+limits on ``--out``. Needs numpy, torch and triton only (no pandas, no simfloat on the GPU path).
+"""
+
+from __future__ import annotations
+
+import time
+
+START = time.monotonic()
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tarfile  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+__all__ = ["main", "OUT_FILES", "MAX_FILES", "MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "check_out_dir"]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the files this job writes into --out, most important first
+OUT_FILES = ("log.txt", "summary.json", "fixtures.tar", "probes.npz", "exp2.npz", "isa.tar.xz", "speed.csv",
+             "exp2_binades.npz")
+MAX_FILES = 8
+MAX_FILE_BYTES = 16 * 2**20
+MAX_TOTAL_BYTES = 64 * 2**20
+_SAFE_FILE_BYTES = 15 * 2**20
+_NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
+SPEED_FIELDS = ("part", "kernel", "batch", "heads", "seq", "head_dim", "causal", "block_m", "block_n", "ms",
+                "tflops", "note")
+
+
+class Log:
+    """Lines to stdout and to log.txt, flushed one by one, with the time since start."""
+
+    def __init__(self, path: Path) -> None:
+        self.f = open(path, "a", buffering=1)  # noqa: SIM115
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.monotonic() - START:7.1f}s] {msg}"
+        print(line, flush=True)
+        self.f.write(line + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# pool tasks
+# ----------------------------------------------------------------------------------------------------
+
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(smoke: bool) -> None:
+    if smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    _STATE["smoke"] = smoke
+    _STATE["device"] = "cpu" if smoke else "cuda"
+    from gpu import validate
+
+    validate._worker_init("faithful" if smoke else "gpu", 1 if smoke else 0)
+
+
+def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]:
+    """(kind, key, result, seconds, error) for one pool task."""
+    t0 = time.perf_counter()
+    try:
+        smoke, device = _STATE["smoke"], _STATE["device"]
+        if kind == "validate":
+            from gpu import validate
+
+            res: Any = validate.validate_config(validate.Config.from_dict(payload),
+                                                "faithful" if smoke else "gpu",
+                                                emulate=False, record=True)
+        elif kind == "dot":
+            from gpu import probes
+
+            res = probes.dot_variant(*payload, device=device, max_rows=48 if smoke else None)
+        elif kind == "sum":
+            from gpu import probes
+
+            # under the interpreter, a pairwise tree makes gpu.fit's tree inference non-trivial
+            res = probes.sum_variant(*payload, device=device,
+                                     faithful_kwargs={"reduce_order": "pairwise"} if smoke else None)
+        else:
+            raise ValueError(kind)
+        return kind, key, res, time.perf_counter() - t0, ""
+    except Exception as exc:
+        return kind, key, None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"[:1000]
+
+
+def _run_pool(tasks: list[tuple[str, Any, Any]], jobs: int, smoke: bool, deadline: float, log: Log,
+              while_waiting: Callable[[], None] | None = None) -> list[tuple[str, Any, Any, float, str]]:
+    """Run tasks on ``jobs`` spawned workers until ``deadline``; ``while_waiting`` runs in this process
+    meanwhile. Unfinished tasks come back with error 'skipped: time budget'."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    results: list[tuple[str, Any, Any, float, str]] = []
+    ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                                initializer=_init_worker,
+                                initargs=(smoke,))
+    futs = {ex.submit(_task, *t): t for t in tasks}
+    try:
+        if while_waiting is not None:
+            try:
+                while_waiting()
+            except Exception:
+                log("main-process part failed:\n" + traceback.format_exc())
+        pending = set(futs)
+        while pending and time.monotonic() < deadline:
+            done, pending = cf.wait(pending, timeout=max(0.0, deadline - time.monotonic()),
+                                    return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                try:
+                    r = f.result()
+                except Exception as exc:  # a worker process died
+                    kind, key, _ = futs[f]
+                    r = (kind, key, None, 0.0, f"worker died: {type(exc).__name__}: {exc}"[:500])
+                results.append(r)
+                if r[4]:
+                    log(f"{r[0]} {r[1]}: FAILED {r[4]}")
+                elif r[0] != "validate":
+                    log(f"{r[0]} {r[1]}: ok ({r[3]:.1f} s)")
+                else:
+                    row = r[2][0]
+                    log(f"validate {r[1]}: {row['status']} ({r[3]:.1f} s, err {row['kernel_err_max']})")
+        for f in pending:
+            kind, key, _ = futs[f]
+            results.append((kind, key, None, 0.0, "skipped: time budget"))
+        if pending:
+            log(f"pool: time budget reached, {len(pending)} task(s) not finished")
+    finally:
+        procs = list(getattr(ex, "_processes", {}).values())
+        ex.shutdown(wait=False, cancel_futures=True)
+        for p in procs:  # our own workers, possibly still compiling past the deadline
+            with contextlib.suppress(Exception):
+                if p.is_alive():
+                    p.terminate()
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.join(timeout=5)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------
+# outputs
+# ----------------------------------------------------------------------------------------------------
+
+
+def _savez(path: Path, arrays: dict[str, np.ndarray]) -> int:
+    np.savez_compressed(path, **arrays)
+    return path.stat().st_size
+
+
+def _write_exp(out: Path, arrays: dict[str, np.ndarray], log: Log) -> list[str]:
+    """exp2.npz, split into exp2.npz + exp2_binades.npz only if one file would exceed the safe size."""
+    size = _savez(out / "exp2.npz", arrays)
+    if size <= _SAFE_FILE_BYTES:
+        log(f"exp2.npz: {size / 2**20:.1f} MiB")
+        return ["exp2.npz"]
+    binade = {k: v for k, v in arrays.items() if "_binade_" in k}
+    rest = {k: v for k, v in arrays.items() if "_binade_" not in k}
+    s1, s2 = _savez(out / "exp2.npz", rest), _savez(out / "exp2_binades.npz", binade)
+    log(f"exp2.npz {s1 / 2**20:.1f} MiB + exp2_binades.npz {s2 / 2**20:.1f} MiB")
+    for name, s, arr in (("exp2.npz", s1, rest), ("exp2_binades.npz", s2, binade)):
+        if s > _SAFE_FILE_BYTES:  # last resort: keep every other sweep offset (recorded)
+            for k in [k for k in arr if k.endswith("_off")]:
+                arr[k] = arr[k][::2]
+                arr[k.replace("_off", "_decimated")] = np.array([2])
+            s = _savez(out / name, arr)
+            log(f"{name} decimated to {s / 2**20:.1f} MiB")
+    return ["exp2.npz", "exp2_binades.npz"]
+
+
+def _tar(path: Path, src: Path, arc_root: str, mode: str) -> int:
+    with tarfile.open(path, mode) as t:
+        t.add(src, arcname=arc_root)
+    return path.stat().st_size
+
+
+def check_out_dir(out: Path, log: Callable[[str], None] = print) -> list[str]:
+    """Enforce the device tool's limits on ``out``: at most 8 files (extras removed, least important first),
+    16 MiB each, 64 MiB in all, at most two folders down, names of [A-Za-z0-9._-]. Returns the problems."""
+    problems = []
+    files = [p for p in out.rglob("*") if p.is_file() or p.is_symlink()]
+    for p in files:
+        rel = p.relative_to(out)
+        if len(rel.parts) > 3 or not all(_NAME_OK.match(x) for x in rel.parts) or p.is_symlink():
+            problems.append(f"{rel}: bad name, depth or a link: removed")
+            p.unlink()
+    files = [p for p in out.rglob("*") if p.is_file()]
+    for p in files:
+        if p.stat().st_size > MAX_FILE_BYTES:
+            problems.append(f"{p.relative_to(out)}: {p.stat().st_size} bytes > 16 MiB: removed")
+            p.unlink()
+    files = [p for p in out.rglob("*") if p.is_file()]
+    rank = {n: i for i, n in enumerate(OUT_FILES)}
+    files.sort(key=lambda p: rank.get(p.name, len(OUT_FILES)))
+    total = 0
+    for i, p in enumerate(files):
+        size = p.stat().st_size
+        if i >= MAX_FILES or total + size > MAX_TOTAL_BYTES:
+            problems.append(f"{p.relative_to(out)}: beyond 8 files / 64 MiB: removed")
+            p.unlink()
+            continue
+        total += size
+    for msg in problems:
+        log("out check: " + msg)
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------
+# speed
+# ----------------------------------------------------------------------------------------------------
+
+
+def _bench_module() -> Any:
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "bench_gpu_attention.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_attention", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _timer(smoke: bool) -> Callable[[Callable[[], Any]], float]:
+    if not smoke:
+        from triton.testing import do_bench
+
+        return lambda fn: float(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+    def cpu_median(fn: Callable[[], Any]) -> float:
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(ts))
+
+    return cpu_median
+
+
+def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
+    """speed.csv; returns the number of measurements."""
+    import csv
+    import types
+
+    import torch
+
+    from gpu.flash_attention import flash_attention
+
+    device = "cpu" if smoke else "cuda"
+    bench = _bench_module()
+    timer = _timer(smoke)
+    ctx: Any = contextlib.nullcontext()
+    if smoke:
+        from gpu.interpreter import faithful
+
+        ctx = faithful()
+    rows: list[dict[str, Any]] = []
+    f = open(csv_path, "w", newline="")  # noqa: SIM115
+    w = csv.DictWriter(f, fieldnames=SPEED_FIELDS)
+    w.writeheader()
+    f.flush()
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        w.writerow(row)
+        f.flush()
+        log(f"speed {row['part']} {row['kernel']} seq {row['seq']} d {row['head_dim']} "
+            f"causal {row['causal']}: "
+            f"{row['ms']} ms, {row['tflops']} TFLOP/s {row['note']}")
+
+    def measure(part: str, kernel: str, fn: Callable[[], Any], b: int, h: int, s: int, d: int, causal: bool,
+                bm: Any, bn: Any) -> None:
+        if time.monotonic() > deadline:
+            emit(dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal,
+                      block_m=bm,
+                      block_n=bn, ms="", tflops="", note="skipped: time budget"))
+            return
+        try:
+            ms = timer(fn)
+            flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+            emit(dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal,
+                      block_m=bm,
+                      block_n=bn, ms=round(ms, 4), tflops=round(flops / (ms * 1e-3) / 1e12, 2), note=""))
+        except Exception as exc:
+            emit(dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal,
+                      block_m=bm,
+                      block_n=bn, ms="", tflops="", note=f"error: {type(exc).__name__}: {exc}"[:200]))
+
+    try:
+        with ctx:
+            # 1. flash bf16, head_dim 128, vs SDPA's flash backend; batch * seq = 16k tokens, 16 heads
+            d, heads = (32, 1) if smoke else (128, 16)
+            seqs = (64,) if smoke else (1024, 2048, 4096, 8192, 16384)
+            bm, bn = bench._blocks(types.SimpleNamespace(block_m=None, block_n=None), d)
+            for s in seqs:
+                b = 1 if smoke else max(1, 16384 // s)
+                g = torch.Generator(device=device).manual_seed(s)
+                q, k, v = (torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, generator=g)
+                           for _ in range(3))
+                for causal in (False, True):
+                    measure("flash-vs-sdpa", "triton-bf16",
+                            lambda q=q, k=k, v=v, c=causal: flash_attention(q, k, v, causal=c, block_m=bm,
+                                                                           block_n=bn),
+                            b, heads, s, d, causal, bm, bn)
+                    if not smoke:
+                        from torch.nn.attention import SDPBackend, sdpa_kernel
+                        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+                        def run_sdpa(q=q, k=k, v=v, c=causal) -> Any:
+                            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                                return sdpa(q, k, v, is_causal=c)
+
+                        measure("flash-vs-sdpa", "sdpa-flash-bf16", run_sdpa, b, heads, s, d, causal, "", "")
+                del q, k, v
+            # 2. INT8 / half-INT8 vs FP16 (bench_gpu_attention's runners: kernel only, inputs pre-quantized)
+            from gpu import fp8_attention, int8_attention
+
+            modules = (int8_attention, fp8_attention, flash_attention)
+            for d in ((32,) if smoke else (128, 64)):
+                bm, bn = bench._blocks(types.SimpleNamespace(block_m=None, block_n=None), d)
+                for s in ((64,) if smoke else (1024, 4096, 16384)):
+                    b, heads = (1, 1) if smoke else (max(1, 16384 // s), 16)
+                    g = torch.Generator(device=device).manual_seed(s + d)
+                    q16, k16, v16 = (torch.randn(b, heads, s, d, device=device, dtype=torch.float16,
+                                                 generator=g)
+                                     for _ in range(3))
+                    for kernel in ("fp16", "int8", "half-int8"):
+                        try:
+                            runners = bench._make_runners(kernel, q16, k16, v16, bm, bn, False, modules)
+                        except Exception as exc:
+                            emit(dict(part="int8-vs-fp16", kernel=kernel, batch=b, heads=heads, seq=s,
+                                      head_dim=d,
+                                      causal=False, block_m=bm, block_n=bn, ms="", tflops="",
+                                      note=f"error: {type(exc).__name__}: {exc}"[:200]))
+                            continue
+                        for _, fn in runners:
+                            measure("int8-vs-fp16", kernel, fn, b, heads, s, d, False, bm, bn)
+                    del q16, k16, v16
+                    if not smoke:
+                        torch.cuda.empty_cache()
+    finally:
+        f.close()
+    return len(rows)
+
+
+# ----------------------------------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------------------------------
+
+
+def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(work / "isa_cache")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    cmd = [sys.executable, "-m", "gpu.probes", "isa", "--out", str(work / "isa"), "--budget-s",
+           f"{budget:.0f}"]
+    if smoke:
+        cmd.append("--compile-only")
+    return subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=open(work / "isa.log", "w"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gpu.gpu_run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="output directory ($OUT on the device machine)")
+    p.add_argument("--budget-s", type=float, default=230.0,
+                   help="total seconds, from process start (default 230)")
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="no GPU: tiny sizes under the faithful interpreter (TRITON_INTERPRET=1)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count - 2, 2..14)")
+    p.add_argument("--grid", default=None, choices=("full", "ci", "smoke"),
+                   help="validation grid (default: full; smoke with --cpu-smoke)")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: isa,validate,dot,sum,exp,speed")
+    args = p.parse_args(argv)
+    smoke = bool(args.cpu_smoke)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "log.txt")
+    budget = float(args.budget_s)
+    end = START + budget - (3.0 if smoke else 8.0)  # leave time for the final check
+    work = Path(tempfile.mkdtemp(prefix="gpu_run_"))
+    summary: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "parts": {},
+                               "limits": dict(files=MAX_FILES, file_bytes=MAX_FILE_BYTES,
+                                              total=MAX_TOTAL_BYTES)}
+
+    def save_summary() -> None:
+        summary["elapsed_s"] = round(time.monotonic() - START, 1)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+
+    def part(name: str, fn: Callable[[], Any]) -> Any:
+        if name in skip:
+            summary["parts"][name] = {"status": "skipped (--skip)"}
+            save_summary()
+            return None
+        t0 = time.monotonic()
+        try:
+            res = fn()
+            summary["parts"].setdefault(name, {}).update(status="ok", seconds=round(time.monotonic() - t0, 1))
+            return res
+        except Exception as exc:
+            summary["parts"].setdefault(name, {}).update(status=f"error: {type(exc).__name__}: {exc}"[:500],
+                                                         seconds=round(time.monotonic() - t0, 1))
+            log(f"part {name} failed:\n{traceback.format_exc()}")
+            return None
+        finally:
+            save_summary()
+
+    log(f"gpu_run: out {out}, budget {budget:.0f} s, {'CPU smoke' if smoke else 'GPU'}; work dir {work}")
+    if smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        log("TRITON_INTERPRET is set: unset it for the GPU run (or pass --cpu-smoke)")
+        return 2
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from gpu import probes, validate
+
+    # 1. env
+    def env_part() -> dict[str, Any]:
+        import torch
+
+        if not smoke and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device visible to torch; use --cpu-smoke on a CPU")
+        env = validate.environment("faithful" if smoke else "gpu")
+        summary["env"] = env
+        log(f"env: {env.get('gpu', 'CPU')} driver {env.get('driver')} CUDA {env.get('cuda')} "
+            f"torch {env['torch']} "
+            f"triton {env['triton']} numpy {env['numpy']}")
+        return env
+
+    env = part("env", env_part)
+    if env is None:
+        check_out_dir(out, log)
+        log.close()
+        return 2
+    slug = "cpu-smoke" if smoke else (env.get("gpu_slug") or "gpu")
+    cpus = os.cpu_count() or 2
+    jobs = args.jobs or (2 if smoke else max(2, min(14, cpus - 2)))
+
+    # 2. isa, in the background
+    isa_proc = None
+    if "isa" not in skip:
+        try:
+            isa_proc = _isa_subprocess(work, smoke, budget=max(10.0, 0.45 * budget))
+            log(f"isa: subprocess {isa_proc.pid} started")
+        except Exception as exc:
+            summary["parts"]["isa"] = {"status": f"error: {type(exc).__name__}: {exc}"}
+
+    # 3. pool: validation grid (fixtures), dot and sum probes; the exp probe in this process meanwhile
+    configs = validate.grid(args.grid or ("smoke" if smoke else "full"))
+    tasks: list[tuple[str, Any, Any]] = []
+    n_pairs = 25 if len(configs) > 40 else len(configs)  # the all-pairs part of the full grid comes first
+    if "validate" not in skip:
+        tasks += [("validate", c.id, c.as_dict()) for c in configs[:n_pairs]]
+    if "dot" not in skip:
+        tasks += [("dot", "_".join(map(str, v)), v)
+                  for v in (probes.DOT_SMOKE_VARIANTS if smoke else probes.DOT_VARIANTS)]
+    if "sum" not in skip:
+        tasks += [("sum", f"{v[0]}_{v[1]}",
+                   v) for v in (probes.SUM_SMOKE_VARIANTS if smoke else probes.SUM_VARIANTS)]
+    if "validate" not in skip:
+        tasks += [("validate", c.id, c.as_dict()) for c in configs[n_pairs:]]
+    exp_arrays: dict[str, np.ndarray] = {}
+    pool_deadline = min(end, START + (0.5 if smoke else 0.47) * budget)
+
+    def exp_part() -> None:
+        if "exp" in skip:
+            return
+        t0 = time.monotonic()
+        try:
+            exp_arrays.update(probes.exp_probe(device="cpu" if smoke else "cuda", smoke=smoke,
+                                               deadline=pool_deadline,
+                                               log=log))
+            summary["parts"]["exp"] = {"status": "ok", "seconds": round(time.monotonic() - t0, 1)}
+        except Exception as exc:
+            summary["parts"]["exp"] = {"status": f"error: {type(exc).__name__}: {exc}"[:500]}
+            log("exp probe failed:\n" + traceback.format_exc())
+
+    log(f"pool: {len(tasks)} tasks on {jobs} workers until t={pool_deadline - START:.0f} s")
+    results = part("pool", lambda: _run_pool(tasks, jobs, smoke, pool_deadline, log,
+                                             while_waiting=exp_part)) or []
+    by_kind: dict[str, list] = {"validate": [], "dot": [], "sum": []}
+    for r in results:
+        by_kind[r[0]].append(r)
+    summary["parts"]["pool"] = dict(summary["parts"].get("pool", {}), **{
+        k: {"ok": sum(1 for r in v if not r[4]), "failed": [f"{r[1]}: {r[4]}" for r in v if r[4]]}
+        for k, v in by_kind.items()})
+    save_summary()
+
+    # 4. pack
+    def pack_fixtures() -> None:
+        got = {r[1]: r for r in by_kind["validate"]}
+        res = []
+        for c in configs:
+            r = got.get(c.id)
+            if r is not None and not r[4]:
+                res.append(r[2])
+            else:
+                row = validate._empty_row(c, "gpu")
+                row["status"] = r[4] if r is not None else "skipped"
+                res.append((row, None))
+        fix = work / "fixtures" / slug
+        env_f = dict(env, recorded_by="gpu.gpu_run", smoke=smoke)
+        n = validate.write_fixtures(fix, res, configs, env_f)
+        size = _tar(out / "fixtures.tar", fix, slug, "w")
+        summary["parts"]["fixtures"] = {"configs": n, "of": len(configs), "bytes": size,
+                                        "rows": [r[0] for r in res]}
+        log(f"fixtures.tar: {n}/{len(configs)} configs, {size / 2**20:.2f} MiB "
+            "(extract into tests/fixtures/gpu/)")
+
+    if "validate" not in skip:
+        part("fixtures", pack_fixtures)
+
+    def pack_probes() -> None:
+        arrays: dict[str, np.ndarray] = {}
+        for kind in ("dot", "sum"):
+            for _, key, res, secs, err in by_kind[kind]:
+                if err:
+                    arrays[f"{kind}_{key}__error"] = np.array(err)
+                    continue
+                for k, a in res.items():
+                    arrays[f"{kind}_{key}__{k}"] = a
+                arrays[f"{kind}_{key}__seconds"] = np.array([secs])
+        arrays["meta"] = np.array(json.dumps({"smoke": smoke, "keep_cols": probes.KEEP_COLS,
+                                              "sum_m": probes.SUM_M, "env": env}, default=str))
+        size = _savez(out / "probes.npz", arrays)
+        log(f"probes.npz: {size / 2**20:.2f} MiB")
+
+    part("probes_pack", pack_probes)
+    if exp_arrays:
+        part("exp_pack", lambda: _write_exp(out, exp_arrays, log))
+
+    def isa_wait() -> None:
+        if isa_proc is None:
+            return
+        try:
+            isa_proc.wait(timeout=max(1.0, min(end, START + 0.6 * budget) - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            isa_proc.kill()
+            isa_proc.wait()
+            log("isa: subprocess killed at its time limit")
+        isa_dir = work / "isa"
+        isa_dir.mkdir(exist_ok=True)
+        shutil.copy(work / "isa.log", isa_dir / "isa.log")
+        if (isa_dir / "isa.json").exists():
+            facts = json.loads((isa_dir / "isa.json").read_text())
+            summary["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts.get("kernels",
+                                                                                        {}).items()}
+            log(f"isa: {json.dumps(summary['isa'])}")
+        size = _tar(out / "isa.tar.xz", isa_dir, "isa", "w:xz")
+        log(f"isa.tar.xz: {size / 2**20:.2f} MiB")
+
+    part("isa", isa_wait)
+
+    # 5. speed, alone on the GPU
+    def speed_part() -> None:
+        n = run_speed(out / "speed.csv", end, smoke, log)
+        summary["parts"]["speed"] = {"measurements": n}
+
+    if "speed" not in skip:
+        part("speed", speed_part)
+    summary["out_check"] = check_out_dir(out, log)
+    summary["files"] = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+    log(f"done in {time.monotonic() - START:.1f} s; files: {summary['files']}")
+    save_summary()
+    log.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
+

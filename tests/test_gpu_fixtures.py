@@ -1,0 +1,104 @@
+"""The emulator's hardware model against recorded GPU outputs (tests/fixtures/gpu/<gpu>/, written by
+``python -m gpu.gpu_run`` on a GPU; see README "Cross-validation").
+
+Inputs are regenerated from each config's seed (CRC32-checked). The emulator runs the ``triton-<fmt>`` plans
+(int8: the int8_flash presets): sm90 tensor-core dot models, correctly rounded exp2, sequential row sums. What
+is known about each output on a GPU, and asserted accordingly:
+
+* **m_i** (flash): depends on the QK^T dot (the tensor-core model, published, not bit-exact) and one exact
+  multiply: agreement >= M_MIN. int8 kernels: the QK^T dot is an exact integer dot and every other op of m_i
+  is an IEEE multiply, so **100% is required**.
+* **l_i** and the **fp32 output**: KNOWN INEXACT. They go through the GPU's exp2 (ex2.approx.ftz.f32, not
+  correctly rounded: 42% of samples equal the correctly rounded value on an H200), the layout-dependent tree
+  of tl.sum (not sequential) and the P.V tensor-core model. Reported, and only bounded: the emulator's output
+  stays within OUT_REL_MAX of the GPU's (relative to max |out|).
+* the **bf16 / fp16 output**: the fp32 output rounded to 8 / 11 bits hides most of those differences: >=
+  LOW_MIN.
+
+The thresholds are what the model achieves on the first H200 check (triton 3.6, .devcheck/compare.py: m_i
+97-100%, bf16/fp16 output >= 99.87%, fp32 output 24-42%), with margin. By default configs whose emulation
+costs more than MAX_COST seconds are skipped; set SIMFLOAT_FIXTURES_FULL=1 for all of them.
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu import validate as V
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gpu"
+DIRS = V.fixture_dirs(FIXTURES)
+
+M_MIN = 0.95
+LOW_MIN = 0.98
+OUT_REL_MAX = 1e-3
+MAX_COST = None if os.environ.get("SIMFLOAT_FIXTURES_FULL") else 2.0
+
+if not DIRS:
+    pytest.skip(f"no GPU fixtures in {FIXTURES}: record them on a GPU with "
+                "`python -m gpu.gpu_run --out $OUT` and "
+                "extract its fixtures.tar there (README: Cross-validation)", allow_module_level=True)
+
+
+def _table(rows):
+    cols = ("id", "status", "bitwise_agreement", "out32_agreement", "m_agreement", "l_agreement", "max_ulp")
+    lines = [" | ".join(cols)]
+    for r in rows:
+        lines.append(" | ".join(str(r[c]) for c in cols))
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module", params=DIRS, ids=[d.name for d in DIRS])
+def compared(request):
+    env, rows = V.compare_fixtures(request.param, max_cost=MAX_COST, log=lambda m: None)
+    print(f"\n{request.param.name}: {env.get('gpu')} driver {env.get('driver')} CUDA {env.get('cuda')} torch "
+          f"{env.get('torch')} triton {env.get('triton')}")
+    print("KNOWN INEXACT on a GPU: l_i and the fp32 output (ex2.approx exp2, tree row sums, P.V tensor-core "
+          "model); m_i (flash) depends on the QK^T tensor-core model only; int8 m_i is exact.")
+    print(_table(rows))
+    return request.param, env, rows
+
+
+def test_fixtures_match_the_kernel_sources(compared):
+    """Fixtures recorded from other kernel sources compare something else: say so (not a failure)."""
+    path, env, _ = compared
+    root = Path(V.__file__).resolve().parent
+    for name, sha in (env.get("kernel_sha256") or {}).items():
+        now = V._sha256(root / name)
+        if sha and now != sha:
+            pytest.xfail(f"{name} changed since {path.name}'s fixtures were recorded (sha {sha} -> {now}); "
+                         "re-record them")
+
+
+def test_inputs_regenerate(compared):
+    _, _, rows = compared
+    bad = [r["id"] for r in rows if "regenerated inputs differ" in str(r["status"])]
+    assert not bad, f"inputs no longer regenerate from the seeds for {bad}"
+
+
+def test_emulator_hardware_model_agreement(compared):
+    _, _, rows = compared
+    done = [r for r in rows if r["status"] == "ok"]
+    errors = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
+    assert not errors, errors
+    assert done, "no fixture config was compared"
+    for r in done:
+        if r["kind"] == "int8":
+            assert r["m_agreement"] == 1.0, (r["id"], "int8 m_i must be exact", r["m_agreement"])
+        else:
+            assert r["m_agreement"] >= M_MIN, (r["id"], "m_i", r["m_agreement"])
+        if r["out"] == "low":
+            assert r["bitwise_agreement"] >= LOW_MIN, (r["id"], "low-precision output",
+                                                       r["bitwise_agreement"])
+    mean = {k: float(np.mean([r[k] for r in done if r[k] != ""])) for k in
+            ("m_agreement", "l_agreement", "bitwise_agreement")}
+    print(f"mean agreement over {len(done)} configs: {mean}")
+
+
+def test_emulator_stays_close_to_the_gpu(compared):
+    _, _, rows = compared
+    for r in rows:
+        if r["status"] == "ok" and r["out32_rel_diff"] != "":
+            assert float(r["out32_rel_diff"]) <= OUT_REL_MAX, (r["id"], r["out32_rel_diff"])
