@@ -19,7 +19,7 @@ $(VENV)/.full: $(VENV)/.core
 	touch $@
 
 demo: $(VENV)/.core
-	$(BIN)/simfloat demo
+	$(BIN)/simfloat attribute
 
 test: $(VENV)/.full
 	$(BIN)/python -m pytest -q

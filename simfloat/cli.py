@@ -17,6 +17,71 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attribute(args: argparse.Namespace) -> int:
+    from simfloat.attribution.cli import run
+
+    return run(args)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _tile(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"a tile is BLOCK_MxBLOCK_N (e.g. 64x64), got {text!r}")
+    return _positive(parts[0]), _positive(parts[1])
+
+
+def _rows(text: str) -> int | str:
+    return "all" if text == "all" else _positive(text)
+
+
+def _add_attribute(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "attribute", help="the main job: where flash attention's deviation from fp64 comes from (per op, per "
+                          "tile size, per rescaling step; flash vs baseline); table + PNG + CSVs",
+        description="Attribute flash attention's deviation from the fp64 golden output (fp64 baseline "
+                    "attention) to ops (isolation: only that op low-precision; ablation: only that op fp64), "
+                    "tile sizes and rescaling steps, and compare flash with baseline attention. Default: seq "
+                    "2048, head dim 128, N(0,1) inputs rounded to bf16, plans triton-bf16 and all-bf16, 64 "
+                    "evenly spaced query rows.")
+    p.add_argument("--seq", type=_positive, help="query sequence length (default 2048)")
+    p.add_argument("--seq-k", type=_positive, help="key sequence length (default: --seq)")
+    p.add_argument("--head-dim", type=_positive, help="head dimension (default 128)")
+    p.add_argument("--batch", type=_positive, help="batch size (default 1)")
+    p.add_argument("--heads", type=_positive, help="heads (default 1)")
+    p.add_argument("--format", choices=("bf16", "fp16", "fp32"),
+                   help="input format; default plans triton-<format> and all-<format> (default bf16)")
+    p.add_argument("--plan", action="append", metavar="PLAN",
+                   help="flash plan preset (repeatable; default triton-<format> and all-<format>)")
+    p.add_argument("--baseline", action="append", metavar="[PLAN=]BASELINE",
+                   help="baseline plan for the comparison: one for all plans, or PLAN=BASELINE (repeatable); "
+                        "default triton-<f> -> pytorch-<f>, all-<f> -> all-<f>")
+    p.add_argument("--block-m", type=_positive, help="query rows per tile (default 64)")
+    p.add_argument("--block-n", type=_positive, help="keys per tile (default 64)")
+    p.add_argument("--tiles", type=_tile, nargs="+", metavar="MxN",
+                   help="tile study grid (default 32x64 128x64 64x128 128x128)")
+    p.add_argument("--block-ns", type=_positive, nargs="+", metavar="N",
+                   help="block_n values of the rescaling-steps study (default 16 32 64 128 256 and seq_k)")
+    p.add_argument("--rows", type=_rows, metavar="R|all",
+                   help="query rows evaluated, evenly spaced (default 64; all with --causal or --quick)")
+    p.add_argument("--dist", choices=("normal", "uniform", "outlier"), default="normal",
+                   help="inputs: N(0,1); U[0,1); N(0,1)+N(0,100)*Bernoulli(0.001) (default normal)")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--out", default="simfloat-out", help="output folder (default ./simfloat-out)")
+    p.add_argument("--causal", action="store_true", help="top-left aligned causal mask")
+    p.add_argument("--quick", action="store_true", help="small sizes (seq 80, head dim 16, 2 heads): seconds")
+    p.set_defaults(func=_attribute)
+
+
 def _validate(args: argparse.Namespace) -> int:
     try:
         from gpu import validate
@@ -65,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
     _add_validate(sub)
+    _add_attribute(sub)
     return parser
 
 

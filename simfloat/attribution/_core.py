@@ -1,0 +1,352 @@
+"""attribute(): run every plan variant an attribution needs once (deduplicated), then tabulate deviations."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
+
+import numpy as np
+
+from simfloat.attention import FLASH_OPS, Plan
+from simfloat.attention import baseline as _baseline_kernel
+from simfloat.attention import flash as _flash_kernel
+from simfloat.attention import plan as _plan
+from simfloat.attribution._plans import (
+    ablation_plan,
+    baseline_plan_for,
+    cache_key,
+    describe,
+    isolation_plan,
+    reference_plan,
+)
+from simfloat.attribution._result import Attribution
+from simfloat.trace import Tracer
+
+__all__ = ["METRICS", "attribute", "default_block_ns", "default_tiles", "deviation", "select_rows"]
+
+#: Deviation metrics of every table row (against the float64 golden output).
+METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
+
+
+def deviation(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
+    """``max_abs`` (max |out - golden|, Golden et al.'s metric), ``mean_abs``, ``rms`` and ``rel_rms``
+    (rms / rms(golden)) of an output against the golden one (same shape)."""
+    d = np.asarray(out, dtype=np.float64) - np.asarray(golden, dtype=np.float64)
+    if d.size == 0:
+        return dict.fromkeys(METRICS, math.nan)
+    a = np.abs(d)
+    rms = float(np.sqrt(np.mean(d * d)))
+    g = float(np.sqrt(np.mean(np.square(golden))))
+    return {"max_abs": float(np.max(a)), "mean_abs": float(np.mean(a)), "rms": rms,
+            "rel_rms": rms / g if g > 0 else math.nan}
+
+
+def default_tiles(block_m: int = 64, block_n: int = 64) -> list[tuple[int, int]]:
+    """The tile grid of the tile study: block_m and block_n each halved and doubled, plus the default."""
+    out = {(block_m, block_n)}
+    for bm in (max(1, block_m // 2), block_m * 2):
+        for bn in (max(1, block_n // 2), block_n * 2):
+            out.add((bm, bn))
+    return sorted(out)
+
+
+def default_block_ns(seq_k: int, smallest: int = 16) -> list[int]:
+    """block_n values of the rescaling-steps study: powers of two from ``smallest`` up to the first that
+    covers all keys in one block (one step)."""
+    out = [smallest]
+    while out[-1] < seq_k:
+        out.append(out[-1] * 2)
+    return out
+
+
+def _positive_int(x: object, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
+        raise ValueError(f"{what} must be a positive int, got {x!r}")
+    return int(x)
+
+
+def select_rows(seq_q: int, rows: int | Sequence[int] | None) -> np.ndarray | None:
+    """The query rows evaluated: None (all), ``rows`` evenly spaced ones (first and last included), or the
+    given indices. Rows are independent in both kernels (without a causal mask), so a row's output is the same
+    bits whichever other rows are computed with it."""
+    if rows is None:
+        return None
+    if isinstance(rows, (int, np.integer)) and not isinstance(rows, bool):
+        r = _positive_int(rows, "rows")
+        if r >= seq_q:
+            return None
+        return np.unique(np.linspace(0, seq_q - 1, r).round().astype(np.int64))
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence | np.ndarray):
+        raise TypeError(f"rows must be None, an int or a sequence of row indices, got {type(rows).__name__}")
+    idx = np.asarray(rows, dtype=np.int64).ravel()
+    if idx.size == 0 or idx.min() < 0 or idx.max() >= seq_q:
+        raise ValueError(f"row indices must be non-empty and within [0, {seq_q}), got {list(rows)[:8]}")
+    return np.unique(idx)
+
+
+class _Runner:
+    """Collects the (kernel, plan, tiles) runs the tables need, deduplicated by what determines the output,
+    then runs them once each."""
+
+    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
+                 scale: float | None) -> None:
+        self.q, self.k, self.v, self.causal, self.scale = q, k, v, causal, scale
+        self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
+
+    def need(self, kernel: str, p: Plan, bm: int = 0, bn: int = 0, trace: bool = False) -> tuple[object, ...]:
+        key = cache_key(kernel, p) + ((bm, bn) if kernel == "flash" else ())
+        job = self.jobs.setdefault(key, dict(kernel=kernel, plan=p, bm=bm, bn=bn, trace=False, out=None))
+        job["trace"] = job["trace"] or trace
+        return key
+
+    def _one(self, job: dict[str, Any]) -> None:
+        t0 = time.perf_counter()
+        tr = Tracer() if job["trace"] else None
+        kw: dict[str, Any] = dict(plan=job["plan"], causal=self.causal, scale=self.scale, trace=tr)
+        if job["kernel"] == "flash":
+            job["out"] = _flash_kernel(self.q, self.k, self.v, block_m=job["bm"], block_n=job["bn"], **kw)
+        else:
+            job["out"] = _baseline_kernel(self.q, self.k, self.v, **kw)
+        job["tracer"] = tr
+        job["seconds"] = time.perf_counter() - t0
+
+    def run(self, progress: bool, workers: int) -> None:
+        """Run the pending jobs, ``workers`` at a time (the kernels release the GIL; every job is independent,
+        so results are the same bits for any number of workers)."""
+        todo = [j for j in self.jobs.values() if j["out"] is None]
+        if not todo:
+            return
+        self._one(todo[0])  # the golden run first: it checks the arguments before anything runs in parallel
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), initial=1, desc="simfloat attribute", unit="run", file=sys.stderr,
+                       delay=2.0, leave=False)
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                futures = [pool.submit(self._one, j) for j in todo[1:]]
+                for f in as_completed(futures):
+                    f.result()
+                    if bar is not None:
+                        bar.update()
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def out(self, key: tuple[object, ...]) -> np.ndarray:
+        return self.jobs[key]["out"]
+
+
+def _plans(p: object) -> list[Plan]:
+    items = [p] if isinstance(p, (str, Plan)) else list(p)  # type: ignore[call-overload]
+    if not items:
+        raise ValueError("attribute needs at least one plan")
+    out = [_plan(x) for x in items]
+    names = [x.name for x in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"plan names must be distinct (tables are keyed by name), repeated: {dup}")
+    return out
+
+
+def _tiles(tiles: object) -> list[tuple[int, int]]:
+    if isinstance(tiles, (str, bytes)) or not isinstance(tiles, Sequence):
+        raise TypeError(f"tiles must be a sequence of (block_m, block_n) pairs, got {type(tiles).__name__}")
+    out = []
+    for t in tiles:
+        if isinstance(t, (str, bytes)) or not isinstance(t, Sequence) or len(t) != 2:
+            raise ValueError(f"each tile must be a (block_m, block_n) pair, got {t!r}")
+        out.append((_positive_int(t[0], "block_m"), _positive_int(t[1], "block_n")))
+    return list(dict.fromkeys(out))
+
+
+def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+              plan: Plan | str | Sequence[Plan | str] = "triton-bf16", *, baseline: object = None,
+              block_m: int = 64, block_n: int = 64, causal: bool = False,
+              scale: float | None = None, ops: Sequence[str] = FLASH_OPS,
+              tiles: Sequence[tuple[int, int]] | None = None, block_ns: Sequence[int] | None = None,
+              rows: int | Sequence[int] | None = None, trace: bool = True, progress: bool = False,
+              workers: int | None = None) -> Attribution:
+    """Where a flash attention plan's deviation from the float64 golden output comes from.
+
+    The golden output is the *baseline* kernel under the ``fp64`` plan (Golden et al.). For each plan:
+
+    * isolation: only one op in the plan's precision, all others float64 (:func:`isolation_plan`);
+    * ablation: only one op raised to float64 (:func:`ablation_plan`);
+    * tiles: deviation per (block_m, block_n); steps: per block_n at block_m, i.e. per number of rescaling
+      steps ``ceil(seq_k / block_n)`` at the fixed sequence length;
+    * flash vs baseline: the plan's flash output and its paired baseline plan's output
+      (:func:`baseline_plan_for`), each against the golden one;
+    * per kv block (``trace``): the traced run's local error per op and kv block, and the state drift.
+
+    Isolation and ablation keep the plan's algorithm flags (exp2, FMA contraction, normalization, lazy
+    rescaling): "all ops float64" is :func:`reference_plan`, which is within ~1e-16 of the golden output.
+    Every distinct run is made once (plans equal but for their names share it).
+
+    Args:
+        q, k, v: (..., seq, head_dim) float32/float64 arrays, used as they are (round them into the input
+            format first); as for :func:`simfloat.attention.flash`.
+        plan: a flash plan or preset name, or a sequence of them (distinct names).
+        baseline: the baseline plan for the comparison: None (:data:`BASELINE_PAIRS` by plan name), a plan or
+            name for all plans, or a mapping {flash plan name: baseline plan}.
+        block_m, block_n: the tiles of the isolation, ablation, flash-vs-baseline and traced runs.
+        causal, scale: as for :func:`simfloat.attention.flash`.
+        ops: the ops to attribute (default all of ``FLASH_OPS``).
+        tiles: (block_m, block_n) pairs of the tile study (default :func:`default_tiles`; ``()`` skips it).
+        block_ns: block_n values of the steps study at ``block_m`` (default :func:`default_block_ns`; ``()``
+            skips it).
+        rows: query rows to evaluate: None (all), an int (that many, evenly spaced) or row indices. Every
+            kernel computes each row independently, so this gives those rows' exact outputs at a fraction of
+            the cost; the metrics are then over those rows. Not with ``causal``.
+        trace: make the default-tile run of each plan traced (per-kv-block tables).
+        progress: show a tqdm bar on stderr (after 2 s).
+        workers: kernel runs made concurrently (default: numba's thread count); results do not depend on it.
+
+    Returns:
+        An :class:`Attribution` (DataFrames ``isolation, ablation, tiles, steps, flash_vs_baseline, by_block,
+        state_by_block``; ``plot()``, ``to_csv()``, ``table()``).
+
+    Raises:
+        ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments.
+    """
+    plans = _plans(plan)
+    ops = list(ops)
+    if not ops:
+        raise ValueError("ops must name at least one op")
+    for op in ops:
+        if op not in FLASH_OPS:
+            raise ValueError(f"unknown op {op!r}; flash ops: {', '.join(FLASH_OPS)}")
+    bm, bn = _positive_int(block_m, "block_m"), _positive_int(block_n, "block_n")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray) or x.ndim < 2:
+            raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    sel = select_rows(seq_q, rows)
+    if sel is not None and causal:
+        raise ValueError("rows (a subset of query rows) cannot be used with causal=True: a causal row's keys "
+                         "depend on its position; use rows=None")
+    tile_list = default_tiles(bm, bn) if tiles is None else _tiles(tiles)
+    bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
+    bns = list(dict.fromkeys(bns))
+    pairs = {p.name: baseline_plan_for(p, baseline) for p in plans}
+
+    qs = q if sel is None else q[..., sel, :]
+    run = _Runner(qs, k, v, bool(causal), scale)
+    gold = run.need("baseline", _plan("fp64"))
+    keys: dict[str, Any] = {}
+    for p in plans:
+        keys[p.name] = dict(
+            main=run.need("flash", p, bm, bn, trace=trace),
+            ref=run.need("flash", reference_plan(p), bm, bn),
+            base=run.need("baseline", pairs[p.name]),
+            iso={op: run.need("flash", isolation_plan(p, op), bm, bn) for op in ops},
+            abl={op: run.need("flash", ablation_plan(p, op), bm, bn) for op in ops},
+            tiles={t: run.need("flash", p, *t) for t in tile_list},
+            steps={b: run.need("flash", p, bm, b) for b in bns},
+        )
+    run.run(progress, _workers(workers))
+
+    golden = run.out(gold)
+
+    def dev(key: tuple[object, ...]) -> dict[str, float]:
+        return deviation(run.out(key), golden)
+
+    iso_rows, abl_rows, tile_rows, step_rows, fvb_rows, blocks, states = [], [], [], [], [], [], []
+    for p in plans:
+        kk = keys[p.name]
+        full, ref, base = dev(kk["main"]), dev(kk["ref"]), dev(kk["base"])
+
+        def frac(d: dict[str, float], full: dict[str, float] = full) -> dict[str, float]:
+            return {"frac_max": _ratio(d["max_abs"], full["max_abs"]),
+                    "frac_rms": _ratio(d["rms"], full["rms"])}
+
+        for op in ops:
+            entry = describe(getattr(p, op))
+            d = dev(kk["iso"][op])
+            iso_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
+            d = dev(kk["abl"][op])
+            abl_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
+        iso_rows.append(dict(plan=p.name, op="all", entry="(the plan)", **full, **frac(full)))
+        abl_rows.append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
+        for tbm, tbn in tile_list:
+            d = dev(kk["tiles"][(tbm, tbn)])
+            tile_rows.append(dict(plan=p.name, block_m=tbm, block_n=tbn, steps=-(-seq_k // tbn), **d,
+                                  ratio_max=_ratio(d["max_abs"], base["max_abs"])))
+        for b in bns:
+            d = dev(kk["steps"][b])
+            step_rows.append(dict(plan=p.name, block_m=bm, block_n=b, steps=-(-seq_k // b), **d,
+                                  ratio_max=_ratio(d["max_abs"], base["max_abs"])))
+        bp = pairs[p.name]
+        for kernel, kplan, d in (("flash", p.name, full), ("baseline", bp.name, base)):
+            is_flash = kernel == "flash"
+            fvb_rows.append(dict(plan=p.name, kernel=kernel, kernel_plan=kplan,
+                                 block_m=bm if is_flash else None, block_n=bn if is_flash else None, **d,
+                                 ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                                 ratio_rms=_ratio(d["rms"], base["rms"])))
+        tr = run.jobs[kk["main"]].get("tracer")
+        if tr is not None:
+            blocks.append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
+            states.append(_long(tr.state_by_block, "state", p.name, ("max_abs", "rms", "rel_max")))
+
+    import pandas as pd
+
+    def frame(rows: list[dict[str, Any]], cols: Sequence[str]) -> pd.DataFrame:
+        return pd.DataFrame(rows, columns=list(cols))
+
+    m = list(METRICS)
+    geo = ["plan", "block_m", "block_n", "steps"]
+    n_rows = seq_q if sel is None else len(sel)
+    meta = dict(shape_q=tuple(q.shape), shape_k=tuple(k.shape), shape_v=tuple(v.shape), seq_q=seq_q,
+                seq_k=seq_k,
+                rows=n_rows, row_indices=None if sel is None else sel.tolist(), block_m=bm, block_n=bn,
+                causal=bool(causal), scale=scale, plans=[p.name for p in plans],
+                baselines={a: b.name for a, b in pairs.items()}, runs=len(run.jobs),
+                kernel_seconds=sum(j["seconds"] for j in run.jobs.values()),
+                golden_rms=float(np.sqrt(np.mean(np.square(golden)))) if golden.size else math.nan)
+    return Attribution(
+        isolation=frame(iso_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
+        ablation=frame(abl_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
+        tiles=frame(tile_rows, [*geo, *m, "ratio_max"]),
+        steps=frame(step_rows, [*geo, *m, "ratio_max"]),
+        flash_vs_baseline=frame(fvb_rows, ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m,
+                                           "ratio_max", "ratio_rms"]),
+        by_block=pd.concat(blocks, ignore_index=True) if blocks else frame(
+            [], ["plan", "kv_block", "op", "max_abs", "rms", "rel_max"]),
+        state_by_block=pd.concat(states, ignore_index=True) if states else frame(
+            [], ["plan", "kv_block", "state", "max_abs", "rms", "rel_max"]),
+        meta=meta,
+    )
+
+
+def _workers(workers: int | None) -> int:
+    if workers is None:
+        import numba
+
+        return numba.get_num_threads()
+    return _positive_int(workers, "workers")
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0 or not (math.isfinite(a) and math.isfinite(b)):
+        return math.nan if a != 0 or b != 0 else 1.0
+    return a / b
+
+
+def _long(summary: Any, col: str, plan_name: str, stats: Sequence[str]) -> Any:
+    """Melt a Tracer's wide (kv_block x op|state) summaries for several stats into one long table."""
+    df = None
+    for s in stats:
+        wide = summary(s)
+        part = wide.reset_index().melt(id_vars="kv_block", var_name=col, value_name=s)
+        part[col] = part[col].astype(str)
+        df = part if df is None else df.merge(part, on=["kv_block", col])
+    df = df.dropna(subset=list(stats), how="all").reset_index(drop=True)  # (block, op) pairs never recorded
+    df.insert(0, "plan", plan_name)
+    return df

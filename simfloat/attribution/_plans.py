@@ -1,0 +1,124 @@
+"""The plans an attribution runs: isolation, ablation, the float64 reference and the baseline pairing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from simfloat.accumulate import BlockFMA, Chunked, Sequential
+from simfloat.attention import BASELINE_OPS, FLASH_OPS, Plan, plan, presets
+from simfloat.attention.plan import OpSpec
+from simfloat.formats import format as _format
+
+__all__ = ["BASELINE_PAIRS", "FLAGS", "ablation_plan", "baseline_plan_for", "describe", "isolation_plan",
+           "reference_plan"]
+
+#: The flash-only algorithm flags a plan carries besides its ops; isolation and ablation keep the plan's.
+FLAGS = ("exp2", "contract", "normalization", "lazy_threshold")
+
+_FMTS = ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2")
+
+
+def _pairs() -> dict[str, str]:
+    names = presets()
+    out = {"fp64": "fp64"}
+    for f in _FMTS:
+        out[f"all-{f}"] = f"all-{f}"  # Golden et al.'s simulator: the same format everywhere, in both kernels
+        if f"pytorch-{f}" in names:
+            out[f"triton-{f}"] = f"pytorch-{f}"  # the Triton kernel vs what torch's eager attention does
+            out[f"pytorch-{f}"] = f"pytorch-{f}"
+    return out
+
+
+#: Default baseline plan for each flash preset (``triton-<fmt>`` -> ``pytorch-<fmt>``, ``all-<fmt>`` ->
+#: ``all-<fmt>``, ``fp64`` -> ``fp64``). Presets not listed (triton-tf32/e4m3/e5m2: torch has no such eager
+#: attention) and custom plans need an explicit ``baseline=``.
+BASELINE_PAIRS: Mapping[str, str] = _pairs()
+
+
+def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
+    """The baseline plan paired with flash plan ``p`` for the flash-vs-baseline comparison.
+
+    Args:
+        p: the flash plan (a preset name or :class:`Plan`).
+        override: ``None`` (use :data:`BASELINE_PAIRS` by the plan's name), a plan or preset name (used as
+            is), or a mapping from flash plan names to baseline plans (plans missing from it fall back to the
+            pairs).
+
+    Raises:
+        ValueError: no pairing is known for this plan and none was given.
+    """
+    fp = plan(p)
+    if isinstance(override, Mapping):
+        override = override.get(fp.name)
+    if override is not None:
+        return plan(override)  # type: ignore[arg-type]
+    if fp.name not in BASELINE_PAIRS:
+        raise ValueError(f"no baseline plan is paired with flash plan {fp.name!r}: pass baseline=<plan> "
+                         f"(CLI: --baseline {fp.name}=<plan>); known pairs: "
+                         + ", ".join(f"{a}->{b}" for a, b in BASELINE_PAIRS.items()))
+    return plan(BASELINE_PAIRS[fp.name])
+
+
+def reference_plan(p: Plan | str) -> Plan:
+    """Every op float64 (the ``fp64`` preset's entries) under ``p``'s algorithm flags (exp2, FMA contraction,
+    normalization, lazy rescaling): what is left when all of ``p``'s low precision is removed."""
+    fp = plan(p)
+    flags = {f: getattr(fp, f) for f in FLAGS}
+    return dataclasses.replace(plan("fp64"), name=f"{fp.name}[all->fp64]", **flags)
+
+
+def isolation_plan(p: Plan | str, op: str) -> Plan:
+    """Only ``op`` in ``p``'s precision, every other op float64 (under ``p``'s flags): that op's error
+    alone."""
+    fp = plan(p)
+    _check_op(op)
+    return reference_plan(fp).replace(name=f"{fp.name}[only {op}]", **{op: getattr(fp, op)})
+
+
+def ablation_plan(p: Plan | str, op: str) -> Plan:
+    """``p`` with only ``op`` raised to float64: the error that remains without that op's."""
+    fp = plan(p)
+    _check_op(op)
+    return fp.replace(name=f"{fp.name}[{op}->fp64]", **{op: getattr(plan("fp64"), op)})
+
+
+def _check_op(op: object) -> None:
+    if op not in FLASH_OPS:
+        raise ValueError(f"unknown op {op!r}; flash ops: {', '.join(FLASH_OPS)}")
+
+
+def cache_key(kernel: str, p: Plan) -> tuple[object, ...]:
+    """What determines a kernel's output under plan ``p`` (the name does not)."""
+    if kernel == "baseline":
+        return ("baseline",) + tuple(getattr(p, op) for op in BASELINE_OPS + ("softmax",))
+    return ("flash",) + tuple(getattr(p, op) for op in FLASH_OPS + FLAGS)
+
+
+_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "tfloat32": "tf32",
+          "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def _fmt(f: object) -> str:
+    name = _format(f).name  # type: ignore[arg-type]
+    return _SHORT.get(name, name)
+
+
+def describe(entry: object) -> str:
+    """A short label for a plan entry: ``bf16``, ``seq fp32``, ``tc16 F25 fp32/rz``, ``seq fp32 -> bf16``."""
+    if isinstance(entry, OpSpec):
+        mode = entry.mode.name.lower()
+        return _fmt(entry.fmt) + ("" if mode == "nearest_even" else f"/{mode}")
+    if isinstance(entry, Sequential):
+        s = f"seq {_fmt(entry.fmt)}"
+        if entry.product_fmt is not None and _fmt(entry.product_fmt) != _fmt(entry.fmt):
+            s += f" (products {_fmt(entry.product_fmt)})"
+        if entry.input_fmt is not None:
+            s += f" (inputs {_fmt(entry.input_fmt)})"
+        return s
+    if isinstance(entry, BlockFMA):
+        mode = "rz" if str(entry.out_mode).lower().endswith("toward_zero") else str(entry.out_mode)
+        return f"tc{entry.block} F{entry.fraction_bits} {_fmt(entry.out_fmt)}/{mode}"
+    if isinstance(entry, Chunked):
+        return f"{describe(entry.inner)} -> {_fmt(entry.outer_fmt)}"
+    return str(entry)

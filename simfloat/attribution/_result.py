@@ -1,0 +1,238 @@
+"""The result of :func:`simfloat.attribute`: tables, a console summary, CSVs and one PNG."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Attribution"]
+
+_TABLES = ("isolation", "ablation", "tiles", "steps", "flash_vs_baseline", "by_block", "state_by_block")
+
+
+def _e(x: object) -> str:
+    if isinstance(x, float):
+        return "nan" if math.isnan(x) else f"{x:.2e}"
+    return str(x)
+
+
+def _r(x: object) -> str:
+    return "nan" if isinstance(x, float) and math.isnan(x) else f"{x:.2f}"
+
+
+@dataclass
+class Attribution:
+    """Deviations from the float64 golden output (fp64 baseline attention), one row per run.
+
+    Every table has the metrics ``max_abs`` (max |O - O_golden|), ``mean_abs``, ``rms`` and ``rel_rms``
+    (rms / rms(O_golden)) over the evaluated outputs.
+
+    Attributes:
+        isolation: per (plan, op): only that op in the plan's precision (``op == "all"``: the plan itself);
+            ``frac_max``/``frac_rms``: the metric over the plan's.
+        ablation: per (plan, op): only that op raised to float64 (``op == "all"``: every op float64 under the
+            plan's flags); ``frac_*`` as above (1 - frac is what raising that op removes).
+        tiles: per (plan, block_m, block_n); ``steps`` = ceil(seq_k / block_n) rescaling steps;
+            ``ratio_max``: max_abs over the paired baseline's.
+        steps: per (plan, block_n) at the default block_m.
+        flash_vs_baseline: per (plan, kernel): the flash run and its paired baseline plan's run
+            (``kernel_plan``); ratios against the baseline row.
+        by_block: per (plan, kv block, op): the traced run's local rounding error (max_abs, rms, rel_max);
+            kv block -1 is the epilogue (normalize, output cast).
+        state_by_block: per (plan, kv block, state): drift of m_i, l_i, acc, out from the float64 shadow.
+        meta: shapes, rows evaluated, tiles, plans and their baselines, number of distinct runs.
+    """
+
+    isolation: pd.DataFrame
+    ablation: pd.DataFrame
+    tiles: pd.DataFrame
+    steps: pd.DataFrame
+    flash_vs_baseline: pd.DataFrame
+    by_block: pd.DataFrame
+    state_by_block: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return (f"Attribution(plans={m.get('plans')}, q={m.get('shape_q')}, rows={m.get('rows')}, "
+                f"runs={m.get('runs')})")
+
+    def table(self) -> str:
+        """The console summary: flash vs baseline, per-op attribution, deviation vs rescaling steps and
+        tiles."""
+        m = self.meta
+        rows = m.get("rows")
+        seq_q = m.get("seq_q")
+        which = "all query rows" if rows == seq_q else f"{rows} of {seq_q} query rows (evenly spaced)"
+        lines = [
+            f"q {m.get('shape_q')}, k {m.get('shape_k')}, v {m.get('shape_v')}; {which}; "
+            f"tiles {m.get('block_m')}x{m.get('block_n')}" + ("; causal" if m.get("causal") else "")
+            + f"; {m.get('runs')} distinct kernel runs",
+            "deviation = O - O_golden, O_golden = fp64 baseline attention; max_abs is Golden et al.'s metric",
+            "",
+            "flash vs baseline",
+        ]
+        fvb = self.flash_vs_baseline[["plan", "kernel", "kernel_plan", "max_abs", "mean_abs", "rms",
+                                      "rel_rms", "ratio_max", "ratio_rms"]]
+        lines.append(fvb.to_string(index=False, formatters=_formatters(fvb)))
+        for name in self.meta.get("plans", []):
+            iso = self.isolation[self.isolation["plan"] == name].set_index("op")
+            abl = self.ablation[self.ablation["plan"] == name].set_index("op")
+            t = iso[["entry"]].copy()
+            t["isolated_max"] = iso["max_abs"]
+            t["isolated_rms"] = iso["rms"]
+            t["ablated_max"] = abl["max_abs"]
+            t["ablated_rms"] = abl["rms"]
+            t.loc["all", "entry"] = "(all ops)"
+            lines += ["", f"{name} per op (isolated: only this op low-precision; ablated: only this op fp64)",
+                      t.reset_index().to_string(index=False, formatters=_formatters(t))]
+        if len(self.steps):
+            s = self.steps.pivot_table(index=["steps", "block_n"], columns="plan",
+                                       values=["max_abs", "rms"], sort=False).sort_index(ascending=False)
+            s = _by_plan(s, self.meta.get("plans", []))
+            lines += ["", "deviation vs rescaling steps = ceil(seq_k / block_n) at "
+                      f"block_m={m.get('block_m')}",
+                      s.reset_index().to_string(index=False, formatters=_formatters(s))]
+        if len(self.tiles):
+            t = self.tiles.pivot_table(index=["block_m", "block_n"], columns="plan",
+                                       values=["max_abs", "rms"], sort=False)
+            t = _by_plan(t, self.meta.get("plans", []))
+            lines += ["", "deviation vs tiles (block_m x block_n)",
+                      t.reset_index().to_string(index=False, formatters=_formatters(t))]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_csv(self, folder: str | Path) -> list[Path]:
+        """Write each table as ``<folder>/<table>.csv`` (folder created). Returns the paths."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name in _TABLES:
+            path = out / f"{name}.csv"
+            getattr(self, name).to_csv(path, index=False)
+            paths.append(path)
+        return paths
+
+    def plot(self, path: str | Path, title: str | None = None) -> Path:
+        """Save one PNG: per-op isolation/ablation bars (top), deviation vs tiles, vs rescaling steps, and the
+        traced accumulator drift per kv block (bottom). Returns the path."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+
+        plans = list(self.meta.get("plans", []))
+        colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(plans)}
+        fig = plt.figure(figsize=(16, 10))
+        gs = fig.add_gridspec(2, 3, height_ratios=[1.1, 1])
+        ax = fig.add_subplot(gs[0, :])
+        ops = [o for o in dict.fromkeys(self.isolation["op"]) if o != "all"]
+        x = np.arange(len(ops))
+        width = 0.8 / max(1, 2 * len(plans))
+        tiny = 1e-300
+        for i, p in enumerate(plans):
+            iso = self.isolation[self.isolation["plan"] == p].set_index("op")
+            abl = self.ablation[self.ablation["plan"] == p].set_index("op")
+            off = (2 * i - len(plans)) * width + width / 2
+            ax.bar(x + off, iso.loc[ops, "max_abs"].clip(lower=tiny), width, color=colors[p],
+                   label=f"{p}: only this op low-precision")
+            ax.bar(x + off + width, abl.loc[ops, "max_abs"].clip(lower=tiny), width, color=colors[p],
+                   alpha=0.35, hatch="//", edgecolor=colors[p], label=f"{p}: only this op fp64")
+            ax.axhline(max(iso.loc["all", "max_abs"], tiny), color=colors[p], ls="--", lw=1,
+                       label=f"{p}: whole plan")
+        ax.set_xticks(x, ops)
+        ax.set_yscale("log")
+        ax.set_ylabel("max |O - O_fp64|")
+        ax.set_title("Per-op attribution: isolation (solid) and ablation (hatched)")
+        ax.legend(fontsize=8, ncol=max(1, len(plans)), loc="upper left", bbox_to_anchor=(0, -0.07))
+        bases = self.flash_vs_baseline[self.flash_vs_baseline["kernel"] == "baseline"].set_index("plan")
+
+        def baselines(a: Any) -> None:
+            for p in plans:
+                if p in bases.index:
+                    a.axhline(max(bases.loc[p, "max_abs"], tiny), color=colors[p], ls=":", lw=1.2,
+                              label=f"baseline {bases.loc[p, 'kernel_plan']} max")
+
+        a1 = fig.add_subplot(gs[1, 0])
+        if len(self.tiles):
+            tiles = dict.fromkeys(zip(self.tiles["block_m"], self.tiles["block_n"], strict=True))
+            labels = [f"{bm}x{bn}" for bm, bn in tiles]
+            for p, g in self.tiles.groupby("plan", sort=False):
+                xs = [labels.index(f"{bm}x{bn}") for bm, bn in zip(g["block_m"], g["block_n"], strict=True)]
+                a1.plot(xs, g["max_abs"].clip(lower=tiny), marker="o", color=colors.get(p), label=f"{p} max")
+                a1.plot(xs, g["rms"].clip(lower=tiny), marker="s", mfc="none", ls="--", color=colors.get(p),
+                        label=f"{p} rms")
+            baselines(a1)
+            a1.set_xticks(range(len(labels)), labels)
+        a1.set_yscale("log")
+        a1.set_xlabel("tile block_m x block_n")
+        a1.set_ylabel("deviation from fp64")
+        a1.set_title("Deviation vs tile size")
+        a1.legend(fontsize=7)
+        a2 = fig.add_subplot(gs[1, 1])
+        if len(self.steps):
+            for p, g in self.steps.groupby("plan", sort=False):
+                g = g.sort_values("steps")
+                a2.plot(g["steps"], g["max_abs"].clip(lower=tiny), marker="o", color=colors.get(p),
+                        label=f"{p} max")
+                a2.plot(g["steps"], g["rms"].clip(lower=tiny), marker="s", mfc="none", ls="--",
+                        color=colors.get(p), label=f"{p} rms")
+            baselines(a2)
+            a2.set_xscale("log", base=2)
+        a2.set_yscale("log")
+        a2.set_xlabel(f"rescaling steps = ceil(seq_k / block_n), seq_k={self.meta.get('seq_k')}, "
+                      f"block_m={self.meta.get('block_m')}")
+        a2.set_ylabel("deviation from fp64")
+        a2.set_title("Deviation vs number of rescaling steps")
+        a2.legend(fontsize=7)
+        a3 = fig.add_subplot(gs[1, 2])
+        sb = self.state_by_block
+        if len(sb):
+            for p in plans:
+                for st, ls in (("acc", "-"), ("l_i", "--")):
+                    g = sb[(sb["plan"] == p) & (sb["state"] == st) & (sb["kv_block"] >= 0)]
+                    if len(g):
+                        g = g.sort_values("kv_block")
+                        a3.plot(g["kv_block"], g["rel_max"].clip(lower=tiny), ls=ls, color=colors[p],
+                                label=f"{p}: {st}")
+        a3.set_yscale("log")
+        a3.set_xlabel("kv block (rescaling step)")
+        a3.set_ylabel("max |state - fp64 shadow| / max |shadow|")
+        a3.set_title("State drift along the key sequence (traced run)")
+        a3.legend(fontsize=7)
+        m = self.meta
+        fig.suptitle(title or (f"Where the error comes from: q {m.get('shape_q')}, {m.get('rows')} query "
+                               f"rows evaluated, tiles {m.get('block_m')}x{m.get('block_n')}"))
+        fig.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return path
+
+
+def _by_plan(wide: Any, plans: list[str]) -> Any:
+    """(metric, plan) pivot columns -> "plan metric" columns, plan by plan."""
+    wide = wide.reorder_levels([1, 0], axis=1)
+    cols = [(p, v) for p in plans for v in ("max_abs", "rms") if (p, v) in wide.columns]
+    wide = wide[cols]
+    wide.columns = [f"{p} {v}" for p, v in cols]
+    return wide
+
+
+def _formatters(df: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in df.columns:
+        if str(c).startswith(("ratio", "frac")):
+            out[c] = _r
+        elif df[c].dtype.kind == "f":
+            out[c] = _e
+    return out

@@ -1,0 +1,242 @@
+"""simfloat.attribution: isolation/ablation plans are what they claim, tables have the expected rows, errors
+are clear. Tiny inputs (seq 64 x 97 keys, head dim 16)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+import simfloat as sf
+from simfloat.attention import FLASH_OPS, baseline, flash, plan
+from simfloat.attribution import (
+    BASELINE_PAIRS,
+    METRICS,
+    Attribution,
+    ablation_plan,
+    attribute,
+    baseline_plan_for,
+    default_block_ns,
+    default_tiles,
+    deviation,
+    isolation_plan,
+    reference_plan,
+    select_rows,
+)
+from simfloat.attribution._plans import FLAGS
+
+pd = pytest.importorskip("pandas")
+
+BM, BN = 16, 16
+
+
+def _inputs(seq_q=64, seq_k=97, d=16, lead=(2,), seed=0, fmt="bf16"):
+    g = np.random.default_rng(seed)
+    return tuple(sf.round(g.standard_normal(lead + (s, d)), fmt) for s in (seq_q, seq_k, seq_k))
+
+
+@pytest.fixture(scope="module")
+def qkv():
+    return _inputs()
+
+
+@pytest.fixture(scope="module")
+def res(qkv):
+    q, k, v = qkv
+    return attribute(q, k, v, ["triton-bf16", "all-bf16"], block_m=BM, block_n=BN, tiles=[(8, 16), (16, 32)],
+                     block_ns=[8, 16, 97])
+
+
+def _golden(q, k, v, causal=False):
+    return baseline(q, k, v, plan="fp64", causal=causal)
+
+
+def test_isolation_plan_has_one_low_precision_op_and_the_plans_flags():
+    p = plan("triton-bf16")
+    fp64 = plan("fp64")
+    iso = isolation_plan(p, "p")
+    assert iso.p == p.p and str(iso.p) == "bfloat16"
+    for op in FLASH_OPS:
+        if op != "p":
+            assert getattr(iso, op) == getattr(fp64, op), op
+    for f in FLAGS:
+        assert getattr(iso, f) == getattr(p, f)
+    abl = ablation_plan(p, "pv")
+    assert abl.pv == fp64.pv and abl.qk == p.qk and abl.exp2 and abl.contract
+
+
+@pytest.mark.parametrize("name", ["triton-bf16", "all-bf16"])
+@pytest.mark.parametrize("op", ["qk", "l_i", "p", "out"])
+def test_isolation_row_equals_direct_flash_call(res, qkv, name, op):
+    q, k, v = qkv
+    out = flash(q, k, v, plan=isolation_plan(name, op), block_m=BM, block_n=BN)
+    want = deviation(out, _golden(q, k, v))
+    row = res.isolation.set_index(["plan", "op"]).loc[(name, op)]
+    for m in METRICS:
+        assert row[m] == want[m], m
+    assert row["entry"] == ("bf16" if op in ("p", "out") or name == "all-bf16" and op == "l_i"
+                            else row["entry"])
+
+
+def test_ablation_row_equals_direct_flash_call(res, qkv):
+    q, k, v = qkv
+    out = flash(q, k, v, plan=ablation_plan("all-bf16", "pv"), block_m=BM, block_n=BN)
+    row = res.ablation.set_index(["plan", "op"]).loc[("all-bf16", "pv")]
+    assert row["max_abs"] == deviation(out, _golden(q, k, v))["max_abs"]
+
+
+@pytest.mark.parametrize("name", ["triton-bf16", "all-bf16", "triton-fp16"])
+def test_ablating_every_op_gives_fp64(qkv, name):
+    q, k, v = qkv
+    p = plan(name)
+    for op in FLASH_OPS:
+        p = ablation_plan(p, op)
+    ref = reference_plan(name)
+    assert all(getattr(p, f) == getattr(ref, f) for f in FLASH_OPS + FLAGS)
+    d = deviation(flash(q, k, v, plan=p, block_m=BM, block_n=BN), _golden(q, k, v))
+    assert d["max_abs"] < 1e-14 and d["rel_rms"] < 1e-14
+
+
+def test_all_rows_and_reference(res):
+    for name in ("triton-bf16", "all-bf16"):
+        abl = res.ablation.set_index(["plan", "op"])
+        assert abl.loc[(name, "all"), "max_abs"] < 1e-14  # every op raised: the fp64 golden value
+        iso = res.isolation.set_index(["plan", "op"])
+        fvb = res.flash_vs_baseline.set_index(["plan", "kernel"])
+        assert iso.loc[(name, "all"), "max_abs"] == fvb.loc[(name, "flash"), "max_abs"]
+        assert iso.loc[(name, "all"), "frac_max"] == 1.0
+    # m_i's rounding cancels out of the output (the same max is subtracted and added back)
+    assert res.isolation.set_index(["plan", "op"]).loc[("all-bf16", "m_i"), "max_abs"] < 1e-14
+    # the bf16 output cast alone is the biggest isolated error of the triton plan
+    tri = res.isolation[(res.isolation["plan"] == "triton-bf16") & (res.isolation["op"] != "all")]
+    assert tri.set_index("op")["max_abs"].idxmax() == "out"
+
+
+def test_table_shapes(res):
+    assert isinstance(res, Attribution)
+    assert len(res.isolation) == len(res.ablation) == 2 * (len(FLASH_OPS) + 1)
+    assert list(res.isolation["op"][:12]) == list(FLASH_OPS) + ["all"]
+    t = res.tiles
+    assert list(zip(t["plan"], t["block_m"], t["block_n"], t["steps"], strict=True)) == [
+        ("triton-bf16", 8, 16, 7), ("triton-bf16", 16, 32, 4),
+        ("all-bf16", 8, 16, 7), ("all-bf16", 16, 32, 4)]
+    s = res.steps
+    assert list(s["block_n"]) == [8, 16, 97] * 2 and list(s["steps"]) == [13, 7, 1] * 2
+    assert set(s["block_m"]) == {BM}
+    f = res.flash_vs_baseline
+    assert list(f["kernel_plan"]) == ["triton-bf16", "pytorch-bf16", "all-bf16", "all-bf16"]
+    assert list(f["ratio_max"][1::2]) == [1.0, 1.0]
+    for df in (res.isolation, res.ablation, res.tiles, res.steps, f):
+        assert set(METRICS) <= set(df.columns)
+        assert np.isfinite(df[list(METRICS)].to_numpy(float)).all()
+    # the steps row at block_n = BN is the main run
+    main = s[(s["plan"] == "all-bf16") & (s["block_n"] == BN)]["max_abs"].item()
+    assert main == f.set_index(["plan", "kernel"]).loc[("all-bf16", "flash"), "max_abs"]
+
+
+def test_by_block(res):
+    b = res.by_block
+    n_kv = math.ceil(97 / BN)
+    assert set(b["plan"]) == {"triton-bf16", "all-bf16"}
+    assert set(b["kv_block"]) == set(range(n_kv)) | {-1}
+    assert {"qk", "pv", "out"} <= set(b["op"])
+    assert set(b[b["kv_block"] == -1]["op"]) == {"normalize", "out"}
+    st = res.state_by_block
+    assert {"m_i", "l_i", "acc", "out"} == set(st["state"])
+    assert (st[st["plan"] == "all-bf16"]["rel_max"] > 0).any()
+
+
+def test_outputs(res, tmp_path):
+    text = res.table()
+    for s in ("flash vs baseline", "triton-bf16", "pytorch-bf16", "rescaling steps", "tiles", "per op",
+              "all-bf16 max_abs", "all-bf16 rms"):
+        assert s in text
+    paths = res.to_csv(tmp_path / "csv")
+    assert {p.name for p in paths} == {"isolation.csv", "ablation.csv", "tiles.csv", "steps.csv",
+                                       "flash_vs_baseline.csv", "by_block.csv", "state_by_block.csv"}
+    back = pd.read_csv(tmp_path / "csv" / "isolation.csv")
+    assert list(back.columns) == list(res.isolation.columns)
+    png = res.plot(tmp_path / "a.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "runs=" in repr(res)
+
+
+def test_rows_subset_is_exact(qkv):
+    q, k, v = qkv
+    r = attribute(q, k, v, "triton-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), rows=5,
+                  trace=False)
+    rows = select_rows(64, 5)
+    assert list(rows) == [0, 16, 32, 47, 63] and r.meta["rows"] == 5
+    full = flash(q, k, v, plan="triton-bf16", block_m=BM, block_n=BN)
+    want = deviation(full[:, rows], _golden(q, k, v)[:, rows])
+    assert r.flash_vs_baseline["max_abs"][0] == want["max_abs"]
+    assert len(r.tiles) == len(r.steps) == len(r.by_block) == 0
+    assert select_rows(64, None) is None and select_rows(64, 100) is None
+    assert list(select_rows(64, [3, 1, 3])) == [1, 3]
+
+
+def test_causal_and_baseline_override(qkv):
+    q, k, v = qkv
+    r = attribute(q[:, :40], k[:, :40], v[:, :40], "triton-bf16", baseline="all-bf16", block_m=BM, block_n=BN,
+                  causal=True, ops=["out"], tiles=[(8, 8)], block_ns=[8])
+    assert list(r.flash_vs_baseline["kernel_plan"]) == ["triton-bf16", "all-bf16"]
+    out = flash(q[:, :40], k[:, :40], v[:, :40], plan="triton-bf16", block_m=8, block_n=8, causal=True)
+    assert r.tiles["max_abs"][0] == deviation(out, _golden(q[:, :40], k[:, :40], v[:, :40], True))["max_abs"]
+
+
+def test_pairs_and_defaults():
+    assert BASELINE_PAIRS["triton-bf16"] == "pytorch-bf16" and BASELINE_PAIRS["all-fp16"] == "all-fp16"
+    assert baseline_plan_for("triton-fp32").name == "pytorch-fp32"
+    assert baseline_plan_for("triton-bf16", {"triton-bf16": "all-bf16"}).name == "all-bf16"
+    assert baseline_plan_for("all-bf16", {"triton-bf16": "all-bf16"}).name == "all-bf16"
+    with pytest.raises(ValueError, match="baseline="):
+        baseline_plan_for("triton-e4m3")
+    with pytest.raises(ValueError, match="no baseline plan"):
+        baseline_plan_for(plan("triton-bf16").replace(p="fp16"))
+    assert default_tiles(64, 64) == [(32, 32), (32, 128), (64, 64), (128, 32), (128, 128)]
+    assert default_block_ns(100) == [16, 32, 64, 128]
+
+
+def test_deviation_metrics():
+    d = deviation(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.0, 3.0, 2.0]))
+    assert d == {"max_abs": 2.0, "mean_abs": 0.5, "rms": 1.0, "rel_rms": 1.0 / math.sqrt(4.5)}
+
+
+def test_bad_arguments(qkv):
+    q, k, v = qkv
+    kw = dict(tiles=(), block_ns=(), trace=False)
+    with pytest.raises(ValueError, match="unknown op 'nope'"):
+        attribute(q, k, v, ops=["nope"], **kw)
+    with pytest.raises(ValueError, match="at least one plan"):
+        attribute(q, k, v, [], **kw)
+    with pytest.raises(ValueError, match="distinct"):
+        attribute(q, k, v, ["all-bf16", "all-bf16"], **kw)
+    with pytest.raises(ValueError, match="unknown plan"):
+        attribute(q, k, v, "bogus", **kw)
+    with pytest.raises(ValueError, match="block_m"):
+        attribute(q, k, v, tiles=[(0, 16)], block_ns=())
+    with pytest.raises(ValueError, match="pair"):
+        attribute(q, k, v, tiles=[(16,)], block_ns=())
+    with pytest.raises(ValueError, match="causal"):
+        attribute(q, k, v, rows=4, causal=True, **kw)
+    with pytest.raises(ValueError, match="within"):
+        attribute(q, k, v, rows=[64], **kw)
+    with pytest.raises(ValueError, match="no baseline plan"):
+        attribute(q, k, v, "triton-e4m3", **kw)
+    with pytest.raises(TypeError, match="numpy array"):
+        attribute(q.tolist(), k, v, **kw)
+    with pytest.raises(ValueError, match="head_dim"):
+        attribute(q, k[..., :8], v, **kw)
+    with pytest.raises(ValueError, match="block_n"):
+        attribute(q, k, v, block_n=0, **kw)
+
+
+def test_plan_names_do_not_matter_for_dedup(qkv):
+    q, k, v = qkv
+    same = dataclasses.replace(plan("triton-bf16"), name="mine")
+    r = attribute(q, k, v, [same], baseline="pytorch-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(),
+                  block_ns=(), trace=False)
+    # golden, main, reference, baseline, isolation(p), ablation(p): six distinct runs
+    assert r.meta["runs"] == 6 and r.flash_vs_baseline["plan"][0] == "mine"
