@@ -3,6 +3,9 @@
 Imports need only numpy and numba; torch, triton, pandas and matplotlib load lazily where used.
 """
 
+from simfloat import attention, ops
+from simfloat.accumulate import BlockFMA, Chunked, Sequential, dot, matmul, split_k, tensor_core
+from simfloat.attribution import Attribution, attribute
 from simfloat.formats import (
     FloatFormat,
     bfloat16,
@@ -21,10 +24,23 @@ from simfloat.formats import (
     tfloat32,
 )
 from simfloat.rounding import RoundingMode, round
+from simfloat.trace import Tracer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Attribution",
+    "BlockFMA",
+    "Chunked",
+    "Sequential",
+    "Tracer",
+    "attention",
+    "attribute",
+    "dot",
+    "matmul",
+    "ops",
+    "split_k",
+    "tensor_core",
     "FloatFormat",
     "RoundingMode",
     "bfloat16",
