@@ -16,9 +16,10 @@ import numpy as np
 
 from simfloat._jit import fma64, jit
 from simfloat.accumulate import _fused_step
+from simfloat.hardware import ex2_approx_f32
 from simfloat.rounding import round_exact, sticky
 
-__all__ = ["add", "div", "dot64", "exp", "exp2", "fma", "fmax", "mul", "rnd", "sub"]
+__all__ = ["add", "div", "dot64", "exp", "exp2", "exp2_hw", "fma", "fmax", "mul", "rnd", "row_sum", "sub"]
 
 _Z = np.uint64(0)
 
@@ -82,6 +83,48 @@ def exp(x, o):  # type: ignore[no-untyped-def]
 def exp2(x, o):  # type: ignore[no-untyped-def]
     """round(2**x)."""
     return rnd(math.exp2(x), o)
+
+
+@jit
+def exp2_hw(x, o, tab):  # type: ignore[no-untyped-def]
+    """round(2**x) (``tab`` empty) or round(ex2.approx.ftz.f32(x)) with the measured table (simfloat.hardware)."""
+    if tab.size == 0:
+        return exp2(x, o)
+    return rnd(ex2_approx_f32(x, tab, True), o)
+
+
+@jit
+def row_sum(p, n, o, order):  # type: ignore[no-untyped-def]
+    """sum of p[:n], each addition rounded by ``o``: order 0 left to right; 1 the H200's tl.sum over the
+    mma accumulator layout (4 lanes, each over columns 8r+2t, 8r+2t+1 left to right, then (s0+s2)+(s1+s3))."""
+    if order == 0:
+        s = 0.0
+        for j in range(n):
+            s = add(s, p[j], o)
+        return s
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for t in range(4):
+        s = 0.0
+        first = True
+        for base in range(2 * t, n, 8):
+            for c in range(base, min(base + 2, n)):
+                if first:
+                    s = p[c]
+                    first = False
+                else:
+                    s = add(s, p[c], o)
+        if t == 0:
+            s0 = s
+        elif t == 1:
+            s1 = s
+        elif t == 2:
+            s2 = s
+        else:
+            s3 = s
+    return add(add(s0, s2, o), add(s1, s3, o), o)
 
 
 @jit

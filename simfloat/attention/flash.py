@@ -40,7 +40,7 @@ from simfloat._jit import fma64, jit
 from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
 from simfloat.attention._inputs import block, prepare
-from simfloat.attention._kernels import add, div, dot64, exp, exp2, fma, fmax, mul, rnd, sub
+from simfloat.attention._kernels import add, div, dot64, exp, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.trace import record
 
@@ -142,7 +142,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
             if tr is not None:
                 record(tr[0], b, t, jt, SCALE, y - sj * pp.qk_scale, sj * pp.qk_scale)
                 record(tr[0], b, t, jt, SCALE, x - (y - m_sub), y - m_sub)
-        pj = exp2(x, pp.exp) if pp.exp2 else exp(x, pp.exp)
+        pj = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
         if tr is not None:
             ex = _ex(x, pp)
             record(tr[0], b, t, jt, EXP, pj - ex, ex)
@@ -150,18 +150,26 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
     for jj in range(nv, bn):
         p[jj] = 0.0
     l_ij = 0.0  # T8
-    for jj in range(nv):
-        y = add(l_ij, p[jj], pp.l_i)
+    if pp.sum_order == 0:
+        for jj in range(nv):
+            y = add(l_ij, p[jj], pp.l_i)
+            if tr is not None:
+                record(tr[0], b, t, jt, L_I, y - (l_ij + p[jj]), l_ij + p[jj])
+            l_ij = y
+    else:  # the plan's tree order over the whole tile (masked / padded p are 0)
+        l_ij = row_sum(p, bn, pp.l_i, pp.sum_order)
         if tr is not None:
-            record(tr[0], b, t, jt, L_I, y - (l_ij + p[jj]), l_ij + p[jj])
-        l_ij = y
+            ex = 0.0
+            for jj in range(nv):
+                ex += p[jj]
+            record(tr[0], b, t, jt, L_I, l_ij - ex, ex)
     alpha = 1.0  # T9
     if rescale:
         if m_i == _NINF:
             alpha = 0.0
         else:
             dm = sub(m_i, m_sub, pp.alpha)
-            alpha = exp2(dm, pp.alpha) if pp.exp2 else exp(dm, pp.alpha)
+            alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
             if tr is not None:
                 record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
                 record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))

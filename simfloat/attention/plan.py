@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.formats import FloatFormat, FormatParams
 from simfloat.formats import format as _format
@@ -31,7 +33,9 @@ FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "pv", "nor
 BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
 _OPS = FLASH_OPS + ("softmax",)
 _DOTS = ("qk", "pv")
-_FLAGS = ("exp2", "contract", "normalization", "lazy_threshold")
+_FLAGS = ("exp2", "contract", "normalization", "lazy_threshold", "exp2_impl", "sum_order")
+EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
+SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.tl_sum_mma_f32 (tl.sum, mma layout)
 _BIG_CHUNK = 1 << 40  # one chunk: "accumulate, then round the result once into outer_fmt"
 
 
@@ -136,6 +140,8 @@ class PlanParams(NamedTuple):
     qk_scale: float  # flash: the scale as the kernel uses it (log2(e) folded in with exp2), a scale-op value
     qk_scale64: float  # the same in float64, for the shadow execution
     sm_scale: float  # baseline: the scale rounded into the scale op's format
+    ex2_tab: np.ndarray  # flash exp/alpha exp2: empty = correctly rounded, else simfloat.hardware.ex2_table()
+    sum_order: int  # flash l_ij: 0 sequential, 1 the H200's tl.sum order in the mma layout
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,10 @@ class Plan:
         exp2: flash: exp2 with log2(e) folded into the scale (as the Triton kernel) instead of exp.
         contract: flash: ``qk*scale - m`` and ``l*alpha + l_ij`` rounded once each (tl.fma / fp fusion).
         normalization: flash: ``"deferred"`` (FA2) or ``"per_step"`` (FA1).
+        exp2_impl: flash: ``"correctly_rounded"`` or ``"h200"`` (exp/alpha exp2 through the measured
+            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format).
+        sum_order: flash: order of the row sum l_ij: ``"sequential"`` or ``"h200-mma"`` (the measured
+            tl.sum order over a tile in the tensor-core accumulator layout, :func:`simfloat.hardware.tl_sum_mma`).
         lazy_threshold: flash: rescale only if ``m_i(m_new - m_old) > lazy_threshold`` (exp/exp2 units of the
             scaled scores; the threshold is rounded into the m_i format); ``None`` always rescales.
     """
@@ -184,6 +194,8 @@ class Plan:
     contract: bool = False
     normalization: str = "deferred"
     lazy_threshold: float | None = None
+    exp2_impl: str = "correctly_rounded"
+    sum_order: str = "sequential"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -198,6 +210,10 @@ class Plan:
         if self.normalization not in ("deferred", "per_step"):
             raise ValueError("Plan.normalization must be 'deferred' or 'per_step', "
                              f"got {self.normalization!r}")
+        if self.exp2_impl not in EXP2_IMPLS:
+            raise ValueError(f"Plan.exp2_impl must be one of {EXP2_IMPLS}, got {self.exp2_impl!r}")
+        if self.sum_order not in SUM_ORDERS:
+            raise ValueError(f"Plan.sum_order must be one of {SUM_ORDERS}, got {self.sum_order!r}")
         t = self.lazy_threshold
         if t is not None:
             if isinstance(t, bool) or not isinstance(t, (int, float)):
@@ -227,7 +243,9 @@ class Plan:
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
         return (f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
-                f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold})")
+                f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
+                + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
+                + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "") + ")")
 
     def params(self, scale: float) -> PlanParams:
         """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it.
@@ -257,8 +275,20 @@ class Plan:
         return PlanParams(
             acc_params(self.qk), acc_params(self.pv), *(op(n) for n in _OPS if n not in _DOTS),
             self.exp2, self.contract, self.normalization == "per_step", t is not None,
-            threshold, qk_scale, qk_scale64, sm_scale,
+            threshold, qk_scale, qk_scale64, sm_scale, _ex2_tab(self.exp2_impl),
+            SUM_ORDERS.index(self.sum_order),
         )
+
+
+_NO_TABLE = np.zeros(0, dtype=np.int8)
+
+
+def _ex2_tab(impl: str) -> np.ndarray:
+    if impl == "h200":
+        from simfloat.hardware import ex2_table
+
+        return ex2_table()
+    return _NO_TABLE
 
 
 _ALIAS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "tfloat32",
@@ -290,6 +320,13 @@ def _pytorch(fmt: str) -> Plan:
     return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type]
 
 
+def _h200(fmt: str) -> Plan:
+    # triton-<fmt> on an H200 (sm_90, triton 3.6), as measured (tests/fixtures/gpu/h200, README "GPU validation
+    # (H200)"): ex2.approx.ftz.f32 for exp2 and the tl.sum order of the mma/wgmma accumulator layout for l_ij;
+    # the dots keep the sm90 tensor-core presets (the best BlockFMA fit of every dot probe).
+    return dataclasses.replace(_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200", sum_order="h200-mma")
+
+
 def _build() -> dict[str, Plan]:
     out = {"fp64": _uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
@@ -297,6 +334,8 @@ def _build() -> dict[str, Plan]:
         out[f"all-{fmt}"] = _uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         out[f"triton-{fmt}"] = _triton(fmt)
+    for fmt in ("bf16", "fp16", "tf32", "e4m3", "e5m2"):
+        out[f"h200-{fmt}"] = _h200(fmt)
     for fmt in ("bf16", "fp16", "fp32"):
         out[f"pytorch-{fmt}"] = _pytorch(fmt)
     return out
@@ -324,6 +363,8 @@ def plan(name: str | Plan) -> Plan:
             scale, FMA contraction, fp32 m_i/l_i/acc/alpha/normalize, P cast to <fmt>, output in <fmt>;
             ``triton-fp32`` uses "ieee" FMA-loop dots, ``triton-tf32`` fp32 inputs with tf32 tensor cores (P
             and output fp32).
+        ``h200-<fmt>``: ``triton-<fmt>`` with the H200's measured exp2 (ex2.approx.ftz.f32) and l_ij order
+            (tl.sum in the mma layout): bit for bit with the GPU's m_i / l_i where the dot model is exact.
         ``pytorch-<fmt>`` (baseline): each matmul accumulated in fp32 from zero and rounded once into <fmt>,
             scale in <fmt>, softmax in fp32, P read by the P.V matmul as <fmt>, output <fmt>.
         fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
