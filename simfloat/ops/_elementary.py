@@ -7,17 +7,22 @@ Accuracy contract, for an input ``x`` (any float64) and a format ``p``:
   rounding of the exact ``exp(x)``/``exp2(x)``/``log(x)`` in every deterministic mode whenever the exact value
   is farther than ``2**-97`` (relative) from a rounding boundary of the format (a midpoint for the nearest
   modes, a grid point for the directed modes and round-to-odd). How: the libm float64 value ``y`` (trusted to
-  be within 2 float64 ulps, glibc's documented bound is under 1) is widened to ``y*(1 +- 2**-50)``; when both
-  ends round alike the result is that rounding. Otherwise a double-double evaluation (relative error below
+  be within 2 float64 ulps; glibc documents less than 1) is widened to ``y*(1 +- 2**-50)``; when both ends
+  round alike the result is that rounding. Otherwise a double-double evaluation (relative error below
   ``2**-100``, checked in the tests against mpmath) is widened by ``2**-97`` and decides the same way; if even
-  that interval straddles a boundary, the double-double value is rounded. For the <= 24-bit formats this is
-  verified exhaustively over all bf16 and fp16 inputs against mpmath.
+  that interval straddles a boundary, the double-double value itself is rounded (a case that never occurred in
+  a scan of 2**26 random float32 inputs per function and mode, nor in the exhaustive bf16/fp16 tests). For
+  ``|x| < 2**-55``, exp(x) and 2**x are ``1 + t`` with ``|t|`` below the tail classes of
+  :func:`~simfloat.rounding.round_exact`, so the sign of ``x`` decides exactly. Verified exhaustively over all
+  bf16 and fp16 inputs (into their own format and float32, every mode) against mpmath.
 * Exact cases are exact: ``exp(+-0) = 1``, ``exp2(n) = 2**n`` for integers ``n`` (also when ``2**n`` is
   subnormal or beyond the format), ``log(1) = +0``. No other float64 input has a representable result.
-* Stochastic rounding always uses the double-double value (the up-probability is exact to about ``2**-100``).
+* Stochastic rounding always takes the double-double route: it sees the value as
+  :func:`~simfloat.rounding.round_exact` sees an exact one (float64 head plus the tail's class), so its
+  up-probability is that of the exact value up to ``2**-100`` relative.
 * Formats with 52 fraction bits (float64): faithful only -- the libm value, rounded into the format (for
-  float64 that is libm's result whatever the mode). Results that float64 cannot hold (subnormal, overflowing)
-  take the double-double route.
+  float64 that is libm's result whatever the mode), for results in float64's normal range; subnormal and
+  overflowing results take the double-double route.
 
 Special values: exp(-inf) = +0, exp(+inf) = +inf, log(+-0) = -inf, log(x < 0) = NaN, log(+inf) = +inf; NaN in,
 NaN out; a format without infinities applies its overflow policy to an infinite result.
@@ -70,6 +75,9 @@ _LOG_N = 22
 _LOG_DD_FROM = 10  # terms n > 10 in plain float64 (their sum is below 2**-56)
 _LOG_C = np.array([_dd(Fraction(1, 2 * n + 1)) for n in range(_LOG_N + 1)])
 
+# |x| below this: exp(x) and 2**x are 1 + t with 0 < |t| < 2**-54, strictly inside half an ulp of 1 above
+# and a quarter ulp below (the classes round_exact takes), so the tail's sign is the whole answer.
+_TINY = 2.0**-55
 _REL_LIBM = 2.0**-50  # libm bracket: 4 float64 ulps at the bottom of a binade
 _REL_DD = 2.0**-97  # double-double bracket: 8x the error bound
 
@@ -180,6 +188,8 @@ def exp_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:  # type: igno
         return round_exact(x, 0, p, mode, rbits)
     if x == 0.0:
         return round_exact(1.0, 0, p, mode, rbits)
+    if abs(x) < _TINY:
+        return round_exact(1.0, 1 if x > 0.0 else -1, p, mode, rbits)
     if x > 711.0:
         if x == np.inf:
             return round_exact(x, 0, p, mode, rbits)
@@ -211,6 +221,8 @@ def exp2_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:  # type: ign
         return round_exact(0.0, 1, p, mode, rbits)
     if x == math.floor(x):
         return round_scaled(1.0, 0, int(x), p, mode, rbits)
+    if abs(x) < _TINY:
+        return round_exact(1.0, 1 if x > 0.0 else -1, p, mode, rbits)
     if x > -1020.0 and x < 1023.0:
         ok, r = _libm_decides(math.exp2(x), p, mode, rbits)
         if ok:
