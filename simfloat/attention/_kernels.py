@@ -87,44 +87,46 @@ def exp2(x, o):  # type: ignore[no-untyped-def]
 
 @jit
 def exp2_hw(x, o, tab):  # type: ignore[no-untyped-def]
-    """round(2**x) (``tab`` empty) or round(ex2.approx.ftz.f32(x)) with the measured table (simfloat.hardware)."""
+    """round(2**x) (``tab`` empty), else round(ex2.approx.ftz.f32(x)) with the measured table
+    (simfloat.hardware)."""
     if tab.size == 0:
         return exp2(x, o)
     return rnd(ex2_approx_f32(x, tab, True), o)
 
 
 @jit
-def row_sum(p, n, o, order):  # type: ignore[no-untyped-def]
-    """sum of p[:n], each addition rounded by ``o``: order 0 left to right; 1 the H200's tl.sum over the
-    mma accumulator layout (4 lanes, each over columns 8r+2t, 8r+2t+1 left to right, then (s0+s2)+(s1+s3))."""
+def row_sum(p, n, o, order, warps_n):  # type: ignore[no-untyped-def]
+    """sum of p[:n], each addition rounded by ``o``. order 0: left to right. order 1: the H200's tl.sum over
+    the mma accumulator layout with ``warps_n`` warps along the row (simfloat.hardware): lane t of warp w sums its
+    columns 8w + 2t + 8*warps_n*r (and + 1) left to right, then the lane butterfly (xor 2, xor 1):
+    (s0 + s2) + (s1 + s3), then the warp butterfly likewise (2 warps: w0 + w1; 4: (w0 + w2) + (w1 + w3))."""
     if order == 0:
         s = 0.0
         for j in range(n):
             s = add(s, p[j], o)
         return s
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    for t in range(4):
-        s = 0.0
-        first = True
-        for base in range(2 * t, n, 8):
-            for c in range(base, min(base + 2, n)):
-                if first:
-                    s = p[c]
-                    first = False
-                else:
-                    s = add(s, p[c], o)
-        if t == 0:
-            s0 = s
-        elif t == 1:
-            s1 = s
-        elif t == 2:
-            s2 = s
-        else:
-            s3 = s
-    return add(add(s0, s2, o), add(s1, s3, o), o)
+    nw = max(1, min(warps_n, (n + 7) // 8))
+    period = 8 * warps_n
+    lw = np.zeros(4)
+    for w in range(nw):
+        lt = np.zeros(4)
+        for t in range(4):
+            s = 0.0
+            first = True
+            for base in range(8 * w + 2 * t, n, period):
+                for c in range(base, min(base + 2, n)):
+                    if first:
+                        s = p[c]
+                        first = False
+                    else:
+                        s = add(s, p[c], o)
+            lt[t] = s
+        lw[w] = add(add(lt[0], lt[2], o), add(lt[1], lt[3], o), o)
+    if nw == 1:
+        return lw[0]
+    if nw == 2:
+        return add(lw[0], lw[1], o)
+    return add(add(lw[0], lw[2], o), add(lw[1], lw[3], o), o)
 
 
 @jit

@@ -89,7 +89,7 @@ def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp
 
 
 @jit
-def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr):  # type: ignore[no-untyped-def]
+def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, bm):  # type: ignore[no-untyped-def]
     """T2..T14 for row ``i`` and key tile ``jt``; returns the new (m_i, l_i) and the shadow's."""
     bn = s.shape[0]
     j0 = jt * bn
@@ -157,7 +157,10 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
                 record(tr[0], b, t, jt, L_I, y - (l_ij + p[jj]), l_ij + p[jj])
             l_ij = y
     else:  # the plan's tree order over the whole tile (masked / padded p are 0)
-        l_ij = row_sum(p, bn, pp.l_i, pp.sum_order)
+        # Triton's mma.sync layout for the chained dots: 4 warps along the key axis when block_m < head_dim_v
+        # (warpsPerTileV2 on the P.V dot), else along M; wgmma (block_m >= 64) always along M
+        wn = 4 if (bm < 64 and bm < acc.shape[0]) else 1
+        l_ij = row_sum(p, bn, pp.l_i, pp.sum_order, wn)
         if tr is not None:
             ex = 0.0
             for jj in range(nv):
@@ -237,7 +240,7 @@ def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-
             accs[:] = 0.0
             for jt in range(n_kv):
                 m_i, l_i, ms, ls = _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp,
-                                         causal, tr)
+                                         causal, tr, bm)
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):

@@ -172,7 +172,8 @@ class Plan:
         exp2_impl: flash: ``"correctly_rounded"`` or ``"h200"`` (exp/alpha exp2 through the measured
             ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format).
         sum_order: flash: order of the row sum l_ij: ``"sequential"`` or ``"h200-mma"`` (the measured
-            tl.sum order over a tile in the tensor-core accumulator layout, :func:`simfloat.hardware.tl_sum_mma`).
+            tl.sum order over a tile in the tensor-core accumulator layout,
+            :func:`simfloat.hardware.tl_sum_mma`).
         lazy_threshold: flash: rescale only if ``m_i(m_new - m_old) > lazy_threshold`` (exp/exp2 units of the
             scaled scores; the threshold is rounded into the m_i format); ``None`` always rescales.
     """
@@ -321,8 +322,8 @@ def _pytorch(fmt: str) -> Plan:
 
 
 def _h200(fmt: str) -> Plan:
-    # triton-<fmt> on an H200 (sm_90, triton 3.6), as measured (tests/fixtures/gpu/h200, README "GPU validation
-    # (H200)"): ex2.approx.ftz.f32 for exp2 and the tl.sum order of the mma/wgmma accumulator layout for l_ij;
+    # triton-<fmt> on an H200 (sm_90, triton 3.6), as measured (tests/fixtures/gpu/h200, README
+    # "GPU validation (H200)"): ex2.approx.ftz.f32 for exp2 and the tl.sum order of the mma/wgmma accumulator layout for l_ij;
     # the dots keep the sm90 tensor-core presets (the best BlockFMA fit of every dot probe).
     return dataclasses.replace(_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200", sum_order="h200-mma")
 
