@@ -97,8 +97,8 @@ def exp2_hw(x, o, tab):  # type: ignore[no-untyped-def]
 @jit
 def row_sum(p, n, o, order, warps_n):  # type: ignore[no-untyped-def]
     """sum of p[:n], each addition rounded by ``o``. order 0: left to right. order 1: the H200's tl.sum over
-    the mma accumulator layout with ``warps_n`` warps along the row (simfloat.hardware): lane t of warp w sums its
-    columns 8w + 2t + 8*warps_n*r (and + 1) left to right, then the lane butterfly (xor 2, xor 1):
+    the mma accumulator layout with ``warps_n`` warps along the row (simfloat.hardware): lane t of warp w sums
+    its columns 8w + 2t + 8*warps_n*r (and + 1) left to right, then the lane butterfly (xor 2, xor 1):
     (s0 + s2) + (s1 + s3), then the warp butterfly likewise (2 warps: w0 + w1; 4: (w0 + w2) + (w1 + w3))."""
     if order == 0:
         s = 0.0

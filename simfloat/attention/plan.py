@@ -323,8 +323,8 @@ def _pytorch(fmt: str) -> Plan:
 
 def _h200(fmt: str) -> Plan:
     # triton-<fmt> on an H200 (sm_90, triton 3.6), as measured (tests/fixtures/gpu/h200, README
-    # "GPU validation (H200)"): ex2.approx.ftz.f32 for exp2 and the tl.sum order of the mma/wgmma accumulator layout for l_ij;
-    # the dots keep the sm90 tensor-core presets (the best BlockFMA fit of every dot probe).
+    # "GPU validation (H200)"): ex2.approx.ftz.f32 for exp2 and the tl.sum order of the mma/wgmma accumulator
+    # layout for l_ij; the dots keep the sm90 tensor-core presets (the best BlockFMA fit of every dot probe).
     return dataclasses.replace(_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200", sum_order="h200-mma")
 
 
