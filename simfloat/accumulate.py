@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import numpy as np
 
@@ -125,7 +125,7 @@ class Chunked:
             raise TypeError(f"Chunked.inner must be Sequential or BlockFMA, got {type(self.inner).__name__}")
 
 
-Model = Union[Sequential, BlockFMA, Chunked]
+Model = Sequential | BlockFMA | Chunked
 
 
 def split_k(splits: int, inner: Sequential | BlockFMA = Sequential(), outer_fmt: str = "float32") -> Chunked:
