@@ -97,6 +97,17 @@ def test_isolated_p_quantizer_matches_numpy():
                                rtol=1e-12, atol=1e-13)
 
 
+def test_p_quantizer_fused_and_unfused_agree_on_every_fp16_probability():
+    """INT8 T13: trunc(fp16(p16 * 127 + 0.5)) (one rounding, the kernel's fma) and the reference code's
+    trunc(fp16(fp16(p16 * 127) + 0.5)) give the same code for every fp16 value in [0, 1] (exhaustive)."""
+    h = np.arange(0, 0x3C01, dtype=np.uint16).view(np.float16).astype(np.float64)
+    fused, _ = quantize(h, Quant("int", "fixed", "half_up", arith="float16", pre="float16"))
+    unfused, _ = quantize(h, Quant("int", "fixed", "half_up_unfused", arith="float16", pre="float16"))
+    want = np.trunc((h * 127 + 0.5).astype(np.float16).astype(np.float64))
+    assert np.array_equal(fused, want) and np.array_equal(unfused, want)
+    assert fused.min() == 0 and fused.max() == 127
+
+
 def test_isolated_fp8_quantizers_match_numpy():
     q, k, v = _inputs(64, 32, seed=3)
     e4m3 = ml_dtypes.float8_e4m3fn

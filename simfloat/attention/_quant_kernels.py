@@ -39,7 +39,7 @@ S_M, S_L, S_ACC, S_OUT = range(4)
 DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64 = range(4)
 # quantizer kinds / code rounding rules / pv update modes
 K_NONE, K_INT, K_FLOAT = range(3)
-R_NEAREST_EVEN, R_NEAREST_AWAY, R_TOWARD_ZERO, R_HALF_UP = range(4)
+R_NEAREST_EVEN, R_NEAREST_AWAY, R_TOWARD_ZERO, R_HALF_UP, R_HALF_UP_UNFUSED = range(5)
 PV_SEPARATE, PV_INTO_ACC, PV_SCALED = range(3)
 
 
@@ -321,14 +321,18 @@ def scales_from_amax(amax, out, qmax, arith):  # type: ignore[no-untyped-def]
 @jit
 def p_quant(p, pp):  # type: ignore[no-untyped-def]
     """P's code: K_INT: ``t = pre(p)``; half_up ``trunc(arith(t * qmax + 0.5))`` (one rounding, the kernel's
-    fma16), else ``round_rule(arith(t * qmax))``; K_FLOAT: ``code(p)``; K_NONE: p."""
+    fma16), half_up_unfused ``trunc(arith(arith(t * qmax) + 0.5))``, else ``round_rule(arith(t * qmax))``;
+    K_FLOAT: ``code(p)``; K_NONE: p."""
     if pp.p_kind == K_NONE:
         return p
     t = frnd(p, pp.p_pre_op) if pp.p_pre else p
     if pp.p_kind == K_FLOAT:
         return frnd(t, pp.p_code)
-    if pp.p_rule == R_HALF_UP:
-        y = ffma(t, pp.p_qmax, 0.5, pp.p_arith)
+    if pp.p_rule == R_HALF_UP or pp.p_rule == R_HALF_UP_UNFUSED:
+        if pp.p_rule == R_HALF_UP:
+            y = ffma(t, pp.p_qmax, 0.5, pp.p_arith)
+        else:  # the reference code as written: (p * 127) + 0.5, two roundings
+            y = fadd(fmul(t, pp.p_qmax, pp.p_arith), 0.5, pp.p_arith)
         r = float(math.trunc(y))
         return min(max(r, -pp.p_qmax), pp.p_qmax)
     return _int_code(fmul(t, pp.p_qmax, pp.p_arith), pp.p_qmax, pp.p_rule)
@@ -340,6 +344,9 @@ def fixed_codes(x, codes, arith, qmax, rule):  # type: ignore[no-untyped-def]
     for e in range(x.shape[0]):
         if rule == R_HALF_UP:
             codes[e] = min(max(float(math.trunc(ffma(x[e], qmax, 0.5, arith))), -qmax), qmax)
+        elif rule == R_HALF_UP_UNFUSED:
+            y = fadd(fmul(x[e], qmax, arith), 0.5, arith)
+            codes[e] = min(max(float(math.trunc(y)), -qmax), qmax)
         else:
             codes[e] = _int_code(fmul(x[e], qmax, arith), qmax, rule)
 

@@ -86,7 +86,7 @@ _LOG2E = math.log2(math.e)  # rn32 of it equals rn32(1.44269504), the kernels' c
 
 _KINDS = ("none", "int", "float")
 _GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-channel", "fixed", "unscaled")
-_INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up")
+_INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up", "half_up_unfused")
 _ROW_SUMS = ("reference", "consistent")
 _SCORE_SCALINGS = ("scores", "folded")
 _PV_UPDATES = ("separate", "into_acc", "scaled")
@@ -113,7 +113,8 @@ class Quant:
             ``"unscaled"`` (a plain cast into ``fmt``: scale 1).
         rounding: int: ``"nearest_even"`` (torch.round), ``"nearest_away"``, ``"toward_zero"`` or, for
             ``"fixed"`` only, ``"half_up"`` (``trunc(arith(x*qmax + 0.5))``, one rounding: the kernel's fp16
-            fma); float: the rounding mode of the cast into ``fmt``.
+            fma), or ``"half_up_unfused"`` (``trunc(arith(arith(x*qmax) + 0.5))``, the reference code as
+            written, if the compiler does not contract it); float: the rounding mode of the cast into ``fmt``.
         fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``).
         qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast).
         arith: format and rounding of the quantizer's own arithmetic: ``amax/qmax``, ``x/scale``
@@ -143,8 +144,9 @@ class Quant:
             rule = _choice("Quant.rounding (int)", self.rounding, _INT_RULES)
             if gran == "unscaled":
                 raise ValueError("an int Quant needs a scale: granularity 'unscaled' is for float casts")
-            if (rule == "half_up") != (gran == "fixed"):
-                raise ValueError("int rounding 'half_up' goes with granularity 'fixed' (P) and only there")
+            if rule.startswith("half_up") != (gran == "fixed"):
+                raise ValueError("int rounding 'half_up'/'half_up_unfused' goes with granularity 'fixed' (P) "
+                                 "and only there")
             if self.fmt is not None:
                 raise ValueError("Quant.fmt is for float quantizers; an int quantizer has qmax")
             qmax = 127.0 if self.qmax is None else self.qmax
@@ -388,6 +390,8 @@ def _build() -> dict[str, QuantPlan]:
     out = {
         "int8-reference": int8,
         "int8-consistent": int8.replace(name="int8-consistent", row_sum="consistent"),
+        "int8-reference-unfused": int8.replace(name="int8-reference-unfused", p_quant=Quant(
+            "int", "fixed", "half_up_unfused", arith="float16", pre="float16")),
         "int8-reference-vblock": int8.replace(name="int8-reference-vblock",
                                               v_quant=Quant("int", "per-block", pre=fp32)),
         "int8-reference-vchannel": int8.replace(name="int8-reference-vchannel",
@@ -436,8 +440,10 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
     fp16 output):
         ``int8-reference``: gpu/int8_attention.py "int8": Q, K per-token INT8, V per-tensor INT8 (scale
             max/127, round half to even), exact integer dots, P = trunc(fp16(fp16(p)*127 + 0.5)), row sum
-            from the fp32 P. ``int8-consistent``: row sum from the quantized P. ``int8-reference-vblock`` /
-            ``-vchannel``: V scales per key tile / per head_dim channel (the CUDA port's options).
+            from the fp32 P. ``int8-consistent``: row sum from the quantized P.
+            ``int8-reference-unfused``: P's ``p16*127 + 0.5`` rounded twice (the reference code as
+            written). ``int8-reference-vblock`` / ``-vchannel``: V scales per key tile / per head_dim
+            channel (the CUDA port's options).
         ``half-int8`` (``-consistent``): Q, K INT8; V and P fp16, P.V on the sm90 fp16 tensor-core model into
             the accumulator.
         ``fp8-e4m3``, ``fp8-e5m2``: gpu/fp8_attention.py per-tensor (one scale per tensor, amax/FP8_MAX,
