@@ -33,6 +33,7 @@ from simfloat.formats import format as _format
 __all__ = [
     "RoundingMode",
     "mode_code",
+    "overflow_value",
     "round",
     "round_exact",
     "round_scalar",
@@ -120,7 +121,7 @@ def sticky(s: float, e: float) -> int:
 
 
 @jit
-def _overflow(neg: bool, p: FormatParams, mode: int) -> float:
+def overflow_value(neg: bool, p: FormatParams, mode: int) -> float:
     """The value an overflowing result takes: IEEE gives infinity for nearest modes and for directed rounding
     away from zero, the largest finite value otherwise; the format's policy replaces infinity."""
     to_inf = (
@@ -230,7 +231,7 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
         # mode 2 (toward zero): truncation, nothing to add
     r = np.float64(kept) * _pow2(q)  # kept <= 2**53 and the product is representable: exact
     if r > p.max_value:
-        return _overflow(neg, p, mode)
+        return overflow_value(neg, p, mode)
     if not p.subnormals and r != 0.0 and r < _pow2(p.emin):
         r = 0.0  # flush-to-zero of subnormal results, as FTZ hardware does
     if neg:

@@ -23,7 +23,7 @@ import numpy as np
 
 from simfloat._eft import exponent, next_away, pow2, scale, split, two_prod, two_sum
 from simfloat._jit import f64_bits, fma64, jit
-from simfloat.rounding import round_exact, sticky
+from simfloat.rounding import overflow_value, round_exact, sticky
 
 __all__ = [
     "round_scaled",
@@ -45,24 +45,6 @@ _SAFE_LO = 2.0**-960  # at or above: products, quotients and square roots have e
 _FMA_HUGE = 2.0**1000  # at or above: the three-term sum of fma could overflow in float64
 _TINY_C = 2.0**-900  # an addend of fma at or above this dwarfs a product below _SAFE_LO
 _NEGLIGIBLE = 2.0**-800
-
-
-@jit
-def overflow_value(neg: bool, p, mode: int) -> float:  # type: ignore[no-untyped-def]
-    """What an exact value beyond the format's range rounds to: IEEE gives infinity for the nearest modes,
-    stochastic rounding and directed rounding away from zero, the largest finite value otherwise; the format's
-    overflow policy (NaN, saturation) replaces the infinity."""
-    to_inf = mode == 0 or mode == 1 or mode == 6 or (mode == 3 and not neg) or (mode == 4 and neg)
-    if to_inf:
-        if p.overflow == 0:
-            r = np.inf
-        elif p.overflow == 1:
-            return np.nan
-        else:
-            r = p.max_value
-    else:
-        r = p.max_value
-    return -r if neg else r
 
 
 @jit
