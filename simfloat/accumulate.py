@@ -80,6 +80,13 @@ class BlockFMA:
         out_mode: rounding of the normalized block sum into ``out_fmt`` (toward zero for fp32 output).
         input_fmt: if given, operands are first rounded into it (fp32 operands of a tf32 dot).
         input_mode: rounding of operands into ``input_fmt`` (Triton's tf32 keeps the top bits: toward zero).
+        align: the exponent each product is aligned by. ``"product"``: the exponent of the exact product.
+            ``"exponent_sum"``: the sum of the operands' exponents, as the multiplier sees them before
+            normalizing the product (whose significand lies in [1, 4)): a product with significand >= 2 then
+            keeps one bit more. Measured on the H200 (tests/fixtures/gpu/h200/probes): every bf16, fp16, tf32,
+            e4m3 and e5m2 tensor-core probe matches ``"exponent_sum"`` bit for bit, ``"product"`` 98.5-99.8%.
+        operand_emin: with ``"exponent_sum"``, the exponent a subnormal operand counts with (the operand
+            format's emin: the hardware reads the biased exponent field). ``None``: no clamp.
     """
 
     block: int
@@ -88,12 +95,16 @@ class BlockFMA:
     out_mode: RoundingMode | str = "toward_zero"
     input_fmt: FloatFormat | str | None = None
     input_mode: RoundingMode | str = "toward_zero"
+    align: str = "product"
+    operand_emin: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.block, int) or self.block < 1:
             raise ValueError(f"BlockFMA.block must be a positive int, got {self.block!r}")
         if not isinstance(self.fraction_bits, int) or not 1 <= self.fraction_bits <= 45:
             raise ValueError(f"BlockFMA.fraction_bits must be an int in 1..45, got {self.fraction_bits!r}")
+        if self.align not in ("product", "exponent_sum"):
+            raise ValueError(f"BlockFMA.align must be 'product' or 'exponent_sum', got {self.align!r}")
 
 
 @dataclass(frozen=True)
@@ -153,16 +164,23 @@ def tensor_core(arch: str, input_format: str | FloatFormat) -> BlockFMA:
     if arch_key not in ("sm80", "sm90"):
         raise ValueError(f"unknown tensor-core arch {arch!r}; known: 'sm80', 'sm90'")
     name = fmt.name
+    # sm90: alignment by the operands' exponent sum, measured bit for bit on an H200; sm80: the published model
+    # (alignment by the product's exponent), not measured here.
+    kw = {"align": "exponent_sum"} if arch_key == "sm90" else {}
     if name in ("float32", "tfloat32"):
         block = 4 if arch_key == "sm80" else 8
         f = 24 if arch_key == "sm80" else 25
-        return BlockFMA(block, f, input_fmt="tfloat32", input_mode="toward_zero")
+        if kw:
+            kw["operand_emin"] = -126
+        return BlockFMA(block, f, input_fmt="tfloat32", input_mode="toward_zero", **kw)
+    if kw:
+        kw["operand_emin"] = fmt.emin
     if name in ("bfloat16", "float16"):
-        return BlockFMA(8, 24) if arch_key == "sm80" else BlockFMA(16, 25)
+        return BlockFMA(8, 24) if arch_key == "sm80" else BlockFMA(16, 25, **kw)
     if name in ("float8_e4m3fn", "float8_e5m2"):
         if arch_key != "sm90":
             raise ValueError("fp8 tensor cores need sm89/sm90; no sm80 preset")
-        return BlockFMA(32, 13, out_fmt=_E8M13, out_mode="toward_zero")
+        return BlockFMA(32, 13, out_fmt=_E8M13, out_mode="toward_zero", **kw)
     raise ValueError(f"no tensor-core preset for input format {name!r} on {arch}")
 
 
@@ -185,6 +203,8 @@ class AccParams(NamedTuple):
     chunk: int  # 0: not chunked; > 0 chunk length; < 0: -(number of splits)
     outer_p: FormatParams
     outer_mode: int
+    align_sum: bool  # BlockFMA aligns products by the operands' exponent sum
+    opnd_emin: int  # exponent a subnormal operand counts with (align_sum only)
 
 
 def acc_params(model: Model) -> AccParams:
@@ -204,7 +224,7 @@ def acc_params(model: Model) -> AccParams:
         return AccParams(
             0, acc.params, int(mode_code(model.mode)), model.product_fmt is not None, prod.params,
             model.input_fmt is not None, inp.params, int(mode_code(model.input_mode)), 1, 0, chunk,
-            outer.params, int(outer_mode),
+            outer.params, int(outer_mode), False, -1074,
         )
     if isinstance(model, BlockFMA):
         acc = _format(model.out_fmt)
@@ -212,7 +232,8 @@ def acc_params(model: Model) -> AccParams:
         return AccParams(
             1, acc.params, int(mode_code(model.out_mode)), False, acc.params,
             model.input_fmt is not None, inp.params, int(mode_code(model.input_mode)), model.block,
-            model.fraction_bits, chunk, outer.params, int(outer_mode),
+            model.fraction_bits, chunk, outer.params, int(outer_mode), model.align == "exponent_sum",
+            model.operand_emin if model.operand_emin is not None else -1074,
         )
     raise TypeError(f"accumulation model must be Sequential, BlockFMA or Chunked, got {type(model).__name__}")
 
@@ -280,6 +301,15 @@ def _exponent(x: float) -> int:
 
 
 @jit
+def product_exponent(a: float, b: float, p: float, ap: AccParams) -> int:
+    """The exponent a nonzero product is aligned by: its own, or the sum of its operands' exponents (each at
+    least ``opnd_emin``), as the tensor core's multiplier delivers it before normalization."""
+    if ap.align_sum:
+        return max(_exponent(a), ap.opnd_emin) + max(_exponent(b), ap.opnd_emin)
+    return _exponent(p)
+
+
+@jit
 def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:  # type: ignore[no-untyped-def]
     """One tensor-core step: c and the exact products a[k]*b[k], k in [lo, hi), aligned to the largest exponent,
     truncated to F fraction bits, summed exactly, normalized and rounded once into the accumulator format."""
@@ -288,11 +318,13 @@ def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:  # ty
     if c != 0.0 and not special:
         emax = _exponent(c)
     for k in range(lo, hi):
-        pk = _opnd(a[k], ap) * _opnd(b[k], ap)
+        ak = _opnd(a[k], ap)
+        bk = _opnd(b[k], ap)
+        pk = ak * bk
         if pk - pk != 0.0:
             special = True
         elif pk != 0.0:
-            emax = max(emax, _exponent(pk))
+            emax = max(emax, product_exponent(ak, bk, pk, ap))
     if special:  # inf/nan anywhere: the hardware propagates like IEEE
         s = c
         for k in range(lo, hi):
@@ -302,7 +334,7 @@ def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:  # ty
         return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _ZERO)  # all zero: +0 unless c is -0 alone
     q = emax - ap.frac_bits  # weight of the last kept bit
     total = np.int64(0)
-    # Each term becomes a signed integer multiple of 2**q, truncated toward zero (|term| / 2**q < 2**(F+1)).
+    # Each term becomes a signed integer multiple of 2**q, truncated toward zero (|term| / 2**q < 2**(F+2)).
     # Scaling by a power of two is exact; the products are exact (low-precision operands).
     if c != 0.0:
         total += np.int64(math.trunc(math.ldexp(c, -q)))
@@ -312,7 +344,7 @@ def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:  # ty
             total += np.int64(math.trunc(math.ldexp(pk, -q)))
     if total == 0:
         return 0.0
-    # |total| < (block+1) * 2**(F+1) <= 2**53 for the presets: exact as float64, then one rounding.
+    # |total| < (block+1) * 2**(F+2) <= 2**53 for the presets: exact as float64, then one rounding.
     return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
 
 

@@ -45,6 +45,26 @@ def test_output_rounding_mode():
     assert dot(a, b, 1.0, acc=BlockFMA(16, 25, out_mode="nearest_even")) == 1.0 + 2.0**-23
 
 
+def test_alignment_by_exponent_sum_keeps_a_bit_for_large_significand_products():
+    # 1.5 * 1.5 = 2.25 has exponent 1 but its operands' exponents sum to 0. Fifteen products 1.5 * 2**-25 next
+    # to it: aligned by the product's exponent (quantum 2**-24) each is 0.75 quantum and vanishes; aligned by the
+    # exponent sum (quantum 2**-25) each keeps 2**-25, 15 * 2**-25 in all, and RZ into fp32 (ulp 2**-22 at 2.25)
+    # leaves 2.25 + 2**-22.
+    a = np.ones(16)
+    a[0] = 1.5
+    b = np.full(16, 1.5 * 2.0**-25)
+    b[0] = 1.5
+    assert dot(a, b, acc=BlockFMA(16, 25)) == 2.25
+    assert dot(a, b, acc=BlockFMA(16, 25, align="exponent_sum")) == 2.25 + 2.0**-22
+    # subnormal operands count with the format's emin (the exponent field), not their own exponent
+    sub = 2.0**-16  # an fp16 subnormal (emin = -14)
+    big = np.array([sub, 1.0])
+    other = np.array([1.0, 1.0])
+    plain = dot(big, other, acc=BlockFMA(2, 25, align="exponent_sum"))
+    clamped = dot(big, other, acc=BlockFMA(2, 25, align="exponent_sum", operand_emin=-14))
+    assert plain == clamped == 1.0 + 2.0**-16  # both keep it here: 2**-16 is far above the 2**-25 quantum
+
+
 def test_truncation_is_sign_magnitude():
     # -1.5 * 2**-25 next to 1.0 with F = 24 truncates toward zero (to 0), not toward -inf (to -2**-24)
     assert dot(np.array([1.0, 1.0]), np.array([1.0, -1.5 * 2.0**-25]), acc=BlockFMA(2, 24)) == 1.0
@@ -96,11 +116,13 @@ def test_chunked_and_split_k():
 
 def test_tensor_core_presets():
     assert tensor_core("sm80", "bf16") == BlockFMA(8, 24)
-    assert tensor_core("sm90", "fp16") == BlockFMA(16, 25)
+    assert tensor_core("sm90", "fp16") == BlockFMA(16, 25, align="exponent_sum", operand_emin=-14)
+    assert tensor_core("sm90", "bf16") == BlockFMA(16, 25, align="exponent_sum", operand_emin=-126)
     tf = tensor_core("sm90", "tf32")
     assert (tf.block, tf.fraction_bits, sf.format(tf.input_fmt).name) == (8, 25, "tfloat32")
     f8 = tensor_core("sm90", "e4m3")
     assert (f8.block, f8.fraction_bits, sf.format(f8.out_fmt).mantissa_bits) == (32, 13, 13)
+    assert (f8.align, f8.operand_emin) == ("exponent_sum", -6)
     with pytest.raises(ValueError, match="arch"):
         tensor_core("sm70", "bf16")
     with pytest.raises(ValueError, match="sm80"):

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, fma64, jit
-from simfloat.accumulate import AccParams, _accumulate, _exponent, dot_acc
+from simfloat.accumulate import AccParams, _accumulate, _exponent, dot_acc, product_exponent
 from simfloat.attention._kernels import add, div, dot64, fma, fmax, mul, rnd
 from simfloat.attention.plan import OpParams
 from simfloat.rounding import round_scalar
@@ -223,11 +223,13 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):  # type: ignore[no-untyped-def]
         if c != 0.0:
             emax = _expo(c)
         for k in range(lo, hi):
-            pk = A[a0, a1, k] * B[b0, b1, k]
+            ak = A[a0, a1, k]
+            bk = B[b0, b1, k]
+            pk = ak * bk
             if pk - pk != 0.0:
                 return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
             if pk != 0.0:
-                e = _expo(pk)
+                e = product_exponent(ak, bk, pk, ap) if ap.align_sum else _expo(pk)
                 if e > emax:
                     emax = e
         if emax == -100000:
