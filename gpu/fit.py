@@ -90,7 +90,8 @@ def _candidates(fmt: str) -> list[tuple[str, Any]]:
     from simfloat.accumulate import BlockFMA, Sequential
     from simfloat.formats import FloatFormat
 
-    cands: list[tuple[str, Any]] = [("sequential fp32 (FMA loop)", Sequential("float32"))]
+    cands: list[tuple[str, Any]] = [("sequential fp32 (FMA loop)", Sequential("float32")),
+                                    ("sm90 preset (exponent-sum alignment)", _preset(fmt))]
     modes = ("toward_zero", "nearest_even")
     if fmt in FP8:
         for block in (16, 32, 64):
