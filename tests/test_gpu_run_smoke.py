@@ -82,11 +82,8 @@ def test_fit_recovers_the_interpreter_models(smoke_out):
     for name, v in dots.items():
         res = fit.fit_dot(name, v, coarse_rows=48, log=lambda m: None)
         assert res["agreement"] == 1.0 and res["preset_sm90"] == 1.0, res
-    want = {"bf16": "BlockFMA(16, F=25, toward_zero)",
-            "tf32": "BlockFMA(8, F=25, toward_zero, tf32 toward_zero)",
-            "e4m3": "BlockFMA(32, F=13, out e8m13, toward_zero)"}
-    for name, v in dots.items():
-        assert fit.fit_dot(name, v, coarse_rows=48, log=lambda m: None)["best"] == want[name.split("_")[0]]
+        # the interpreter runs the sm90 presets (exponent-sum alignment): the fit must single them out
+        assert res["best"] == "sm90 preset (exponent-sum alignment)", (name, res["best"])
     (name, v), = fit._variants(z, "sum").items()
     res = fit.fit_sum(name, v, log=lambda m: None)
     for layout in ("y_mma", "y_blocked"):
