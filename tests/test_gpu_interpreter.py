@@ -21,6 +21,7 @@ triton = pytest.importorskip("triton")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 import triton.language as tl  # noqa: E402
 import triton.runtime.interpreter as ti  # noqa: E402
+from triton_kernels import _cast_kernel, _cast_rounding_kernel, _fma_kernel  # noqa: E402
 
 import simfloat  # noqa: E402
 import simfloat.ops as sops  # noqa: E402
@@ -67,26 +68,6 @@ def _dot_acc_kernel(A, B, C, Y, M: tl.constexpr, N: tl.constexpr, K: tl.constexp
     else:
         acc = tl.dot(a, b, acc)
     tl.store(Y + rm[:, None] * N + rn[None, :], acc)
-
-
-@triton.jit
-def _cast_kernel(X, Y, n, BLOCK: tl.constexpr):
-    r = tl.arange(0, BLOCK)
-    x = tl.load(X + r, mask=r < n)
-    tl.store(Y + r, x.to(Y.dtype.element_ty), mask=r < n)
-
-
-@triton.jit
-def _cast_rounding_kernel(X, Y, n, BLOCK: tl.constexpr, ROUNDING: tl.constexpr):
-    r = tl.arange(0, BLOCK)
-    x = tl.load(X + r, mask=r < n)
-    tl.store(Y + r, x.to(Y.dtype.element_ty, fp_downcast_rounding=ROUNDING), mask=r < n)
-
-
-@triton.jit
-def _fma_kernel(A, B, C, Y, N: tl.constexpr):
-    r = tl.arange(0, N)
-    tl.store(Y + r, tl.fma(tl.load(A + r), tl.load(B + r), tl.load(C + r)))
 
 
 @triton.jit

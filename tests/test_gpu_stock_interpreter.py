@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 import triton.language as tl  # noqa: E402
+from triton_kernels import _cast_kernel, _cast_rounding_kernel, _fma_kernel  # noqa: E402
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
     raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
@@ -42,26 +43,6 @@ def _dot_kernel(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, PREC
     b = tl.load(B + rk[:, None] * N + rn[None, :])
     c = tl.dot(a, b, input_precision=PRECISION)
     tl.store(C + rm[:, None] * N + rn[None, :], c)
-
-
-@triton.jit
-def _cast_kernel(X, Y, n, BLOCK: tl.constexpr):
-    r = tl.arange(0, BLOCK)
-    x = tl.load(X + r, mask=r < n)
-    tl.store(Y + r, x.to(Y.dtype.element_ty), mask=r < n)
-
-
-@triton.jit
-def _cast_rounding_kernel(X, Y, n, BLOCK: tl.constexpr, ROUNDING: tl.constexpr):
-    r = tl.arange(0, BLOCK)
-    x = tl.load(X + r, mask=r < n)
-    tl.store(Y + r, x.to(Y.dtype.element_ty, fp_downcast_rounding=ROUNDING), mask=r < n)
-
-
-@triton.jit
-def _fma_kernel(A, B, C, Y, N: tl.constexpr):
-    r = tl.arange(0, N)
-    tl.store(Y + r, tl.fma(tl.load(A + r), tl.load(B + r), tl.load(C + r)))
 
 
 @triton.jit
