@@ -16,6 +16,7 @@ divide once at the end; ``"per_step"``: FA1, keep the accumulator normalized aft
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -328,6 +329,7 @@ def _h200(fmt: str) -> Plan:
     return dataclasses.replace(_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200", sum_order="h200-mma")
 
 
+@functools.cache
 def _build() -> dict[str, Plan]:
     out = {"fp64": _uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
@@ -342,15 +344,9 @@ def _build() -> dict[str, Plan]:
     return out
 
 
-_PRESETS: dict[str, Plan] | None = None
-
-
 def presets() -> dict[str, Plan]:
     """All preset plans by name (see :func:`plan`)."""
-    global _PRESETS
-    if _PRESETS is None:
-        _PRESETS = _build()
-    return dict(_PRESETS)
+    return dict(_build())
 
 
 def plan(name: str | Plan) -> Plan:

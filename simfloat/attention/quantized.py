@@ -42,6 +42,7 @@ is O(seq_q * seq_k * head_dim), integer dots about 1 ns per product, fp8/fp16 te
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -379,6 +380,7 @@ class QuantPlan:
 _FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
 
 
+@functools.cache
 def _build() -> dict[str, QuantPlan]:
     fp32 = OpSpec("float32")
     tok = Quant("int", "per-token", pre=fp32)
@@ -422,15 +424,9 @@ def _build() -> dict[str, QuantPlan]:
     return out
 
 
-_PRESETS: dict[str, QuantPlan] | None = None
-
-
 def quant_presets() -> dict[str, QuantPlan]:
     """All preset quantized plans by name (see :func:`quant_plan`)."""
-    global _PRESETS
-    if _PRESETS is None:
-        _PRESETS = _build()
-    return dict(_PRESETS)
+    return dict(_build())
 
 
 def quant_plan(name: str | QuantPlan) -> QuantPlan:
