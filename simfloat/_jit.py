@@ -13,10 +13,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["jit", "pjit", "f64_bits", "bits_f64", "fma64"]
+__all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "fma64"]
 
 # Scalar workers and serial drivers.
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
+# Small branch-free helpers inlined into the caller's loops (numba IR inlining), so LLVM can vectorize the loop.
+ljit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", inline="always")
 # Drivers that loop over independent elements or rows with prange.
 pjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", parallel=True)
 

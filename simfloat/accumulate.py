@@ -415,7 +415,8 @@ def _as_float_array(x: object, name: str) -> np.ndarray:
     return x.astype(np.float64, copy=False)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Model) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Model,
+           engine: str = "vector") -> np.ndarray:
     """Emulated ``c + a @ b`` under an accumulation model.
 
     Args:
@@ -424,10 +425,14 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Mo
         b: (..., K, N) array; leading dims broadcast with ``a``'s.
         c: optional (..., M, N) incoming accumulator (defaults to zeros).
         acc: accumulation model.
+        engine: ``"vector"`` (the row kernels of :mod:`simfloat._mma`, vectorized across outputs) or
+            ``"reference"`` (:func:`dot_acc` per output); the same bits.
 
     Returns:
         float64 array (..., M, N) of values of the accumulator format.
     """
+    if engine not in ("vector", "reference"):
+        raise ValueError(f"engine must be 'vector' or 'reference', got {engine!r}")
     ap = acc_params(acc)
     a64 = _as_float_array(a, "a")
     b64 = _as_float_array(b, "b")
@@ -437,16 +442,21 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Mo
         raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
     lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
     m, n = a64.shape[-2], b64.shape[-1]
-    a3 = np.ascontiguousarray(np.broadcast_to(a64, lead + a64.shape[-2:])).reshape(-1, m, a64.shape[-1])
-    b3 = np.ascontiguousarray(np.broadcast_to(b64, lead + b64.shape[-2:])).reshape(-1, b64.shape[-2], n)
+    nl = math.prod(lead)
+    a3 = np.ascontiguousarray(np.broadcast_to(a64, lead + a64.shape[-2:])).reshape(nl, m, a64.shape[-1])
+    b3 = np.ascontiguousarray(np.broadcast_to(b64, lead + b64.shape[-2:])).reshape(nl, b64.shape[-2], n)
     if c is None:
         c3 = np.zeros((a3.shape[0], m, n))
     else:
         c64 = _as_float_array(c, "c")
         try:
-            c3 = np.ascontiguousarray(np.broadcast_to(c64, lead + (m, n))).reshape(-1, m, n)
+            c3 = np.ascontiguousarray(np.broadcast_to(c64, lead + (m, n))).reshape(nl, m, n)
         except ValueError as err:
             raise ValueError(f"c of shape {c.shape} does not broadcast to {lead + (m, n)}") from err
+    if engine == "vector":
+        from simfloat._mma import matmul_rows
+
+        return matmul_rows(a3, b3, c3, acc).reshape(lead + (m, n))
     out = np.empty((a3.shape[0], m, n))
     run_rows(_matmul_rows, a3.shape[0] * m, a3, b3, c3, out, ap)
     return out.reshape(lead + (m, n))

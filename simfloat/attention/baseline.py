@@ -23,6 +23,9 @@ import numpy as np
 from simfloat._jit import jit
 from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
+from simfloat.attention._build import check_engine
+from simfloat.attention._build import engine as build_engine
+from simfloat.attention._engine import baseline_units
 from simfloat.attention._inputs import prepare
 from simfloat.attention._kernels import add, div, dot64, exp, fmax, mul, rnd, sub
 from simfloat.attention.plan import BASELINE_OPS, Plan
@@ -118,7 +121,7 @@ def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr):  # type: ignore[no-un
 
 
 def baseline(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, causal: bool = False,
-             scale: float | None = None, trace: object = None) -> np.ndarray:
+             scale: float | None = None, trace: object = None, engine: str | None = None) -> np.ndarray:
     """Emulated standard attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
     Args:
@@ -129,19 +132,27 @@ def baseline(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, c
         causal: top-left aligned mask: query i sees keys j <= i.
         scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)), rounded into the scale op's format.
         trace: a :class:`simfloat.Tracer` or None.
+        engine: ``"vector"`` (:mod:`simfloat.attention._engine`) or ``"reference"`` (the scalar kernel of this
+            module, which also records traces); None: vector, reference when tracing. The same bits.
 
     Returns:
         (..., seq_q, head_dim_v) float64 array of values of ``plan.out``'s format.
 
     Raises:
-        TypeError, ValueError: bad arrays, shapes, scale, plan or tracer.
+        TypeError, ValueError: bad arrays, shapes, scale, plan, tracer or engine.
     """
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
+    which = check_engine(engine, x.trace is not None)
     pp = x.plan.params(x.scale)
     n_lead, seq_q = x.q.shape[:2]
     dv = x.v.shape[2]
     n_qt = -(-seq_q // ROWS)
     out = np.zeros((n_lead, seq_q, dv))
+    if which == "vector":
+        eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=ROWS, bn=0, causal=x.causal, wn=1)
+        if n_lead * seq_q > 0:
+            run_rows(baseline_units, n_lead * seq_q, xs, out, eng, min_rows=16)
+        return out.reshape(x.lead + (seq_q, dv))
     tr = None
     if x.trace is not None:
         tr = x.trace._start("baseline", x.plan.name, BASELINE_OPS, n_lead, n_qt, 1, lead=x.lead,

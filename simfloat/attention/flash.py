@@ -39,6 +39,9 @@ import numpy as np
 from simfloat._jit import fma64, jit
 from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
+from simfloat.attention._build import check_engine, clamp_blocks
+from simfloat.attention._build import engine as build_engine
+from simfloat.attention._engine import flash_units
 from simfloat.attention._inputs import block, prepare
 from simfloat.attention._kernels import add, div, dot64, exp, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
@@ -89,7 +92,7 @@ def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp
 
 
 @jit
-def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, bm):  # type: ignore[no-untyped-def]
+def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, wn):  # type: ignore[no-untyped-def]
     """T2..T14 for row ``i`` and key tile ``jt``; returns the new (m_i, l_i) and the shadow's."""
     bn = s.shape[0]
     j0 = jt * bn
@@ -157,9 +160,6 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
                 record(tr[0], b, t, jt, L_I, y - (l_ij + p[jj]), l_ij + p[jj])
             l_ij = y
     else:  # the plan's tree order over the whole tile (masked / padded p are 0)
-        # Triton's mma.sync layout for the chained dots: 4 warps along the key axis when block_m < head_dim_v
-        # (warpsPerTileV2 on the P.V dot), else along M; wgmma (block_m >= 64) always along M
-        wn = 4 if (bm < 64 and bm < acc.shape[0]) else 1
         l_ij = row_sum(p, bn, pp.l_i, pp.sum_order, wn)
         if tr is not None:
             ex = 0.0
@@ -223,7 +223,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
 @jit
 def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-untyped-def]
     """Rows of work ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
-    bm, bn, causal = geo
+    bm, bn, causal, wn = geo
     seq_q, seq_k, dv = q.shape[1], k.shape[1], v.shape[2]
     n_qt = (seq_q + bm - 1) // bm
     n_kv_all = (seq_k + bn - 1) // bn
@@ -240,7 +240,7 @@ def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-
             accs[:] = 0.0
             for jt in range(n_kv):
                 m_i, l_i, ms, ls = _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp,
-                                         causal, tr, bm)
+                                         causal, tr, wn)
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):
@@ -259,7 +259,8 @@ def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-
 
 def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, block_m: int = 64,
           block_n: int = 64, causal: bool = False, scale: float | None = None, trace: object = None,
-          return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+          return_stats: bool = False, engine: str | None = None,
+          ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Emulated flash attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
     Args:
@@ -268,37 +269,49 @@ def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, bloc
         k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1.
         plan: a :class:`~simfloat.attention.Plan` or preset name (``"triton-bf16"``, ...).
         block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial).
+            Tiles larger than the sequence give the bits of tiles clamped to it, and cost as much.
         causal: top-left aligned mask: query i sees keys j <= i.
         scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)); with ``plan.exp2`` the kernel uses
             ``scale_op(scale_op(scale) * scale_op(log2 e))``.
         trace: a :class:`simfloat.Tracer` to record local errors and state drift, or None (no cost).
         return_stats: also return ``m`` and ``l`` ((..., seq_q) each): the final running max (log2 units with
             exp2) and the softmax denominator relative to it.
+        engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._engine`) or ``"reference"``
+            (the scalar kernels of this module, which also record traces); None: vector, reference when
+            tracing. Both give the same bits.
 
     Returns:
         (..., seq_q, head_dim_v) float64 array whose values are values of ``plan.out``'s format; with
         ``return_stats`` the tuple (out, m, l). Bitwise deterministic for any thread count.
 
     Raises:
-        TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan or tracer.
+        TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan, tracer or engine.
     """
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
-    bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    which = check_engine(engine, x.trace is not None)
+    bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
     pp = x.plan.params(x.scale)
     n_lead, seq_q = x.q.shape[:2]
     seq_k, dv = x.v.shape[1:]
+    bm, bn = clamp_blocks(bm_req, bn_req, seq_q, seq_k, x.plan.pv)
     n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
-    vpad = np.zeros((n_lead, n_kv * bn, dv))
-    vpad[:, :seq_k] = x.v
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    tr = None
-    if x.trace is not None:
-        tr = x.trace._start("flash", x.plan.name, FLASH_OPS, n_lead, n_qt, n_kv, lead=x.lead, block_m=bm,
-                            block_n=bn, causal=x.causal, scale=x.scale)
-    if n_lead * n_qt > 0:
-        run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal)), tr)
+    wn = 4 if (bm_req < 64 and bm_req < dv) else 1  # tl.sum layout of the requested tile (see row_sum)
+    if which == "vector":
+        eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
+        if n_lead * n_qt > 0:
+            run_rows(flash_units, n_lead * n_qt, xs, out, m, l, eng)
+    else:
+        vpad = np.zeros((n_lead, n_kv * bn, dv))
+        vpad[:, :seq_k] = x.v
+        tr = None
+        if x.trace is not None:
+            tr = x.trace._start("flash", x.plan.name, FLASH_OPS, n_lead, n_qt, n_kv, lead=x.lead, block_m=bm,
+                                block_n=bn, causal=x.causal, scale=x.scale)
+        if n_lead * n_qt > 0:
+            run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal), wn), tr)
     out = out.reshape(x.lead + (seq_q, dv))
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))

@@ -1,0 +1,192 @@
+"""Branch-free rounding of exact results, for loops that LLVM vectorizes across independent outputs.
+
+:func:`simfloat.rounding.round_exact` decides every case with branches; a loop calling it runs one element at a
+time. The functions here give the same bits with selects only, for the formats and modes where that is possible
+(:attr:`Lane.fast`): every mode but stochastic, formats whose scaling constants are normal float64 numbers and
+whose precision leaves float64 two spare bits (mantissa_bits <= 50). float64 itself under round-to-nearest-even is
+:attr:`Lane.native`: the float64 operation's own result is the answer. Callers check ``fast`` (or ``native``)
+once per loop and use the general scalar path otherwise.
+
+How: a float64 ``x`` with ``e = clamp(floor(log2 |x|), emin, emax + 1)`` is scaled by ``2**(m - e)`` (exact),
+rounded to an integer by ``rint / trunc / ceil / floor`` (or the away / odd rules) and scaled back; overflow,
+infinite inputs, flush-to-zero and the sign of zero are selects. Exponents are handled as powers of two in
+float64 (``2**e`` is ``x`` with its fraction bits masked off), never as integers: AVX2 has no vector
+conversion between int64 and float64, so integer exponents would keep these loops scalar.
+
+An exact value given as ``s + e`` (TwoSum, TwoProduct) is first folded into one float64 rounded to odd, which
+then rounds like the exact value in every mode because the target keeps at most 51 bits (round-to-odd double
+rounding).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simfloat._jit import bits_f64, f64_bits, fma64, ljit
+from simfloat.formats import FloatFormat
+from simfloat.rounding import overflow_value
+
+__all__ = ["Lane", "lane", "lround", "lround_exact", "ro_fold", "ladd", "lmul", "lfma", "ldiv", "pow2_of", "recip_pow2"]
+
+_B52 = np.uint64(52)
+_ONE = np.uint64(1)
+_EXP_MASK = np.uint64(0x7FF0000000000000)
+_RECIP = np.uint64(2046) << _B52
+
+
+class Lane(NamedTuple):
+    """A format and a rounding mode as the branch-free kernels need them (see :func:`lane`)."""
+
+    fast: bool  # the branch-free functions give round_exact's bits (native lanes included)
+    native: bool  # float64 with nearest-even: the float64 result needs no rounding
+    m: int  # mantissa bits
+    emin: int
+    top: float  # 2**(emax + 1): larger values overflow whatever the rounding
+    two_m: float  # 2**m
+    two_neg_m: float  # 2**-m
+    mode: int
+    max_value: float
+    ovf_pos: float  # what a finite value beyond the format becomes
+    ovf_neg: float
+    inf_pos: float  # what +-inf becomes
+    inf_neg: float
+    ftz: bool  # no subnormals: results below 2**emin flush to zero
+    tiny: float
+    unsigned_zero: bool  # no -0 code
+
+
+def lane(fmt: FloatFormat, mode: int) -> Lane:
+    """The :class:`Lane` record of ``fmt`` under rounding ``mode`` (a RoundingMode value)."""
+    p = fmt.params
+    m, emin, emax = fmt.mantissa_bits, fmt.emin, fmt.emax
+    native = m == 52 and emin == -1022 and mode == 0 and p.has_inf
+    fast = native or (
+        m <= 50
+        and mode in (0, 1, 2, 3, 4, 5)
+        and emin - m >= -1022
+        and m - emin <= 1023
+        and emax + 1 - m <= 1023
+        and m - emax - 1 >= -1022
+    )
+    if p.has_inf:
+        inf_pos, inf_neg = np.inf, -np.inf
+    elif p.overflow == 1:
+        inf_pos = inf_neg = np.nan
+    else:
+        inf_pos, inf_neg = p.max_value, -p.max_value
+    return Lane(
+        bool(fast), bool(native), m, emin, float(2.0 ** min(emax + 1, 1023)), float(2.0**m), float(2.0**-m),
+        int(mode), p.max_value,
+        float(overflow_value(False, p, int(mode))), float(overflow_value(True, p, int(mode))),
+        inf_pos, inf_neg, not p.subnormals, float(2.0**emin), not p.neg_zero,
+    )
+
+
+@ljit
+def _pow2(k):  # type: ignore[no-untyped-def]
+    """2**k for -1022 <= k <= 1023, from bits."""
+    return bits_f64(np.uint64(k + 1023) << _B52)
+
+
+@ljit
+def pow2_of(x):  # type: ignore[no-untyped-def]
+    """2**floor(log2 |x|) for a normal float64 x: x with its sign and fraction cleared (0 for zeros and float64
+    subnormals, inf for inf and NaN)."""
+    return bits_f64(f64_bits(x) & _EXP_MASK)
+
+
+@ljit
+def recip_pow2(p):  # type: ignore[no-untyped-def]
+    """1 / p for a power of two p whose reciprocal is a normal float64, by integer subtraction of bits (cheaper
+    than a division, which has no fast vector form)."""
+    return bits_f64(_RECIP - f64_bits(p))
+
+
+@ljit
+def lround(x, r):  # type: ignore[no-untyped-def]
+    """``x`` rounded into the lane's format and mode: round_exact(x, 0, ...) for ``r.fast`` lanes."""
+    if r.native:
+        return x
+    big = min(max(pow2_of(x), r.tiny), r.top)  # 2**e, e = clamp(floor(log2 |x|), emin, emax + 1)
+    y = x * (r.two_m * recip_pow2(big))  # exact: the quotient of two powers of two is a normal float64 (Lane.fast)
+    mode = r.mode
+    if mode == 0:
+        t = np.rint(y)
+    elif mode == 2:
+        t = np.trunc(y)
+    elif mode == 3:
+        t = np.ceil(y)
+    elif mode == 4:
+        t = np.floor(y)
+    elif mode == 1:  # |y| - trunc|y| is exact (|y| + 0.5 would round for |y| just below 1/2)
+        t0 = np.trunc(y)
+        t = t0 + np.copysign(1.0, y) if np.abs(y) - np.abs(t0) >= 0.5 else t0
+    else:  # odd: truncate, then make the last kept bit 1 if anything was dropped
+        t0 = np.trunc(y)
+        h = t0 * 0.5
+        t = t0 + np.copysign(1.0, y) if (t0 != y) & (h == np.trunc(h)) else t0
+    v = t * (big * r.two_neg_m)
+    av = np.abs(v)
+    v = (r.ovf_neg if v < 0.0 else r.ovf_pos) if av > r.max_value else v
+    if r.ftz:
+        v = v * 0.0 if av < r.tiny else v
+    if r.unsigned_zero:
+        v = v + 0.0
+    if np.abs(x) == np.inf:
+        v = r.inf_neg if x < 0.0 else r.inf_pos
+    return v
+
+
+@ljit
+def ro_fold(s, e):  # type: ignore[no-untyped-def]
+    """The exact value ``s + e`` (``|e| <= ulp(s) / 2``) rounded to odd at float64 precision."""
+    b = f64_bits(s)
+    up = (e > 0.0) == (s > 0.0)
+    nb = b + _ONE if up else b - _ONE
+    return bits_f64(nb) if (e != 0.0) & ((b & _ONE) == np.uint64(0)) else s
+
+
+@ljit
+def lround_exact(s, e, r):  # type: ignore[no-untyped-def]
+    """The exact value ``s + e`` (``s = fl(s + e)``) rounded once: round_exact(s, sticky(s, e), ...)."""
+    if r.native:
+        return s
+    return lround(ro_fold(s, e), r)
+
+
+@ljit
+def ladd(a, b, r):  # type: ignore[no-untyped-def]
+    """round(a + b), one rounding (TwoSum)."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    e = 0.0 if np.abs(s) == np.inf else e  # an infinite sum: the rounding of inf (NaN tails are NaN anyway)
+    return lround_exact(s, e, r)
+
+
+@ljit
+def lmul(a, b, r):  # type: ignore[no-untyped-def]
+    """round(a * b), one rounding (the FMA residual is the product's exact tail)."""
+    p = a * b
+    e = fma64(a, b, -p)
+    e = 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
+    return lround_exact(p, e, r)
+
+
+@ljit
+def lfma(a, b, c, r):  # type: ignore[no-untyped-def]
+    """round(a * b + c), one rounding, for operands whose product is exact in float64 (<= 26-bit significands,
+    e.g. any float32 values): the caller guarantees it."""
+    return ladd(a * b, c, r)
+
+
+@ljit
+def ldiv(a, b, r):  # type: ignore[no-untyped-def]
+    """round(a / b): the sign of the exact residual ``a - q*b`` says on which side of ``q`` the quotient lies
+    (never exactly half an ulp away)."""
+    q = a / b
+    res = fma64(-q, b, a)
+    e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
+    return lround_exact(q, e, r)

@@ -1,0 +1,348 @@
+"""Vectorized accumulation kernels: ``c[j] = model(c[j] + sum_k a[k] * B[k, j])`` for a row of outputs at once.
+
+Every accumulation model of :mod:`simfloat.accumulate` has a row kernel here whose innermost loops run over the
+independent outputs ``j`` (contiguous in ``B`` and ``c``), so LLVM vectorizes them. Each gives, bit for bit,
+what :func:`simfloat.accumulate.dot_acc` gives for every output (tests compare them on random and adversarial
+inputs); an output that leaves the fast path's range (non-finite values, exponents beyond +-900) is flagged and
+recomputed by ``dot_acc`` itself.
+
+* Block FMA (tensor cores): per block of k, the alignment exponent of every output (the largest exponent among
+  the incoming accumulator and the block's products, a product counting with its own exponent or with the sum
+  of its operands' exponents) is found first; then each term, scaled exactly by ``2**-(emax - F)``, is truncated
+  toward zero by the float-to-int conversion and summed in int64; the sum is scaled back (exact) and rounded into
+  the accumulator format by :func:`simfloat._lanes.lround`.
+* Sequential: one exact ``c + a*b`` per step (products exact in float64, or rounded first into the product
+  format), rounded once by :func:`simfloat._lanes.ladd`.
+* Chunked: each chunk from zero with the inner model, then ``round(c + part)`` into the outer format.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simfloat._jit import jit
+from simfloat._lanes import Lane, ladd, lane, lround, pow2_of, recip_pow2
+from simfloat._parallel import run_rows
+from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
+from simfloat.formats import format as _format
+from simfloat.rounding import mode_code, round_scalar
+
+__all__ = ["MMA", "Work", "mma", "narrow", "operand_powers", "matmul_rows", "round_operands", "row_mma", "work"]
+
+_HUGE = 2.0**900  # alignment weights beyond 2**+-900 (and inf/NaN): the general path
+_TINY = 2.0**-900
+
+K_SEQ, K_BLOCK = 0, 1
+
+
+class MMA(NamedTuple):
+    """An accumulation model for the row kernels (see :func:`mma`)."""
+
+    kind: int  # K_SEQ or K_BLOCK (of the inner model when chunked)
+    fast: bool  # the row kernels apply (else dot_acc per output)
+    acc: Lane  # accumulator format and mode
+    prod: Lane  # Sequential: product format (round_products)
+    round_products: bool
+    block: int
+    frac: int
+    align_sum: bool
+    opnd_emin: float  # 2**operand_emin: the least weight an operand counts with (exponent-sum alignment)
+    two_f: float  # 2**fraction_bits
+    chunk: int  # 0 none; > 0 chunk length; < 0 -(number of splits)
+    outer: Lane
+    ap: AccParams  # the same model for dot_acc
+    exact_products: bool  # Sequential without product rounding: needs products exact in float64
+    in_round: bool  # operands are rounded into an input format first (done by the caller, see round_operands)
+    inp: Lane
+
+
+class Work(NamedTuple):
+    """Scratch space of one thread for outputs of width up to ``n``."""
+
+    em: np.ndarray  # alignment weights 2**emax
+    sc: np.ndarray  # 2**-q
+    back: np.ndarray  # 2**q
+    tot: np.ndarray  # block sums (integers, exact in float64)
+    bad: np.ndarray  # bool: recompute with dot_acc
+    c0: np.ndarray  # the incoming accumulator
+    part: np.ndarray  # chunk results
+
+
+@jit
+def work(n):  # type: ignore[no-untyped-def]
+    """Scratch for rows of up to ``n`` outputs."""
+    return Work(np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.zeros(n, np.bool_), np.empty(n),
+                np.empty(n))
+
+
+def mma(model: Model) -> MMA:
+    """The :class:`MMA` record of an accumulation model (validated by :func:`acc_params`)."""
+    ap = acc_params(model)
+    chunk = ap.chunk
+    outer = lane(_format(model.outer_fmt), int(mode_code(model.outer_mode))) if isinstance(model, Chunked) \
+        else lane(_format("float64"), 0)
+    inner = model.inner if isinstance(model, Chunked) else model
+    if isinstance(inner, Sequential):
+        accf = _format(inner.fmt)
+        acc = lane(accf, int(mode_code(inner.mode)))
+        prodf = _format(inner.product_fmt) if inner.product_fmt is not None else accf
+        prod = lane(prodf, int(mode_code(inner.mode)))
+        rp = inner.product_fmt is not None
+        inf = _format(inner.input_fmt) if inner.input_fmt is not None else accf
+        inp = lane(inf, int(mode_code(inner.input_mode)))
+        fast = acc.fast and (prod.fast or not rp)
+        kind, blk, frac, align_sum, emin = K_SEQ, 1, 0, False, -1074
+        exact = not rp
+    else:
+        assert isinstance(inner, BlockFMA)
+        acc = lane(_format(inner.out_fmt), int(mode_code(inner.out_mode)))
+        prod = acc
+        rp = False
+        inf = _format(inner.input_fmt) if inner.input_fmt is not None else _format(inner.out_fmt)
+        inp = lane(inf, int(mode_code(inner.input_mode)))
+        kind, blk, frac = K_BLOCK, inner.block, inner.fraction_bits
+        # the block sums are integers below (block + 1) * 2**(F + 2): exact in float64 up to 2**53
+        fast = acc.fast and (blk + 1) * 2.0 ** (frac + 2) <= 2.0**53
+        align_sum = inner.align == "exponent_sum"
+        emin = inner.operand_emin if inner.operand_emin is not None else -1074
+        exact = False
+    if chunk != 0:
+        fast = fast and outer.fast
+    in_round = ap.round_inputs
+    if in_round:
+        fast = fast and inp.fast
+    return MMA(kind, bool(fast), acc, prod, rp, blk, frac, align_sum, float(2.0 ** max(emin, -1074)),
+               float(2.0**frac), chunk, outer, ap, exact, in_round, inp)
+
+
+@jit
+def _opnd_pow(x, emin):  # type: ignore[no-untyped-def]
+    if x == 0.0:
+        return 0.0
+    if x - x != 0.0:
+        return np.inf
+    return max(2.0 ** np.floor(np.log2(np.abs(x))), emin)
+
+
+@jit
+def operand_powers(x, out, emin):  # type: ignore[no-untyped-def]
+    """``2**max(floor(log2 |x|), emin_exp)`` of the flat array ``x`` (``emin = 2**emin_exp``): the weight a
+    tensor core aligns an operand by; 0 for zeros, inf for inf/NaN."""
+    for i in range(x.size):
+        xi = x[i]
+        p = pow2_of(xi)
+        if p == 0.0 or p == np.inf:
+            p = _opnd_pow(xi, emin)
+        out[i] = max(p, emin) if p != 0.0 else 0.0
+
+
+@jit
+def _round_flat(x, out, r, p, mode):  # type: ignore[no-untyped-def]
+    if r.fast:
+        for i in range(x.size):
+            out[i] = lround(x[i], r)
+    else:
+        for i in range(x.size):
+            out[i] = round_scalar(x[i], p, mode, np.uint64(0))
+
+
+def round_operands(x: np.ndarray, mp: MMA) -> np.ndarray:
+    """``x`` (float64, contiguous) rounded into the model's input format, as the dot reads it; ``x`` itself when
+    the model has none."""
+    if not mp.in_round:
+        return x
+    out = np.empty(x.shape)
+    _round_flat(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), mp.inp, mp.ap.in_p, mp.ap.in_mode)
+    return out
+
+
+@jit
+def _narrow(x):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        v = x[i]
+        if v - v == 0.0 and v != 0.0:
+            big = pow2_of(v)
+            if big < _TINY or big > _HUGE:
+                return False
+            y = v * (2.0**25 / big)  # at most 26 significant bits: an integer
+            if y != np.floor(y):
+                return False
+    return True
+
+
+def narrow(*arrays: np.ndarray) -> bool:
+    """Whether every finite value has at most 26 significant bits and a magnitude within 2**+-900 (products of
+    two are exact in float64 and far from its range limits)."""
+    return all(_narrow(np.ascontiguousarray(a).reshape(-1)) for a in arrays)
+
+
+@jit
+def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):  # type: ignore[no-untyped-def]
+    """em[j] = max(em[j], weight of the product a[k] * B[k, j]) over k in [lo, hi); four k per pass over j."""
+    k = lo
+    if align_sum:
+        while k + 4 <= hi:
+            e0, e1, e2, e3 = ea[k], ea[k + 1], ea[k + 2], ea[k + 3]
+            r0, r1, r2, r3 = EB[k], EB[k + 1], EB[k + 2], EB[k + 3]
+            for j in range(n):
+                em[j] = max(em[j], max(max(e0 * r0[j], e1 * r1[j]), max(e2 * r2[j], e3 * r3[j])))
+            k += 4
+        while k < hi:
+            e0, r0 = ea[k], EB[k]
+            for j in range(n):
+                em[j] = max(em[j], e0 * r0[j])
+            k += 1
+    else:
+        while k + 4 <= hi:
+            a0, a1, a2, a3 = a[k], a[k + 1], a[k + 2], a[k + 3]
+            r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+            for j in range(n):
+                w01 = max(pow2_of(a0 * r0[j]), pow2_of(a1 * r1[j]))
+                w23 = max(pow2_of(a2 * r2[j]), pow2_of(a3 * r3[j]))
+                em[j] = max(em[j], max(w01, w23))
+            k += 4
+        while k < hi:
+            a0, r0 = a[k], B[k]
+            for j in range(n):
+                em[j] = max(em[j], pow2_of(a0 * r0[j]))
+            k += 1
+
+
+@jit
+def _terms(a, B, sc, tot, lo, hi, n):  # type: ignore[no-untyped-def]
+    """tot[j] += sum over k in [lo, hi) of trunc(a[k] * B[k, j] * sc[j]): integers, so the sum is exact in any
+    order; four k per pass over j."""
+    k = lo
+    while k + 4 <= hi:
+        a0, a1, a2, a3 = a[k], a[k + 1], a[k + 2], a[k + 3]
+        r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+        for j in range(n):
+            s = sc[j]
+            t01 = np.trunc((a0 * r0[j]) * s) + np.trunc((a1 * r1[j]) * s)
+            t23 = np.trunc((a2 * r2[j]) * s) + np.trunc((a3 * r3[j]) * s)
+            tot[j] += t01 + t23
+        k += 4
+    while k < hi:
+        a0, r0 = a[k], B[k]
+        for j in range(n):
+            tot[j] += np.trunc((a0 * r0[j]) * sc[j])
+        k += 1
+
+
+@jit
+def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+    """Block-FMA steps over k in [k0, k1) for outputs c[:n] (updated in place). Alignment weights are powers of
+    two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see simfloat._lanes)."""
+    em, sc, back, tot, bad = w.em, w.sc, w.back, w.tot, w.bad
+    two_f = mp.two_f
+    inv_f = 1.0 / two_f
+    lo = k0
+    while lo < k1:
+        hi = min(k1, lo + mp.block)
+        for j in range(n):
+            cj = c[j]
+            pc = pow2_of(cj)
+            bad[j] = bad[j] | ((cj != 0.0) & (pc == 0.0))  # a float64-subnormal accumulator
+            em[j] = pc
+        _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
+        for j in range(n):
+            e = em[j]
+            bad[j] = bad[j] | (e > _HUGE) | ((e != 0.0) & (e < _TINY))
+            s = two_f * recip_pow2(e) if e != 0.0 else 0.0
+            sc[j] = s
+            back[j] = e * inv_f
+            tot[j] = np.trunc(c[j] * s) + 0.0
+        _terms(a, B, sc, tot, lo, hi, n)
+        for j in range(n):
+            c[j] = lround(tot[j] * back[j], mp.acc)
+        lo = hi
+
+
+@jit
+def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
+    """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n."""
+    for k in range(k0, k1):
+        ak = a[k]
+        r = B[k]
+        if mp.round_products:
+            for j in range(n):
+                c[j] = ladd(c[j], lround(ak * r[j], mp.prod), mp.acc)
+        else:
+            for j in range(n):
+                c[j] = ladd(c[j], ak * r[j], mp.acc)
+
+
+@jit
+def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+    if mp.kind == K_BLOCK:
+        _block_row(a, ea, B, EB, c, n, k0, k1, mp, w)
+    else:
+        _seq_row(a, B, c, n, k0, k1, mp)
+
+
+@jit
+def row_mma(a, ea, B, EB, c, n, mp, w):  # type: ignore[no-untyped-def]
+    """``c[j] = model(c[j] + sum_k a[k] * B[k, j])`` for j < n, as ``dot_acc(a, B[:, j], c[j], mp.ap)``.
+
+    Args:
+        a: (K,) operand row (already in the model's input format when it has one).
+        ea: (K,) alignment weights of ``a`` (:func:`operand_powers`; block FMA with exponent-sum alignment
+            only, else ignored).
+        B: (K, >= n) operand, C-contiguous. EB: its weights (as ``ea``).
+        c: (>= n,) incoming accumulator; c[:n] is overwritten with the result.
+        n: number of outputs.
+        mp: :class:`MMA` record. w: :class:`Work` of width >= n.
+    """
+    kk = a.shape[0]
+    if not mp.fast:
+        for j in range(n):
+            c[j] = dot_acc(a, B[:, j], c[j], mp.ap)
+        return
+    bad, c0 = w.bad, w.c0
+    for j in range(n):
+        bad[j] = False
+        c0[j] = c[j]
+    if mp.chunk == 0:
+        _inner(a, ea, B, EB, c, n, 0, kk, mp, w)
+    else:
+        size = mp.chunk if mp.chunk > 0 else max(1, -((-kk) // (-mp.chunk)))
+        part = w.part
+        lo = 0
+        while lo < kk:
+            hi = min(kk, lo + size)
+            for j in range(n):
+                part[j] = 0.0
+            _inner(a, ea, B, EB, part, n, lo, hi, mp, w)
+            for j in range(n):
+                c[j] = ladd(c[j], part[j], mp.outer)
+            lo = hi
+    for j in range(n):
+        if bad[j]:
+            c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
+
+
+@jit
+def _mm_units(lo, hi, a, ea, b, eb, out, mp):  # type: ignore[no-untyped-def]
+    m, n = a.shape[1], b.shape[2]
+    w = work(n)
+    for r in range(lo, hi):
+        bi = r // m
+        row_mma(a[bi, r - bi * m], ea[bi, r - bi * m], b[bi], eb[bi], out[bi, r - bi * m], n, mp, w)
+
+
+def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.ndarray:
+    """``c + a @ b`` for contiguous float64 (L, M, K), (L, K, N), (L, M, N) arrays under ``model``, row by row
+    on all threads (the driver of :func:`simfloat.accumulate.matmul`)."""
+    mp = mma(model)
+    ai, bi = round_operands(a, mp), round_operands(b, mp)
+    if mp.fast and mp.exact_products and not narrow(ai, bi):
+        mp = mp._replace(fast=False)
+    ea, eb = np.empty(ai.shape), np.empty(bi.shape)
+    operand_powers(ai.reshape(-1), ea.reshape(-1), mp.opnd_emin)
+    operand_powers(bi.reshape(-1), eb.reshape(-1), mp.opnd_emin)
+    out = np.array(c, dtype=np.float64, copy=True)
+    if out.shape[0] * out.shape[1] > 0:
+        run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, out, mp)
+    return out

@@ -1,0 +1,121 @@
+"""Python side of the vectorized engine: a plan and validated inputs into the njit records of
+:mod:`simfloat.attention._engine` (lanes, dot records, operands with their alignment weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simfloat._lanes import lane
+from simfloat._mma import MMA, mma, narrow, operand_powers, round_operands
+from simfloat.accumulate import Chunked, Model, Sequential
+from simfloat.attention._engine import Engine, Lanes, Operands
+from simfloat.attention.plan import Plan, PlanParams
+from simfloat.formats import FloatFormat
+from simfloat.formats import format as _format
+
+__all__ = ["ENGINES", "check_engine", "clamp_blocks", "dot_output_format", "engine", "within_float32"]
+
+ENGINES = ("vector", "reference")
+
+
+def check_engine(engine: object, traced: bool) -> str:
+    """The engine a call runs on: ``None`` picks ``"vector"``, or ``"reference"`` when tracing (the tracer
+    records inside the reference kernels). An explicit ``"vector"`` with a tracer is an error, not a fallback."""
+    if engine is None:
+        return "reference" if traced else "vector"
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES} or None, got {engine!r}")
+    if engine == "vector" and traced:
+        raise ValueError("tracing runs on the reference engine: pass engine='reference' or engine=None")
+    return str(engine)
+
+
+def clamp_blocks(bm: int, bn: int, seq_q: int, seq_k: int, pv: Model) -> tuple[int, int]:
+    """Tile sizes clamped to the sequences. The bits do not change: keys past the sequence are zero-padded
+    (zero products leave every dot model's result as it is, zeros leave a row sum as it is) and the rows of one
+    q tile never see keys past the last query. A split-k P.V dot, whose chunks depend on the tile's length,
+    keeps block_n."""
+    split = isinstance(pv, Chunked) and pv.splits is not None
+    return min(bm, seq_q), bn if split else min(bn, seq_k)
+
+
+def within_float32(f: FloatFormat) -> bool:
+    """Whether every value of ``f`` is a float32 value."""
+    return f.mantissa_bits <= 23 and f.emin >= -126 and f.emax <= 127 and f.emin - f.mantissa_bits >= -149
+
+
+def dot_output_format(model: Model) -> FloatFormat:
+    """The format a dot's results are values of (the outer format of a chunked model)."""
+    if isinstance(model, Chunked):
+        return _format(model.outer_fmt)
+    if isinstance(model, Sequential):
+        return _format(model.fmt)
+    return _format(model.out_fmt)
+
+
+def _tame(f: FloatFormat) -> bool:
+    """Narrow (<= 26 significant bits) and far from float64's range limits."""
+    return f.mantissa_bits <= 25 and f.emin - f.mantissa_bits >= -400 and f.emax <= 400
+
+
+def _lanes(pl: Plan) -> Lanes:
+    def ln(op: str) -> object:
+        s = getattr(pl, op)
+        return lane(s.fmt, int(s.mode))
+
+    return Lanes(*(ln(op) for op in Lanes._fields))  # type: ignore[arg-type]
+
+
+def _with_operands(mp: MMA, *arrays: np.ndarray) -> MMA:
+    """The dot record for these operands: a sequential model whose products must be exact leaves the fast
+    path when they are not."""
+    if mp.fast and mp.exact_products and not narrow(*arrays):
+        return mp._replace(fast=False)
+    return mp
+
+
+def engine(pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, bn: int,
+           causal: bool, wn: int) -> tuple[Engine, Operands]:
+    """The njit records of a flash or baseline call (``bn == 0``: baseline layout of V).
+
+    Args:
+        pl: the plan; pp: its params for the call's scale.
+        q: (L, Sq, D), k: (L, Sk, D), v: (L, Sk, Dv) float64 operands (validated).
+        bm, bn: flash tile sizes (already clamped); causal; wn: warps along the keys of the tl.sum layout.
+    """
+    mqk, mpv = mma(pl.qk), mma(pl.pv)
+    qi = round_operands(q, mqk)
+    ki = round_operands(k, mqk)
+    vi = round_operands(v, mpv)
+    mqk = _with_operands(mqk, qi, ki)
+    inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
+    p_fmt = pl.p.fmt if bn else pl.softmax.fmt  # P's values, as the P.V dot reads them:
+    if mpv.in_round:
+        p_fmt = _format(inner.input_fmt)  # type: ignore[union-attr]
+    mpv = _with_operands(mpv, vi)
+    if mpv.fast and mpv.exact_products and not _tame(p_fmt):
+        mpv = mpv._replace(fast=False)
+    n_lead, seq_k, dv = vi.shape
+    kt = np.ascontiguousarray(ki.transpose(0, 2, 1))
+    if bn:
+        n_kv = -(-seq_k // bn)
+        vp = np.zeros((n_lead, n_kv * bn, dv))
+        vp[:, :seq_k] = vi
+        vt = vp.reshape(n_lead * n_kv, bn, dv)
+    else:
+        vt = np.ascontiguousarray(vi)
+    xs = Operands(qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv))
+    qk_out = dot_output_format(pl.qk)
+    fma_exact = _tame(qk_out) and _tame(pl.scale.fmt)
+    l_native32 = (pl.sum_order == "sequential" and pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0
+                  and within_float32(pl.exp.fmt))
+    eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, max(bn, 1), bool(causal), wn)
+    return eng, xs
+
+
+def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
+    """Alignment weights of an operand array (used by exponent-sum block FMA only; always built, they are
+    cheap and keep the records' types fixed)."""
+    w = np.empty(x.shape)
+    operand_powers(x.reshape(-1), w.reshape(-1), mp.opnd_emin)
+    return w

@@ -1,0 +1,315 @@
+"""The vectorized engine against the scalar reference it replaces, bit for bit: the lane rounding functions
+against round_exact and the scalar ops, every accumulation model's row kernel against dot_acc, and flash /
+baseline attention against their reference kernels, on random and adversarial inputs, odd lengths, every
+preset, and 1 or 2 threads."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import simfloat as sf
+from simfloat._jit import jit
+from simfloat._lanes import ladd, lane, ldiv, lmul, lround
+from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul, tensor_core
+from simfloat.attention import baseline, flash, plan, presets
+from simfloat.attention._kernels import add, div, mul, rnd
+from simfloat.attention.plan import OpParams
+from simfloat.formats import FloatFormat
+from simfloat.rounding import RoundingMode, round_exact
+
+MODES = [m for m in RoundingMode if m != RoundingMode.STOCHASTIC]
+FORMATS = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float6_e2m3fn",
+           "float4_e2m1fn", "tfloat32", FloatFormat("e5m3ftz", 5, 3, subnormals=False), "float64"]
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality (NaN payloads aside: every NaN counts as one value)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    na, nb = np.isnan(a), np.isnan(b)
+    return bool(np.array_equal(na, nb) and np.array_equal(_bits(np.where(na, 0.0, a)), _bits(np.where(nb, 0.0, b))))
+
+
+def _hard_values(fmt: FloatFormat, g: np.random.Generator, n: int = 4000) -> np.ndarray:
+    """Values around every rounding boundary of fmt: grid points, midpoints and their float64 neighbours,
+    subnormals, the overflow threshold, zeros, inf and NaN, plus random magnitudes across the range."""
+    f = sf.format(fmt)
+    exps = g.integers(max(f.emin - f.mantissa_bits - 3, -1070), min(f.emax + 3, 1020), n)
+    frac = g.integers(0, 1 << min(f.mantissa_bits + 2, 50), n) / float(1 << min(f.mantissa_bits + 2, 50))
+    base = (1.0 + frac) * np.exp2(exps.astype(float))
+    mids = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, 0.0)])
+    with np.errstate(over="ignore"):
+        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, f.max, np.nextafter(f.max, np.inf), f.max * 0.999,
+                            f.tiny, f.smallest_subnormal, f.smallest_subnormal / 2, f.smallest_subnormal * 0.75,
+                            5e-324, 2.0**-1022])
+    x = np.concatenate([mids, special, g.standard_normal(n) * 10.0 ** g.integers(-6, 6, n)])
+    return np.concatenate([x, -x])
+
+
+@jit
+def _apply_round(x, out, r):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = lround(x[i], r)
+
+
+@jit
+def _apply_ops(a, b, out, r, o):  # type: ignore[no-untyped-def]
+    for i in range(a.size):
+        out[0, i] = ladd(a[i], b[i], r)
+        out[1, i] = add(a[i], b[i], o)
+        out[2, i] = lmul(a[i], b[i], r)
+        out[3, i] = mul(a[i], b[i], o)
+        bi = b[i] if b[i] != 0.0 else 1.0
+        out[4, i] = ldiv(a[i], bi, r)
+        out[5, i] = div(a[i], bi, o)
+        out[6, i] = rnd(a[i], o)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=str)
+def test_lane_rounding_equals_round_exact_in_every_mode(fmt):
+    f = sf.format(fmt)
+    x = _hard_values(f, np.random.default_rng(0))
+    for mode in MODES:
+        r = lane(f, int(mode))
+        if not r.fast:
+            continue
+        out = np.empty_like(x)
+        _apply_round(x, out, r)
+        ref = np.empty_like(x)
+        _ref_round(x, ref, f.params, int(mode))
+        assert same(out, ref), (f.name, mode.name)
+    assert lane(f, 0).fast  # every listed format has the fast form for nearest-even
+
+
+@jit
+def _ref_round(x, out, p, mode):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = round_exact(x[i], 0, p, mode, np.uint64(0))
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float16", "float8_e4m3fn", "e5m3ftz", "float64"])
+def test_lane_ops_equal_the_scalar_ops(fmt):
+    f = sf.format(fmt) if fmt != "e5m3ftz" else FORMATS[9]
+    g = np.random.default_rng(1)
+    a = _hard_values(f, g, 1500)
+    b = np.concatenate([a[::-1][: a.size // 2], g.standard_normal(a.size - a.size // 2)])
+    g.shuffle(b)
+    # exact ties and cancellations: b = -a and b = a * (1 + 2**-(m+1))
+    b[:200] = -a[:200]
+    b[200:400] = a[200:400] * (1 + 2.0 ** -(f.mantissa_bits + 1))
+    for mode in MODES:
+        r = lane(f, int(mode))
+        if not r.fast:
+            continue
+        out = np.empty((7, a.size))
+        with np.errstate(all="ignore"):
+            _apply_ops(a, b, out, r, OpParams(f.params, int(mode)))
+        assert same(out[0], out[1]), ("add", f.name, mode.name)
+        # below 2**-969 the reference's TwoProduct residual underflows (inexact); only float64-range
+        # targets see it, where the lane form (the hardware product) is the right one
+        with np.errstate(over="ignore"):
+            ok = ~(np.abs(a * b) < 2.0**-969)
+        assert same(out[2][ok], out[3][ok]), ("mul", f.name, mode.name)
+        assert same(out[4], out[5]), ("div", f.name, mode.name)
+
+
+# -- accumulation models ----------------------------------------------------------------------------------------
+
+MODELS = {
+    "sm90-bf16": (tensor_core("sm90", "bf16"), "bf16"),
+    "sm90-fp16": (tensor_core("sm90", "fp16"), "fp16"),
+    "sm90-tf32": (tensor_core("sm90", "tf32"), "fp32"),
+    "sm90-e4m3": (tensor_core("sm90", "e4m3"), "e4m3"),
+    "sm90-e5m2": (tensor_core("sm90", "e5m2"), "e5m2"),
+    "sm80-bf16": (tensor_core("sm80", "bf16"), "bf16"),
+    "sm80-tf32": (tensor_core("sm80", "tf32"), "fp32"),
+    "block-F8-rn": (BlockFMA(5, 8, out_fmt="bf16", out_mode="nearest_even"), "bf16"),
+    "seq-fp32": (Sequential("float32"), "bf16"),
+    "seq-fp32-on-fp32": (Sequential("float32"), "fp32"),
+    "seq-bf16-products": (Sequential("bf16", product_fmt="bf16"), "bf16"),
+    "seq-fp16-rz": (Sequential("fp16", mode="toward_zero"), "e4m3"),
+    "seq-fp32-input-bf16": (Sequential("float32", input_fmt="bf16"), "fp32"),
+    "seq-fp64": (Sequential("float64", product_fmt="float64"), "fp32"),
+    "chunk-7": (Chunked(7, Sequential("float32"), outer_fmt="bf16"), "bf16"),
+    "splits-3-tc": (Chunked(splits=3, inner=tensor_core("sm90", "bf16")), "bf16"),
+    "seq-fp32-on-fp64": (Sequential("float32"), None),
+}
+
+
+def _operands(fmt, g, m, kk, n, hard):
+    a = g.standard_normal((m, kk)) * np.exp2(g.integers(-8, 8, (m, kk)))
+    b = g.standard_normal((kk, n)) * np.exp2(g.integers(-8, 8, (kk, n)))
+    if hard:
+        f = sf.format(fmt or "fp32")
+        a[0] = f.smallest_subnormal * g.integers(1, 4, kk)  # subnormal operands
+        a[1, : kk // 2] = 0.0
+        b[:, 1] = -b[:, 0]  # cancellation between columns with the same row of a
+        a[2] = a[3]
+        b[: kk // 2, 2] = 0.0
+        a[4, 0] = np.inf
+        b[1, 3] = np.nan
+        a[5] = f.max / 4
+        b[:, 4] = f.max / 2  # overflow
+        b[:, 5] = 2.0 ** (f.emin - 3)
+    if fmt is not None:
+        a, b = sf.round(a, fmt), sf.round(b, fmt)
+    return a, b
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("hard", [False, True], ids=["random", "adversarial"])
+def test_matmul_vector_equals_reference(name, hard):
+    model, fmt = MODELS[name]
+    g = np.random.default_rng(hash(name) % 2**32)
+    a, b = _operands(fmt, g, 9, 97, 33, hard)
+    c = np.zeros((9, 33))
+    c[0] = g.standard_normal(33)  # an incoming accumulator with float64 bits
+    c[6] = sf.round(g.standard_normal(33), "fp32")
+    c[7, 0] = np.inf
+    with np.errstate(all="ignore"):
+        vec = matmul(a, b, c, acc=model)
+        ref = matmul(a, b, c, acc=model, engine="reference")
+    assert same(vec, ref)
+
+
+def test_matmul_vector_batched_and_zero_sizes():
+    g = np.random.default_rng(3)
+    a = sf.round(g.standard_normal((2, 3, 5, 40)), "bf16")
+    b = sf.round(g.standard_normal((3, 40, 7)), "bf16")
+    model = tensor_core("sm90", "bf16")
+    assert same(matmul(a, b, acc=model), matmul(a, b, acc=model, engine="reference"))
+    assert matmul(a[:, :, :0], b, acc=model).shape == (2, 3, 0, 7)
+    with pytest.raises(ValueError, match="engine"):
+        matmul(a, b, acc=model, engine="fast")
+
+
+# -- attention ---------------------------------------------------------------------------------------------------
+
+
+def _qkv(lead, sq, sk, d, fmt, seed, dv=None):
+    g = np.random.default_rng(seed)
+    q = g.standard_normal(lead + (sq, d)) * 1.5
+    k = g.standard_normal(lead + (sk, d))
+    v = g.standard_normal(lead + (sk, dv or d))
+    return tuple(sf.round(x, fmt) for x in (q, k, v))
+
+
+def _input_format(name: str) -> str:
+    tail = name.split("-")[-1]
+    return "fp32" if tail in ("fp64", "fp32", "tf32") else tail
+
+
+FLASH_PLANS = ["fp64", "all-bf16", "all-fp16", "all-e4m3", "triton-bf16", "triton-fp16", "triton-fp32",
+               "triton-tf32", "triton-e4m3", "triton-e5m2", "h200-bf16", "h200-fp16", "h200-tf32"]
+
+
+@pytest.mark.parametrize("name", FLASH_PLANS)
+def test_flash_vector_equals_reference(name):
+    fmt = _input_format(name)
+    q, k, v = _qkv((2,), 97, 257, 32, fmt, 11)
+    for causal, bm, bn in ((False, 64, 64), (True, 16, 32), (True, 128, 16), (False, 32, 1000)):
+        a = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True, engine="vector")
+        r = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True,
+                  engine="reference")
+        for x, y in zip(a, r, strict=True):
+            assert same(x, y), (name, causal, bm, bn)
+
+
+@pytest.mark.parametrize("variant", ["lazy", "fa1", "fa1-bf16", "no-contract", "rz-state", "exp"])
+def test_flash_variants_vector_equals_reference(variant):
+    base = plan("triton-bf16")
+    pl = {
+        "lazy": base.replace(lazy_threshold=8.0),
+        "fa1": base.replace(normalization="per_step"),
+        "fa1-bf16": plan("all-bf16").replace(normalization="per_step"),
+        "no-contract": base.replace(contract=False),
+        "rz-state": base.replace(l_i=("float32", "toward_zero"), acc=("bf16", "up"), m_i="bf16"),
+        "exp": base.replace(exp2=False, scale=("float16", "down")),
+    }[variant]
+    q, k, v = _qkv((1, 2), 33, 97, 16, "bf16", 5, dv=24)
+    for causal in (False, True):
+        a = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True)
+        r = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True,
+                  engine="reference")
+        for x, y in zip(a, r, strict=True):
+            assert same(x, y), (variant, causal)
+
+
+def test_flash_adversarial_inputs_vector_equals_reference():
+    q, k, v = _qkv((3,), 40, 40, 16, "bf16", 7)
+    q[0, 3] = np.inf
+    k[1, 5, 2] = np.nan
+    v[2, 7] = 0.0
+    q[2, 8] = 0.0  # a row of equal scores (ties of the row max)
+    k[2, :10] = k[2, 0]  # tied maxima
+    v[2, :, 0] = sf.bfloat16.smallest_subnormal
+    v[1, :, 1] = sf.bfloat16.max / 64
+    for name in ("triton-bf16", "h200-bf16", "all-bf16"):
+        with np.errstate(all="ignore"):
+            a = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True)
+            r = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True,
+                      engine="reference")
+        for x, y in zip(a, r, strict=True):
+            assert same(x, y), name
+
+
+@pytest.mark.parametrize("seq", [1, 97])
+def test_flash_short_sequences(seq):
+    q, k, v = _qkv((2,), seq, seq, 8, "fp16", seq)
+    for name in ("triton-fp16", "h200-fp16", "fp64"):
+        a = flash(q, k, v, plan=name, block_m=16, block_n=32, causal=True)
+        assert same(a, flash(q, k, v, plan=name, block_m=16, block_n=32, causal=True, engine="reference"))
+
+
+BASELINE_PLANS = ["fp64", "all-bf16", "all-fp16", "pytorch-bf16", "pytorch-fp16", "pytorch-fp32", "triton-bf16"]
+
+
+@pytest.mark.parametrize("name", BASELINE_PLANS)
+def test_baseline_vector_equals_reference(name):
+    fmt = _input_format(name)
+    q, k, v = _qkv((2,), 97, 131, 24, fmt, 3)
+    for causal in (False, True):
+        a = baseline(q, k, v, plan=name, causal=causal)
+        r = baseline(q, k, v, plan=name, causal=causal, engine="reference")
+        assert same(a, r), (name, causal)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    q, k, v = _qkv((2, 2), 257, 257, 32, "bf16", 9)
+    before = numba.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            outs.append((flash(q, k, v, plan="h200-bf16", block_m=64, block_n=64, causal=True),
+                         baseline(q, k, v, plan="pytorch-bf16"),
+                         matmul(q[0, 0], k[0, 0].T, acc=tensor_core("sm90", "bf16"))))
+    finally:
+        numba.set_num_threads(before)
+    for x, y in zip(*outs, strict=True):
+        assert same(x, y)
+
+
+def test_engine_argument():
+    q, k, v = _qkv((1,), 8, 8, 4, "bf16", 0)
+    with pytest.raises(ValueError, match="engine"):
+        flash(q, k, v, plan="triton-bf16", engine="gpu")
+    with pytest.raises(ValueError, match="reference engine"):
+        flash(q, k, v, plan="triton-bf16", engine="vector", trace=sf.Tracer())
+    assert len(presets()) > 0
+
+
+def test_block_sizes_beyond_the_sequence_give_the_same_bits_at_the_cost_of_the_sequence():
+    q, k, v = _qkv((1,), 20, 20, 8, "bf16", 4)
+    small = flash(q, k, v, plan="h200-bf16", block_m=16, block_n=20, return_stats=True)
+    huge = flash(q, k, v, plan="h200-bf16", block_m=16, block_n=2**40, return_stats=True)
+    ref = flash(q, k, v, plan="h200-bf16", block_m=16, block_n=2**40, return_stats=True, engine="reference")
+    for x, y, z in zip(small, huge, ref, strict=True):
+        assert same(x, y) and same(y, z)
