@@ -70,22 +70,28 @@ _MODE_NAMES = {m.name.lower(): m for m in RoundingMode} | {
 }
 
 
-def mode_code(mode: str | RoundingMode) -> RoundingMode:
-    """Normalize a rounding mode given as a name (``"nearest_even"``, ``"rz"``, ...) or enum member.
+def mode_code(mode: str | RoundingMode | int) -> RoundingMode:
+    """Normalize a rounding mode given as a name (``"nearest_even"``, ``"rz"``, ...), enum member or the
+    member's int value (``3`` is ``UP``; a Python or NumPy integer, not a bool).
 
     Raises:
-        ValueError: unknown name.
-        TypeError: neither a string nor a RoundingMode.
+        ValueError: unknown name or int value.
+        TypeError: neither a string, a RoundingMode nor an int (bools included).
     """
     if isinstance(mode, RoundingMode):
         return mode
+    known = ", ".join(f"{m.name.lower()} ({int(m)})" for m in RoundingMode)
     if isinstance(mode, str):
         key = mode.strip().lower().replace("-", "_")
         if key in _MODE_NAMES:
             return _MODE_NAMES[key]
-        known = ", ".join(m.name.lower() for m in RoundingMode)
         raise ValueError(f"unknown rounding mode {mode!r}; known: {known}")
-    raise TypeError(f"rounding mode must be a string or RoundingMode, got {type(mode).__name__}")
+    if isinstance(mode, (int, np.integer)) and not isinstance(mode, (bool, np.bool_)):
+        try:
+            return RoundingMode(int(mode))
+        except ValueError:
+            raise ValueError(f"unknown rounding mode {int(mode)}; known: {known}") from None
+    raise TypeError(f"rounding mode must be a string, RoundingMode or its int value, got {type(mode).__name__}")
 
 
 _SIGN = np.uint64(1 << 63)
@@ -543,7 +549,7 @@ def _resolve_format(fmt: str | FloatFormat) -> FloatFormat:
 def round(  # noqa: A001 - the public name mirrors numpy's verb
     x: np.ndarray,
     fmt: str | FloatFormat,
-    mode: str | RoundingMode = "nearest_even",
+    mode: str | RoundingMode | int = "nearest_even",
     *,
     seed: int | None = None,
     out: np.ndarray | None = None,
@@ -553,7 +559,7 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
     Args:
         x: float32 or float64 array of any shape and memory layout.
         fmt: target format (:class:`FloatFormat` or name such as ``"bf16"``).
-        mode: rounding mode name or :class:`RoundingMode`.
+        mode: rounding mode name, :class:`RoundingMode` or its int value.
         seed: seed of stochastic rounding (reproducible: element ``i`` in C order always draws the same bits);
             ``None`` draws a fresh seed. Ignored by the other modes.
         out: optional output array of ``x``'s shape and dtype (may be ``x`` itself).

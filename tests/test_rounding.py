@@ -678,8 +678,8 @@ def test_bad_out_and_seed_and_mode() -> None:
         simfloat.round(x, "bf16", "stochastic", seed=True)
     with pytest.raises(ValueError, match="unknown rounding mode 'nearest_odd'"):
         simfloat.round(x, "bf16", "nearest_odd")
-    with pytest.raises(TypeError, match="rounding mode must be a string or RoundingMode"):
-        simfloat.round(x, "bf16", 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="rounding mode must be a string, RoundingMode or its int value"):
+        simfloat.round(x, "bf16", 3.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown format"):
         simfloat.round(x, "bf15")
     with pytest.raises(ValueError, match="outside float64's range"):
@@ -694,6 +694,29 @@ def test_mode_names() -> None:
         assert mode_code(alias) == m
         assert mode_code(alias.upper()) == m
     assert mode_code("Nearest-Even") == RoundingMode.NEAREST_EVEN
+
+
+# -- read-only out=, int modes, bools, NumPy scalars, signalling NaNs
+# --------------------------------------------
+
+
+def test_int_modes_like_ops() -> None:
+    x = np.array([1.0 + 2.0**-9, -(1.0 + 2.0**-9)])
+    for m in RoundingMode:
+        if m != RoundingMode.STOCHASTIC:
+            assert_same(x, simfloat.round(x, "bf16", int(m)), simfloat.round(x, "bf16", m.name.lower()), m.name)
+            assert_same(x, simfloat.round(x, "bf16", np.int8(int(m))), simfloat.round(x, "bf16", m), m.name)
+    assert mode_code(3) is RoundingMode.UP
+    for bad in (7, -1):
+        with pytest.raises(ValueError, match=f"unknown rounding mode {bad}"):
+            simfloat.round(x, "bf16", bad)
+        with pytest.raises(ValueError, match=f"unknown rounding mode {bad}"):
+            simfloat.ops.add(x, x, "bf16", bad)
+    for bad in (True, np.bool_(False), 2.0):
+        with pytest.raises(TypeError, match="rounding mode must be"):
+            simfloat.round(x, "bf16", bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="rounding mode must be"):
+            simfloat.ops.add(x, x, "bf16", bad)  # type: ignore[arg-type]
 
 
 # -- threads

@@ -121,12 +121,7 @@ def _max_driver(x2, out):  # type: ignore[no-untyped-def]
 
 # -- validation ----------------------------------------------------------------------------------------------
 def _mode(mode: Mode) -> int:
-    """A mode name, RoundingMode or its int value."""
-    if isinstance(mode, (int, np.integer)) and not isinstance(mode, (bool, np.bool_)):
-        try:
-            return int(RoundingMode(int(mode)))
-        except ValueError:
-            raise ValueError(f"unknown rounding mode {mode!r}") from None
+    """A mode name, RoundingMode or its int value (as simfloat.round takes it)."""
     return int(mode_code(mode))
 
 
