@@ -540,10 +540,13 @@ def _round_flat(x, out, c, p, mode, seed):  # type: ignore[no-untyped-def]
 
 
 def _resolve_format(fmt: str | FloatFormat) -> FloatFormat:
-    f = _format(fmt)
-    if f.emin - f.mantissa_bits < -1074 or f.emax > 1023:
-        raise ValueError(f"format {f.name} has values outside float64's range; simfloat computes in float64")
-    return f
+    """The format named by ``fmt`` (every FloatFormat lies within float64's range, which simfloat computes in)."""
+    return _format(fmt)
+
+
+def _fits_float32(f: FloatFormat) -> bool:
+    """Whether every value of ``f`` is a float32 (precision, exponent range and smallest quantum all fit)."""
+    return f.precision <= 24 and f.emax <= 127 and f.emin - f.mantissa_bits >= -149
 
 
 def round(  # noqa: A001 - the public name mirrors numpy's verb
@@ -554,7 +557,7 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
     seed: int | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Round every element of ``x`` into ``fmt`` with ``mode``; return an array of ``x``'s dtype.
+    """Round every element of ``x`` into ``fmt`` with ``mode``.
 
     Args:
         x: float32 or float64 array of any shape and memory layout.
@@ -562,15 +565,19 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
         mode: rounding mode name, :class:`RoundingMode` or its int value.
         seed: seed of stochastic rounding (reproducible: element ``i`` in C order always draws the same bits);
             ``None`` draws a fresh seed. Ignored by the other modes.
-        out: optional output array of ``x``'s shape and dtype (may be ``x`` itself).
+        out: optional output array of the result's shape and dtype (may be ``x`` itself).
 
     Returns:
-        Array shaped like ``x`` whose values are all representable in ``fmt``. NaN inputs stay NaN, also for
-        formats without a NaN code (they have no code for it; simfloat never turns a NaN into a number).
-        Overflow follows ``fmt.overflow`` and IEEE's rules per mode.
+        Array shaped like ``x`` whose values are all representable in ``fmt``: of ``x``'s dtype, except that
+        float32 input into a format with values float32 cannot hold gives float64 (as :mod:`simfloat.ops`
+        decides): float32 into ``"e11m7"`` or ``"float64"`` gives float64, since the rounded values (2**128 from
+        float32's largest value) need not be float32 numbers. NaN inputs stay NaN, also for formats
+        without a NaN code (they have no code for it; simfloat never turns a NaN into a number). Overflow
+        follows ``fmt.overflow`` and IEEE's rules per mode.
 
     Raises:
-        TypeError: ``x`` is not a float32/float64 array, or ``out`` does not match it.
+        TypeError: ``x`` is not a float32/float64 array, or ``out`` is not an array of the result's shape and
+            dtype.
         ValueError: unknown format or mode.
     """
     f = _resolve_format(fmt)
@@ -582,22 +589,24 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
             raise TypeError(f"x must be a float32 or float64 numpy array, got {type(x).__name__}")
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"x must have dtype float32 or float64, got {x.dtype}")
+    dtype = np.dtype(np.float32 if x.dtype == np.float32 and _fits_float32(f) else np.float64)
     if out is not None:
-        if not isinstance(out, np.ndarray) or out.dtype != x.dtype or out.shape != x.shape:
-            raise TypeError("out must be a numpy array with the shape and dtype of x")
+        if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != x.shape:
+            raise TypeError(f"out must be a numpy array of shape {x.shape} and dtype {dtype} (the result's)")
     if seed is None:
         seed = int.from_bytes(os.urandom(8), "little")
     elif not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
     useed = np.uint64(int(seed) % (1 << 64))
 
-    src = np.ascontiguousarray(x)  # stochastic bits are indexed in C order, so layout never changes results
-    direct = out is not None and out.flags.c_contiguous and (out is x or not np.shares_memory(out, x))
-    if direct:
-        dst = out
-    else:
-        dst = np.empty(x.shape, dtype=x.dtype)
-    _round_flat(src.reshape(-1), dst.reshape(-1), _bit_params(f, x.dtype, int(m)), f.params, int(m), useed)
+    if x.dtype != dtype:  # float32 into a format float32 cannot hold: exact conversion
+        with np.errstate(invalid="ignore"):  # converting a signalling NaN quiets it
+            src = x.astype(dtype)
+    else:  # stochastic bits are indexed in C order, so layout never changes results
+        src = np.ascontiguousarray(x)
+    direct = out is not None and out.flags.c_contiguous and (out is src or not np.shares_memory(out, src))
+    dst = out if direct else np.empty(x.shape, dtype=dtype)
+    _round_flat(src.reshape(-1), dst.reshape(-1), _bit_params(f, dtype, int(m)), f.params, int(m), useed)
     if out is not None and dst is not out:
         np.copyto(out, dst)
         return out

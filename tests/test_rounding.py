@@ -204,6 +204,13 @@ def _points(fmt: FloatFormat, full: bool, per_binade: int = 128) -> tuple[np.nda
 _ORACLE_CACHE: dict[tuple[str, float], list[float]] = {}
 
 
+def _result_dtype(x: np.ndarray, fmt: FloatFormat) -> type:
+    """float32 only for float32 input into a format whose every value is a float32 (its own rule, not simfloat's)."""
+    s = oracle.spec(fmt)
+    fits = s.mbits <= 23 and s.max <= oracle.spec(simfloat.float32).max and s.emin - s.mbits >= -149
+    return np.float32 if x.dtype == np.float32 and fits else np.float64
+
+
 def _oracle_table(xs: np.ndarray, fmt: FloatFormat) -> dict[str, np.ndarray]:
     out = np.empty((len(MODES), xs.size))
     key0 = repr(fmt)
@@ -214,16 +221,16 @@ def _oracle_table(xs: np.ndarray, fmt: FloatFormat) -> dict[str, np.ndarray]:
             r = oracle.round_ref_all(x, fmt)
             _ORACLE_CACHE[key] = r  # type: ignore[index]
         out[:, i] = r
-    with np.errstate(over="ignore"):  # results beyond float32's range (wider formats) become inf
-        return {m: out[j].astype(xs.dtype) for j, m in enumerate(MODES)}
+    return {m: out[j].astype(_result_dtype(xs, fmt)) for j, m in enumerate(MODES)}
 
 
 def _via_round_exact(x: np.ndarray, fmt: FloatFormat, mode: str) -> np.ndarray:
     """simfloat.round's generic path (every element through round_exact), which it takes for stochastic
     rounding and for the formats its bit kernel does not cover; here forced for any format."""
-    out = np.empty_like(x)
+    dtype = _result_dtype(x, fmt)
+    out = np.empty(x.shape, dtype)
     rounding._round_flat(
-        x, out, rounding._placeholder(x.dtype), fmt.params, int(mode_code(mode)), np.uint64(0)
+        x.astype(dtype), out, rounding._placeholder(np.dtype(dtype)), fmt.params, int(mode_code(mode)), np.uint64(0)
     )
     return out
 
@@ -235,15 +242,10 @@ def _check_against_oracle(fmt: FloatFormat, full: bool, per_binade: int = 128) -
     for mode in MODES:
         assert_same(x64, simfloat.round(x64, fmt, mode), exp64[mode], f"{fmt.name} {mode} float64")
         assert_same(x64, _via_round_exact(x64, fmt, mode), exp64[mode], f"{fmt.name} {mode} round_exact")
-        with np.errstate(
-            over="ignore"
-        ):  # results beyond float32's range (formats wider than float32) are inf
-            got32 = simfloat.round(x32, fmt, mode)
-            assert got32.dtype == np.float32
-            assert_same(x32, got32, exp32[mode], f"{fmt.name} {mode} float32")
-            assert_same(
-                x32, _via_round_exact(x32, fmt, mode), exp32[mode], f"{fmt.name} {mode} round_exact f32"
-            )
+        got32 = simfloat.round(x32, fmt, mode)  # float64 for formats with values float32 cannot hold
+        assert got32.dtype == _result_dtype(x32, fmt)
+        assert_same(x32, got32, exp32[mode], f"{fmt.name} {mode} float32")
+        assert_same(x32, _via_round_exact(x32, fmt, mode), exp32[mode], f"{fmt.name} {mode} round_exact f32")
 
 
 @pytest.mark.parametrize("fmt", [f for f in VARIANTS if f.bits <= 10], ids=str)
@@ -694,6 +696,47 @@ def test_mode_names() -> None:
         assert mode_code(alias) == m
         assert mode_code(alias.upper()) == m
     assert mode_code("Nearest-Even") == RoundingMode.NEAREST_EVEN
+
+
+# -- float32 input into formats float32 cannot hold
+# --------------------------------------------------------------
+
+
+WIDE_FOR_FLOAT32 = [
+    simfloat.format("e11m7"),  # bfloat16's precision, float64's exponent range: 3.4028235e38 rounds to 2**128
+    FloatFormat("e6m25_sat", 6, 25, nan="none", has_infinity=False, overflow="saturate"),  # max 2**33 - 2**7
+    simfloat.format("e8m24"),  # float32's range, one bit more precision
+    simfloat.format("e9m5"),
+    simfloat.float64,
+]
+
+
+@pytest.mark.parametrize("fmt", WIDE_FOR_FLOAT32, ids=str)
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_float32_input_into_format_float32_cannot_hold_gives_float64(fmt: FloatFormat, mode: str) -> None:
+    """The result holds values of ``fmt``: float64 whenever some value of ``fmt`` is not a float32 (as in ops)."""
+    x = np.array(
+        [3.4028235e38, -3.4028235e38, 1e30, 1.0 + 2.0**-23, 1.0 - 2.0**-24, 3 * 2.0**-149, 2.0**-149, -0.0, np.inf],
+        dtype=np.float32,
+    )
+    got = simfloat.round(x, fmt, mode, seed=5)
+    assert got.dtype == np.float64
+    assert_same(x, got, simfloat.round(x.astype(np.float64), fmt, mode, seed=5), f"{fmt.name} {mode}")
+    finite = np.isfinite(got)
+    assert np.all(np.abs(got[finite]) <= fmt.max)
+    out = np.empty(x.shape)
+    assert simfloat.round(x, fmt, mode, seed=5, out=out) is out
+    assert_same(x, out, got, "out")
+    with pytest.raises(TypeError, match="out must .* dtype float64"):
+        simfloat.round(x, fmt, mode, out=np.empty_like(x))
+    scalar = simfloat.round(x[0], fmt, mode, seed=5)
+    assert scalar.dtype == np.float64 and scalar.shape == ()
+
+
+def test_float32_max_into_e11m7_is_2_to_128() -> None:
+    assert simfloat.round(np.float32([3.4028235e38]), "e11m7").tolist() == [2.0**128]
+    sat = WIDE_FOR_FLOAT32[1]
+    assert simfloat.round(np.float32([3.4028235e38]), sat).tolist() == [sat.max]
 
 
 # -- read-only out=, int modes, bools, NumPy scalars, signalling NaNs

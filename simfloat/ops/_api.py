@@ -10,7 +10,6 @@ from numba import prange
 
 from simfloat._jit import jit, pjit
 from simfloat.formats import FloatFormat
-from simfloat.formats import format as _format
 from simfloat.ops._elementary import exp2_scalar, exp_scalar, log_scalar
 from simfloat.ops._reduce import max_slice, sum_slice
 from simfloat.ops._scalar import (
@@ -22,7 +21,7 @@ from simfloat.ops._scalar import (
     sqrt_scalar,
     sub_scalar,
 )
-from simfloat.rounding import RoundingMode, mode_code, rand_bits
+from simfloat.rounding import RoundingMode, _fits_float32, _resolve_format, mode_code, rand_bits
 
 __all__ = [
     "add",
@@ -123,17 +122,6 @@ def _max_driver(x2, out):  # type: ignore[no-untyped-def]
 def _mode(mode: Mode) -> int:
     """A mode name, RoundingMode or its int value (as simfloat.round takes it)."""
     return int(mode_code(mode))
-
-
-def _resolve_format(fmt: Fmt) -> FloatFormat:
-    f = _format(fmt)
-    if f.emin - f.mantissa_bits < -1074 or f.emax > 1023:
-        raise ValueError(f"format {f.name} has values outside float64's range; simfloat computes in float64")
-    return f
-
-
-def _fits_float32(f: FloatFormat) -> bool:
-    return f.precision <= 24 and f.emax <= 127 and f.emin - f.mantissa_bits >= -149
 
 
 def _operand(name: str, x: object) -> tuple[np.ndarray, bool | None]:
