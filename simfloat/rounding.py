@@ -565,7 +565,7 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
         mode: rounding mode name, :class:`RoundingMode` or its int value.
         seed: seed of stochastic rounding (reproducible: element ``i`` in C order always draws the same bits);
             ``None`` draws a fresh seed. Ignored by the other modes.
-        out: optional output array of the result's shape and dtype (may be ``x`` itself).
+        out: optional writable output array of the result's shape and dtype (may be ``x`` itself).
 
     Returns:
         Array shaped like ``x`` whose values are all representable in ``fmt``: of ``x``'s dtype, except that
@@ -578,7 +578,7 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
     Raises:
         TypeError: ``x`` is not a float32/float64 array, or ``out`` is not an array of the result's shape and
             dtype.
-        ValueError: unknown format or mode.
+        ValueError: unknown format or mode, or ``out`` is read-only.
     """
     f = _resolve_format(fmt)
     m = mode_code(mode)
@@ -593,6 +593,8 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
     if out is not None:
         if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != x.shape:
             raise TypeError(f"out must be a numpy array of shape {x.shape} and dtype {dtype} (the result's)")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
     if seed is None:
         seed = int.from_bytes(os.urandom(8), "little")
     elif not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):

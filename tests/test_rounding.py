@@ -743,6 +743,16 @@ def test_float32_max_into_e11m7_is_2_to_128() -> None:
 # --------------------------------------------
 
 
+def test_read_only_out_is_a_value_error_and_read_only_input_works() -> None:
+    x = np.linspace(-3, 3, 10)
+    for out in (np.empty(10), np.empty(20)[::2]):
+        out.flags.writeable = False
+        with pytest.raises(ValueError, match="out is read-only"):
+            simfloat.round(x, "bf16", out=out)
+    x.flags.writeable = False
+    assert_same(x, simfloat.round(x, "bf16"), simfloat.round(x.copy(), "bf16"), "read-only input")
+
+
 def test_int_modes_like_ops() -> None:
     x = np.array([1.0 + 2.0**-9, -(1.0 + 2.0**-9)])
     for m in RoundingMode:
