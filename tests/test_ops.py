@@ -815,6 +815,23 @@ def test_api_validation() -> None:
         ops.max(np.ones((2, 0)))
 
 
+def test_api_operands_must_be_exact_float64_numbers() -> None:
+    """The ops compute exactly with float64 operands: a number float64 cannot hold is an error, not rounded."""
+    x = np.ones(2)
+    for bad in (2**60 + 2**52 + 1, [1.0, 2**53 + 1], np.uint64(2**64 - 1), 2**1100):
+        with pytest.raises(ValueError, match="not a float64 number"):
+            ops.add(x, bad, "bf16")
+    assert ops.add(2**60 + 2**52, 0.0, "bf16").tolist() == 2.0**60  # exact operand: a bfloat16 tie, to even
+    assert ops.mul(np.int64(-3), 0.5, "fp16").tolist() == -1.5
+    if np.finfo(np.longdouble).nmant > 52:
+        with pytest.raises(ValueError, match="not a float64 number"):
+            ops.add(np.longdouble(1) + np.longdouble(2) ** -60, 0.0, "bf16")
+    assert ops.add(np.longdouble(1.5), 0.0, "bf16").tolist() == 1.5
+    for bad in (True, np.bool_(False), [1.0, True]):
+        with pytest.raises(TypeError, match="bool"):
+            ops.add(x, bad, "bf16")
+
+
 def test_stochastic_rounding_statistics_and_determinism() -> None:
     x = np.full(20000, 1.0 + 2.0**-10)  # bf16 neighbours 1 and 1 + 2**-7: P(up) = 1/8
     y = ops.add(x, 0.0, "bf16", "stochastic", seed=42)

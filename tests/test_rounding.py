@@ -739,6 +739,97 @@ def test_float32_max_into_e11m7_is_2_to_128() -> None:
     assert simfloat.round(np.float32([3.4028235e38]), sat).tolist() == [sat.max]
 
 
+# -- Python ints, longdouble and Fractions: rounded exactly, once
+# ------------------------------------------------
+
+
+BIG_INTS = [
+    2**60 + 2**52 + 1,  # float64 first would give 2**60 + 2**52, a bfloat16 tie that goes to 2**60
+    -(2**60 + 2**52 + 1),
+    2**53 + 1,
+    2**64 - 1,
+    3**40,
+    10**30 + 1,
+    2**24 + 1,
+    2**1024 - 2**970 - 1,  # just below float64's overflow threshold: float64 max with a negative tail
+    2**1024 - 2**970,  # the threshold itself
+    -(2**1024),
+    2**2000 + 1,
+    2**900 + 2**847,  # exactly half a float64 ulp above 2**900
+    2**900 + 2**847 + 1,
+    0,
+    7,
+]
+
+
+@pytest.mark.parametrize(
+    "fmt", ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float4_e2m1fn", "e11m7"], ids=str
+)
+def test_python_ints_are_rounded_exactly(fmt: str) -> None:
+    f = simfloat.format(fmt)
+    for mode in MODES:
+        got = simfloat.round(BIG_INTS, f, mode)
+        want = np.array([oracle.round_ref(n, f, mode) for n in BIG_INTS])
+        assert got.dtype == np.float64
+        assert_same(got, got, want, f"{fmt} {mode} list")
+        for n, w in zip(BIG_INTS[:3], want[:3].tolist(), strict=True):
+            r = simfloat.round(n, f, mode)
+            assert r.shape == () and (float(r) == w or math.isnan(w)), (n, mode)
+    assert float(simfloat.round(2**60 + 2**52 + 1, "bf16")) == 2.0**60 + 2.0**53
+    assert float(simfloat.round(np.int64(2**60 + 2**52 + 1), "bf16")) == 2.0**60 + 2.0**53
+
+
+def test_fractions_are_rounded_exactly() -> None:
+    vals = [Fraction(1, 3), Fraction(-2, 3), Fraction(1, 2**1075), Fraction(3, 2**1076), Fraction(10**400, 3)]
+    for fmt in ("float64", "bfloat16", "e4m3"):
+        f = simfloat.format(fmt)
+        for mode in MODES:
+            want = np.array([oracle.round_ref(v, f, mode) for v in vals])
+            assert_same(np.zeros(len(vals)), simfloat.round(vals, f, mode), want, f"{fmt} {mode}")
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 here")
+def test_longdouble_scalars_are_rounded_exactly() -> None:
+    one, two = np.longdouble(1), np.longdouble(2)
+    vals = [
+        one + two**-8 + two**-60,  # above a bfloat16 tie by less than float64 can hold
+        -(one + two**-24 + two**-60),  # the same for float32
+        one + two**-53 + two**-62,
+        two**-1075 + two**-1100,
+        np.longdouble("1e-4000"),
+        np.longdouble("-1e4000"),
+        np.longdouble("1e308") * 10,
+        -np.longdouble(0),
+    ]
+    for fmt in ("float64", "float32", "bfloat16", "e4m3"):
+        f = simfloat.format(fmt)
+        for mode in MODES:
+            want = [oracle.round_ref(Fraction(*v.as_integer_ratio()), f, mode) for v in vals[:-1]]
+            want.append(-0.0 if f.has_negative_zero else 0.0)
+            got = np.array([simfloat.round(v, f, mode) for v in vals])
+            assert got.dtype == np.float64
+            assert_same(np.zeros(len(vals)), got, np.array(want), f"{fmt} {mode}")
+            assert_same(np.zeros(len(vals)), simfloat.round(vals, f, mode), np.array(want), f"{fmt} {mode} list")
+    assert float(simfloat.round(vals[0], "bf16")) == 1 + 2.0**-7
+    with pytest.raises(TypeError, match="dtype float32 or float64"):
+        simfloat.round(np.array(vals), "bf16")
+
+
+def test_exact_inputs_draw_the_stochastic_stream_of_their_position() -> None:
+    """Stochastic rounding of exact inputs uses element i's random word, as every other input does."""
+    n = 2**60 + 2**52 + 1
+    xs = [1.5, n, 2.0**60 + 2.0**52, n]
+    a = simfloat.round(xs, "bf16", "stochastic", seed=11)
+    assert_same(np.zeros(4), simfloat.round(xs, "bf16", "stochastic", seed=11), a, "same seed")
+    rb = [np.uint64(rounding.rand_bits(np.uint64(11), np.uint64(i))) for i in range(4)]
+    p = simfloat.bfloat16.params
+    for i in (1, 3):
+        assert a[i] == round_exact(2.0**60 + 2.0**52, 1, p, 6, rb[i])
+    ups = [float(simfloat.round(n, "bf16", "stochastic", seed=s)) for s in range(400)]
+    assert set(ups) == {2.0**60, 2.0**60 + 2.0**53}
+    assert 0.4 < np.mean(np.array(ups) > 2.0**60) < 0.6  # P(up) is just above 1/2
+
+
 # -- read-only out=, int modes, bools, NumPy scalars, signalling NaNs
 # --------------------------------------------
 
@@ -770,6 +861,43 @@ def test_int_modes_like_ops() -> None:
             simfloat.round(x, "bf16", bad)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="rounding mode must be"):
             simfloat.ops.add(x, x, "bf16", bad)  # type: ignore[arg-type]
+
+
+SCALARS = [
+    1.0 + 2.0**-9,
+    np.float64(1.0 + 2.0**-9),
+    np.float32(1.0 + 2.0**-9),
+    np.float16(1.5),
+    3,
+    np.int32(-3),
+    2**53,
+    [1.5, np.float32(2.5), 3],
+    (1.0, -0.0),
+    np.array(2.5, dtype=np.float32),
+    np.array([-0.0, 2.5]),
+]
+
+
+@pytest.mark.parametrize("x", SCALARS, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("fmt", ["bf16", "e11m7"])
+def test_round_and_ops_agree_on_scalars_and_lists(x: object, fmt: str) -> None:
+    """round(x) and the exact ops.mul(x, 1.0) give the same values with the same dtype."""
+    r = simfloat.round(x, fmt, "up")  # type: ignore[arg-type]
+    o = simfloat.ops.mul(x, 1.0, fmt, "up")
+    assert r.dtype == o.dtype and r.shape == o.shape
+    assert_same(r, r, o, "round vs ops")
+    is32 = isinstance(x, np.float32) or (isinstance(x, np.ndarray) and x.dtype == np.float32)
+    assert r.dtype == (np.float32 if is32 and fmt == "bf16" else np.float64)
+
+
+@pytest.mark.parametrize(
+    "x", [True, np.bool_(True), [1.0, True], "1.0", None, 1 + 2j, [1.0, None]], ids=lambda v: repr(v)
+)
+def test_round_and_ops_reject_the_same_inputs(x: object) -> None:
+    with pytest.raises(TypeError):
+        simfloat.round(x, "bf16")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        simfloat.ops.mul(x, 1.0, "bf16")
 
 
 # -- threads

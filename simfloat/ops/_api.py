@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import prange
@@ -21,7 +20,15 @@ from simfloat.ops._scalar import (
     sqrt_scalar,
     sub_scalar,
 )
-from simfloat.rounding import RoundingMode, _fits_float32, _resolve_format, mode_code, rand_bits
+from simfloat.rounding import (
+    RoundingMode,
+    _fits_float32,
+    _real_input,
+    _resolve_format,
+    _seed,
+    mode_code,
+    rand_bits,
+)
 
 __all__ = [
     "add",
@@ -125,28 +132,19 @@ def _mode(mode: Mode) -> int:
 
 
 def _operand(name: str, x: object) -> tuple[np.ndarray, bool | None]:
-    """(float64 array, is_float32) -- is_float32 None for a Python scalar (it does not vote on the dtype)."""
-    if isinstance(x, np.ndarray):
-        if x.dtype not in (np.float32, np.float64):
-            raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
-        return x.astype(np.float64, copy=False), x.dtype == np.float32
-    if isinstance(x, (np.float32, np.float64)):
-        return np.asarray(x, dtype=np.float64), isinstance(x, np.float32)
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, list, tuple)):
-        raise TypeError(f"{name} must be a float32/float64 array or a real number, got {type(x).__name__}")
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be convertible to a float64 array: {exc}") from None
-    return arr, None
-
-
-def _seed(seed: int | None) -> np.uint64:
-    if seed is None:
-        return np.uint64(int.from_bytes(os.urandom(8), "little"))
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    return np.uint64(int(seed) % (1 << 64))
+    """(float64 array, is_float32) -- is_float32 None for Python numbers and lists (they do not vote on the
+    dtype). The same inputs as simfloat.round, except that a number float64 cannot hold is a ValueError: the
+    ops take their operands exactly, as float64."""
+    arr, inexact, is32 = _real_input(name, x)
+    if inexact:
+        v = repr(inexact[0].value)
+        v = v if len(v) <= 40 else v[:18] + "..." + v[-18:]
+        raise ValueError(
+            f"{name} holds {v}, which is not a float64 number; the ops take their operands exactly as float64 "
+            "(round it first, e.g. simfloat.round(value, 'float64'))"
+        )
+    with np.errstate(invalid="ignore"):  # converting a signalling NaN quiets it
+        return arr.astype(np.float64, copy=False), is32
 
 
 def _out_dtype(f: FloatFormat, votes: list[bool | None]) -> type:
@@ -175,9 +173,12 @@ def _finish(out: np.ndarray, dtype: type) -> np.ndarray:
 
 
 _DOC_COMMON = """
-    Operands broadcast like numpy's; each may be a float32/float64 array or a real Python number (used
-    exactly, as float64). The result is float32 when every array operand is float32 and every value of ``fmt``
-    is a float32 (so the cast is exact), float64 otherwise; it is always an ndarray (0-d for scalar operands).
+    Operands broadcast like numpy's; each may be a float32/float64 array or NumPy scalar, or real numbers as
+    :func:`simfloat.round` takes them (Python or NumPy ints and floats, Fractions, lists of them; not bools),
+    used exactly as float64: a number float64 cannot hold (an int beyond 2**53, a long double) is an error,
+    never rounded first. The result is float32 when every array or NumPy scalar operand is float32 and every
+    value of ``fmt`` is a float32 (so the cast is exact), float64 otherwise; it is always an ndarray (0-d for
+    scalar operands).
 
     Args:
         fmt: target format (:class:`~simfloat.formats.FloatFormat` or a name such as ``"bf16"``).
@@ -186,8 +187,8 @@ _DOC_COMMON = """
             ``rand_bits(seed, i)``, so results do not depend on threads. ``None`` draws a fresh seed.
 
     Raises:
-        TypeError: an operand is not float32/float64 (or a real number), or ``seed`` is not an int.
-        ValueError: unknown format or mode, a format beyond float64's range, or shapes that do not broadcast.
+        TypeError: an operand is not float32/float64 (or real numbers), or ``seed`` is not an int.
+        ValueError: unknown format or mode, an operand float64 cannot hold, or shapes that do not broadcast.
 """
 
 
