@@ -37,6 +37,7 @@ __all__ = [
     "RoundingMode",
     "mode_code",
     "overflow_value",
+    "quiet_nan",
     "round",
     "round_exact",
     "round_scalar",
@@ -102,6 +103,7 @@ _FRAC_MASK = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
+_QUIET = np.uint64(1 << 51)  # float64's quiet-NaN bit (the top fraction bit)
 
 
 @jit
@@ -110,6 +112,14 @@ def _pow2(q: int) -> float:
     if q >= -1022:
         return bits_f64(np.uint64(q + 1023) << np.uint64(52))
     return bits_f64(_ONE << np.uint64(q + 1074))
+
+
+@jit
+def quiet_nan(v: float) -> float:
+    """``v``, except that a signalling NaN becomes quiet (its quiet bit set, sign and payload kept)."""
+    if v == v:
+        return v
+    return bits_f64(f64_bits(v) | _QUIET)
 
 
 @jit
@@ -277,10 +287,10 @@ def _round_chunk_exact(x, out, lo, p, mode, seed):  # type: ignore[no-untyped-de
     kernel below does not cover); the stochastic bits are indexed by the flat position."""
     if mode == 6:
         for i in range(x.size):
-            out[i] = round_exact(np.float64(x[i]), 0, p, 6, rand_bits(seed, np.uint64(lo + i)))
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, 6, rand_bits(seed, np.uint64(lo + i))))
     else:
         for i in range(x.size):
-            out[i] = round_exact(np.float64(x[i]), 0, p, mode, _ZERO)
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, mode, _ZERO))
 
 
 # -- fast kernel for the deterministic modes -----------------------------------------------------------------
@@ -375,6 +385,7 @@ class _BitParams(NamedTuple):
     ovf_pos: np.integer  # what a positive / negative overflow gives (magnitude): inf, NaN or max
     ovf_neg: np.integer
     inf_out: np.integer  # what an infinite input gives (magnitude)
+    quiet: np.integer  # the quiet-NaN bit: a NaN comes out quiet, sign and payload kept
     magic_bits: np.integer  # bits of 2**F: float(k) = from_bits(magic_bits + k) - 2**F for 0 <= k <= 2**F
     zero: np.integer
     has_sub: bool  # the target's subnormal range holds normal numbers of the input type
@@ -442,7 +453,7 @@ def _make_bit_params(f: FloatFormat, dtype: np.dtype, mode: int, has_sub: bool) 
         i(~(lsb - 1)), i(lsb), i(add0), i(add_lsb), i(add_pos), i(add_neg), i(odd),
         i((1 << (fi.bits - 1)) - 1), i(inf), i(bits(f.tiny)), i(bits(f.tiny) if has_sub else 0), i(max_bits),
         i(policy if away_pos else max_bits), i(policy if away_neg else max_bits),
-        i(inf if f.has_infinity else policy), i(bits(2.0**frac)), i(0), has_sub, ftype(f.tiny),
+        i(inf if f.has_infinity else policy), i(1 << (frac - 1)), i(bits(2.0**frac)), i(0), has_sub, ftype(f.tiny),
         ftype(2.0**scale), ftype(2.0**-scale), ftype(2.0**frac), f.has_negative_zero, not f.subnormals, True,
     )  # fmt: skip
 
@@ -463,7 +474,7 @@ def _round_normal(x, c):  # type: ignore[no-untyped-def]
     if c.ftz and r < c.tiny_bits:
         r = c.zero
     if a >= c.inf:
-        r = a if a > c.inf else c.inf_out  # NaN stays NaN (payload too); inf by the format's policy
+        r = _narrow(a | c.quiet, x) if a > c.inf else c.inf_out  # NaN: quiet, payload kept; inf: the policy
     if r == 0 and not c.neg_zero:
         s = c.zero
     return x if a < c.split_bits else _from_bits(r | s, x)
@@ -675,8 +686,10 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
         float32 when ``x`` is a float32 array or NumPy float32 scalar and every value of ``fmt`` is a float32
         (as :mod:`simfloat.ops` decides), float64 otherwise: float32 input into ``"e11m7"`` or ``"float64"``
         gives float64, since the rounded values (2**128 from float32's largest value) need not be float32
-        numbers. NaN inputs stay NaN, also for formats without a NaN code (they have no code for it; simfloat
-        never turns a NaN into a number). Overflow follows ``fmt.overflow`` and IEEE's rules per mode.
+        numbers. NaN inputs give quiet NaNs with their sign and payload (a signalling NaN is quieted, as IEEE
+        754's convertFormat does), in every mode and also for formats without a NaN code (they have no code for
+        it; simfloat never turns a NaN into a number). Overflow follows ``fmt.overflow`` and IEEE's rules per
+        mode.
 
     Raises:
         TypeError: ``x`` is neither a float32/float64 array nor real numbers (bools are not), ``out`` is not an

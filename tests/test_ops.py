@@ -832,6 +832,35 @@ def test_api_operands_must_be_exact_float64_numbers() -> None:
             ops.add(x, bad, "bf16")
 
 
+def test_api_nan_results_are_quiet() -> None:
+    """A signalling NaN operand gives a quiet NaN in every op (sign and payload as the hardware keeps them)."""
+    for dtype, bits, quiet in (
+        (np.float64, np.array([0x7FF0000000000001, 0xFFF4000000000000], np.uint64), 1 << 51),
+        (np.float32, np.array([0x7F800001, 0xFFA00000], np.uint32), 1 << 22),
+    ):
+        s = bits.view(dtype)
+        u = np.uint64 if dtype == np.float64 else np.uint32
+        for mode in ("rne", "sr"):
+            results = {
+                "add": ops.add(s, 1.0, "bf16", mode, seed=1),
+                "mul": ops.mul(1.0, s, "bf16", mode, seed=1),
+                "maximum": ops.maximum(s, 1.0, "bf16", mode, seed=1),
+                "fma": ops.fma(1.0, 1.0, s, "bf16", mode, seed=1),
+                "exp": ops.exp(s, "bf16", mode, seed=1),
+                "exp2": ops.exp2(s, "bf16", mode, seed=1),
+                "sqrt": ops.sqrt(s, "bf16", mode, seed=1),
+                "sum": ops.sum(s, "bf16", mode, axis=None, seed=1),
+                "sum1": ops.sum(s[:1], "bf16", mode, seed=1),
+                "max": ops.max(s[:1]),
+            }
+            for name, r in results.items():
+                r = np.atleast_1d(r)
+                assert np.isnan(r).all(), name
+                q = np.uint64(quiet) if r.dtype == np.float64 else np.uint32(quiet)
+                assert np.all(r.view(np.uint64 if r.dtype == np.float64 else np.uint32) & q), (name, dtype, mode)
+            assert results["maximum"].view(u).tolist() == (bits | u(quiet)).tolist()
+
+
 def test_stochastic_rounding_statistics_and_determinism() -> None:
     x = np.full(20000, 1.0 + 2.0**-10)  # bf16 neighbours 1 and 1 + 2**-7: P(up) = 1/8
     y = ops.add(x, 0.0, "bf16", "stochastic", seed=42)

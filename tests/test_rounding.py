@@ -900,6 +900,30 @@ def test_round_and_ops_reject_the_same_inputs(x: object) -> None:
         simfloat.ops.mul(x, 1.0, "bf16")
 
 
+def _snan(dtype: type) -> np.ndarray:
+    bits = [0x7F800001, 0xFFA00000] if dtype == np.float32 else [0x7FF0000000000001, 0xFFF4000000000000]
+    return np.array(bits, dtype=_uint(dtype)).view(dtype)
+
+
+def _quieted(x: np.ndarray, dtype: type) -> np.ndarray:
+    """x's NaNs with the quiet bit set (sign and payload kept), in ``dtype``."""
+    q = x.view(_uint(x.dtype)) | _uint(x.dtype)(1 << (np.finfo(x.dtype).nmant - 1))
+    return q.view(x.dtype).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fmt", ["bf16", "fp32", "fp64", "e4m3", "e5m22", "e11m7", "fp4"])
+def test_signalling_nans_are_quieted_in_every_mode(dtype: type, fmt: str) -> None:
+    """A NaN result is quiet, its sign and payload kept (IEEE convertFormat), in every mode and on every path."""
+    x = np.concatenate([_snan(dtype), np.ones(3, dtype)])
+    for mode in ALL_MODES:
+        got = simfloat.round(x, fmt, mode, seed=3)
+        want = _quieted(x[:2], got.dtype)
+        assert np.array_equal(got[:2].view(_uint(got.dtype)), want.view(_uint(got.dtype))), (mode, fmt)
+        one = simfloat.round(x[0], fmt, mode, seed=3)
+        assert one.view(_uint(one.dtype)) == want[0].view(_uint(one.dtype))
+
+
 # -- threads
 # ------------------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from simfloat.rounding import (
     _resolve_format,
     _seed,
     mode_code,
+    quiet_nan,
     rand_bits,
 )
 
@@ -75,13 +76,14 @@ def _unary_driver(x, out, p, op, mode, seed, fixed):  # type: ignore[no-untyped-
             rb = _bits(mode, seed, fixed, i)
             v = x[i]
             if op == 0:
-                out[i] = sqrt_scalar(v, p, mode, rb)
+                r = sqrt_scalar(v, p, mode, rb)
             elif op == 1:
-                out[i] = exp_scalar(v, p, mode, rb)
+                r = exp_scalar(v, p, mode, rb)
             elif op == 2:
-                out[i] = exp2_scalar(v, p, mode, rb)
+                r = exp2_scalar(v, p, mode, rb)
             else:
-                out[i] = log_scalar(v, p, mode, rb)
+                r = log_scalar(v, p, mode, rb)
+            out[i] = quiet_nan(r)
 
 
 @pjit
@@ -91,15 +93,16 @@ def _binary_driver(a, b, out, p, op, mode, seed, fixed):  # type: ignore[no-unty
         for i in range(c * _BLOCK, min(n, (c + 1) * _BLOCK)):
             rb = _bits(mode, seed, fixed, i)
             if op == 0:
-                out[i] = add_scalar(a[i], b[i], p, mode, rb)
+                r = add_scalar(a[i], b[i], p, mode, rb)
             elif op == 1:
-                out[i] = sub_scalar(a[i], b[i], p, mode, rb)
+                r = sub_scalar(a[i], b[i], p, mode, rb)
             elif op == 2:
-                out[i] = mul_scalar(a[i], b[i], p, mode, rb)
+                r = mul_scalar(a[i], b[i], p, mode, rb)
             elif op == 3:
-                out[i] = div_scalar(a[i], b[i], p, mode, rb)
+                r = div_scalar(a[i], b[i], p, mode, rb)
             else:
-                out[i] = maximum_scalar(a[i], b[i], p, mode, rb)
+                r = maximum_scalar(a[i], b[i], p, mode, rb)
+            out[i] = quiet_nan(r)
 
 
 @pjit
@@ -108,7 +111,7 @@ def _fma_driver(a, b, c, out, p, mode, seed, fixed):  # type: ignore[no-untyped-
     for k in prange((n + _BLOCK - 1) // _BLOCK):
         for i in range(k * _BLOCK, min(n, (k + 1) * _BLOCK)):
             rb = _bits(mode, seed, fixed, i)
-            out[i] = fma_scalar(a[i], b[i], c[i], p, mode, rb)
+            out[i] = quiet_nan(fma_scalar(a[i], b[i], c[i], p, mode, rb))
 
 
 @pjit
@@ -116,13 +119,13 @@ def _sum_driver(x2, out, p, mode, order, fan_in, chunk, seed):  # type: ignore[n
     rows, n = x2.shape
     span = np.uint64(4 * n + 4)
     for r in prange(rows):
-        out[r] = sum_slice(x2[r], p, mode, order, fan_in, chunk, seed, np.uint64(r) * span)
+        out[r] = quiet_nan(sum_slice(x2[r], p, mode, order, fan_in, chunk, seed, np.uint64(r) * span))
 
 
 @pjit
 def _max_driver(x2, out):  # type: ignore[no-untyped-def]
     for r in prange(x2.shape[0]):
-        out[r] = max_slice(x2[r])
+        out[r] = quiet_nan(max_slice(x2[r]))
 
 
 # -- validation ----------------------------------------------------------------------------------------------
@@ -178,7 +181,7 @@ _DOC_COMMON = """
     used exactly as float64: a number float64 cannot hold (an int beyond 2**53, a long double) is an error,
     never rounded first. The result is float32 when every array or NumPy scalar operand is float32 and every
     value of ``fmt`` is a float32 (so the cast is exact), float64 otherwise; it is always an ndarray (0-d for
-    scalar operands).
+    scalar operands). NaN results are quiet NaNs, also for signalling NaN operands.
 
     Args:
         fmt: target format (:class:`~simfloat.formats.FloatFormat` or a name such as ``"bf16"``).
