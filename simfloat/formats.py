@@ -75,6 +75,11 @@ class FormatParams(NamedTuple):
 class FloatFormat:
     """A binary floating-point format.
 
+    Every format has a normal binade and lies within float64's range (simfloat computes in float64, and the
+    properties below are float64 numbers). An IEEE-like format therefore needs at least 2 exponent bits: with
+    one, its only exponent code below the inf/NaN code is the subnormal one. One-bit exponents are fine with
+    the ``fn``, ``fnuz`` and ``none`` encodings (``e1m2`` with ``nan="fn"`` holds 0, 0.5, ..., 3).
+
     Attributes:
         name: full name, e.g. ``"bfloat16"``.
         exponent_bits: width of the exponent field (1..11).
@@ -83,6 +88,12 @@ class FloatFormat:
         has_infinity: whether +-inf are codes of the format (only with ``nan="ieee"``).
         subnormals: whether the format has subnormal numbers.
         overflow: what an overflowing finite value becomes, ``"inf"``, ``"nan"`` or ``"saturate"``.
+
+    Raises:
+        ValueError: a field out of range or an inconsistent combination: infinities without the IEEE encoding,
+            an overflow policy the format has no code for, an IEEE-like format with 1 exponent bit, no nonzero
+            finite value, or values outside float64's range (``emax > 1023`` or a smallest quantum below
+            ``2**-1074``, e.g. ``e11m52`` without infinities or with the fnuz bias).
     """
 
     name: str
@@ -108,9 +119,21 @@ class FloatFormat:
             raise ValueError(f"{self.name}: overflow='inf' needs a format with infinities")
         if self.overflow == "nan" and self.nan == "none":
             raise ValueError(f"{self.name}: overflow='nan' needs a format with a NaN")
-        if self.nan == "ieee" and self.exponent_bits == 1 and self.mantissa_bits == 0:
-            raise ValueError(f"{self.name}: an IEEE format needs more than one exponent bit or a fraction")
-        if self.max <= 0 or not math.isfinite(self.max):
+        if self.nan == "ieee" and self.exponent_bits == 1:
+            raise ValueError(
+                f"{self.name}: an IEEE-like format needs at least 2 exponent bits (with 1, exponent code 1 holds "
+                "inf/NaN and code 0 only zero and subnormals, so there are no normal numbers); use nan='fn', "
+                "'fnuz' or 'none' for a 1-bit exponent"
+            )
+        if self.nan == "fn" and self.exponent_bits == 1 and self.mantissa_bits == 0:
+            raise ValueError(f"{self.name}: no nonzero finite value (S.1 is the NaN code and S.0 is zero)")
+        if self.emax > 1023 or self.emin - self.mantissa_bits < -1074:
+            raise ValueError(
+                f"format {self.name} has values outside float64's range (largest binade 2**{self.emax}, "
+                f"quantum of the smallest binade 2**{self.emin - self.mantissa_bits}; float64 reaches 2**1023 "
+                "and 2**-1074); simfloat computes in float64"
+            )
+        if not self.max > 0:
             raise ValueError(f"{self.name}: no finite positive value is representable")
 
     # -- finfo-named properties -------------------------------------------------------------------------------

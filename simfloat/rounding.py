@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
+import numbers
 import os
+from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +37,7 @@ __all__ = [
     "RoundingMode",
     "mode_code",
     "overflow_value",
+    "quiet_nan",
     "round",
     "round_exact",
     "round_scalar",
@@ -70,22 +74,28 @@ _MODE_NAMES = {m.name.lower(): m for m in RoundingMode} | {
 }
 
 
-def mode_code(mode: str | RoundingMode) -> RoundingMode:
-    """Normalize a rounding mode given as a name (``"nearest_even"``, ``"rz"``, ...) or enum member.
+def mode_code(mode: str | RoundingMode | int) -> RoundingMode:
+    """Normalize a rounding mode given as a name (``"nearest_even"``, ``"rz"``, ...), enum member or the
+    member's int value (``3`` is ``UP``; a Python or NumPy integer, not a bool).
 
     Raises:
-        ValueError: unknown name.
-        TypeError: neither a string nor a RoundingMode.
+        ValueError: unknown name or int value.
+        TypeError: neither a string, a RoundingMode nor an int (bools included).
     """
     if isinstance(mode, RoundingMode):
         return mode
+    known = ", ".join(f"{m.name.lower()} ({int(m)})" for m in RoundingMode)
     if isinstance(mode, str):
         key = mode.strip().lower().replace("-", "_")
         if key in _MODE_NAMES:
             return _MODE_NAMES[key]
-        known = ", ".join(m.name.lower() for m in RoundingMode)
         raise ValueError(f"unknown rounding mode {mode!r}; known: {known}")
-    raise TypeError(f"rounding mode must be a string or RoundingMode, got {type(mode).__name__}")
+    if isinstance(mode, (int, np.integer)) and not isinstance(mode, (bool, np.bool_)):
+        try:
+            return RoundingMode(int(mode))
+        except ValueError:
+            raise ValueError(f"unknown rounding mode {int(mode)}; known: {known}") from None
+    raise TypeError(f"rounding mode must be a string, RoundingMode or its int value, got {type(mode).__name__}")
 
 
 _SIGN = np.uint64(1 << 63)
@@ -93,6 +103,7 @@ _FRAC_MASK = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
+_QUIET = np.uint64(1 << 51)  # float64's quiet-NaN bit (the top fraction bit)
 
 
 @jit
@@ -101,6 +112,14 @@ def _pow2(q: int) -> float:
     if q >= -1022:
         return bits_f64(np.uint64(q + 1023) << np.uint64(52))
     return bits_f64(_ONE << np.uint64(q + 1074))
+
+
+@jit
+def quiet_nan(v: float) -> float:
+    """``v``, except that a signalling NaN becomes quiet (its quiet bit set, sign and payload kept)."""
+    if v == v:
+        return v
+    return bits_f64(f64_bits(v) | _QUIET)
 
 
 @jit
@@ -268,10 +287,10 @@ def _round_chunk_exact(x, out, lo, p, mode, seed):  # type: ignore[no-untyped-de
     kernel below does not cover); the stochastic bits are indexed by the flat position."""
     if mode == 6:
         for i in range(x.size):
-            out[i] = round_exact(np.float64(x[i]), 0, p, 6, rand_bits(seed, np.uint64(lo + i)))
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, 6, rand_bits(seed, np.uint64(lo + i))))
     else:
         for i in range(x.size):
-            out[i] = round_exact(np.float64(x[i]), 0, p, mode, _ZERO)
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, mode, _ZERO))
 
 
 # -- fast kernel for the deterministic modes -----------------------------------------------------------------
@@ -366,6 +385,7 @@ class _BitParams(NamedTuple):
     ovf_pos: np.integer  # what a positive / negative overflow gives (magnitude): inf, NaN or max
     ovf_neg: np.integer
     inf_out: np.integer  # what an infinite input gives (magnitude)
+    quiet: np.integer  # the quiet-NaN bit: a NaN comes out quiet, sign and payload kept
     magic_bits: np.integer  # bits of 2**F: float(k) = from_bits(magic_bits + k) - 2**F for 0 <= k <= 2**F
     zero: np.integer
     has_sub: bool  # the target's subnormal range holds normal numbers of the input type
@@ -433,7 +453,7 @@ def _make_bit_params(f: FloatFormat, dtype: np.dtype, mode: int, has_sub: bool) 
         i(~(lsb - 1)), i(lsb), i(add0), i(add_lsb), i(add_pos), i(add_neg), i(odd),
         i((1 << (fi.bits - 1)) - 1), i(inf), i(bits(f.tiny)), i(bits(f.tiny) if has_sub else 0), i(max_bits),
         i(policy if away_pos else max_bits), i(policy if away_neg else max_bits),
-        i(inf if f.has_infinity else policy), i(bits(2.0**frac)), i(0), has_sub, ftype(f.tiny),
+        i(inf if f.has_infinity else policy), i(1 << (frac - 1)), i(bits(2.0**frac)), i(0), has_sub, ftype(f.tiny),
         ftype(2.0**scale), ftype(2.0**-scale), ftype(2.0**frac), f.has_negative_zero, not f.subnormals, True,
     )  # fmt: skip
 
@@ -454,7 +474,7 @@ def _round_normal(x, c):  # type: ignore[no-untyped-def]
     if c.ftz and r < c.tiny_bits:
         r = c.zero
     if a >= c.inf:
-        r = a if a > c.inf else c.inf_out  # NaN stays NaN (payload too); inf by the format's policy
+        r = _narrow(a | c.quiet, x) if a > c.inf else c.inf_out  # NaN: quiet, payload kept; inf: the policy
     if r == 0 and not c.neg_zero:
         s = c.zero
     return x if a < c.split_bits else _from_bits(r | s, x)
@@ -534,64 +554,176 @@ def _round_flat(x, out, c, p, mode, seed):  # type: ignore[no-untyped-def]
 
 
 def _resolve_format(fmt: str | FloatFormat) -> FloatFormat:
-    f = _format(fmt)
-    if f.emin - f.mantissa_bits < -1074 or f.emax > 1023:
-        raise ValueError(f"format {f.name} has values outside float64's range; simfloat computes in float64")
-    return f
+    """The format named by ``fmt`` (every FloatFormat lies within float64's range, which simfloat computes in)."""
+    return _format(fmt)
+
+
+def _fits_float32(f: FloatFormat) -> bool:
+    """Whether every value of ``f`` is a float32 (precision, exponent range and smallest quantum all fit)."""
+    return f.precision <= 24 and f.emax <= 127 and f.emin - f.mantissa_bits >= -149
+
+
+# -- real-number inputs (shared with simfloat.ops) -----------------------------------------------------------
+_F64_MAX = float(np.finfo(np.float64).max)
+_FLOAT64_EXACT = frozenset({float, np.float64, np.float32, np.float16})  # scalar types float64 holds exactly
+
+
+class _Inexact(NamedTuple):
+    """An input number float64 cannot hold: flat position, the number, and its exact split for round_exact."""
+
+    index: int
+    value: object
+    tail: int  # the class of value - head, as sticky() gives it (+-1 inside half an ulp, +-2 exactly half)
+    beyond: bool  # |value| >= 2**1024 - 2**970: overflows every format (head is then +-float64 max)
+
+
+def _split_rational(n: int, den: int) -> tuple[float, int, bool]:
+    """``n/den`` (``den > 0``) as (head, tail class, beyond float64's range): the head is the nearest float64
+    (ties to even) and the tail class that of the exact rest ``n/den - head`` (see :func:`sticky`)."""
+    try:
+        head = n / den  # Python's int true division is correctly rounded, subnormal results included
+    except OverflowError:
+        return (-_F64_MAX if n < 0 else _F64_MAX), 0, True
+    rest = Fraction(n, den) - Fraction(head)
+    if rest == 0:
+        return head, 0, False
+    mag = abs(head)
+    expo = math.frexp(mag)[1] - 1 if mag >= 2.0**-1022 else -1022  # ulp(head) = 2**(expo - 52)
+    cls = 2 if abs(rest) == Fraction(2) ** (expo - 53) else 1
+    return head, (cls if rest > 0 else -cls), False
+
+
+def _bad_type(name: str, v: object) -> TypeError:
+    what = "a bool" if isinstance(v, (bool, np.bool_)) else type(v).__name__
+    return TypeError(
+        f"{name} must be a float32 or float64 array or real numbers (Python or NumPy ints and floats, "
+        f"Fractions, lists of them), got {what}"
+    )
+
+
+def _split_number(name: str, v: object) -> tuple[float, int, bool]:
+    """One real number as (float64 head, tail class, beyond float64's range); exact for every accepted type."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if isinstance(v, (bool, np.bool_)):
+        raise _bad_type(name, v)
+    if isinstance(v, (float, np.float16, np.float32, np.float64)):
+        return float(v), 0, False
+    if isinstance(v, np.floating):  # long double
+        if v == 0 or not np.isfinite(v):
+            return float(v), 0, False  # signed zeros, infinities and NaN are float64 numbers
+        return _split_rational(*v.as_integer_ratio())
+    if isinstance(v, numbers.Integral):  # int, NumPy integers
+        return _split_rational(int(v), 1)
+    if isinstance(v, numbers.Rational):  # Fraction
+        return _split_rational(int(v.numerator), int(v.denominator))
+    raise _bad_type(name, v)
+
+
+def _real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool | None]:
+    """Validate an array or real-number argument: ``(values, inexact, is_float32)``.
+
+    ``values`` is ``x`` itself for a float32/float64 array, a 0-d array of its dtype for a NumPy float32/float64
+    scalar, else a float64 array of the numbers (the nearest float64 where float64 cannot hold one: those are
+    listed in ``inexact``). ``is_float32`` is None for Python numbers and lists, which do not vote on the dtype.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype not in (np.float32, np.float64):
+            raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
+        return x, [], x.dtype == np.float32
+    if isinstance(x, (np.float32, np.float64)):
+        return np.asarray(x), [], isinstance(x, np.float32)
+    if isinstance(x, (list, tuple)):
+        obj = np.asarray(x, dtype=object)
+        items, shape = obj.reshape(-1).tolist(), obj.shape
+    else:
+        items, shape = [x], ()
+    if set(map(type, items)) <= _FLOAT64_EXACT:
+        with np.errstate(invalid="ignore"):  # converting a signalling NaN quiets it
+            return np.array(items, dtype=np.float64).reshape(shape), [], None
+    heads = np.empty(len(items))
+    inexact = []
+    for i, v in enumerate(items):
+        heads[i], tail, beyond = _split_number(name, v)
+        if tail or beyond:
+            inexact.append(_Inexact(i, v, tail, beyond))
+    return heads.reshape(shape), inexact, None
+
+
+def _seed(seed: int | None) -> np.uint64:
+    if seed is None:
+        return np.uint64(int.from_bytes(os.urandom(8), "little"))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return np.uint64(int(seed) % (1 << 64))
 
 
 def round(  # noqa: A001 - the public name mirrors numpy's verb
-    x: np.ndarray,
+    x: object,
     fmt: str | FloatFormat,
-    mode: str | RoundingMode = "nearest_even",
+    mode: str | RoundingMode | int = "nearest_even",
     *,
     seed: int | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Round every element of ``x`` into ``fmt`` with ``mode``; return an array of ``x``'s dtype.
+    """Round every element of ``x`` into ``fmt`` with ``mode``, once, from its exact value.
 
     Args:
-        x: float32 or float64 array of any shape and memory layout.
+        x: a float32 or float64 array of any shape and memory layout, or real numbers: a Python or NumPy int or
+            float (long double included; not bool), a :class:`fractions.Fraction`, or a (nested) list or tuple
+            of these. Numbers float64 cannot hold (ints beyond 2**53, long doubles, Fractions) are rounded from
+            their exact value, never through float64 first; stochastic rounding sees them as their nearest
+            float64 plus a tail known to a quarter of float64's ulp, as it sees the exact results of
+            :mod:`simfloat.ops`. Arrays of other dtypes (integer, float16, long double, bool) are rejected.
         fmt: target format (:class:`FloatFormat` or name such as ``"bf16"``).
-        mode: rounding mode name or :class:`RoundingMode`.
+        mode: rounding mode name, :class:`RoundingMode` or its int value.
         seed: seed of stochastic rounding (reproducible: element ``i`` in C order always draws the same bits);
             ``None`` draws a fresh seed. Ignored by the other modes.
-        out: optional output array of ``x``'s shape and dtype (may be ``x`` itself).
+        out: optional writable output array of the result's shape and dtype (may be ``x`` itself).
 
     Returns:
-        Array shaped like ``x`` whose values are all representable in ``fmt``. NaN inputs stay NaN, also for
-        formats without a NaN code (they have no code for it; simfloat never turns a NaN into a number).
-        Overflow follows ``fmt.overflow`` and IEEE's rules per mode.
+        An ndarray shaped like ``x`` (0-d for a scalar) whose values are all representable in ``fmt``. It is
+        float32 when ``x`` is a float32 array or NumPy float32 scalar and every value of ``fmt`` is a float32
+        (as :mod:`simfloat.ops` decides), float64 otherwise: float32 input into ``"e11m7"`` or ``"float64"``
+        gives float64, since the rounded values (2**128 from float32's largest value) need not be float32
+        numbers. NaN inputs give quiet NaNs with their sign and payload (a signalling NaN is quieted, as IEEE
+        754's convertFormat does), in every mode and also for formats without a NaN code (they have no code for
+        it; simfloat never turns a NaN into a number). Overflow follows ``fmt.overflow`` and IEEE's rules per
+        mode.
 
     Raises:
-        TypeError: ``x`` is not a float32/float64 array, or ``out`` does not match it.
-        ValueError: unknown format or mode.
+        TypeError: ``x`` is neither a float32/float64 array nor real numbers (bools are not), ``out`` is not an
+            array of the result's shape and dtype, or ``seed`` is not an int.
+        ValueError: unknown format or mode, or ``out`` is read-only.
     """
     f = _resolve_format(fmt)
-    m = mode_code(mode)
-    if not isinstance(x, np.ndarray):
-        if isinstance(x, (float, int, list, tuple, np.floating)):
-            x = np.asarray(x, dtype=np.float64)
-        else:
-            raise TypeError(f"x must be a float32 or float64 numpy array, got {type(x).__name__}")
-    if x.dtype not in (np.float32, np.float64):
-        raise TypeError(f"x must have dtype float32 or float64, got {x.dtype}")
+    m = int(mode_code(mode))
+    arr, inexact, _ = _real_input("x", x)
+    dtype = np.dtype(np.float32 if arr.dtype == np.float32 and _fits_float32(f) else np.float64)
     if out is not None:
-        if not isinstance(out, np.ndarray) or out.dtype != x.dtype or out.shape != x.shape:
-            raise TypeError("out must be a numpy array with the shape and dtype of x")
-    if seed is None:
-        seed = int.from_bytes(os.urandom(8), "little")
-    elif not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    useed = np.uint64(int(seed) % (1 << 64))
+        if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != arr.shape:
+            raise TypeError(f"out must be a numpy array of shape {arr.shape} and dtype {dtype} (the result's)")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+    useed = _seed(seed)
 
-    src = np.ascontiguousarray(x)  # stochastic bits are indexed in C order, so layout never changes results
-    direct = out is not None and out.flags.c_contiguous and (out is x or not np.shares_memory(out, x))
-    if direct:
-        dst = out
-    else:
-        dst = np.empty(x.shape, dtype=x.dtype)
-    _round_flat(src.reshape(-1), dst.reshape(-1), _bit_params(f, x.dtype, int(m)), f.params, int(m), useed)
+    if arr.dtype != dtype:  # float32 into a format float32 cannot hold: exact conversion (quiets NaNs)
+        with np.errstate(invalid="ignore"):
+            src = arr.astype(dtype)
+    else:  # stochastic bits are indexed in C order, so layout never changes results
+        src = np.ascontiguousarray(arr)
+    direct = out is not None and out.flags.c_contiguous and (out is src or not np.shares_memory(out, src))
+    dst = out if direct else np.empty(arr.shape, dtype=dtype)
+    flat = dst.reshape(-1)
+    p = f.params
+    _round_flat(src.reshape(-1), flat, _bit_params(f, dtype, m), p, m, useed)
+    for e in inexact:  # the numbers float64 cannot hold, from their exact split
+        head = float(src.flat[e.index])
+        if e.beyond:
+            flat[e.index] = overflow_value(head < 0.0, p, m)
+        else:
+            rbits = np.uint64(rand_bits(useed, np.uint64(e.index)) if m == RoundingMode.STOCHASTIC else 0)
+            flat[e.index] = round_exact(head, e.tail, p, m, rbits)
     if out is not None and dst is not out:
         np.copyto(out, dst)
         return out

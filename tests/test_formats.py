@@ -197,12 +197,51 @@ def test_unknown_name_lists_known_ones() -> None:
             {"exponent_bits": 2, "mantissa_bits": 1, "nan": "none", "has_infinity": False, "overflow": "nan"},
             "overflow='nan' needs a format with a NaN",
         ),
-        ({"exponent_bits": 1, "mantissa_bits": 0}, "needs more than one exponent bit or a fraction"),
+        ({"exponent_bits": 1, "mantissa_bits": 0}, "IEEE-like format needs at least 2 exponent bits"),
+        ({"exponent_bits": 1, "mantissa_bits": 2}, "IEEE-like format needs at least 2 exponent bits"),
+        (
+            {"exponent_bits": 1, "mantissa_bits": 0, "nan": "fn", "has_infinity": False, "overflow": "nan"},
+            "no nonzero finite value",
+        ),
+        (
+            {"exponent_bits": 11, "mantissa_bits": 52, "nan": "none", "has_infinity": False, "overflow": "saturate"},
+            "outside float64's range",
+        ),
+        (
+            {"exponent_bits": 11, "mantissa_bits": 3, "nan": "fn", "has_infinity": False, "overflow": "nan"},
+            "outside float64's range",
+        ),
+        (
+            {"exponent_bits": 11, "mantissa_bits": 52, "nan": "fnuz", "has_infinity": False, "overflow": "nan"},
+            "outside float64's range",
+        ),
     ],
 )
 def test_bad_fields(kwargs: dict, text: str) -> None:
     with pytest.raises(ValueError, match=text):
         FloatFormat("bad", **kwargs)
+
+
+def test_one_exponent_bit_ieee_is_rejected_by_name() -> None:
+    """e1m2 as IEEE would have only subnormals (exponent code 1 is inf/NaN): no such format exists."""
+    with pytest.raises(ValueError, match="e1m2: an IEEE-like format needs at least 2 exponent bits"):
+        simfloat.format("e1m2")
+
+
+@pytest.mark.parametrize(
+    ("nan", "values"),
+    [
+        ("fn", [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0]),  # S.1.11 is the NaN
+        ("fnuz", [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75]),
+        ("none", [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]),
+    ],
+)
+def test_one_exponent_bit_formats_without_infinities(nan: str, values: list[float]) -> None:
+    """With one exponent bit, the fn/fnuz/none encodings keep a normal binade: max is its top value."""
+    f = FloatFormat(f"e1m2{nan}", 1, 2, nan=nan, has_infinity=False, overflow="saturate")  # type: ignore[arg-type]
+    assert f.max == values[-1]
+    assert [float(v) for v in oracle.finite_values(f, nonnegative=True)] == values
+    assert f.max == float(oracle.spec(f).max)
 
 
 def test_bad_replace() -> None:

@@ -815,6 +815,52 @@ def test_api_validation() -> None:
         ops.max(np.ones((2, 0)))
 
 
+def test_api_operands_must_be_exact_float64_numbers() -> None:
+    """The ops compute exactly with float64 operands: a number float64 cannot hold is an error, not rounded."""
+    x = np.ones(2)
+    for bad in (2**60 + 2**52 + 1, [1.0, 2**53 + 1], np.uint64(2**64 - 1), 2**1100):
+        with pytest.raises(ValueError, match="not a float64 number"):
+            ops.add(x, bad, "bf16")
+    assert ops.add(2**60 + 2**52, 0.0, "bf16").tolist() == 2.0**60  # exact operand: a bfloat16 tie, to even
+    assert ops.mul(np.int64(-3), 0.5, "fp16").tolist() == -1.5
+    if np.finfo(np.longdouble).nmant > 52:
+        with pytest.raises(ValueError, match="not a float64 number"):
+            ops.add(np.longdouble(1) + np.longdouble(2) ** -60, 0.0, "bf16")
+    assert ops.add(np.longdouble(1.5), 0.0, "bf16").tolist() == 1.5
+    for bad in (True, np.bool_(False), [1.0, True]):
+        with pytest.raises(TypeError, match="bool"):
+            ops.add(x, bad, "bf16")
+
+
+def test_api_nan_results_are_quiet() -> None:
+    """A signalling NaN operand gives a quiet NaN in every op (sign and payload as the hardware keeps them)."""
+    for dtype, bits, quiet in (
+        (np.float64, np.array([0x7FF0000000000001, 0xFFF4000000000000], np.uint64), 1 << 51),
+        (np.float32, np.array([0x7F800001, 0xFFA00000], np.uint32), 1 << 22),
+    ):
+        s = bits.view(dtype)
+        u = np.uint64 if dtype == np.float64 else np.uint32
+        for mode in ("rne", "sr"):
+            results = {
+                "add": ops.add(s, 1.0, "bf16", mode, seed=1),
+                "mul": ops.mul(1.0, s, "bf16", mode, seed=1),
+                "maximum": ops.maximum(s, 1.0, "bf16", mode, seed=1),
+                "fma": ops.fma(1.0, 1.0, s, "bf16", mode, seed=1),
+                "exp": ops.exp(s, "bf16", mode, seed=1),
+                "exp2": ops.exp2(s, "bf16", mode, seed=1),
+                "sqrt": ops.sqrt(s, "bf16", mode, seed=1),
+                "sum": ops.sum(s, "bf16", mode, axis=None, seed=1),
+                "sum1": ops.sum(s[:1], "bf16", mode, seed=1),
+                "max": ops.max(s[:1]),
+            }
+            for name, r in results.items():
+                r = np.atleast_1d(r)
+                assert np.isnan(r).all(), name
+                q = np.uint64(quiet) if r.dtype == np.float64 else np.uint32(quiet)
+                assert np.all(r.view(np.uint64 if r.dtype == np.float64 else np.uint32) & q), (name, dtype, mode)
+            assert results["maximum"].view(u).tolist() == (bits | u(quiet)).tolist()
+
+
 def test_stochastic_rounding_statistics_and_determinism() -> None:
     x = np.full(20000, 1.0 + 2.0**-10)  # bf16 neighbours 1 and 1 + 2**-7: P(up) = 1/8
     y = ops.add(x, 0.0, "bf16", "stochastic", seed=42)

@@ -204,6 +204,13 @@ def _points(fmt: FloatFormat, full: bool, per_binade: int = 128) -> tuple[np.nda
 _ORACLE_CACHE: dict[tuple[str, float], list[float]] = {}
 
 
+def _result_dtype(x: np.ndarray, fmt: FloatFormat) -> type:
+    """float32 only for float32 input into a format whose every value is a float32 (its own rule, not simfloat's)."""
+    s = oracle.spec(fmt)
+    fits = s.mbits <= 23 and s.max <= oracle.spec(simfloat.float32).max and s.emin - s.mbits >= -149
+    return np.float32 if x.dtype == np.float32 and fits else np.float64
+
+
 def _oracle_table(xs: np.ndarray, fmt: FloatFormat) -> dict[str, np.ndarray]:
     out = np.empty((len(MODES), xs.size))
     key0 = repr(fmt)
@@ -214,16 +221,16 @@ def _oracle_table(xs: np.ndarray, fmt: FloatFormat) -> dict[str, np.ndarray]:
             r = oracle.round_ref_all(x, fmt)
             _ORACLE_CACHE[key] = r  # type: ignore[index]
         out[:, i] = r
-    with np.errstate(over="ignore"):  # results beyond float32's range (wider formats) become inf
-        return {m: out[j].astype(xs.dtype) for j, m in enumerate(MODES)}
+    return {m: out[j].astype(_result_dtype(xs, fmt)) for j, m in enumerate(MODES)}
 
 
 def _via_round_exact(x: np.ndarray, fmt: FloatFormat, mode: str) -> np.ndarray:
     """simfloat.round's generic path (every element through round_exact), which it takes for stochastic
     rounding and for the formats its bit kernel does not cover; here forced for any format."""
-    out = np.empty_like(x)
+    dtype = _result_dtype(x, fmt)
+    out = np.empty(x.shape, dtype)
     rounding._round_flat(
-        x, out, rounding._placeholder(x.dtype), fmt.params, int(mode_code(mode)), np.uint64(0)
+        x.astype(dtype), out, rounding._placeholder(np.dtype(dtype)), fmt.params, int(mode_code(mode)), np.uint64(0)
     )
     return out
 
@@ -235,15 +242,10 @@ def _check_against_oracle(fmt: FloatFormat, full: bool, per_binade: int = 128) -
     for mode in MODES:
         assert_same(x64, simfloat.round(x64, fmt, mode), exp64[mode], f"{fmt.name} {mode} float64")
         assert_same(x64, _via_round_exact(x64, fmt, mode), exp64[mode], f"{fmt.name} {mode} round_exact")
-        with np.errstate(
-            over="ignore"
-        ):  # results beyond float32's range (formats wider than float32) are inf
-            got32 = simfloat.round(x32, fmt, mode)
-            assert got32.dtype == np.float32
-            assert_same(x32, got32, exp32[mode], f"{fmt.name} {mode} float32")
-            assert_same(
-                x32, _via_round_exact(x32, fmt, mode), exp32[mode], f"{fmt.name} {mode} round_exact f32"
-            )
+        got32 = simfloat.round(x32, fmt, mode)  # float64 for formats with values float32 cannot hold
+        assert got32.dtype == _result_dtype(x32, fmt)
+        assert_same(x32, got32, exp32[mode], f"{fmt.name} {mode} float32")
+        assert_same(x32, _via_round_exact(x32, fmt, mode), exp32[mode], f"{fmt.name} {mode} round_exact f32")
 
 
 @pytest.mark.parametrize("fmt", [f for f in VARIANTS if f.bits <= 10], ids=str)
@@ -678,8 +680,8 @@ def test_bad_out_and_seed_and_mode() -> None:
         simfloat.round(x, "bf16", "stochastic", seed=True)
     with pytest.raises(ValueError, match="unknown rounding mode 'nearest_odd'"):
         simfloat.round(x, "bf16", "nearest_odd")
-    with pytest.raises(TypeError, match="rounding mode must be a string or RoundingMode"):
-        simfloat.round(x, "bf16", 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="rounding mode must be a string, RoundingMode or its int value"):
+        simfloat.round(x, "bf16", 3.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown format"):
         simfloat.round(x, "bf15")
     with pytest.raises(ValueError, match="outside float64's range"):
@@ -694,6 +696,232 @@ def test_mode_names() -> None:
         assert mode_code(alias) == m
         assert mode_code(alias.upper()) == m
     assert mode_code("Nearest-Even") == RoundingMode.NEAREST_EVEN
+
+
+# -- float32 input into formats float32 cannot hold
+# --------------------------------------------------------------
+
+
+WIDE_FOR_FLOAT32 = [
+    simfloat.format("e11m7"),  # bfloat16's precision, float64's exponent range: 3.4028235e38 rounds to 2**128
+    FloatFormat("e6m25_sat", 6, 25, nan="none", has_infinity=False, overflow="saturate"),  # max 2**33 - 2**7
+    simfloat.format("e8m24"),  # float32's range, one bit more precision
+    simfloat.format("e9m5"),
+    simfloat.float64,
+]
+
+
+@pytest.mark.parametrize("fmt", WIDE_FOR_FLOAT32, ids=str)
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_float32_input_into_format_float32_cannot_hold_gives_float64(fmt: FloatFormat, mode: str) -> None:
+    """The result holds values of ``fmt``: float64 whenever some value of ``fmt`` is not a float32 (as in ops)."""
+    x = np.array(
+        [3.4028235e38, -3.4028235e38, 1e30, 1.0 + 2.0**-23, 1.0 - 2.0**-24, 3 * 2.0**-149, 2.0**-149, -0.0, np.inf],
+        dtype=np.float32,
+    )
+    got = simfloat.round(x, fmt, mode, seed=5)
+    assert got.dtype == np.float64
+    assert_same(x, got, simfloat.round(x.astype(np.float64), fmt, mode, seed=5), f"{fmt.name} {mode}")
+    finite = np.isfinite(got)
+    assert np.all(np.abs(got[finite]) <= fmt.max)
+    out = np.empty(x.shape)
+    assert simfloat.round(x, fmt, mode, seed=5, out=out) is out
+    assert_same(x, out, got, "out")
+    with pytest.raises(TypeError, match="out must .* dtype float64"):
+        simfloat.round(x, fmt, mode, out=np.empty_like(x))
+    scalar = simfloat.round(x[0], fmt, mode, seed=5)
+    assert scalar.dtype == np.float64 and scalar.shape == ()
+
+
+def test_float32_max_into_e11m7_is_2_to_128() -> None:
+    assert simfloat.round(np.float32([3.4028235e38]), "e11m7").tolist() == [2.0**128]
+    sat = WIDE_FOR_FLOAT32[1]
+    assert simfloat.round(np.float32([3.4028235e38]), sat).tolist() == [sat.max]
+
+
+# -- Python ints, longdouble and Fractions: rounded exactly, once
+# ------------------------------------------------
+
+
+BIG_INTS = [
+    2**60 + 2**52 + 1,  # float64 first would give 2**60 + 2**52, a bfloat16 tie that goes to 2**60
+    -(2**60 + 2**52 + 1),
+    2**53 + 1,
+    2**64 - 1,
+    3**40,
+    10**30 + 1,
+    2**24 + 1,
+    2**1024 - 2**970 - 1,  # just below float64's overflow threshold: float64 max with a negative tail
+    2**1024 - 2**970,  # the threshold itself
+    -(2**1024),
+    2**2000 + 1,
+    2**900 + 2**847,  # exactly half a float64 ulp above 2**900
+    2**900 + 2**847 + 1,
+    0,
+    7,
+]
+
+
+@pytest.mark.parametrize(
+    "fmt", ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float4_e2m1fn", "e11m7"], ids=str
+)
+def test_python_ints_are_rounded_exactly(fmt: str) -> None:
+    f = simfloat.format(fmt)
+    for mode in MODES:
+        got = simfloat.round(BIG_INTS, f, mode)
+        want = np.array([oracle.round_ref(n, f, mode) for n in BIG_INTS])
+        assert got.dtype == np.float64
+        assert_same(got, got, want, f"{fmt} {mode} list")
+        for n, w in zip(BIG_INTS[:3], want[:3].tolist(), strict=True):
+            r = simfloat.round(n, f, mode)
+            assert r.shape == () and (float(r) == w or math.isnan(w)), (n, mode)
+    assert float(simfloat.round(2**60 + 2**52 + 1, "bf16")) == 2.0**60 + 2.0**53
+    assert float(simfloat.round(np.int64(2**60 + 2**52 + 1), "bf16")) == 2.0**60 + 2.0**53
+
+
+def test_fractions_are_rounded_exactly() -> None:
+    vals = [Fraction(1, 3), Fraction(-2, 3), Fraction(1, 2**1075), Fraction(3, 2**1076), Fraction(10**400, 3)]
+    for fmt in ("float64", "bfloat16", "e4m3"):
+        f = simfloat.format(fmt)
+        for mode in MODES:
+            want = np.array([oracle.round_ref(v, f, mode) for v in vals])
+            assert_same(np.zeros(len(vals)), simfloat.round(vals, f, mode), want, f"{fmt} {mode}")
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 here")
+def test_longdouble_scalars_are_rounded_exactly() -> None:
+    one, two = np.longdouble(1), np.longdouble(2)
+    vals = [
+        one + two**-8 + two**-60,  # above a bfloat16 tie by less than float64 can hold
+        -(one + two**-24 + two**-60),  # the same for float32
+        one + two**-53 + two**-62,
+        two**-1075 + two**-1100,
+        np.longdouble("1e-4000"),
+        np.longdouble("-1e4000"),
+        np.longdouble("1e308") * 10,
+        -np.longdouble(0),
+    ]
+    for fmt in ("float64", "float32", "bfloat16", "e4m3"):
+        f = simfloat.format(fmt)
+        for mode in MODES:
+            want = [oracle.round_ref(Fraction(*v.as_integer_ratio()), f, mode) for v in vals[:-1]]
+            want.append(-0.0 if f.has_negative_zero else 0.0)
+            got = np.array([simfloat.round(v, f, mode) for v in vals])
+            assert got.dtype == np.float64
+            assert_same(np.zeros(len(vals)), got, np.array(want), f"{fmt} {mode}")
+            assert_same(np.zeros(len(vals)), simfloat.round(vals, f, mode), np.array(want), f"{fmt} {mode} list")
+    assert float(simfloat.round(vals[0], "bf16")) == 1 + 2.0**-7
+    with pytest.raises(TypeError, match="dtype float32 or float64"):
+        simfloat.round(np.array(vals), "bf16")
+
+
+def test_exact_inputs_draw_the_stochastic_stream_of_their_position() -> None:
+    """Stochastic rounding of exact inputs uses element i's random word, as every other input does."""
+    n = 2**60 + 2**52 + 1
+    xs = [1.5, n, 2.0**60 + 2.0**52, n]
+    a = simfloat.round(xs, "bf16", "stochastic", seed=11)
+    assert_same(np.zeros(4), simfloat.round(xs, "bf16", "stochastic", seed=11), a, "same seed")
+    rb = [np.uint64(rounding.rand_bits(np.uint64(11), np.uint64(i))) for i in range(4)]
+    p = simfloat.bfloat16.params
+    for i in (1, 3):
+        assert a[i] == round_exact(2.0**60 + 2.0**52, 1, p, 6, rb[i])
+    ups = [float(simfloat.round(n, "bf16", "stochastic", seed=s)) for s in range(400)]
+    assert set(ups) == {2.0**60, 2.0**60 + 2.0**53}
+    assert 0.4 < np.mean(np.array(ups) > 2.0**60) < 0.6  # P(up) is just above 1/2
+
+
+# -- read-only out=, int modes, bools, NumPy scalars, signalling NaNs
+# --------------------------------------------
+
+
+def test_read_only_out_is_a_value_error_and_read_only_input_works() -> None:
+    x = np.linspace(-3, 3, 10)
+    for out in (np.empty(10), np.empty(20)[::2]):
+        out.flags.writeable = False
+        with pytest.raises(ValueError, match="out is read-only"):
+            simfloat.round(x, "bf16", out=out)
+    x.flags.writeable = False
+    assert_same(x, simfloat.round(x, "bf16"), simfloat.round(x.copy(), "bf16"), "read-only input")
+
+
+def test_int_modes_like_ops() -> None:
+    x = np.array([1.0 + 2.0**-9, -(1.0 + 2.0**-9)])
+    for m in RoundingMode:
+        if m != RoundingMode.STOCHASTIC:
+            assert_same(x, simfloat.round(x, "bf16", int(m)), simfloat.round(x, "bf16", m.name.lower()), m.name)
+            assert_same(x, simfloat.round(x, "bf16", np.int8(int(m))), simfloat.round(x, "bf16", m), m.name)
+    assert mode_code(3) is RoundingMode.UP
+    for bad in (7, -1):
+        with pytest.raises(ValueError, match=f"unknown rounding mode {bad}"):
+            simfloat.round(x, "bf16", bad)
+        with pytest.raises(ValueError, match=f"unknown rounding mode {bad}"):
+            simfloat.ops.add(x, x, "bf16", bad)
+    for bad in (True, np.bool_(False), 2.0):
+        with pytest.raises(TypeError, match="rounding mode must be"):
+            simfloat.round(x, "bf16", bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="rounding mode must be"):
+            simfloat.ops.add(x, x, "bf16", bad)  # type: ignore[arg-type]
+
+
+SCALARS = [
+    1.0 + 2.0**-9,
+    np.float64(1.0 + 2.0**-9),
+    np.float32(1.0 + 2.0**-9),
+    np.float16(1.5),
+    3,
+    np.int32(-3),
+    2**53,
+    [1.5, np.float32(2.5), 3],
+    (1.0, -0.0),
+    np.array(2.5, dtype=np.float32),
+    np.array([-0.0, 2.5]),
+]
+
+
+@pytest.mark.parametrize("x", SCALARS, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("fmt", ["bf16", "e11m7"])
+def test_round_and_ops_agree_on_scalars_and_lists(x: object, fmt: str) -> None:
+    """round(x) and the exact ops.mul(x, 1.0) give the same values with the same dtype."""
+    r = simfloat.round(x, fmt, "up")  # type: ignore[arg-type]
+    o = simfloat.ops.mul(x, 1.0, fmt, "up")
+    assert r.dtype == o.dtype and r.shape == o.shape
+    assert_same(r, r, o, "round vs ops")
+    is32 = isinstance(x, np.float32) or (isinstance(x, np.ndarray) and x.dtype == np.float32)
+    assert r.dtype == (np.float32 if is32 and fmt == "bf16" else np.float64)
+
+
+@pytest.mark.parametrize(
+    "x", [True, np.bool_(True), [1.0, True], "1.0", None, 1 + 2j, [1.0, None]], ids=lambda v: repr(v)
+)
+def test_round_and_ops_reject_the_same_inputs(x: object) -> None:
+    with pytest.raises(TypeError):
+        simfloat.round(x, "bf16")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        simfloat.ops.mul(x, 1.0, "bf16")
+
+
+def _snan(dtype: type) -> np.ndarray:
+    bits = [0x7F800001, 0xFFA00000] if dtype == np.float32 else [0x7FF0000000000001, 0xFFF4000000000000]
+    return np.array(bits, dtype=_uint(dtype)).view(dtype)
+
+
+def _quieted(x: np.ndarray, dtype: type) -> np.ndarray:
+    """x's NaNs with the quiet bit set (sign and payload kept), in ``dtype``."""
+    q = x.view(_uint(x.dtype)) | _uint(x.dtype)(1 << (np.finfo(x.dtype).nmant - 1))
+    return q.view(x.dtype).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fmt", ["bf16", "fp32", "fp64", "e4m3", "e5m22", "e11m7", "fp4"])
+def test_signalling_nans_are_quieted_in_every_mode(dtype: type, fmt: str) -> None:
+    """A NaN result is quiet, its sign and payload kept (IEEE convertFormat), in every mode and on every path."""
+    x = np.concatenate([_snan(dtype), np.ones(3, dtype)])
+    for mode in ALL_MODES:
+        got = simfloat.round(x, fmt, mode, seed=3)
+        want = _quieted(x[:2], got.dtype)
+        assert np.array_equal(got[:2].view(_uint(got.dtype)), want.view(_uint(got.dtype))), (mode, fmt)
+        one = simfloat.round(x[0], fmt, mode, seed=3)
+        assert one.view(_uint(one.dtype)) == want[0].view(_uint(one.dtype))
 
 
 # -- threads

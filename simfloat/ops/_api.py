@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import prange
 
 from simfloat._jit import jit, pjit
 from simfloat.formats import FloatFormat
-from simfloat.formats import format as _format
 from simfloat.ops._elementary import exp2_scalar, exp_scalar, log_scalar
 from simfloat.ops._reduce import max_slice, sum_slice
 from simfloat.ops._scalar import (
@@ -22,7 +20,16 @@ from simfloat.ops._scalar import (
     sqrt_scalar,
     sub_scalar,
 )
-from simfloat.rounding import RoundingMode, mode_code, rand_bits
+from simfloat.rounding import (
+    RoundingMode,
+    _fits_float32,
+    _real_input,
+    _resolve_format,
+    _seed,
+    mode_code,
+    quiet_nan,
+    rand_bits,
+)
 
 __all__ = [
     "add",
@@ -69,13 +76,14 @@ def _unary_driver(x, out, p, op, mode, seed, fixed):  # type: ignore[no-untyped-
             rb = _bits(mode, seed, fixed, i)
             v = x[i]
             if op == 0:
-                out[i] = sqrt_scalar(v, p, mode, rb)
+                r = sqrt_scalar(v, p, mode, rb)
             elif op == 1:
-                out[i] = exp_scalar(v, p, mode, rb)
+                r = exp_scalar(v, p, mode, rb)
             elif op == 2:
-                out[i] = exp2_scalar(v, p, mode, rb)
+                r = exp2_scalar(v, p, mode, rb)
             else:
-                out[i] = log_scalar(v, p, mode, rb)
+                r = log_scalar(v, p, mode, rb)
+            out[i] = quiet_nan(r)
 
 
 @pjit
@@ -85,15 +93,16 @@ def _binary_driver(a, b, out, p, op, mode, seed, fixed):  # type: ignore[no-unty
         for i in range(c * _BLOCK, min(n, (c + 1) * _BLOCK)):
             rb = _bits(mode, seed, fixed, i)
             if op == 0:
-                out[i] = add_scalar(a[i], b[i], p, mode, rb)
+                r = add_scalar(a[i], b[i], p, mode, rb)
             elif op == 1:
-                out[i] = sub_scalar(a[i], b[i], p, mode, rb)
+                r = sub_scalar(a[i], b[i], p, mode, rb)
             elif op == 2:
-                out[i] = mul_scalar(a[i], b[i], p, mode, rb)
+                r = mul_scalar(a[i], b[i], p, mode, rb)
             elif op == 3:
-                out[i] = div_scalar(a[i], b[i], p, mode, rb)
+                r = div_scalar(a[i], b[i], p, mode, rb)
             else:
-                out[i] = maximum_scalar(a[i], b[i], p, mode, rb)
+                r = maximum_scalar(a[i], b[i], p, mode, rb)
+            out[i] = quiet_nan(r)
 
 
 @pjit
@@ -102,7 +111,7 @@ def _fma_driver(a, b, c, out, p, mode, seed, fixed):  # type: ignore[no-untyped-
     for k in prange((n + _BLOCK - 1) // _BLOCK):
         for i in range(k * _BLOCK, min(n, (k + 1) * _BLOCK)):
             rb = _bits(mode, seed, fixed, i)
-            out[i] = fma_scalar(a[i], b[i], c[i], p, mode, rb)
+            out[i] = quiet_nan(fma_scalar(a[i], b[i], c[i], p, mode, rb))
 
 
 @pjit
@@ -110,60 +119,35 @@ def _sum_driver(x2, out, p, mode, order, fan_in, chunk, seed):  # type: ignore[n
     rows, n = x2.shape
     span = np.uint64(4 * n + 4)
     for r in prange(rows):
-        out[r] = sum_slice(x2[r], p, mode, order, fan_in, chunk, seed, np.uint64(r) * span)
+        out[r] = quiet_nan(sum_slice(x2[r], p, mode, order, fan_in, chunk, seed, np.uint64(r) * span))
 
 
 @pjit
 def _max_driver(x2, out):  # type: ignore[no-untyped-def]
     for r in prange(x2.shape[0]):
-        out[r] = max_slice(x2[r])
+        out[r] = quiet_nan(max_slice(x2[r]))
 
 
 # -- validation ----------------------------------------------------------------------------------------------
 def _mode(mode: Mode) -> int:
-    """A mode name, RoundingMode or its int value."""
-    if isinstance(mode, (int, np.integer)) and not isinstance(mode, (bool, np.bool_)):
-        try:
-            return int(RoundingMode(int(mode)))
-        except ValueError:
-            raise ValueError(f"unknown rounding mode {mode!r}") from None
+    """A mode name, RoundingMode or its int value (as simfloat.round takes it)."""
     return int(mode_code(mode))
 
 
-def _resolve_format(fmt: Fmt) -> FloatFormat:
-    f = _format(fmt)
-    if f.emin - f.mantissa_bits < -1074 or f.emax > 1023:
-        raise ValueError(f"format {f.name} has values outside float64's range; simfloat computes in float64")
-    return f
-
-
-def _fits_float32(f: FloatFormat) -> bool:
-    return f.precision <= 24 and f.emax <= 127 and f.emin - f.mantissa_bits >= -149
-
-
 def _operand(name: str, x: object) -> tuple[np.ndarray, bool | None]:
-    """(float64 array, is_float32) -- is_float32 None for a Python scalar (it does not vote on the dtype)."""
-    if isinstance(x, np.ndarray):
-        if x.dtype not in (np.float32, np.float64):
-            raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
-        return x.astype(np.float64, copy=False), x.dtype == np.float32
-    if isinstance(x, (np.float32, np.float64)):
-        return np.asarray(x, dtype=np.float64), isinstance(x, np.float32)
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, list, tuple)):
-        raise TypeError(f"{name} must be a float32/float64 array or a real number, got {type(x).__name__}")
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be convertible to a float64 array: {exc}") from None
-    return arr, None
-
-
-def _seed(seed: int | None) -> np.uint64:
-    if seed is None:
-        return np.uint64(int.from_bytes(os.urandom(8), "little"))
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    return np.uint64(int(seed) % (1 << 64))
+    """(float64 array, is_float32) -- is_float32 None for Python numbers and lists (they do not vote on the
+    dtype). The same inputs as simfloat.round, except that a number float64 cannot hold is a ValueError: the
+    ops take their operands exactly, as float64."""
+    arr, inexact, is32 = _real_input(name, x)
+    if inexact:
+        v = repr(inexact[0].value)
+        v = v if len(v) <= 40 else v[:18] + "..." + v[-18:]
+        raise ValueError(
+            f"{name} holds {v}, which is not a float64 number; the ops take their operands exactly as float64 "
+            "(round it first, e.g. simfloat.round(value, 'float64'))"
+        )
+    with np.errstate(invalid="ignore"):  # converting a signalling NaN quiets it
+        return arr.astype(np.float64, copy=False), is32
 
 
 def _out_dtype(f: FloatFormat, votes: list[bool | None]) -> type:
@@ -192,9 +176,12 @@ def _finish(out: np.ndarray, dtype: type) -> np.ndarray:
 
 
 _DOC_COMMON = """
-    Operands broadcast like numpy's; each may be a float32/float64 array or a real Python number (used
-    exactly, as float64). The result is float32 when every array operand is float32 and every value of ``fmt``
-    is a float32 (so the cast is exact), float64 otherwise; it is always an ndarray (0-d for scalar operands).
+    Operands broadcast like numpy's; each may be a float32/float64 array or NumPy scalar, or real numbers as
+    :func:`simfloat.round` takes them (Python or NumPy ints and floats, Fractions, lists of them; not bools),
+    used exactly as float64: a number float64 cannot hold (an int beyond 2**53, a long double) is an error,
+    never rounded first. The result is float32 when every array or NumPy scalar operand is float32 and every
+    value of ``fmt`` is a float32 (so the cast is exact), float64 otherwise; it is always an ndarray (0-d for
+    scalar operands). NaN results are quiet NaNs, also for signalling NaN operands.
 
     Args:
         fmt: target format (:class:`~simfloat.formats.FloatFormat` or a name such as ``"bf16"``).
@@ -203,8 +190,8 @@ _DOC_COMMON = """
             ``rand_bits(seed, i)``, so results do not depend on threads. ``None`` draws a fresh seed.
 
     Raises:
-        TypeError: an operand is not float32/float64 (or a real number), or ``seed`` is not an int.
-        ValueError: unknown format or mode, a format beyond float64's range, or shapes that do not broadcast.
+        TypeError: an operand is not float32/float64 (or real numbers), or ``seed`` is not an int.
+        ValueError: unknown format or mode, an operand float64 cannot hold, or shapes that do not broadcast.
 """
 
 
