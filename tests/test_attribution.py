@@ -25,7 +25,7 @@ from simfloat.attribution import (
     reference_plan,
     select_rows,
 )
-from simfloat.attribution._plans import FLAGS
+from simfloat.attribution._plans import FLAGS, cache_key
 
 pd = pytest.importorskip("pandas")
 
@@ -240,3 +240,35 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
                   block_ns=(), trace=False)
     # golden, main, reference, baseline, isolation(p), ablation(p): six distinct runs
     assert r.meta["runs"] == 6 and r.flash_vs_baseline["plan"][0] == "mine"
+
+
+def test_flags_are_every_plan_field_but_the_ops():
+    ops = set(FLASH_OPS) | {"softmax", "name"}
+    assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops
+    alt = dict(exp2=False, contract=False, normalization="per_step", lazy_threshold=1.0,
+               exp2_impl="correctly_rounded", sum_order="sequential")
+    assert set(alt) == set(FLAGS)  # a new flag needs a value here
+    p = plan("h200-bf16")
+    for f, value in alt.items():
+        q = dataclasses.replace(p, **{f: value})
+        assert cache_key("flash", q) != cache_key("flash", p), f
+        assert getattr(reference_plan(q), f) == value and getattr(isolation_plan(q, "p"), f) == value, f
+        assert getattr(ablation_plan(q, "p"), f) == value, f
+
+
+def test_h200_plan_is_not_taken_for_its_triton_twin():
+    # triton-tf32 and h200-tf32 differ only in exp2_impl and sum_order (fp32 output: the difference shows)
+    q, k, v = _inputs(seq_q=8, seq_k=24, lead=(1,), fmt="tf32")
+    names = ("triton-tf32", "h200-tf32")
+    gold = _golden(q, k, v)
+    r = attribute(q, k, v, list(names), baseline="fp64", block_m=BM, block_n=BN, ops=["exp", "l_i"], tiles=(),
+                  block_ns=(), trace=False)
+    fvb = r.flash_vs_baseline.set_index(["plan", "kernel"])
+    iso = r.isolation.set_index(["plan", "op"])
+    got = {}
+    for name in names:
+        got[name] = deviation(flash(q, k, v, plan=name, block_m=BM, block_n=BN), gold)["max_abs"]
+        assert fvb.loc[(name, "flash"), "max_abs"] == got[name], name
+        want = deviation(flash(q, k, v, plan=isolation_plan(name, "l_i"), block_m=BM, block_n=BN), gold)
+        assert iso.loc[(name, "l_i"), "max_abs"] == want["max_abs"], name
+    assert got["triton-tf32"] != got["h200-tf32"]

@@ -185,8 +185,10 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     * per kv block (``trace``): the traced run's local error per op and kv block, and the state drift.
 
     Isolation and ablation keep the plan's algorithm flags (exp2, FMA contraction, normalization, lazy
-    rescaling): "all ops float64" is :func:`reference_plan`, which is within ~1e-16 of the golden output.
-    Every distinct run is made once (plans equal but for their names share it).
+    rescaling, exp2 implementation, row-sum order: every :class:`Plan` field that is not an op): "all ops
+    float64" is :func:`reference_plan`, which is as close to the golden output as float64 arithmetic allows,
+    except for what the flags themselves approximate (the hardware ex2 of ``exp2_impl="h200"``). Every
+    distinct run is made once (plans equal in every field but their names share it).
 
     Args:
         q, k, v: (..., seq, head_dim) float32/float64 arrays, used as they are (round them into the input
