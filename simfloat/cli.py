@@ -64,7 +64,7 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
                    help="flash plan preset (repeatable; default triton-<format> and all-<format>)")
     p.add_argument("--baseline", action="append", metavar="[PLAN=]BASELINE",
                    help="baseline plan for the comparison: one for all plans, or PLAN=BASELINE (repeatable); "
-                        "default triton-<f> -> pytorch-<f>, all-<f> -> all-<f>")
+                        "default triton-<f> and h200-<f> -> pytorch-<f>, all-<f> -> all-<f>")
     p.add_argument("--block-m", type=_positive, help="query rows per tile (default 64)")
     p.add_argument("--block-n", type=_positive, help="keys per tile (default 64)")
     p.add_argument("--tiles", type=_tile, nargs="+", metavar="MxN",

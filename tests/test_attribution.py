@@ -188,6 +188,7 @@ def test_causal_and_baseline_override(qkv):
 
 def test_pairs_and_defaults():
     assert BASELINE_PAIRS["triton-bf16"] == "pytorch-bf16" and BASELINE_PAIRS["all-fp16"] == "all-fp16"
+    assert BASELINE_PAIRS["h200-fp16"] == "pytorch-fp16"
     assert baseline_plan_for("triton-fp32").name == "pytorch-fp32"
     assert baseline_plan_for("triton-bf16", {"triton-bf16": "all-bf16"}).name == "all-bf16"
     assert baseline_plan_for("all-bf16", {"triton-bf16": "all-bf16"}).name == "all-bf16"

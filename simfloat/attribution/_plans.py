@@ -34,13 +34,15 @@ def _pairs() -> dict[str, str]:
         out[f"all-{f}"] = f"all-{f}"  # Golden et al.'s simulator: the same format everywhere, in both kernels
         if f"pytorch-{f}" in names:
             out[f"triton-{f}"] = f"pytorch-{f}"  # the Triton kernel vs what torch's eager attention does
+            if f"h200-{f}" in names:
+                out[f"h200-{f}"] = f"pytorch-{f}"  # the same kernel with the H200's exp2 and row-sum order
             out[f"pytorch-{f}"] = f"pytorch-{f}"
     return out
 
 
-#: Default baseline plan for each flash preset (``triton-<fmt>`` -> ``pytorch-<fmt>``, ``all-<fmt>`` ->
-#: ``all-<fmt>``, ``fp64`` -> ``fp64``). Presets not listed (triton-tf32/e4m3/e5m2: torch has no such eager
-#: attention) and custom plans need an explicit ``baseline=``.
+#: Default baseline plan for each flash preset (``triton-<fmt>`` and ``h200-<fmt>`` -> ``pytorch-<fmt>``,
+#: ``all-<fmt>`` -> ``all-<fmt>``, ``fp64`` -> ``fp64``). Presets not listed (tf32/e4m3/e5m2 kernels: torch
+#: has no such eager attention) and custom plans need an explicit ``baseline=``.
 BASELINE_PAIRS: Mapping[str, str] = _pairs()
 
 
