@@ -226,6 +226,10 @@ def test_bad_arguments(qkv):
         attribute(q, k, v, rows=[64], **kw)
     with pytest.raises(ValueError, match="no baseline plan"):
         attribute(q, k, v, "triton-e4m3", **kw)
+    with pytest.raises(ValueError, match="baseline kernel.*baseline="):
+        attribute(q, k, v, "pytorch-bf16", **kw)
+    with pytest.raises(ValueError, match="'h200-bf16' .*flash kernel"):
+        attribute(q, k, v, "triton-bf16", baseline="h200-bf16", **kw)
     with pytest.raises(TypeError, match="numpy array"):
         attribute(q.tolist(), k, v, **kw)
     with pytest.raises(ValueError, match="head_dim"):

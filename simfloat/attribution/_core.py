@@ -147,6 +147,11 @@ def _plans(p: object) -> list[Plan]:
     if not items:
         raise ValueError("attribute needs at least one plan")
     out = [_plan(x) for x in items]
+    for p in out:
+        if "flash" not in p.kernels():
+            raise ValueError(f"plan {p.name!r} is a plan of the baseline kernel (torch's eager attention); "
+                             "attribute studies flash plans (triton-<fmt>, h200-<fmt>, all-<fmt>, fp64 or a plan of "
+                             f"another name): pass {p.name!r} as baseline= (CLI: --baseline)")
     names = [x.name for x in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -36,7 +36,6 @@ def _pairs() -> dict[str, str]:
             out[f"triton-{f}"] = f"pytorch-{f}"  # the Triton kernel vs what torch's eager attention does
             if f"h200-{f}" in names:
                 out[f"h200-{f}"] = f"pytorch-{f}"  # the same kernel with the H200's exp2 and row-sum order
-            out[f"pytorch-{f}"] = f"pytorch-{f}"
     return out
 
 
@@ -56,13 +55,18 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
             pairs).
 
     Raises:
-        ValueError: no pairing is known for this plan and none was given.
+        ValueError: no pairing is known for this plan and none was given, or the baseline plan is one of the
+            flash kernel's own (``triton-``/``h200-``, :meth:`Plan.kernels`).
     """
     fp = plan(p)
     if isinstance(override, Mapping):
         override = override.get(fp.name)
     if override is not None:
-        return plan(override)  # type: ignore[arg-type]
+        bp = plan(override)  # type: ignore[arg-type]
+        if "baseline" not in bp.kernels():
+            raise ValueError(f"baseline plan {bp.name!r} (for {fp.name!r}) is a plan of the flash kernel; the "
+                             "baseline kernel takes pytorch-<fmt>, all-<fmt>, fp64 or a plan of another name")
+        return bp
     if fp.name not in BASELINE_PAIRS:
         raise ValueError(f"no baseline plan is paired with flash plan {fp.name!r}: pass baseline=<plan> "
                          f"(CLI: --baseline {fp.name}=<plan>); known pairs: "
