@@ -277,3 +277,17 @@ def test_h200_plan_is_not_taken_for_its_triton_twin():
         want = deviation(flash(q, k, v, plan=isolation_plan(name, "l_i"), block_m=BM, block_n=BN), gold)
         assert iso.loc[(name, "l_i"), "max_abs"] == want["max_abs"], name
     assert got["triton-tf32"] != got["h200-tf32"]
+
+
+@pytest.mark.parametrize("name,bad", [("q", np.nan), ("k", np.inf), ("v", -np.inf)])
+def test_non_finite_inputs_are_named_with_their_first_index(qkv, name, bad):
+    arrays = dict(zip("qkv", (x.copy() for x in qkv), strict=True))
+    arrays[name][1, 50, 3] = bad
+    arrays[name][1, 60, 0] = bad
+    want = rf"{name} has a non-finite value \({bad}\) at index \(1, 50, 3\)"
+    with pytest.raises(ValueError, match=want):  # row 50 is not among the evaluated rows: still reported
+        attribute(*arrays.values(), "all-bf16", ops=["p"], tiles=(), block_ns=(), trace=False, rows=[0, 1])
+    with pytest.raises(ValueError, match=want):
+        flash(*arrays.values(), plan="all-bf16")
+    with pytest.raises(ValueError, match=want):
+        baseline(*arrays.values(), plan="all-bf16")

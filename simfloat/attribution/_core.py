@@ -15,6 +15,7 @@ from simfloat.attention import FLASH_OPS, Plan
 from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
+from simfloat.attention._inputs import operand
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
@@ -219,7 +220,8 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         state_by_block``; ``plot()``, ``to_csv()``, ``table()``).
 
     Raises:
-        ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments.
+        ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments (NaN or
+            infinite values in q, k or v are named with their first index).
     """
     plans = _plans(plan)
     ops = list(ops)
@@ -232,6 +234,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.ndim < 2:
             raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
+        operand(x, name)  # NaN or inf is named here, by its index in the caller's array (not the rows')
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
