@@ -291,3 +291,24 @@ def test_non_finite_inputs_are_named_with_their_first_index(qkv, name, bad):
         flash(*arrays.values(), plan="all-bf16")
     with pytest.raises(ValueError, match=want):
         baseline(*arrays.values(), plan="all-bf16")
+
+
+def test_progress_callback_starts_before_the_first_run(qkv, monkeypatch):
+    import simfloat.attribution._core as core
+
+    q, k, v = qkv
+    calls, ran = [], []
+    real = core._baseline_kernel
+
+    def spy(*args, **kwargs):
+        ran.append(list(calls))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "_baseline_kernel", spy)
+    r = attribute(q, k, v, "all-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), trace=False,
+                  progress=lambda done, total: calls.append((done, total)))
+    n = r.meta["runs"]
+    assert ran[0] == [(0, n)]  # told before the golden run started
+    assert [c[0] for c in calls] == list(range(n + 1)) and {c[1] for c in calls} == {n}
+    with pytest.raises(TypeError, match="progress"):
+        attribute(q, k, v, "all-bf16", tiles=(), block_ns=(), progress="yes")

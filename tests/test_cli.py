@@ -88,3 +88,64 @@ def test_bad_values_give_clear_errors(argv, message, tmp_path, capsys):
     assert main(["attribute", "--quick", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("simfloat attribute: error:") and message in err
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the job ran although it cannot write its results")
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file"])
+def test_attribute_checks_out_before_any_work(where, tmp_path, capsys, monkeypatch):
+    import simfloat.attribution
+
+    monkeypatch.setattr(simfloat.attribution, "attribute", _no_work)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    out = blocker / "out" if where == "under a file" else blocker
+    assert main(["attribute", "--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("simfloat attribute: error: --out") and str(out) in err and len(err.splitlines()) == 1
+
+
+def test_attribute_creates_out_first(tmp_path, monkeypatch):
+    import simfloat.attribution
+
+    out = tmp_path / "a" / "b"
+
+    def check(*args, **kwargs):
+        assert out.is_dir()
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(simfloat.attribution, "attribute", check)
+    assert main(["attribute", "--quick", "--out", str(out)]) == 2
+
+
+def test_attribute_speaks_before_the_first_run(tmp_path, capsys, monkeypatch):
+    import re
+
+    import simfloat.attribution._core as core
+
+    seen = []
+    real = core._baseline_kernel
+
+    def first_run(*args, **kwargs):  # the golden (baseline) run is the first
+        if not seen:
+            seen.append(capsys.readouterr())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "_baseline_kernel", first_run)
+    assert main(["attribute", "--quick", "--out", str(tmp_path)]) == 0
+    out, err = seen[0]
+    assert "plans triton-bf16, all-bf16" in out and "triton-bf16->pytorch-bf16" in out
+    assert "q (1, 2, 80, 16)" in out and re.search(r"\d+ distinct kernel runs", out), out
+    assert re.search(r"\b0/\d+", err), err  # the progress bar is up before the first run
+
+
+def test_attribute_without_the_analysis_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ModuleNotFoundError
+    assert main(["attribute", "--quick", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "tqdm" in err and "pip install 'simfloat[analysis]'" in err, err
+    assert not (tmp_path / "o").exists()
