@@ -1,7 +1,7 @@
 """Fit simfloat's models to the hardware probes (CPU side, after ``gpu.gpu_run``).
 
-    python -m gpu.fit OUT/probes.npz OUT/exp2.npz [OUT/exp2_binades.npz] [--save-ex2 ex2.npz] [--report R]
-    python -m gpu.fit /work/.device/1/exp2.npz /work/.device/1/bf16.npz          # older flat device files
+    python -m gpu.fit OUT/probes.npz OUT/exp2.npz [OUT/exp2_binades.npz] [OUT/isa.tar.xz] [--save-ex2 ex2.npz]
+        [--report R]
 
 Inputs are recognised by their keys:
 
@@ -18,11 +18,9 @@ Inputs are recognised by their keys:
   s ulp), one shift s per bucket of the top k fraction bits), each scored on held-out inputs.
   :func:`ex2_approx` evaluates a saved model (``--save-ex2``) on float32 arrays and can be passed to
   ``gpu.interpreter.faithful(exp2=...)``.
-* flat device files with ``x, y`` (exp2 samples): the compact model fitted on half, scored on the other half
-  (1M samples of [-24, 0] from the first H200 check: 96% at k = 10, against 42% for correct rounding and 75%
-  for rounding toward zero).
-* flat device files with ``q, k, v, m`` (flash runs, ``.devcheck``): the QK^T tensor-core model searched by
-  the agreement of m_i (which depends on the QK^T dot and one multiply only).
+* ``isa.tar.xz`` (:mod:`gpu.probes` isa): the instruction facts of each compiled kernel, printed.
+
+An input with none of these keys is an error.
 """
 
 from __future__ import annotations
@@ -47,8 +45,6 @@ __all__ = [
     "Ex2Model",
     "ex2_approx",
     "load_ex2_model",
-    "fit_device_exp2",
-    "fit_flash_qk",
     "main",
 ]
 
@@ -422,12 +418,13 @@ def _offsets_of(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | None = None) -> dict[str,
                                                                                                      Any]:
     """Offset statistics and ex2 models from exp-probe files (any of them may hold any segment)."""
+    described = {seg["name"]: seg for z in zs if "segments" in z.files for seg in json.loads(str(z["segments"]))}
     segs: dict[str, tuple[np.ndarray, np.ndarray, dict[str, Any]]] = {}
-    for z in zs:
-        for seg in json.loads(str(z["segments"])):
-            if f"{seg['name']}_off" in z.files:
+    for name, seg in described.items():
+        for z in zs:  # exp2_binades.npz may hold the binade segments without their description
+            if f"{name}_off" in z.files:
                 x, y = segment_values(z, seg)
-                segs[seg["name"]] = (x, y, seg)
+                segs[name] = (x, y, seg)
     res: dict[str, Any] = {"segments": {}}
     for name, (x, y, seg) in segs.items():
         ref = _cr(x, seg["fn"])
@@ -497,107 +494,66 @@ def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | 
     return res
 
 
-def fit_device_exp2(z: Any, log: Callable[[str], None] = print, save: Path | None = None) -> dict[str, Any]:
-    """Flat (x, y) exp2 samples: offsets and the compact model, fitted on half, scored on the other half."""
-    x, y = z["x"].astype(np.float32), z["y"].astype(np.float32)
-    d = _offsets_of(x, y)
-    vals, counts = np.unique(d, return_counts=True)
-    res: dict[str, Any] = {"n": int(x.size), "exact": round(float(np.mean(d == 0)), 5),
-                           "offsets": {int(a): int(b) for a, b in zip(vals, counts,
-                                                                      strict=True)}, "compact": {}}
-    log(f"exp2 samples: {x.size}, correctly rounded {res['exact']:.2%}, offsets {res['offsets']}")
-    rz = _cr_mode(x, "toward_zero")
-    res["round_toward_zero"] = round(float(np.mean(rz == y)), 5)
-    for k in (4, 6, 8, 10, 12):
-        m = Ex2Model(shifts=_shift_fit(x[::2], y[::2], k), k=k)
-        res["compact"][k] = round(float(np.mean(m(x[1::2]) == y[1::2])), 5)
-    log(f"exp2: exact value rounded toward zero {res['round_toward_zero']:.2%}; compact model rn32(2^x + "
-        f"shift[top-k fraction bits] ulp), held-out agreement by k: {res['compact']}")
-    if save is not None:
-        kbest = max(res["compact"], key=lambda kk: res["compact"][kk])
-        Ex2Model(shifts=_shift_fit(x, y, kbest), k=kbest).save(save)
-        log(f"saved the ex2 model (compact, k={kbest}) to {save}")
-    return res
-
-
-# ----------------------------------------------------------------------------------------------------
-# flash runs: QK^T model from m_i
-# ----------------------------------------------------------------------------------------------------
-
-
-def fit_flash_qk(z: Any, fmt: str, causal: bool, block: int, log: Callable[[str], None] = print
-                 ) -> dict[str, Any]:
-    import simfloat.attention as A
-    from simfloat.accumulate import BlockFMA
-
-    res = []
-    for blk in (8, 16, 32):
-        for f in (24, 25, 26):
-            for mode in ("toward_zero", "nearest_even"):
-                pl = A.plan(f"triton-{fmt}").replace(qk=BlockFMA(blk, f, out_mode=mode), out="float32")
-                _, m, _ = A.flash(z["q"], z["k"], z["v"], plan=pl, causal=causal, return_stats=True,
-                                  block_m=block, block_n=block)
-                res.append((float(np.mean(m == z["m"])), f"BlockFMA({blk}, F={f}, {mode})"))
-    res.sort(key=lambda r: -r[0])
-    log(f"flash m_i agreement by QK^T model: {res[:4]}")
-    return {"best": res[0][1], "m_agreement": res[0][0], "top": res[:4]}
-
-
 # ----------------------------------------------------------------------------------------------------
 # command line
 # ----------------------------------------------------------------------------------------------------
 
 
-def _guess_flash(path: Path) -> tuple[str, bool, int]:
-    name = path.stem.lower()
-    fmt = "fp16" if "fp16" in name else "bf16"
-    return fmt, name.endswith("c"), 32 if "b32" in name else 64
+_FITS = ("dot", "sum", "exp")
+
+
+def _fits(text: str) -> set[str]:
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    unknown = sorted(names - set(_FITS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown fit(s) {', '.join(unknown)}; fits: {', '.join(_FITS)}")
+    return names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from gpu.validate import positive_int
+
     p = argparse.ArgumentParser(prog="python -m gpu.fit", description=__doc__.split("\n\n")[0])
-    p.add_argument("inputs", nargs="+", type=Path,
-                   help="probes.npz, exp2*.npz, isa.tar.xz, device .npz files")
+    p.add_argument("inputs", nargs="+", type=Path, help="probes.npz, exp2*.npz, isa.tar.xz (of gpu.gpu_run)")
     p.add_argument("--save-ex2", type=Path, help="write the fitted ex2 model (npz) here")
     p.add_argument("--report", type=Path, help="write the results as JSON here")
-    p.add_argument("--coarse-rows", type=int, default=768, help="rows of the coarse dot-model search")
-    p.add_argument("--only", default="", help="comma-separated: dot,sum,exp,flash")
+    p.add_argument("--coarse-rows", type=positive_int, default=768, help="rows of the coarse dot-model search")
+    p.add_argument("--only", type=_fits, default=set(), metavar="FIT[,FIT...]",
+                   help=f"comma-separated: {','.join(_FITS)} (default all)")
     args = p.parse_args(argv)
-    only = {s for s in args.only.split(",") if s}
+    only = args.only or set(_FITS)
+    for path in args.inputs:
+        if not path.is_file():
+            p.error(f"{path}: no such file")
     report: dict[str, Any] = {}
     exp_files = []
     for path in args.inputs:
         if path.suffixes[-2:] == [".tar", ".xz"]:
             with tarfile.open(path) as t:
                 member = next((m for m in t.getmembers() if m.name.endswith("isa.json")), None)
-                if member is not None:
-                    facts = json.load(io.TextIOWrapper(t.extractfile(member)))  # type: ignore[arg-type]
-                    report["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts["kernels"].items()}
-                    print("isa:", json.dumps(report["isa"], indent=1))
+                if member is None:
+                    p.error(f"{path}: no isa.json inside (not an isa.tar.xz of gpu.gpu_run)")
+                facts = json.load(io.TextIOWrapper(t.extractfile(member)))  # type: ignore[arg-type]
+                report["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts["kernels"].items()}
+                print("isa:", json.dumps(report["isa"], indent=1))
             continue
         z = np.load(path)
-        if any(f.startswith("dot_") for f in z.files) and (not only or "dot" in only):
-            report["dot"] = [fit_dot(name, v, coarse_rows=args.coarse_rows) for name, v in _variants(z,
-                                                                                                     "dot").items()]
-        if any(f.startswith("sum_") for f in z.files) and (not only or "sum" in only):
+        dots, sums = (any(f.startswith(f"{kind}_") for f in z.files) for kind in ("dot", "sum"))
+        exp = "segments" in z.files or any(f.endswith("_off") for f in z.files)
+        if not (dots or sums or exp):
+            p.error(f"{path}: neither probes (dot_*, sum_*) nor exp2 segments: not an output of gpu.gpu_run")
+        if dots and "dot" in only:
+            report["dot"] = [fit_dot(name, v, coarse_rows=args.coarse_rows)
+                             for name, v in _variants(z, "dot").items()]
+        if sums and "sum" in only:
             report["sum"] = [fit_sum(name, v) for name, v in _variants(z, "sum").items()]
-        if "segments" in z.files:
+        if exp:
             exp_files.append(z)
-        if {"x", "y"} <= set(z.files) and (not only or "exp" in only):
-            report[f"exp2_samples:{path.name}"] = fit_device_exp2(z, save=args.save_ex2)
-        if {"q", "k", "v", "m"} <= set(z.files) and (not only or "flash" in only):
-            fmt, causal, block = _guess_flash(path)
-            print(f"{path.name}: {fmt}, causal {causal}, blocks {block} (from the file name)")
-            report[f"flash:{path.name}"] = fit_flash_qk(z, fmt, causal, block)
-    if exp_files and (not only or "exp" in only):
+    if exp_files and "exp" in only:
         report["exp"] = fit_exp(exp_files, save=args.save_ex2)
     if args.report:
         args.report.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -656,3 +612,7 @@ def compare_plans(fix_dir: Path, prefixes: Sequence[str] = ("triton", "h200"), *
         rows.append(row)
         log(" ".join(f"{k_}={v_}" for k_, v_ in row.items()))
     return env, rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """The whole GPU job in one command: environment, validation fixtures, hardware probes, speed.
 
-    PYTHONPATH=. python -m gpu.gpu_run --out $OUT [--budget-s 230]     # on the GPU machine
-    python -m gpu.gpu_run --out /tmp/smoke --cpu-smoke                  # the same plumbing on a CPU
+    PYTHONPATH=. python -m gpu.gpu_run --out DIR [--budget-s 230]      # on the GPU machine
+    python -m gpu.gpu_run --out smoke-out --cpu-smoke                   # the same plumbing on a CPU
 
 Parts, in this order (each in try/except: one failure loses nothing else; every line of the log is flushed):
 
@@ -12,16 +12,19 @@ Parts, in this order (each in try/except: one failure loses nothing else; every 
    fixture recording (kernel outputs only: the emulator runs later, on a CPU, against the fixtures), the dot
    probes and the sum probes. Meanwhile the main process runs the **exp** probe.
 4. **pack**: ``fixtures.tar`` (``<gpu>/env.json, configs.json, outputs.npz``: copy to tests/fixtures/gpu/),
-   ``probes.npz`` (dot + sum), ``exp2.npz`` (+ ``exp2_binades.npz`` only if one file would exceed 15 MiB),
-   ``isa.tar.xz``.
+   ``probes.npz`` (dot + sum), ``exp2.npz`` (+ ``exp2_binades.npz`` only if one file would exceed
+   ``--max-file-mib``), ``isa.tar.xz``.
 5. **speed**: the Triton flash kernel (bf16, head_dim 128, seq 1k..16k, causal and not) against torch SDPA's
    flash backend, and the INT8 / half-INT8 / FP16 kernels through benchmarks/bench_gpu_attention.py's runners
    (triton.testing.do_bench medians, TFLOP/s) -> ``speed.csv``. Last, alone on the GPU.
 
 A global time budget (``--budget-s``, counted from process start) bounds every part; what does not fit is
-skipped and logged. What comes back from the device tool is limited (8 files, 16 MiB each, 64 MiB in all,
-names [A-Za-z0-9._-]): everything intermediate lives in a temporary directory, and a final check enforces the
-limits on ``--out``. Needs numpy, torch and triton only (no pandas, no simfloat on the GPU path).
+skipped and logged. The outputs are bounded too, for machines that hand back only so much: no file above
+``--max-file-mib`` (default 16; the exp2 samples are split into two files, then thinned, to stay below it)
+and no more than ``--max-total-mib`` in all (default 64). Everything intermediate lives in a temporary
+directory; ``--out`` receives only the files of ``OUT_FILES``, and a final check drops those that would break
+a bound, least important first, and records it in ``summary.json``. Needs numpy, torch and triton only (no
+pandas, no simfloat on the GPU path).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ START = time.monotonic()
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -47,17 +50,17 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-__all__ = ["main", "OUT_FILES", "MAX_FILES", "MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "check_out_dir"]
+__all__ = ["main", "OUT_FILES", "DEFAULT_MAX_FILE_MIB", "DEFAULT_MAX_TOTAL_MIB", "PARTS", "check_out_dir"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the files this job writes into --out, most important first
 OUT_FILES = ("log.txt", "summary.json", "fixtures.tar", "probes.npz", "exp2.npz", "isa.tar.xz", "speed.csv",
              "exp2_binades.npz")
-MAX_FILES = 8
-MAX_FILE_BYTES = 16 * 2**20
-MAX_TOTAL_BYTES = 64 * 2**20
-_SAFE_FILE_BYTES = 15 * 2**20
-_NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
+#: defaults of --max-file-mib and --max-total-mib
+DEFAULT_MAX_FILE_MIB = 16.0
+DEFAULT_MAX_TOTAL_MIB = 64.0
+#: the parts --skip can name
+PARTS = ("isa", "validate", "dot", "sum", "exp", "speed")
 SPEED_FIELDS = ("part", "kernel", "batch", "heads", "seq", "head_dim", "causal", "block_m", "block_n", "ms",
                 "tflops", "note")
 
@@ -187,18 +190,19 @@ def _savez(path: Path, arrays: dict[str, np.ndarray]) -> int:
     return path.stat().st_size
 
 
-def _write_exp(out: Path, arrays: dict[str, np.ndarray], log: Log) -> list[str]:
-    """exp2.npz, split into exp2.npz + exp2_binades.npz only if one file would exceed the safe size."""
+def _write_exp(out: Path, arrays: dict[str, np.ndarray], max_bytes: int, log: Log) -> list[str]:
+    """exp2.npz, split into exp2.npz + exp2_binades.npz only if one file would exceed ``max_bytes``, and
+    thinned (every other sweep offset, recorded) if one of those still would."""
     size = _savez(out / "exp2.npz", arrays)
-    if size <= _SAFE_FILE_BYTES:
+    if size <= max_bytes:
         log(f"exp2.npz: {size / 2**20:.1f} MiB")
         return ["exp2.npz"]
-    binade = {k: v for k, v in arrays.items() if "_binade_" in k}
+    binade = {k: v for k, v in arrays.items() if "_binade_" in k or k == "segments"}  # both self-described
     rest = {k: v for k, v in arrays.items() if "_binade_" not in k}
     s1, s2 = _savez(out / "exp2.npz", rest), _savez(out / "exp2_binades.npz", binade)
     log(f"exp2.npz {s1 / 2**20:.1f} MiB + exp2_binades.npz {s2 / 2**20:.1f} MiB")
     for name, s, arr in (("exp2.npz", s1, rest), ("exp2_binades.npz", s2, binade)):
-        if s > _SAFE_FILE_BYTES:  # last resort: keep every other sweep offset (recorded)
+        if s > max_bytes:  # last resort: keep every other sweep offset (recorded)
             for k in [k for k in arr if k.endswith("_off")]:
                 arr[k] = arr[k][::2]
                 arr[k.replace("_off", "_decimated")] = np.array([2])
@@ -213,29 +217,26 @@ def _tar(path: Path, src: Path, arc_root: str, mode: str) -> int:
     return path.stat().st_size
 
 
-def check_out_dir(out: Path, log: Callable[[str], None] = print) -> list[str]:
-    """Enforce the device tool's limits on ``out``: at most 8 files (extras removed, least important first),
-    16 MiB each, 64 MiB in all, at most two folders down, names of [A-Za-z0-9._-]. Returns the problems."""
+def check_out_dir(out: Path, max_file_bytes: int, max_total_bytes: int,
+                  log: Callable[[str], None] = print) -> list[str]:
+    """Hold the job's files in ``out`` (those of :data:`OUT_FILES`; nothing else there is touched) to the
+    bounds: a file above ``max_file_bytes`` is removed, then the least important ones until the rest fit in
+    ``max_total_bytes``. Returns the problems (also logged)."""
     problems = []
-    files = [p for p in out.rglob("*") if p.is_file() or p.is_symlink()]
+    files = [out / n for n in OUT_FILES if (out / n).is_file()]
+    kept = []
     for p in files:
-        rel = p.relative_to(out)
-        if len(rel.parts) > 3 or not all(_NAME_OK.match(x) for x in rel.parts) or p.is_symlink():
-            problems.append(f"{rel}: bad name, depth or a link: removed")
-            p.unlink()
-    files = [p for p in out.rglob("*") if p.is_file()]
-    for p in files:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            problems.append(f"{p.relative_to(out)}: {p.stat().st_size} bytes > 16 MiB: removed")
-            p.unlink()
-    files = [p for p in out.rglob("*") if p.is_file()]
-    rank = {n: i for i, n in enumerate(OUT_FILES)}
-    files.sort(key=lambda p: rank.get(p.name, len(OUT_FILES)))
-    total = 0
-    for i, p in enumerate(files):
         size = p.stat().st_size
-        if i >= MAX_FILES or total + size > MAX_TOTAL_BYTES:
-            problems.append(f"{p.relative_to(out)}: beyond 8 files / 64 MiB: removed")
+        if size > max_file_bytes:
+            problems.append(f"{p.name}: {size} bytes > --max-file-mib ({max_file_bytes} bytes): removed")
+            p.unlink()
+        else:
+            kept.append((p, size))
+    total = 0
+    for p, size in kept:  # most important first
+        if total + size > max_total_bytes:
+            problems.append(f"{p.name}: {size} bytes would take the total past --max-total-mib "
+                            f"({max_total_bytes} bytes): removed")
             p.unlink()
             continue
         total += size
@@ -399,29 +400,66 @@ def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
                             stderr=subprocess.STDOUT)
 
 
+def _parts(text: str) -> set[str]:
+    """argparse type of --skip: comma-separated names of :data:`PARTS`."""
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    unknown = sorted(names - set(PARTS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+    return names
+
+
+def _mib(text: str) -> float:
+    """argparse type: a finite size in MiB > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive size in MiB, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
+    from gpu.validate import positive_int, positive_seconds, writable_dir
+
     p = argparse.ArgumentParser(prog="python -m gpu.gpu_run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="output directory ($OUT on the device machine)")
-    p.add_argument("--budget-s", type=float, default=230.0,
-                   help="total seconds, from process start (default 230)")
+    p.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    p.add_argument("--budget-s", type=positive_seconds, default=230.0,
+                   help="total seconds, from process start (default 230; the last 8, 3 with --cpu-smoke, are "
+                        "kept for the final check)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="no GPU: tiny sizes under the faithful interpreter (TRITON_INTERPRET=1)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count - 2, 2..14)")
+    p.add_argument("--jobs", type=positive_int, default=None,
+                   help="worker processes (default: CPU count - 2, 2..14; 2 with --cpu-smoke)")
     p.add_argument("--grid", default=None, choices=("full", "ci", "smoke"),
                    help="validation grid (default: full; smoke with --cpu-smoke)")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: isa,validate,dot,sum,exp,speed")
+    p.add_argument("--skip", type=_parts, default=set(), metavar="PART[,PART...]",
+                   help=f"comma-separated parts to skip: {','.join(PARTS)}")
+    p.add_argument("--max-file-mib", type=_mib, default=DEFAULT_MAX_FILE_MIB,
+                   help=f"largest file the job leaves in --out, in MiB (default {DEFAULT_MAX_FILE_MIB:g})")
+    p.add_argument("--max-total-mib", type=_mib, default=DEFAULT_MAX_TOTAL_MIB,
+                   help=f"most the job leaves in --out in all, in MiB (default {DEFAULT_MAX_TOTAL_MIB:g})")
     args = p.parse_args(argv)
     smoke = bool(args.cpu_smoke)
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    reserve = 3.0 if smoke else 8.0  # time left for packing and the final check
+    if args.budget_s <= reserve:
+        p.error(f"argument --budget-s: {args.budget_s:g} s leaves no time: the last {reserve:g} s are kept for "
+                "the final check")
+    skip: set[str] = args.skip
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        writable_dir(out, "--out")
+    except ValueError as err:
+        p.error(str(err))
+    max_file = int(args.max_file_mib * 2**20)
+    max_total = int(args.max_total_mib * 2**20)
     log = Log(out / "log.txt")
     budget = float(args.budget_s)
-    end = START + budget - (3.0 if smoke else 8.0)  # leave time for the final check
+    end = START + budget - reserve
     work = Path(tempfile.mkdtemp(prefix="gpu_run_"))
     summary: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "parts": {},
-                               "limits": dict(files=MAX_FILES, file_bytes=MAX_FILE_BYTES,
-                                              total=MAX_TOTAL_BYTES)}
+                               "limits": dict(file_bytes=max_file, total_bytes=max_total)}
 
     def save_summary() -> None:
         summary["elapsed_s"] = round(time.monotonic() - START, 1)
@@ -470,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = part("env", env_part)
     if env is None:
-        check_out_dir(out, log)
+        check_out_dir(out, max_file, max_total, log)
         log.close()
         return 2
     slug = "cpu-smoke" if smoke else (env.get("gpu_slug") or "gpu")
@@ -568,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
 
     part("probes_pack", pack_probes)
     if exp_arrays:
-        part("exp_pack", lambda: _write_exp(out, exp_arrays, log))
+        part("exp_pack", lambda: _write_exp(out, exp_arrays, max_file, log))
 
     def isa_wait() -> None:
         if isa_proc is None:
@@ -599,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "speed" not in skip:
         part("speed", speed_part)
-    summary["out_check"] = check_out_dir(out, log)
+    summary["out_check"] = check_out_dir(out, max_file, max_total, log)
     summary["files"] = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
     log(f"done in {time.monotonic() - START:.1f} s; files: {summary['files']}")
     save_summary()

@@ -55,6 +55,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -77,6 +78,10 @@ __all__ = [
     "write_fixtures",
     "load_fixtures",
     "compare_fixtures",
+    "check_args",
+    "positive_int",
+    "positive_seconds",
+    "writable_dir",
     "main",
     "FIELDS",
 ]
@@ -964,6 +969,78 @@ def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None,
 # ----------------------------------------------------------------------------------------------------
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def writable_dir(path: Path, option: str) -> None:
+    """Create ``path`` (parents too) and check a file can be written there, before any work.
+
+    Raises:
+        ValueError: naming ``option`` and the path.
+    """
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot create or write the folder: {err.strerror or err}") from None
+
+
+_FIXTURE_FILES = ("env.json", "configs.json", "outputs.npz")
+
+
+def _check_fixture_dir(path: Path) -> None:
+    missing = [n for n in _FIXTURE_FILES if not (path / n).is_file()]
+    if not missing:
+        return
+    if not path.is_dir():
+        raise ValueError(f"--fixtures {path}: no such folder")
+    inside = fixture_dirs(path)
+    hint = f"; fixture folders inside it: {', '.join(map(str, inside))}" if inside else ""
+    raise ValueError(f"--fixtures {path}: not a fixture folder (missing {', '.join(missing)}){hint}")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What :func:`run` checks before any work: options that would be ignored, the fixtures to read, and
+    the folders to write (created here).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    if args.fixtures is not None:
+        if args.record_fixtures is not None:
+            raise ValueError("--record-fixtures cannot be combined with --fixtures (no kernel runs then)")
+        if args.no_emulator:
+            raise ValueError("--no-emulator cannot be combined with --fixtures (it compares the emulator)")
+        _check_fixture_dir(Path(args.fixtures))
+    elif args.max_cost is not None:
+        raise ValueError("--max-cost applies only with --fixtures")
+    writable_dir(Path(args.out), "--out")
+    if args.record_fixtures is not None:
+        writable_dir(Path(args.record_fixtures), "--record-fixtures")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory (validation.csv, validation.md)")
     p.add_argument("--grid", default="full", choices=("full", "ci", "smoke"),
@@ -971,7 +1048,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "faithful"),
                    help="auto: the GPU if torch sees CUDA (and TRITON_INTERPRET is unset), else the faithful "
                         "CPU interpreter")
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=positive_int, default=None,
                    help="worker processes (default: CPU count, at most 8 on the interpreter, 12 on a GPU)")
     p.add_argument("--no-int8", action="store_true", help="leave out the int8 configs")
     p.add_argument("--no-emulator", action="store_true", help="run the kernels only (GPU fixture recording)")
@@ -979,15 +1056,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write fixtures (configs, seeds, kernel outputs, m_i, l_i, env) into DIR")
     p.add_argument("--fixtures", type=Path, metavar="DIR",
                    help="compare the emulator against recorded GPU fixtures in DIR (no kernel runs)")
-    p.add_argument("--max-cost", type=float, default=None,
+    p.add_argument("--max-cost", type=positive_seconds, default=None,
                    help="with --fixtures: skip configs whose emulator cost estimate exceeds this (seconds)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="time budget; configs not started by then are "
-                                                               "reported as skipped")
+    p.add_argument("--budget-s", type=positive_seconds, default=None,
+                   help="time budget in seconds; configs not started by then are reported as skipped")
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
+    """Run the command parsed by :func:`add_arguments`: options and paths are checked (and the output folders
+    created) before any work; returns the exit status (2: bad arguments)."""
     start = time.monotonic()
+    try:
+        check_args(args)
+    except ValueError as err:
+        print(f"validate: error: {err}", file=sys.stderr)
+        return 2
     out_dir: Path = args.out
     if args.fixtures is not None:
         import simfloat

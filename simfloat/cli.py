@@ -40,6 +40,16 @@ def _tile(text: str) -> tuple[int, int]:
     return _positive(parts[0]), _positive(parts[1])
 
 
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
 def _rows(text: str) -> int | str:
     return "all" if text == "all" else _positive(text)
 
@@ -64,7 +74,7 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
                    help="flash plan preset (repeatable; default triton-<format> and all-<format>)")
     p.add_argument("--baseline", action="append", metavar="[PLAN=]BASELINE",
                    help="baseline plan for the comparison: one for all plans, or PLAN=BASELINE (repeatable); "
-                        "default triton-<f> -> pytorch-<f>, all-<f> -> all-<f>")
+                        "default triton-<f> and h200-<f> -> pytorch-<f>, all-<f> -> all-<f>")
     p.add_argument("--block-m", type=_positive, help="query rows per tile (default 64)")
     p.add_argument("--block-n", type=_positive, help="keys per tile (default 64)")
     p.add_argument("--tiles", type=_tile, nargs="+", metavar="MxN",
@@ -75,7 +85,7 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
                    help="query rows evaluated, evenly spaced (default 64; all with --causal or --quick)")
     p.add_argument("--dist", choices=("normal", "uniform", "outlier"), default="normal",
                    help="inputs: N(0,1); U[0,1); N(0,1)+N(0,100)*Bernoulli(0.001) (default normal)")
-    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--seed", type=_nonnegative, default=0, help="input seed (default 0)")
     p.add_argument("--out", default="simfloat-out", help="output folder (default ./simfloat-out)")
     p.add_argument("--causal", action="store_true", help="top-left aligned causal mask")
     p.add_argument("--quick", action="store_true", help="small sizes (seq 80, head dim 16, 2 heads): seconds")
@@ -126,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="round a value in every format and mode; a dot product under several "
                                        "accumulation models")
     demo.add_argument("--value", type=float, default=0.1, help="value to round (default 0.1)")
-    demo.add_argument("--k", type=int, default=4096, help="dot-product length (default 4096)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--k", type=_positive, default=4096, help="dot-product length (default 4096)")
+    demo.add_argument("--seed", type=_nonnegative, default=0, help="seed of the dot product's inputs (default 0)")
     demo.set_defaults(func=_demo)
     _add_validate(sub)
     _add_attribute(sub)

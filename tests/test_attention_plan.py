@@ -107,3 +107,33 @@ def test_qk_scale_is_the_kernels_host_computation():
     assert plan("all-bf16").params(0.3).sm_scale == float(sf.round(np.float64(0.3), "bf16"))
     with pytest.raises(ValueError, match="finite and > 0"):
         plan("all-e4m3").params(1e-6)
+
+
+@pytest.mark.parametrize("name,changes,kernel", [
+    ("triton-bf16", dict(softmax="bf16"), "flash"),
+    ("h200-fp16", dict(softmax="fp16", out="fp32"), "flash"),
+    ("triton-bf16*", dict(softmax="bf16"), "flash"),
+    ("pytorch-bf16", dict(exp="bf16"), "baseline"),
+    ("pytorch-bf16", dict(l_i="bf16", out="fp32"), "baseline"),
+    ("pytorch-fp16", dict(p="bf16"), "baseline"),
+    ("pytorch-fp16", dict(exp2=True), "baseline"),
+])
+def test_replace_rejects_what_the_plans_kernel_never_uses(name, changes, kernel):
+    pl = plan(name.rstrip("*"))
+    if name.endswith("*"):
+        pl = pl.replace(out="fp32")  # a derived plan keeps its preset's kernel
+        assert pl.name == name
+    ops = FLASH_OPS if kernel == "flash" else BASELINE_OPS
+    unused = sorted(set(changes) - set(ops))
+    with pytest.raises(ValueError) as exc:
+        pl.replace(**changes)
+    msg = str(exc.value)
+    assert f"{kernel} kernel" in msg and ", ".join(ops) in msg and all(repr(u) in msg for u in unused), msg
+
+
+def test_replace_keeps_every_op_of_plans_for_both_kernels():
+    for name in ("fp64", "all-bf16"):
+        pl = plan(name).replace(softmax="fp16", exp="fp16", l_i="fp16", exp2=True)
+        assert pl.softmax == pl.exp == pl.l_i == OpSpec(sf.float16) and pl.exp2
+    assert plan("triton-bf16").replace(out="fp32", p="fp16").p == OpSpec(sf.float16)
+    assert plan("pytorch-bf16").replace(softmax="bf16", qk="fp32", pv="fp32").softmax == OpSpec(sf.bfloat16)

@@ -25,7 +25,7 @@ from simfloat.attribution import (
     reference_plan,
     select_rows,
 )
-from simfloat.attribution._plans import FLAGS
+from simfloat.attribution._plans import FLAGS, cache_key
 
 pd = pytest.importorskip("pandas")
 
@@ -188,6 +188,7 @@ def test_causal_and_baseline_override(qkv):
 
 def test_pairs_and_defaults():
     assert BASELINE_PAIRS["triton-bf16"] == "pytorch-bf16" and BASELINE_PAIRS["all-fp16"] == "all-fp16"
+    assert BASELINE_PAIRS["h200-fp16"] == "pytorch-fp16"
     assert baseline_plan_for("triton-fp32").name == "pytorch-fp32"
     assert baseline_plan_for("triton-bf16", {"triton-bf16": "all-bf16"}).name == "all-bf16"
     assert baseline_plan_for("all-bf16", {"triton-bf16": "all-bf16"}).name == "all-bf16"
@@ -225,6 +226,10 @@ def test_bad_arguments(qkv):
         attribute(q, k, v, rows=[64], **kw)
     with pytest.raises(ValueError, match="no baseline plan"):
         attribute(q, k, v, "triton-e4m3", **kw)
+    with pytest.raises(ValueError, match="baseline kernel.*baseline="):
+        attribute(q, k, v, "pytorch-bf16", **kw)
+    with pytest.raises(ValueError, match="'h200-bf16' .*flash kernel"):
+        attribute(q, k, v, "triton-bf16", baseline="h200-bf16", **kw)
     with pytest.raises(TypeError, match="numpy array"):
         attribute(q.tolist(), k, v, **kw)
     with pytest.raises(ValueError, match="head_dim"):
@@ -240,3 +245,70 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
                   block_ns=(), trace=False)
     # golden, main, reference, baseline, isolation(p), ablation(p): six distinct runs
     assert r.meta["runs"] == 6 and r.flash_vs_baseline["plan"][0] == "mine"
+
+
+def test_flags_are_every_plan_field_but_the_ops():
+    ops = set(FLASH_OPS) | {"softmax", "name"}
+    assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops
+    alt = dict(exp2=False, contract=False, normalization="per_step", lazy_threshold=1.0,
+               exp2_impl="correctly_rounded", sum_order="sequential")
+    assert set(alt) == set(FLAGS)  # a new flag needs a value here
+    p = plan("h200-bf16")
+    for f, value in alt.items():
+        q = dataclasses.replace(p, **{f: value})
+        assert cache_key("flash", q) != cache_key("flash", p), f
+        assert getattr(reference_plan(q), f) == value and getattr(isolation_plan(q, "p"), f) == value, f
+        assert getattr(ablation_plan(q, "p"), f) == value, f
+
+
+def test_h200_plan_is_not_taken_for_its_triton_twin():
+    # triton-tf32 and h200-tf32 differ only in exp2_impl and sum_order (fp32 output: the difference shows)
+    q, k, v = _inputs(seq_q=8, seq_k=24, lead=(1,), fmt="tf32")
+    names = ("triton-tf32", "h200-tf32")
+    gold = _golden(q, k, v)
+    r = attribute(q, k, v, list(names), baseline="fp64", block_m=BM, block_n=BN, ops=["exp", "l_i"], tiles=(),
+                  block_ns=(), trace=False)
+    fvb = r.flash_vs_baseline.set_index(["plan", "kernel"])
+    iso = r.isolation.set_index(["plan", "op"])
+    got = {}
+    for name in names:
+        got[name] = deviation(flash(q, k, v, plan=name, block_m=BM, block_n=BN), gold)["max_abs"]
+        assert fvb.loc[(name, "flash"), "max_abs"] == got[name], name
+        want = deviation(flash(q, k, v, plan=isolation_plan(name, "l_i"), block_m=BM, block_n=BN), gold)
+        assert iso.loc[(name, "l_i"), "max_abs"] == want["max_abs"], name
+    assert got["triton-tf32"] != got["h200-tf32"]
+
+
+@pytest.mark.parametrize("name,bad", [("q", np.nan), ("k", np.inf), ("v", -np.inf)])
+def test_non_finite_inputs_are_named_with_their_first_index(qkv, name, bad):
+    arrays = dict(zip("qkv", (x.copy() for x in qkv), strict=True))
+    arrays[name][1, 50, 3] = bad
+    arrays[name][1, 60, 0] = bad
+    want = rf"{name} has a non-finite value \({bad}\) at index \(1, 50, 3\)"
+    with pytest.raises(ValueError, match=want):  # row 50 is not among the evaluated rows: still reported
+        attribute(*arrays.values(), "all-bf16", ops=["p"], tiles=(), block_ns=(), trace=False, rows=[0, 1])
+    with pytest.raises(ValueError, match=want):
+        flash(*arrays.values(), plan="all-bf16")
+    with pytest.raises(ValueError, match=want):
+        baseline(*arrays.values(), plan="all-bf16")
+
+
+def test_progress_callback_starts_before_the_first_run(qkv, monkeypatch):
+    import simfloat.attribution._core as core
+
+    q, k, v = qkv
+    calls, ran = [], []
+    real = core._baseline_kernel
+
+    def spy(*args, **kwargs):
+        ran.append(list(calls))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "_baseline_kernel", spy)
+    r = attribute(q, k, v, "all-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), trace=False,
+                  progress=lambda done, total: calls.append((done, total)))
+    n = r.meta["runs"]
+    assert ran[0] == [(0, n)]  # told before the golden run started
+    assert [c[0] for c in calls] == list(range(n + 1)) and {c[1] for c in calls} == {n}
+    with pytest.raises(TypeError, match="progress"):
+        attribute(q, k, v, "all-bf16", tiles=(), block_ns=(), progress="yes")

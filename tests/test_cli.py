@@ -88,3 +88,136 @@ def test_bad_values_give_clear_errors(argv, message, tmp_path, capsys):
     assert main(["attribute", "--quick", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("simfloat attribute: error:") and message in err
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the job ran although its arguments are wrong")
+
+
+def _validate_module():
+    return pytest.importorskip("gpu.validate")
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file"])
+def test_attribute_checks_out_before_any_work(where, tmp_path, capsys, monkeypatch):
+    import simfloat.attribution
+
+    monkeypatch.setattr(simfloat.attribution, "attribute", _no_work)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    out = blocker / "out" if where == "under a file" else blocker
+    assert main(["attribute", "--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("simfloat attribute: error: --out") and str(out) in err and len(err.splitlines()) == 1
+
+
+def test_attribute_creates_out_first(tmp_path, monkeypatch):
+    import simfloat.attribution
+
+    out = tmp_path / "a" / "b"
+
+    def check(*args, **kwargs):
+        assert out.is_dir()
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(simfloat.attribution, "attribute", check)
+    assert main(["attribute", "--quick", "--out", str(out)]) == 2
+
+
+def test_attribute_speaks_before_the_first_run(tmp_path, capsys, monkeypatch):
+    import re
+
+    import simfloat.attribution._core as core
+
+    seen = []
+    real = core._baseline_kernel
+
+    def first_run(*args, **kwargs):  # the golden (baseline) run is the first
+        if not seen:
+            seen.append(capsys.readouterr())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "_baseline_kernel", first_run)
+    assert main(["attribute", "--quick", "--out", str(tmp_path)]) == 0
+    out, err = seen[0]
+    assert "plans triton-bf16, all-bf16" in out and "triton-bf16->pytorch-bf16" in out
+    assert "q (1, 2, 80, 16)" in out and re.search(r"\d+ distinct kernel runs", out), out
+    assert re.search(r"\b0/\d+", err), err  # the progress bar is up before the first run
+
+
+def test_attribute_without_the_analysis_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ModuleNotFoundError
+    assert main(["attribute", "--quick", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "tqdm" in err and "pip install 'simfloat[analysis]'" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "-2"], "--jobs: expected a positive integer, got -2"),
+    (["--jobs", "0"], "--jobs: expected a positive integer, got 0"),
+    (["--budget-s", "0"], "--budget-s: expected a positive number of seconds, got 0"),
+    (["--budget-s", "nan"], "--budget-s: expected a positive number of seconds, got nan"),
+    (["--max-cost", "-1"], "--max-cost: expected a positive number of seconds, got -1"),
+])
+def test_validate_rejects_nonsense_numbers(argv, message, tmp_path, capsys, monkeypatch):
+    V = _validate_module()
+    monkeypatch.setattr(V, "compare_fixtures", _no_work)
+    monkeypatch.setattr(V, "run_grid", _no_work)
+    monkeypatch.setattr(V, "resolve_backend", lambda backend: "faithful")
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--out", str(tmp_path), *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_demo_and_attribute_reject_nonsense_numbers(capsys):
+    for argv, message in ((["demo", "--k", "-2"], "--k: expected a positive integer"),
+                          (["demo", "--k", "0"], "--k: expected a positive integer"),
+                          (["attribute", "--seed", "-1"], "--seed: expected a non-negative integer")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err, argv
+
+
+@pytest.mark.parametrize("case", ["out under a file", "record under a file", "no fixtures"])
+def test_validate_checks_its_paths_before_any_work(case, tmp_path, capsys, monkeypatch):
+    V = _validate_module()
+    monkeypatch.setattr(V, "compare_fixtures", _no_work)
+    monkeypatch.setattr(V, "run_grid", _no_work)
+    monkeypatch.setattr(V, "resolve_backend", lambda backend: "faithful")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    fixtures = tmp_path / "fix"
+    fixtures.mkdir()
+    (fixtures / "h200").mkdir()
+    for name in ("env.json", "configs.json", "outputs.npz"):
+        (fixtures / "h200" / name).write_text("")
+    argv = {"out under a file": ["--out", str(blocker / "out"), "--fixtures", str(fixtures / "h200")],
+            "record under a file": ["--out", str(tmp_path / "o"), "--record-fixtures", str(blocker / "r")],
+            "no fixtures": ["--out", str(tmp_path / "o"), "--fixtures", str(fixtures)]}[case]
+    assert main(["validate", *argv]) == 2
+    err = capsys.readouterr().err
+    want = {"out under a file": "--out", "record under a file": "--record-fixtures",
+            "no fixtures": "--fixtures"}[case]
+    assert f"validate: error: {want}" in err, err
+    if case == "no fixtures":
+        assert "configs.json" in err and str(fixtures / "h200") in err  # the folder it probably meant
+    else:
+        assert "Not a directory" in err or "not a folder" in err, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fixtures", "DIR", "--record-fixtures", "R"], "--record-fixtures cannot be combined with --fixtures"),
+    (["--max-cost", "5"], "--max-cost applies only with --fixtures"),
+])
+def test_validate_rejects_options_that_would_be_ignored(argv, message, tmp_path, capsys, monkeypatch):
+    V = _validate_module()
+    monkeypatch.setattr(V, "compare_fixtures", _no_work)
+    monkeypatch.setattr(V, "run_grid", _no_work)
+    argv = [str(tmp_path / a) if a in ("DIR", "R") else a for a in argv]
+    assert main(["validate", "--out", str(tmp_path / "o"), *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -19,7 +19,7 @@ is known about each output on a GPU, and asserted accordingly:
 tl.sum order (simfloat.hardware, README "GPU validation (H200)") and the sm90 dot models: **every output, m_i
 and l_i bit for bit** on every flash fixture config compared (100% required).
 
-The thresholds are what the model achieves on the first H200 check (triton 3.6, .devcheck/compare.py: m_i
+The thresholds are what the model achieves on the recorded H200 fixtures (triton 3.6: m_i
 97-100%, bf16/fp16 output >= 99.87%, fp32 output 24-42%), with margin. By default configs whose emulation
 costs more than MAX_COST seconds are skipped; set SIMFLOAT_FIXTURES_FULL=1 for all of them.
 """

@@ -1,6 +1,7 @@
 """gpu/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful interpreter): every part
-produces its file, the outputs respect the device tool's limits, and gpu.fit recovers the interpreter's own
-models from the probes (the tensor-core presets, the pairwise tree it was given)."""
+produces its file, the outputs respect the job's size bounds, and gpu.fit recovers the interpreter's own
+models from the probes (the tensor-core presets, the pairwise tree it was given); bad options and the output
+check on their own."""
 
 import json
 import os
@@ -40,11 +41,14 @@ def test_outputs_and_limits(smoke_out):
     assert names <= set(gpu_run.OUT_FILES)
     assert {"log.txt", "summary.json", "fixtures.tar", "probes.npz", "exp2.npz", "isa.tar.xz",
             "speed.csv"} <= names
-    assert len(files) <= gpu_run.MAX_FILES
-    assert all(p.stat().st_size <= gpu_run.MAX_FILE_BYTES for p in files)
-    assert sum(p.stat().st_size for p in files) <= gpu_run.MAX_TOTAL_BYTES
-    assert gpu_run.check_out_dir(smoke_out, log=lambda m: None) == []
     summary = json.loads((smoke_out / "summary.json").read_text())
+    limits = summary["limits"]  # the defaults of --max-file-mib / --max-total-mib
+    assert limits == dict(file_bytes=int(gpu_run.DEFAULT_MAX_FILE_MIB * 2**20),
+                          total_bytes=int(gpu_run.DEFAULT_MAX_TOTAL_MIB * 2**20))
+    assert all(p.stat().st_size <= limits["file_bytes"] for p in files)
+    assert sum(p.stat().st_size for p in files) <= limits["total_bytes"]
+    assert summary["out_check"] == []
+    assert gpu_run.check_out_dir(smoke_out, limits["file_bytes"], limits["total_bytes"], log=lambda m: None) == []
     for part in ("env", "pool", "fixtures", "probes_pack", "exp", "isa", "speed"):
         assert summary["parts"][part]["status"] == "ok", (part, summary["parts"][part])
     pool = summary["parts"]["pool"]
@@ -124,3 +128,60 @@ def test_tree_from_lca():
     assert tree_from_lca(seq) == ((0, 1), 2)
     with pytest.raises(ValueError):
         tree_from_lca(np.array([[1, 2, 2], [2, 1, 3], [2, 3, 1]]))
+
+
+def test_check_out_dir_bounds_only_the_jobs_files(tmp_path):
+    for name, size in (("log.txt", 10), ("fixtures.tar", 50), ("speed.csv", 30), ("exp2.npz", 200)):
+        (tmp_path / name).write_bytes(b"x" * size)
+    (tmp_path / "mine.bin").write_bytes(b"x" * 500)  # not the job's: never touched
+    problems = gpu_run.check_out_dir(tmp_path, 100, 70, log=lambda m: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixtures.tar", "log.txt", "mine.bin"]
+    assert len(problems) == 2 and problems[0].startswith("exp2.npz") and problems[1].startswith("speed.csv")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "-2"], "--jobs: expected a positive integer, got -2"),
+    (["--budget-s", "0"], "--budget-s: expected a positive number of seconds, got 0"),
+    (["--budget-s", "5"], "leaves no time"),
+    (["--skip", "isa,nope"], "unknown part(s) nope"),
+    (["--max-file-mib", "0"], "--max-file-mib: expected a positive size in MiB, got 0"),
+    (["--max-total-mib", "inf"], "--max-total-mib: expected a positive size in MiB, got inf"),
+])
+def test_bad_options_exit_2_before_any_work(argv, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        gpu_run.main(["--out", str(out), *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (out / "log.txt").exists()
+
+
+def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path, capsys):
+    from gpu import fit
+
+    report = tmp_path / "fit.json"
+    files = [str(smoke_out / n) for n in ("probes.npz", "exp2.npz", "isa.tar.xz")]
+    assert fit.main([*files, "--report", str(report), "--coarse-rows", "48"]) == 0
+    assert {"dot", "sum", "exp", "isa"} <= set(json.loads(report.read_text()))
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.zeros(3), y=np.zeros(3))
+    for argv, message in (([str(other)], "not an output of gpu.gpu_run"),
+                          ([str(tmp_path / "missing.npz")], "no such file"),
+                          ([files[0], "--only", "flash"], "unknown fit(s) flash")):
+        with pytest.raises(SystemExit) as exc:
+            fit.main(argv)
+        assert exc.value.code == 2 and message in capsys.readouterr().err, argv
+
+
+def test_fit_exp_reads_split_exp2_files(smoke_out, tmp_path):
+    """gpu_run splits exp2.npz in two when one file would break --max-file-mib: the fit sees the same data."""
+    from gpu import fit
+
+    z = dict(np.load(smoke_out / "exp2.npz"))
+    binade = [k for k in z if "_binade_" in k]
+    assert binade, sorted(z)
+    np.savez(tmp_path / "exp2.npz", **{k: v for k, v in z.items() if k not in binade})
+    np.savez(tmp_path / "exp2_binades.npz", **{k: z[k] for k in binade})  # as older splits: no description
+    whole = fit.fit_exp([np.load(smoke_out / "exp2.npz")], log=lambda m: None)
+    split = fit.fit_exp([np.load(tmp_path / "exp2.npz"), np.load(tmp_path / "exp2_binades.npz")],
+                        log=lambda m: None)
+    assert split["segments"] == whole["segments"]

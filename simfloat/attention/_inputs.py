@@ -9,7 +9,7 @@ import numpy as np
 from simfloat.attention.plan import Plan, plan
 from simfloat.trace import Tracer
 
-__all__ = ["Inputs", "prepare"]
+__all__ = ["Inputs", "operand", "prepare"]
 
 
 class Inputs:
@@ -25,13 +25,28 @@ class Inputs:
         return self.q.shape[0]
 
 
-def _array(x: object, name: str) -> np.ndarray:
+def operand(x: object, name: str) -> np.ndarray:
+    """``x`` checked as an attention operand: a float32/float64 numpy array of shape (..., seq, head_dim) with
+    finite values.
+
+    Raises:
+        TypeError: not a numpy array, or another dtype.
+        ValueError: fewer than two dimensions, or a NaN or infinity (named with its first index; it would make
+            the outputs, and every deviation from the golden ones, NaN without a word).
+    """
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
     if x.ndim < 2:
         raise ValueError(f"{name} must have shape (..., seq, head_dim), got {x.shape}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), x.shape))
+        n = int(np.count_nonzero(bad))
+        raise ValueError(f"{name} has a non-finite value ({float(x[idx])}) at index {idx} ({n} of its "
+                         f"{x.size} values {'is' if n == 1 else 'are'} NaN or infinite): the kernels take "
+                         "finite inputs")
     return x
 
 
@@ -50,10 +65,11 @@ def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, s
 
     Raises:
         TypeError: non-array operands, dtypes other than float32/float64, wrong argument types.
-        ValueError: inconsistent shapes, no keys, a scale that is not finite and > 0, unknown plan.
+        ValueError: NaN or infinite operand values (the first one's index is named), inconsistent shapes, no
+            keys, a scale that is not finite and > 0, unknown plan.
     """
     pl = plan(plan_)  # type: ignore[arg-type]
-    qa, ka, va = _array(q, "q"), _array(k, "k"), _array(v, "v")
+    qa, ka, va = operand(q, "q"), operand(k, "k"), operand(v, "v")
     if ka.shape[-1] != qa.shape[-1]:
         raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
     if ka.shape[-2] != va.shape[-2]:

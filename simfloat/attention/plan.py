@@ -230,17 +230,44 @@ class Plan:
         Ops take an :class:`OpSpec`, a format, ``(format, mode)``; ``qk``/``pv`` also an accumulation model (a
         bare format there means sequential accumulation with products and partial sums rounded into it).
 
+        A plan of a kernel's own preset family (see :meth:`kernels`) takes only what that kernel uses: no
+        ``softmax`` on a ``triton-``/``h200-`` plan, none of the flash-only ops (``exp``, ``m_i``, ``alpha``,
+        ``l_i``, ``acc``, ``p``, ``normalize``) or flags on a ``pytorch-`` plan; such a change would change
+        nothing. ``fp64``, ``all-<fmt>`` and plans with other names serve both kernels and take every entry.
+
         Raises:
-            ValueError: unknown op or flag name (the message lists the valid ones).
+            ValueError: unknown op or flag name (the message lists the valid ones), or an entry the plan's
+                kernel never uses (the message lists the kernel's ops).
             TypeError: a value of the wrong type.
         """
-        unknown = sorted(set(changes) - set(_OPS) - set(_FLAGS) - {"name"})
+        flags = [f.name for f in dataclasses.fields(self) if f.name not in _OPS and f.name != "name"]
+        unknown = sorted(set(changes) - set(_OPS) - set(flags) - {"name"})
         if unknown:
             raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(_OPS)}; "
-                             f"flags: {', '.join(_FLAGS)}")
+                             f"flags: {', '.join(flags)}")
+        kernels = self.kernels()
+        if len(kernels) == 1:
+            kernel = kernels[0]
+            used = FLASH_OPS + tuple(flags) if kernel == "flash" else BASELINE_OPS
+            unused = [c for c in changes if c != "name" and c not in used]
+            if unused:
+                raise ValueError(
+                    f"plan {self.name!r} is for the {kernel} kernel, which never uses "
+                    f"{', '.join(map(repr, unused))} (the change would do nothing); the {kernel} kernel's ops: "
+                    f"{', '.join(FLASH_OPS if kernel == 'flash' else BASELINE_OPS)}"
+                    + (f"; its flags: {', '.join(flags)}" if kernel == "flash" else "; it has no flags"))
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def kernels(self) -> tuple[str, ...]:
+        """The kernels this plan is for, by the preset family its name starts with: ``("flash",)`` for
+        ``triton-<fmt>`` and ``h200-<fmt>`` (the Triton flash kernel), ``("baseline",)`` for ``pytorch-<fmt>``
+        (torch's eager attention), ``("flash", "baseline")`` for ``fp64``, ``all-<fmt>`` and any other name.
+        Plans derived with :meth:`replace` keep the name's family, and so the kernel."""
+        family = self.name.split("-", 1)[0]
+        return {"triton": ("flash",), "h200": ("flash",), "pytorch": ("baseline",)}.get(family,
+                                                                                        ("flash", "baseline"))
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)

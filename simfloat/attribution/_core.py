@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
@@ -15,6 +15,7 @@ from simfloat.attention import FLASH_OPS, Plan
 from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
+from simfloat.attention._inputs import operand
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
@@ -114,32 +115,52 @@ class _Runner:
         job["tracer"] = tr
         job["seconds"] = time.perf_counter() - t0
 
-    def run(self, progress: bool, workers: int) -> None:
+    def run(self, progress: bool | Callable[[int, int], None], workers: int) -> None:
         """Run the pending jobs, ``workers`` at a time (the kernels release the GIL; every job is independent,
-        so results are the same bits for any number of workers)."""
+        so results are the same bits for any number of workers). ``progress``: see :func:`attribute`."""
         todo = [j for j in self.jobs.values() if j["out"] is None]
         if not todo:
             return
-        self._one(todo[0])  # the golden run first: it checks the arguments before anything runs in parallel
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(todo), initial=1, desc="simfloat attribute", unit="run", file=sys.stderr,
-                       delay=2.0, leave=False)
+        report, close = _progress(progress, len(todo))
         try:
+            report(0, len(todo))
+            self._one(todo[0])  # the golden run first: it checks the arguments before anything runs in parallel
+            report(1, len(todo))
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 futures = [pool.submit(self._one, j) for j in todo[1:]]
-                for f in as_completed(futures):
+                for done, f in enumerate(as_completed(futures), start=2):
                     f.result()
-                    if bar is not None:
-                        bar.update()
+                    report(done, len(todo))
         finally:
-            if bar is not None:
-                bar.close()
+            close()
 
     def out(self, key: tuple[object, ...]) -> np.ndarray:
         return self.jobs[key]["out"]
+
+
+def _need(module: str, what: str) -> Any:
+    """Import an optional dependency of the analysis extra, or say in one line what to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{what} needs {module}: pip install 'simfloat[analysis]'") from None
+
+
+def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """(report(done, total), close) for :meth:`_Runner.run`."""
+    if callable(progress):
+        return progress, lambda: None  # type: ignore[return-value]
+    if not progress:
+        return (lambda done, total: None), lambda: None
+    bar = _need("tqdm", "progress=True").tqdm(total=total, desc="simfloat attribute", unit="run",
+                                              file=sys.stderr, leave=False)
+
+    def report(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+
+    return report, bar.close
 
 
 def _plans(p: object) -> list[Plan]:
@@ -147,6 +168,11 @@ def _plans(p: object) -> list[Plan]:
     if not items:
         raise ValueError("attribute needs at least one plan")
     out = [_plan(x) for x in items]
+    for p in out:
+        if "flash" not in p.kernels():
+            raise ValueError(f"plan {p.name!r} is a plan of the baseline kernel (torch's eager attention); "
+                             "attribute studies flash plans (triton-<fmt>, h200-<fmt>, all-<fmt>, fp64 or a plan of "
+                             f"another name): pass {p.name!r} as baseline= (CLI: --baseline)")
     names = [x.name for x in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -170,7 +196,8 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
               block_m: int = 64, block_n: int = 64, causal: bool = False,
               scale: float | None = None, ops: Sequence[str] = FLASH_OPS,
               tiles: Sequence[tuple[int, int]] | None = None, block_ns: Sequence[int] | None = None,
-              rows: int | Sequence[int] | None = None, trace: bool = True, progress: bool = False,
+              rows: int | Sequence[int] | None = None, trace: bool = True,
+              progress: bool | Callable[[int, int], None] = False,
               workers: int | None = None) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
 
@@ -185,8 +212,10 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     * per kv block (``trace``): the traced run's local error per op and kv block, and the state drift.
 
     Isolation and ablation keep the plan's algorithm flags (exp2, FMA contraction, normalization, lazy
-    rescaling): "all ops float64" is :func:`reference_plan`, which is within ~1e-16 of the golden output.
-    Every distinct run is made once (plans equal but for their names share it).
+    rescaling, exp2 implementation, row-sum order: every :class:`Plan` field that is not an op): "all ops
+    float64" is :func:`reference_plan`, which is as close to the golden output as float64 arithmetic allows,
+    except for what the flags themselves approximate (the hardware ex2 of ``exp2_impl="h200"``). Every
+    distinct run is made once (plans equal in every field but their names share it).
 
     Args:
         q, k, v: (..., seq, head_dim) float32/float64 arrays, used as they are (round them into the input
@@ -204,7 +233,9 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
             kernel computes each row independently, so this gives those rows' exact outputs at a fraction of
             the cost; the metrics are then over those rows. Not with ``causal``.
         trace: make the default-tile run of each plan traced (per-kv-block tables).
-        progress: show a tqdm bar on stderr (after 2 s).
+        progress: ``True``: a tqdm bar on stderr, up before the first run; or a callable
+            ``progress(done, total)``, called with ``done = 0`` once the distinct runs are known (before the
+            first one starts) and after every run.
         workers: kernel runs made concurrently (default: numba's thread count); results do not depend on it.
 
     Returns:
@@ -212,9 +243,14 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         state_by_block``; ``plot()``, ``to_csv()``, ``table()``).
 
     Raises:
-        ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments.
+        ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments (NaN or
+            infinite values in q, k or v are named with their first index).
     """
+    pd = _need("pandas", "attribute")  # before any work: the tables are DataFrames
     plans = _plans(plan)
+    if not (isinstance(progress, bool) or callable(progress)):
+        raise TypeError(f"progress must be a bool or a callable progress(done, total), got "
+                        f"{type(progress).__name__}")
     ops = list(ops)
     if not ops:
         raise ValueError("ops must name at least one op")
@@ -225,6 +261,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.ndim < 2:
             raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
+        operand(x, name)  # NaN or inf is named here, by its index in the caller's array (not the rows')
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -295,9 +332,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
             blocks.append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
             states.append(_long(tr.state_by_block, "state", p.name, ("max_abs", "rms", "rel_max")))
 
-    import pandas as pd
-
-    def frame(rows: list[dict[str, Any]], cols: Sequence[str]) -> pd.DataFrame:
+    def frame(rows: list[dict[str, Any]], cols: Sequence[str]) -> Any:
         return pd.DataFrame(rows, columns=list(cols))
 
     m = list(METRICS)

@@ -13,8 +13,16 @@ from simfloat.formats import format as _format
 __all__ = ["BASELINE_PAIRS", "FLAGS", "ablation_plan", "baseline_plan_for", "describe", "isolation_plan",
            "reference_plan"]
 
-#: The flash-only algorithm flags a plan carries besides its ops; isolation and ablation keep the plan's.
-FLAGS = ("exp2", "contract", "normalization", "lazy_threshold")
+_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.name != "name")
+#: The algorithm flags a plan carries besides its ops (every :class:`Plan` field that is neither its name nor
+#: an op, so a new flag cannot be left out); isolation, ablation and the reference plan keep the plan's.
+FLAGS = tuple(f for f in _FIELDS if f not in FLASH_OPS and f not in BASELINE_OPS)
+#: What each kernel's output depends on: every field but the name and the other kernel's own ops (a field
+#: added to Plan counts for both until it is known to be an op of one kernel only).
+_KEY_FIELDS = {
+    "flash": tuple(f for f in _FIELDS if f in FLASH_OPS or f not in BASELINE_OPS),
+    "baseline": tuple(f for f in _FIELDS if f in BASELINE_OPS or f not in FLASH_OPS),
+}
 
 _FMTS = ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2")
 
@@ -26,13 +34,14 @@ def _pairs() -> dict[str, str]:
         out[f"all-{f}"] = f"all-{f}"  # Golden et al.'s simulator: the same format everywhere, in both kernels
         if f"pytorch-{f}" in names:
             out[f"triton-{f}"] = f"pytorch-{f}"  # the Triton kernel vs what torch's eager attention does
-            out[f"pytorch-{f}"] = f"pytorch-{f}"
+            if f"h200-{f}" in names:
+                out[f"h200-{f}"] = f"pytorch-{f}"  # the same kernel with the H200's exp2 and row-sum order
     return out
 
 
-#: Default baseline plan for each flash preset (``triton-<fmt>`` -> ``pytorch-<fmt>``, ``all-<fmt>`` ->
-#: ``all-<fmt>``, ``fp64`` -> ``fp64``). Presets not listed (triton-tf32/e4m3/e5m2: torch has no such eager
-#: attention) and custom plans need an explicit ``baseline=``.
+#: Default baseline plan for each flash preset (``triton-<fmt>`` and ``h200-<fmt>`` -> ``pytorch-<fmt>``,
+#: ``all-<fmt>`` -> ``all-<fmt>``, ``fp64`` -> ``fp64``). Presets not listed (tf32/e4m3/e5m2 kernels: torch
+#: has no such eager attention) and custom plans need an explicit ``baseline=``.
 BASELINE_PAIRS: Mapping[str, str] = _pairs()
 
 
@@ -46,13 +55,18 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
             pairs).
 
     Raises:
-        ValueError: no pairing is known for this plan and none was given.
+        ValueError: no pairing is known for this plan and none was given, or the baseline plan is one of the
+            flash kernel's own (``triton-``/``h200-``, :meth:`Plan.kernels`).
     """
     fp = plan(p)
     if isinstance(override, Mapping):
         override = override.get(fp.name)
     if override is not None:
-        return plan(override)  # type: ignore[arg-type]
+        bp = plan(override)  # type: ignore[arg-type]
+        if "baseline" not in bp.kernels():
+            raise ValueError(f"baseline plan {bp.name!r} (for {fp.name!r}) is a plan of the flash kernel; the "
+                             "baseline kernel takes pytorch-<fmt>, all-<fmt>, fp64 or a plan of another name")
+        return bp
     if fp.name not in BASELINE_PAIRS:
         raise ValueError(f"no baseline plan is paired with flash plan {fp.name!r}: pass baseline=<plan> "
                          f"(CLI: --baseline {fp.name}=<plan>); known pairs: "
@@ -61,8 +75,10 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
 
 
 def reference_plan(p: Plan | str) -> Plan:
-    """Every op float64 (the ``fp64`` preset's entries) under ``p``'s algorithm flags (exp2, FMA contraction,
-    normalization, lazy rescaling): what is left when all of ``p``'s low precision is removed."""
+    """Every op float64 (the ``fp64`` preset's entries) under ``p``'s algorithm flags (:data:`FLAGS`: exp2, FMA
+    contraction, normalization, lazy rescaling, the exp2 implementation and the row-sum order): what is left
+    when all of ``p``'s low precision is removed. With ``exp2_impl="h200"`` that includes the approximation
+    of the hardware's ex2.approx.ftz.f32, which no op's format removes."""
     fp = plan(p)
     flags = {f: getattr(fp, f) for f in FLAGS}
     return dataclasses.replace(plan("fp64"), name=f"{fp.name}[all->fp64]", **flags)
@@ -89,10 +105,9 @@ def _check_op(op: object) -> None:
 
 
 def cache_key(kernel: str, p: Plan) -> tuple[object, ...]:
-    """What determines a kernel's output under plan ``p`` (the name does not)."""
-    if kernel == "baseline":
-        return ("baseline",) + tuple(getattr(p, op) for op in BASELINE_OPS + ("softmax",))
-    return ("flash",) + tuple(getattr(p, op) for op in FLASH_OPS + FLAGS)
+    """What determines ``kernel``'s (``"flash"`` or ``"baseline"``) output under plan ``p`` (the name does
+    not)."""
+    return (kernel,) + tuple(getattr(p, f) for f in _KEY_FIELDS[kernel])
 
 
 _SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "tfloat32": "tf32",

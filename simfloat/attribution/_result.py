@@ -123,8 +123,9 @@ class Attribution:
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """Save one PNG: per-op isolation/ablation bars (top), deviation vs tiles, vs rescaling steps, and the
         traced accumulator drift per kv block (bottom). Returns the path."""
-        import matplotlib
+        from simfloat.attribution._core import _need
 
+        matplotlib = _need("matplotlib", "Attribution.plot")
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         import numpy as np

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULTS", "QUICK", "inputs", "run"]
+__all__ = ["ANALYSIS", "DEFAULTS", "QUICK", "inputs", "run"]
 
 #: The embedded default job (seq 2048, head dim 128, bf16, triton-bf16 and all-bf16 vs their baselines).
 DEFAULTS = dict(seq=2048, head_dim=128, batch=1, heads=1, format="bf16", block_m=64, block_n=64, rows=64,
@@ -74,18 +76,71 @@ def _baseline_arg(items: list[str] | None) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the job described by the parsed options; print the table; write PNG, CSVs and summary.txt."""
+    """Run the job described by the parsed options: check the analysis extra and ``--out`` first, print the
+    header (inputs, plans, then the number of runs) at once, show progress from the first run, print the table
+    and write PNG, CSVs and summary.txt."""
     try:
         return _run(args)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, ImportError) as err:
         print(f"simfloat attribute: error: {err}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace) -> int:
-    from simfloat.attribution import attribute
+#: What the job needs beyond numpy and numba (the ``analysis`` extra): tables, the plot, the progress bar.
+ANALYSIS = ("pandas", "matplotlib", "tqdm")
 
+
+def _check_analysis() -> None:
+    import importlib
+
+    missing = []
+    for name in ANALYSIS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(f"needs {', '.join(ANALYSIS)} (missing: {', '.join(missing)}): "
+                          "pip install 'simfloat[analysis]'")
+
+
+def _out_dir(path: str) -> Path:
+    """The output folder, created and checked writable before any work."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {path}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {path}: cannot create or write the output folder: "
+                         f"{err.strerror or err}") from None
+    return out
+
+
+class _Progress:
+    """attribute's progress callback: the number of runs on stdout once known, then a tqdm bar on stderr."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            print(f"{total} distinct kernel runs", flush=True)
+            self.bar = tqdm(total=total, desc="kernel runs", unit="run", file=sys.stderr, leave=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    _check_analysis()
     seq = int(_pick(args, "seq"))  # type: ignore[call-overload]
     seq_k = int(args.seq_k) if args.seq_k is not None else seq
     d = int(_pick(args, "head_dim"))  # type: ignore[call-overload]
@@ -104,20 +159,33 @@ def _run(args: argparse.Namespace) -> int:
         b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]  # type: ignore[attr-defined]
     if args.block_ns is None and max(block_ns) < seq_k:
         block_ns.append(seq_k)  # always include the single-step (one kv block) point
-    q, k, v = inputs((batch, heads, seq, d), (batch, heads, seq_k, d), args.dist, fmt, args.seed)
-    res = attribute(q, k, v, plans, baseline=_baseline_arg(args.baseline), block_m=bm, block_n=bn,
-                    causal=args.causal, tiles=tiles, block_ns=block_ns, rows=rows, progress=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    head = (f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; "
-            f"plans {', '.join(plans)} (baselines: "
-            + ", ".join(f"{a}->{b}" for a, b in res.meta["baselines"].items()) + ")")
-    text = head + "\n" + res.table()
+    baseline = _baseline_arg(args.baseline)
+    from simfloat.attribution import baseline_plan_for
+
+    pairs = {p: baseline_plan_for(p, baseline).name for p in plans}  # unknown plans and pairings stop here
+    out = _out_dir(args.out)
+    shape_q, shape_kv = (batch, heads, seq, d), (batch, heads, seq_k, d)
+    evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
+    head = (f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
+            f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(plans)} (baselines: "
+            + ", ".join(f"{a}->{b}" for a, b in pairs.items()) + ")")
+    print(head, flush=True)
+    q, k, v = inputs(shape_q, shape_kv, args.dist, fmt, args.seed)
+    import simfloat.attribution  # looked up at call time (tests replace it)
+
+    progress = _Progress()
+    try:
+        res = simfloat.attribution.attribute(q, k, v, plans, baseline=baseline, block_m=bm, block_n=bn,
+                                             causal=args.causal, tiles=tiles, block_ns=block_ns, rows=rows,
+                                             progress=progress)
+    finally:
+        progress.close()
+    table = res.table()
     res.to_csv(out)
     png = res.plot(out / "attribution.png")
     elapsed = time.perf_counter() - t0
-    text += f"\n\nwall time {elapsed:.1f} s"
-    (out / "summary.txt").write_text(text + "\n")
-    print(text)
+    tail = f"\n\nwall time {elapsed:.1f} s"
+    (out / "summary.txt").write_text(head + "\n" + table + tail + "\n")
+    print(table + tail)
     print(f"wrote {png}, {out}/*.csv, {out / 'summary.txt'}")
     return 0

@@ -1,0 +1,48 @@
+"""pyproject.toml says what is true: the core needs only what ``import simfloat`` loads, extras hold lower
+bounds (exact pins belong in constraints.txt), and the modules the tests and gpu/ import are in their extras."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _names(reqs):
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].strip().lower().replace("-", "_") for r in reqs}
+
+
+def test_core_dependencies_are_what_import_simfloat_loads():
+    assert _names(PROJECT["dependencies"]) == {"numpy", "numba"}
+    # with every other package unimportable (numba itself loads scipy only if it is there), the core works
+    code = """
+import sys
+for m in ("scipy", "ml_dtypes", "pandas", "matplotlib", "tqdm", "torch", "triton"):
+    sys.modules[m] = None
+import numpy as np
+import simfloat as sf, simfloat.attention, simfloat.attribution, simfloat.cli
+x = sf.round(np.linspace(-3, 3, 64).reshape(4, 16), "bf16")
+print(sf.attention.flash(x, x, x, plan="triton-bf16", block_m=4, block_n=4).shape)
+"""
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "(4, 16)", run.stderr[-2000:]
+
+
+def test_no_exact_pins_outside_constraints():
+    for group, reqs in [("dependencies", PROJECT["dependencies"]), *PROJECT["optional-dependencies"].items()]:
+        for r in reqs:
+            assert "==" not in r and "===" not in r, f"{group}: {r} (pin it in constraints.txt)"
+
+
+def test_extras_hold_what_uses_them():
+    extras = {k: _names(v) for k, v in PROJECT["optional-dependencies"].items()}
+    assert {"pandas", "matplotlib", "tqdm"} <= extras["analysis"]  # simfloat attribute
+    assert {"torch", "triton", "ml_dtypes"} <= extras["gpu"]  # the kernels; gpu.fit decodes fp8 bits
+    assert {"pytest", "mpmath", "ml_dtypes", "pandas", "matplotlib", "tqdm"} <= extras["test"]
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pinned = _names(x for x in lines if x.strip() and not x.startswith("#"))
+    for names in extras.values():
+        assert names <= pinned, names - pinned  # make test installs them with -c constraints.txt
