@@ -20,8 +20,12 @@ import os
 import sys
 import time
 
-import numba
-import numpy as np
+# numpy's BLAS on one thread: the comparison is per core (set before numpy loads its BLAS)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -13,7 +13,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "fma64"]
+__all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
 
 # Scalar workers and serial drivers.
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
@@ -60,5 +60,46 @@ def fma64(typingctx, a, b, c):  # type: ignore[no-untyped-def]
         dbl = ir.DoubleType()
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(dbl, [dbl, dbl, dbl]), "llvm.fma.f64")
         return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):  # type: ignore[no-untyped-def]
+    """float32 ``a*b + c`` with a single rounding (llvm.fma.f32)."""
+    if not (a == types.float32 and b == types.float32 and c == types.float32):
+        return None
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        flt = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(flt, [flt, flt, flt]), "llvm.fma.f32")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):  # type: ignore[no-untyped-def]
+    """The IEEE-754 bit pattern of a float32 as int32."""
+    if x != types.float32:
+        return None
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+@intrinsic
+def bits_f32(typingctx, b):  # type: ignore[no-untyped-def]
+    """The float32 whose IEEE-754 bit pattern is the int32 ``b``."""
+    if b != types.int32:
+        return None
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.FloatType())
 
     return sig, codegen

@@ -3,8 +3,9 @@
 Every accumulation model of :mod:`simfloat.accumulate` has a row kernel here whose innermost loops run over the
 independent outputs ``j`` (contiguous in ``B`` and ``c``), so LLVM vectorizes them. Each gives, bit for bit,
 what :func:`simfloat.accumulate.dot_acc` gives for every output (tests compare them on random and adversarial
-inputs); an output that leaves the fast path's range (non-finite values, exponents beyond +-900) is flagged and
-recomputed by ``dot_acc`` itself.
+inputs). Block FMA needs operands within 2**+-450 (checked: the B operand once by :func:`for_operands`, the
+row and the accumulator per call) and recomputes with ``dot_acc`` itself any output that overflowed to inf or NaN
+on the way; other rows go to ``dot_acc`` whole.
 
 * Block FMA (tensor cores): per block of k, the alignment exponent of every output (the largest exponent among
   the incoming accumulator and the block's products, a product counting with its own exponent or with the sum
@@ -22,19 +23,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import jit
+from simfloat._jit import fma32, fma64, jit
 from simfloat._lanes import Lane, ladd, lane, lround, pow2_of, recip_pow2
 from simfloat._parallel import run_rows
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code, round_scalar
 
-__all__ = ["MMA", "Work", "mma", "narrow", "operand_powers", "matmul_rows", "round_operands", "row_mma", "work"]
+__all__ = ["MMA", "Work", "for_operands", "matmul_rows", "mma", "narrow", "operand_powers", "round_operands",
+           "row_mma", "tame", "work"]
 
-_HUGE = 2.0**900  # alignment weights beyond 2**+-900 (and inf/NaN): the general path
-_TINY = 2.0**-900
+_HUGE = 2.0**450  # operands beyond 2**+-450 (and inf/NaN): the reference path
+_TINY = 2.0**-450
 
 K_SEQ, K_BLOCK = 0, 1
+# Sequential models that are plain hardware arithmetic: float64 nearest-even with exact products (one fused
+# rounding: fma), float64 with products rounded to float64 (multiply, then add), float32 nearest-even with
+# exact products on float32 operands and accumulator (fma in float32; the caller checks the operands)
+N_NONE, N_FMA64, N_MULADD64, N_FMA32 = range(4)
 
 
 class MMA(NamedTuple):
@@ -56,6 +62,8 @@ class MMA(NamedTuple):
     exact_products: bool  # Sequential without product rounding: needs products exact in float64
     in_round: bool  # operands are rounded into an input format first (done by the caller, see round_operands)
     inp: Lane
+    native: int  # Sequential done by the hardware's own arithmetic: N_FMA64, N_MULADD64, N_FMA32 (else 0)
+    tame: bool  # the B operands were checked: zero or within 2**+-450 (block FMA; see for_operands)
 
 
 class Work(NamedTuple):
@@ -65,7 +73,6 @@ class Work(NamedTuple):
     sc: np.ndarray  # 2**-q
     back: np.ndarray  # 2**q
     tot: np.ndarray  # block sums (integers, exact in float64)
-    bad: np.ndarray  # bool: recompute with dot_acc
     c0: np.ndarray  # the incoming accumulator
     part: np.ndarray  # chunk results
 
@@ -73,8 +80,7 @@ class Work(NamedTuple):
 @jit
 def work(n):  # type: ignore[no-untyped-def]
     """Scratch for rows of up to ``n`` outputs."""
-    return Work(np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.zeros(n, np.bool_), np.empty(n),
-                np.empty(n))
+    return Work(np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n))
 
 
 def mma(model: Model) -> MMA:
@@ -95,6 +101,13 @@ def mma(model: Model) -> MMA:
         fast = acc.fast and (prod.fast or not rp)
         kind, blk, frac, align_sum, emin = K_SEQ, 1, 0, False, -1074
         exact = not rp
+        native = N_NONE
+        if acc.native and not rp:
+            native, exact = N_FMA64, False
+        elif acc.native and prod.native:
+            native = N_MULADD64
+        elif accf.name == "float32" and acc.mode == 0 and not rp:
+            native = N_FMA32
     else:
         assert isinstance(inner, BlockFMA)
         acc = lane(_format(inner.out_fmt), int(mode_code(inner.out_mode)))
@@ -108,13 +121,16 @@ def mma(model: Model) -> MMA:
         align_sum = inner.align == "exponent_sum"
         emin = inner.operand_emin if inner.operand_emin is not None else -1074
         exact = False
+        native = N_NONE
     if chunk != 0:
         fast = fast and outer.fast
     in_round = ap.round_inputs
     if in_round:
         fast = fast and inp.fast
+        if native == N_FMA32 and not (inp.m <= 23 and inp.emin >= -126):
+            native = N_NONE
     return MMA(kind, bool(fast), acc, prod, rp, blk, frac, align_sum, float(2.0 ** max(emin, -1074)),
-               float(2.0**frac), chunk, outer, ap, exact, in_round, inp)
+               float(2.0**frac), chunk, outer, ap, exact, in_round, inp, native, False)
 
 
 @jit
@@ -234,22 +250,19 @@ def _terms(a, B, sc, tot, lo, hi, n):  # type: ignore[no-untyped-def]
 @jit
 def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
     """Block-FMA steps over k in [k0, k1) for outputs c[:n] (updated in place). Alignment weights are powers of
-    two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see simfloat._lanes)."""
-    em, sc, back, tot, bad = w.em, w.sc, w.back, w.tot, w.bad
+    two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see simfloat._lanes). The
+    caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
+    em, sc, back, tot = w.em, w.sc, w.back, w.tot
     two_f = mp.two_f
     inv_f = 1.0 / two_f
     lo = k0
     while lo < k1:
         hi = min(k1, lo + mp.block)
         for j in range(n):
-            cj = c[j]
-            pc = pow2_of(cj)
-            bad[j] = bad[j] | ((cj != 0.0) & (pc == 0.0))  # a float64-subnormal accumulator
-            em[j] = pc
+            em[j] = pow2_of(c[j])
         _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
         for j in range(n):
             e = em[j]
-            bad[j] = bad[j] | (e > _HUGE) | ((e != 0.0) & (e < _TINY))
             s = two_f * recip_pow2(e) if e != 0.0 else 0.0
             sc[j] = s
             back[j] = e * inv_f
@@ -261,15 +274,52 @@ def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-de
 
 
 @jit
+def _tame(x, n):  # type: ignore[no-untyped-def]
+    """x[:n] zero or of magnitude within 2**+-450: products of two stay within 2**+-900."""
+    ok = True
+    for j in range(n):
+        a = np.abs(x[j])
+        ok &= (a == 0.0) | ((a >= _TINY) & (a <= _HUGE))
+    return ok
+
+
+@jit
+def _fits32(c, n):  # type: ignore[no-untyped-def]
+    for j in range(n):
+        if np.float64(np.float32(c[j])) != c[j] and c[j] == c[j]:
+            return False
+    return True
+
+
+@jit
 def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
     """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n."""
-    for k in range(k0, k1):
-        ak = a[k]
-        r = B[k]
-        if mp.round_products:
+    native = mp.native
+    if native == N_FMA32 and not _fits32(c, n):
+        native = N_NONE  # an accumulator that is not a float32 value: round the exact sums instead
+    if native == N_FMA64:
+        for k in range(k0, k1):
+            ak, r = a[k], B[k]
+            for j in range(n):
+                c[j] = fma64(ak, r[j], c[j])
+    elif native == N_MULADD64:
+        for k in range(k0, k1):
+            ak, r = a[k], B[k]
+            for j in range(n):
+                c[j] = c[j] + ak * r[j]
+    elif native == N_FMA32:
+        for k in range(k0, k1):
+            ak, r = np.float32(a[k]), B[k]
+            for j in range(n):
+                c[j] = np.float64(fma32(ak, np.float32(r[j]), np.float32(c[j])))
+    elif mp.round_products:
+        for k in range(k0, k1):
+            ak, r = a[k], B[k]
             for j in range(n):
                 c[j] = ladd(c[j], lround(ak * r[j], mp.prod), mp.acc)
-        else:
+    else:
+        for k in range(k0, k1):
+            ak, r = a[k], B[k]
             for j in range(n):
                 c[j] = ladd(c[j], ak * r[j], mp.acc)
 
@@ -300,10 +350,13 @@ def row_mma(a, ea, B, EB, c, n, mp, w):  # type: ignore[no-untyped-def]
         for j in range(n):
             c[j] = dot_acc(a, B[:, j], c[j], mp.ap)
         return
-    bad, c0 = w.bad, w.c0
+    c0 = w.c0
     for j in range(n):
-        bad[j] = False
         c0[j] = c[j]
+    if mp.kind == K_BLOCK and not (mp.tame and _tame(a, kk) and _tame(c, n)):
+        for j in range(n):  # weights beyond 2**+-450 (or inf/NaN, float64 subnormals): the reference path
+            c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
+        return
     if mp.chunk == 0:
         _inner(a, ea, B, EB, c, n, 0, kk, mp, w)
     else:
@@ -318,9 +371,10 @@ def row_mma(a, ea, B, EB, c, n, mp, w):  # type: ignore[no-untyped-def]
             for j in range(n):
                 c[j] = ladd(c[j], part[j], mp.outer)
             lo = hi
-    for j in range(n):
-        if bad[j]:
-            c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
+    if mp.kind == K_BLOCK:
+        for j in range(n):  # an accumulator that overflowed to inf / NaN on the way: the reference path
+            if c[j] - c[j] != 0.0:
+                c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
 
 
 @jit
@@ -337,8 +391,7 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     on all threads (the driver of :func:`simfloat.accumulate.matmul`)."""
     mp = mma(model)
     ai, bi = round_operands(a, mp), round_operands(b, mp)
-    if mp.fast and mp.exact_products and not narrow(ai, bi):
-        mp = mp._replace(fast=False)
+    mp = for_operands(mp, ai, bi)
     ea, eb = np.empty(ai.shape), np.empty(bi.shape)
     operand_powers(ai.reshape(-1), ea.reshape(-1), mp.opnd_emin)
     operand_powers(bi.reshape(-1), eb.reshape(-1), mp.opnd_emin)
@@ -346,3 +399,34 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     if out.shape[0] * out.shape[1] > 0:
         run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, out, mp)
     return out
+
+
+@jit
+def _all_f32(x):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        v = x[i]
+        if np.float64(np.float32(v)) != v and v == v:
+            return False
+    return True
+
+
+def tame(*arrays: np.ndarray) -> bool:
+    """Whether every value is zero or of magnitude within 2**+-450 (so products and sums stay far from float64's
+    limits: the block-FMA row kernels need no range checks)."""
+    for x in arrays:
+        a = np.abs(x)
+        if not np.all((a == 0.0) | ((a >= _TINY) & (a <= _HUGE))):
+            return False
+    return True
+
+
+def for_operands(mp: MMA, *arrays: np.ndarray) -> MMA:
+    """The record for these operands (the B operands of the row kernels, at least): a sequential model whose
+    products must be exact in float64 leaves the fast path when they are not; the float32 FMA form needs
+    float32 operands; block FMA records whether they are tame (:func:`tame`)."""
+    mp = mp._replace(tame=tame(*arrays))
+    if mp.fast and mp.exact_products and not narrow(*arrays):
+        mp = mp._replace(fast=False)
+    if mp.native == N_FMA32 and not all(_all_f32(np.ascontiguousarray(a).reshape(-1)) for a in arrays):
+        mp = mp._replace(native=N_NONE)
+    return mp

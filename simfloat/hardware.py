@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simfloat._jit import jit
+from simfloat._jit import bits_f32, bits_f64, f32_bits, jit
 
 __all__ = ["ex2_table", "ex2_approx_f32", "ex2_approx", "exp_approx", "tl_sum_mma", "tl_sum_mma_f32",
            "tl_sum_mma_array", "TWO23"]
@@ -57,14 +57,15 @@ def ex2_table() -> np.ndarray:
 
 @jit
 def _step_ulps(base, off):  # type: ignore[no-untyped-def]
-    """The float32 ``off`` ulps away from the float32 ``base`` > 0 (|off| <= 2)."""
-    if off == 0:
-        return base
-    m, e = math.frexp(base)
-    ulp = math.ldexp(1.0, e - 24)
-    if off < 0 and m == 0.5:
-        ulp *= 0.5
-    return base + off * ulp
+    """The float32 ``off`` ulps away from the float32 ``base`` > 0 (|off| <= 2): neighbouring positive float32
+    values have consecutive bit patterns, across binades too."""
+    return np.float64(bits_f32(np.int32(f32_bits(np.float32(base)) + off)))
+
+
+@jit
+def _pow2(k):  # type: ignore[no-untyped-def]
+    """2**k for -1022 <= k <= 1023 (exact, from bits)."""
+    return bits_f64(np.uint64(k + 1023) << np.uint64(52))
 
 
 @jit
@@ -85,10 +86,10 @@ def ex2_approx_f32(x, tab, ftz):  # type: ignore[no-untyped-def]
     f = int((a - i) * 8388608.0)  # exact product; truncation
     if x < 0.0:
         base = float(np.float32(math.exp2(-f * 1.1920928955078125e-07)))
-        y = _step_ulps(base, tab[f]) * math.ldexp(1.0, -int(i))
+        y = _step_ulps(base, tab[f]) * _pow2(-int(i))
     else:
         base = float(np.float32(math.exp2(f * 1.1920928955078125e-07)))
-        y = _step_ulps(base, tab[TWO23 + f]) * math.ldexp(1.0, int(i))
+        y = _step_ulps(base, tab[TWO23 + f]) * _pow2(int(i))
     if y < 1.1754943508222875e-38:
         if ftz:
             return 0.0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._lanes import lane
-from simfloat._mma import MMA, mma, narrow, operand_powers, round_operands
+from simfloat._mma import N_FMA32, MMA, for_operands, mma, operand_powers, round_operands
 from simfloat.accumulate import Chunked, Model, Sequential
-from simfloat.attention._engine import Engine, Lanes, Operands
+from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
 from simfloat.attention.plan import Plan, PlanParams
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
@@ -66,17 +66,9 @@ def _lanes(pl: Plan) -> Lanes:
     return Lanes(*(ln(op) for op in Lanes._fields))  # type: ignore[arg-type]
 
 
-def _with_operands(mp: MMA, *arrays: np.ndarray) -> MMA:
-    """The dot record for these operands: a sequential model whose products must be exact leaves the fast
-    path when they are not."""
-    if mp.fast and mp.exact_products and not narrow(*arrays):
-        return mp._replace(fast=False)
-    return mp
-
-
 def engine(pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, bn: int,
            causal: bool, wn: int) -> tuple[Engine, Operands]:
-    """The njit records of a flash or baseline call (``bn == 0``: baseline layout of V).
+    """The njit records of a flash call (``bn > 0``) or a baseline call (``bn == 0``).
 
     Args:
         pl: the plan; pp: its params for the call's scale.
@@ -84,33 +76,39 @@ def engine(pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndar
         bm, bn: flash tile sizes (already clamped); causal; wn: warps along the keys of the tl.sum layout.
     """
     mqk, mpv = mma(pl.qk), mma(pl.pv)
-    qi = round_operands(q, mqk)
-    ki = round_operands(k, mqk)
-    vi = round_operands(v, mpv)
-    mqk = _with_operands(mqk, qi, ki)
+    qi, ki, vi = round_operands(q, mqk), round_operands(k, mqk), round_operands(v, mpv)
+    mqk = for_operands(mqk, qi, ki)
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
-    p_fmt = pl.p.fmt if bn else pl.softmax.fmt  # P's values, as the P.V dot reads them:
+    p_fmt = pl.p.fmt if bn else pl.softmax.fmt  # P's values, as the P.V dot reads them
     if mpv.in_round:
         p_fmt = _format(inner.input_fmt)  # type: ignore[union-attr]
-    mpv = _with_operands(mpv, vi)
+    mpv = for_operands(mpv, vi)
     if mpv.fast and mpv.exact_products and not _tame(p_fmt):
         mpv = mpv._replace(fast=False)
+    if mpv.native == N_FMA32 and not within_float32(p_fmt):
+        mpv = mpv._replace(native=N_NONE)
     n_lead, seq_k, dv = vi.shape
-    kt = np.ascontiguousarray(ki.transpose(0, 2, 1))
-    if bn:
-        n_kv = -(-seq_k // bn)
-        vp = np.zeros((n_lead, n_kv * bn, dv))
-        vp[:, :seq_k] = vi
-        vt = vp.reshape(n_lead * n_kv, bn, dv)
-    else:
-        vt = np.ascontiguousarray(vi)
+    width = bn if bn else KEY_CHUNK
+    kt = _tiles(ki.transpose(0, 2, 1), width)  # (L * tiles, D, width): K^T tile by tile
+    vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
     xs = Operands(qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv))
-    qk_out = dot_output_format(pl.qk)
-    fma_exact = _tame(qk_out) and _tame(pl.scale.fmt)
-    l_native32 = (pl.sum_order == "sequential" and pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0
-                  and within_float32(pl.exp.fmt))
-    eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, max(bn, 1), bool(causal), wn)
+    fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
+    l_native32 = pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0 and within_float32(pl.exp.fmt)
+    eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn,
+                 seq_k)
     return eng, xs
+
+
+def _tiles(x: np.ndarray, width: int) -> np.ndarray:
+    """(L, C, S) -> (L * ceil(S / width), C, width): tile t of lead l at index l * n_tiles + t, zero-padded
+    past S (the key axis S last)."""
+    n_lead, rows, seq = x.shape
+    n = -(-seq // width)
+    out = np.zeros((n_lead, n, rows, width))
+    for t in range(n):
+        part = x[:, :, t * width:(t + 1) * width]
+        out[:, t, :, : part.shape[2]] = part
+    return out.reshape(n_lead * n, rows, width)
 
 
 def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:

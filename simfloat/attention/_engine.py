@@ -17,13 +17,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import jit
+from simfloat._jit import jit, ljit
 from simfloat._lanes import Lane, ladd, ldiv, lfma, lmul, lround, pow2_of
 from simfloat._mma import MMA, Work, row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.hardware import ex2_approx_f32
 
-__all__ = ["Engine", "Lanes", "Operands", "flash_units", "baseline_units"]
+__all__ = ["KEY_CHUNK", "Engine", "Lanes", "Operands", "baseline_units", "flash_units", "tree_sum"]
 
 _NINF = -np.inf
 
@@ -53,8 +53,8 @@ class Engine(NamedTuple):
         fma_exact: ``s * qk_scale`` is exact in float64 (the contracted scale op may use lane form).
         l_native32: the row sum's additions are float32 additions (l_i in float32 with nearest-even, and the
             summed values float32 values): done as such.
-        bm, bn: tile sizes (bn clamped to the padded key length); causal; wn: warps along the keys of the
-            measured tl.sum layout (from the requested block_m).
+        bm, bn: tile sizes (clamped to the sequences; baseline: bn is the K^T tile width); causal; wn: warps
+            along the keys of the measured tl.sum layout (from the requested block_m); seq_k: keys.
     """
 
     pp: object
@@ -67,6 +67,7 @@ class Engine(NamedTuple):
     bn: int
     causal: bool
     wn: int
+    seq_k: int
 
 
 class Operands(NamedTuple):
@@ -74,8 +75,9 @@ class Operands(NamedTuple):
 
     Attributes:
         q: (L, Sq, D) queries (in the qk model's input format). eq: their weights.
-        kt: (L, D, Sk) keys, transposed (contiguous along the keys). ekt: their weights.
-        v: flash: (L * n_kv_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
+        kt: (L * n_tiles, D, bn) keys, transposed tile by tile (contiguous along the keys, zero-padded).
+            ekt: their weights.
+        v: flash: (L * n_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
     """
 
     q: np.ndarray
@@ -89,7 +91,7 @@ class Operands(NamedTuple):
 # -- element-wise ops over a row segment ---------------------------------------------------------------------
 
 
-@jit
+@ljit
 def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
     if r.fast:
@@ -100,7 +102,7 @@ def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
             x[j] = rnd(x[j], o)
 
 
-@jit
+@ljit
 def _scale_by(x, n, w, r, o):  # type: ignore[no-untyped-def]
     """x[:n] = op(x[:n] * w)."""
     if r.fast:
@@ -111,7 +113,7 @@ def _scale_by(x, n, w, r, o):  # type: ignore[no-untyped-def]
             x[j] = mul(x[j], w, o)
 
 
-@jit
+@ljit
 def _divide(x, n, d, r, o):  # type: ignore[no-untyped-def]
     """x[:n] = op(x[:n] / d)."""
     if r.fast:
@@ -122,7 +124,7 @@ def _divide(x, n, d, r, o):  # type: ignore[no-untyped-def]
             x[j] = div(x[j], d, o)
 
 
-@jit
+@ljit
 def _weights_of(x, w, n, emin):  # type: ignore[no-untyped-def]
     """Alignment weights of x[:n] (operand_powers for values of formats within 2**+-900: zeros 0, inf/NaN
     inf)."""
@@ -132,29 +134,27 @@ def _weights_of(x, w, n, emin):  # type: ignore[no-untyped-def]
         w[j] = 0.0 if v == 0.0 else max(p, emin)
 
 
-@jit
+@ljit
 def _exp_of(x, n, e, r, o, tab):  # type: ignore[no-untyped-def]
     """x[:n] = op(exp2(x)) (``e``: exp2, else exp); ``tab`` non-empty: the measured ex2.approx.ftz.f32."""
-    if e:
-        if tab.size > 0:
-            for j in range(n):
-                x[j] = exp2_hw(x[j], o, tab) if not r.fast else lround(ex2_approx_f32(x[j], tab, True), r)
-        elif r.fast:
-            for j in range(n):
-                x[j] = lround(math.exp2(x[j]), r)
-        else:
-            for j in range(n):
-                x[j] = exp2(x[j], o)
+    if not r.fast:
+        for j in range(n):
+            x[j] = (exp2_hw(x[j], o, tab) if tab.size > 0 else exp2(x[j], o)) if e else exp(x[j], o)
+        return
+    if e and tab.size > 0:
+        for j in range(n):
+            x[j] = ex2_approx_f32(x[j], tab, True)
+    elif e:
+        for j in range(n):
+            x[j] = math.exp2(x[j])
     else:
-        if r.fast:
-            for j in range(n):
-                x[j] = lround(math.exp(x[j]), r)
-        else:
-            for j in range(n):
-                x[j] = exp(x[j], o)
+        for j in range(n):
+            x[j] = math.exp(x[j])
+    for j in range(n):  # the rounding, vectorized apart from the libm calls
+        x[j] = lround(x[j], r)
 
 
-@jit
+@ljit
 def _seq_sum(x, n, r, o, native32):  # type: ignore[no-untyped-def]
     """op(... op(op(x0 + x1) + x2) ...) from 0, left to right."""
     s = 0.0
@@ -172,7 +172,58 @@ def _seq_sum(x, n, r, o, native32):  # type: ignore[no-untyped-def]
     return s
 
 
+@ljit
+def _add32(a, b):  # type: ignore[no-untyped-def]
+    return np.float64(np.float32(a) + np.float32(b))
+
+
 @jit
+def tree_sum(p, n, r, o, wn, native32):  # type: ignore[no-untyped-def]
+    """The H200's tl.sum order over p[:n] (simfloat.attention._kernels.row_sum, order 1), with float32 additions
+    when ``native32`` (the op is float32 nearest-even and the values are float32 values)."""
+    if not native32:
+        return row_sum(p, n, o, 1, wn)
+    nw = max(1, min(wn, (n + 7) // 8))
+    period = 8 * wn
+    w0 = w1 = w2 = w3 = 0.0
+    for w in range(nw):
+        t0 = t1 = t2 = t3 = 0.0
+        for t in range(4):
+            acc = np.float32(0.0)
+            first = True
+            for base in range(8 * w + 2 * t, n, period):
+                for c in range(base, min(base + 2, n)):
+                    if first:
+                        acc = np.float32(p[c])
+                        first = False
+                    else:
+                        acc = acc + np.float32(p[c])
+            v = np.float64(acc)
+            if t == 0:
+                t0 = v
+            elif t == 1:
+                t1 = v
+            elif t == 2:
+                t2 = v
+            else:
+                t3 = v
+        s = _add32(_add32(t0, t2), _add32(t1, t3))
+        if w == 0:
+            w0 = s
+        elif w == 1:
+            w1 = s
+        elif w == 2:
+            w2 = s
+        else:
+            w3 = s
+    if nw == 1:
+        return w0
+    if nw == 2:
+        return _add32(w0, w1)
+    return _add32(_add32(w0, w2), _add32(w1, w3))
+
+
+@ljit
 def _row_max(x, lo, n):  # type: ignore[no-untyped-def]
     m = _NINF
     for j in range(lo, lo + n):
@@ -182,137 +233,147 @@ def _row_max(x, lo, n):  # type: ignore[no-untyped-def]
 
 # -- flash -----------------------------------------------------------------------------------------------------
 
+KEY_CHUNK = 256  # keys per K^T tile in the baseline layout
+
 
 class FlashScratch(NamedTuple):
-    s: np.ndarray  # scores of the row (seq_k)
-    p: np.ndarray  # P of a tile (bn)
+    s: np.ndarray  # scores of one row against one key tile (bn)
+    p: np.ndarray  # P of that tile (bn)
     pin: np.ndarray  # P as the P.V dot reads it (its input format)
-    ep: np.ndarray  # its weights
-    acc: np.ndarray  # (dv,)
+    ep: np.ndarray  # its alignment weights
+    acc: np.ndarray  # (bm, dv): the q tile's accumulators
+    m: np.ndarray  # (bm,) running maxima
+    l: np.ndarray  # (bm,) running row sums  # noqa: E741
     w: Work
 
 
-@jit
-def _scores(x, s, lo, nv, m_sub, eng):  # type: ignore[no-untyped-def]
-    """T6, T7: s[lo:lo+nv] -> P into eng's scratch p[:nv] (scale(fma(s, qk_scale, -m_sub)), then exp)."""
+@ljit
+def _scores(x, s, nv, m_sub, eng):  # type: ignore[no-untyped-def]
+    """T6, T7: x[:nv] = exp(scale(fma(s, qk_scale, -m_sub))) (or scale(scale(s * qk_scale) - m_sub))."""
     pp, ln = eng.pp, eng.ln
     qs = pp.qk_scale
     if pp.contract:
         if eng.fma_exact and ln.scale.fast:
             for jj in range(nv):
-                x[jj] = lfma(s[lo + jj], qs, -m_sub, ln.scale)
+                x[jj] = lfma(s[jj], qs, -m_sub, ln.scale)
         else:
             for jj in range(nv):
-                x[jj] = fma(s[lo + jj], qs, -m_sub, pp.scale)
+                x[jj] = fma(s[jj], qs, -m_sub, pp.scale)
     elif ln.scale.fast:
         for jj in range(nv):
-            x[jj] = ladd(lmul(s[lo + jj], qs, ln.scale), -m_sub, ln.scale)
+            x[jj] = ladd(lmul(s[jj], qs, ln.scale), -m_sub, ln.scale)
     else:
         for jj in range(nv):
-            x[jj] = sub(mul(s[lo + jj], qs, pp.scale), m_sub, pp.scale)
+            x[jj] = sub(mul(s[jj], qs, pp.scale), m_sub, pp.scale)
     _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
 
 
-@jit
-def _flash_row(b, i, n_kv, xs, out, m_out, l_out, eng, sc):  # type: ignore[no-untyped-def]
-    """T2..T14 for query row i of lead b over key tiles [0, n_kv), then E1, E2."""
+@ljit
+def _flash_step(b, i, r, jt, xs, eng, sc):  # type: ignore[no-untyped-def]
+    """T2..T14 for query row i (row r of its q tile) of lead b and key tile jt; updates sc.m/l/acc[r]."""
     pp, ln = eng.pp, eng.ln
-    bn = eng.bn
-    seq_k = xs.kt.shape[2]
+    bn, seq_k = eng.bn, eng.seq_k
     dv = xs.v.shape[2]
-    s, p, pin, ep, acc, w = sc.s, sc.p, sc.pin, sc.ep, sc.acc, sc.w
-    kv_hi = min(n_kv * bn, seq_k)
-    for j in range(kv_hi):  # T2, T3: the row's scores (keys the kernel masks are computed, never used)
-        s[j] = 0.0
-    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[b], xs.ekt[b], s, kv_hi, eng.qk, w)
-    m_i, l_i = _NINF, 0.0
-    for d in range(dv):
-        acc[d] = 0.0
-    n_tiles = xs.v.shape[0] // out.shape[0]
-    for jt in range(n_kv):
-        j0 = jt * bn
-        jv = min(j0 + bn, seq_k)
-        if eng.causal:
-            jv = min(jv, i + 1)
-        nv = max(0, jv - j0)
-        smax = _row_max(s, j0, nv)
-        m_new = m_i  # T4
-        if smax != _NINF:
-            mx = mul(smax, pp.qk_scale, pp.scale)
-            m_new = fmax(m_i, mx)
-            if m_new != m_i:
-                m_new = rnd(m_new, pp.m_i)
-        rescale = True
-        if pp.lazy:
-            if m_i == _NINF:
-                rescale = m_new > _NINF
-            else:
-                rescale = sub(m_new, m_i, pp.m_i) > pp.threshold
-            if not rescale:
-                m_new = m_i
-        m_sub = 0.0 if m_new == _NINF else m_new  # T5
-        _scores(p, s, j0, nv, m_sub, eng)  # T6, T7
-        for jj in range(nv, bn):
-            p[jj] = 0.0
-        if pp.sum_order == 0:  # T8
-            l_ij = _seq_sum(p, nv, ln.l_i, pp.l_i, eng.l_native32)
-        else:  # zeros past nv leave the tree's value unchanged (x + 0 = x), so the tree runs over nv only
-            l_ij = row_sum(p, nv, pp.l_i, pp.sum_order, eng.wn)
-        alpha = 1.0  # T9
-        if rescale:
-            if m_i == _NINF:
-                alpha = 0.0
-            else:
-                dm = sub(m_i, m_sub, pp.alpha)
-                alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
-        if pp.contract:  # T10
-            l_new = fma(l_i, alpha, l_ij, pp.l_i)
+    s, p, pin, ep, w = sc.s, sc.p, sc.pin, sc.ep, sc.w
+    acc = sc.acc[r]
+    m_i, l_i = sc.m[r], sc.l[r]
+    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    if eng.causal:
+        jv = min(jv, i + 1)
+    nv = max(0, jv - j0)
+    for jj in range(nv):  # T2, T3: the scores of the keys the row may see
+        s[jj] = 0.0
+    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[tile], xs.ekt[tile], s, nv, eng.qk, w)
+    smax = _row_max(s, 0, nv)
+    m_new = m_i  # T4
+    if smax != _NINF:
+        mx = mul(smax, pp.qk_scale, pp.scale)
+        m_new = fmax(m_i, mx)
+        if m_new != m_i:
+            m_new = rnd(m_new, pp.m_i)
+    rescale = True
+    if pp.lazy:
+        if m_i == _NINF:
+            rescale = m_new > _NINF
         else:
-            l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
-        wgt = alpha  # T11
-        if pp.per_step:
-            wgt = mul(l_i, alpha, pp.acc)
-        _scale_by(acc, dv, wgt, ln.acc, pp.acc)
-        _cast(p, 0, nv, ln.p, pp.p)  # T12
-        if eng.pv.in_round:  # the dot's operand format (tf32 tensor cores read fp32 P truncated)
-            for jj in range(bn):
-                pin[jj] = lround(p[jj], eng.pv.inp)
-            src = pin
+            rescale = sub(m_new, m_i, pp.m_i) > pp.threshold
+        if not rescale:
+            m_new = m_i
+    m_sub = 0.0 if m_new == _NINF else m_new  # T5
+    _scores(p, s, nv, m_sub, eng)  # T6, T7
+    for jj in range(nv, bn):
+        p[jj] = 0.0
+    if pp.sum_order == 0:  # T8
+        l_ij = _seq_sum(p, nv, ln.l_i, pp.l_i, eng.l_native32)
+    else:  # zeros past nv leave the tree's value unchanged (x + 0 = x), so the tree runs over nv only
+        l_ij = tree_sum(p, nv, ln.l_i, pp.l_i, eng.wn, eng.l_native32)
+    alpha = 1.0  # T9
+    if rescale:
+        if m_i == _NINF:
+            alpha = 0.0
         else:
-            src = p
-        if eng.pv.align_sum:
-            _weights_of(src, ep, bn, eng.pv.opnd_emin)
-        tile = b * n_tiles + jt
-        row_mma(src, ep, xs.v[tile], xs.ev[tile], acc, dv, eng.pv, w)  # T13
-        if pp.per_step:
-            _divide(acc, dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
-        m_i = m_new  # T14
-        l_i = l_new
-    o = out[b, i]
-    for d in range(dv):
-        o[d] = acc[d]
-    if not pp.per_step:  # E1
-        _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
-    _cast(o, 0, dv, ln.out, pp.out)  # E2
-    m_out[b, i] = m_i
-    l_out[b, i] = l_i
+            dm = sub(m_i, m_sub, pp.alpha)
+            alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
+    if pp.contract:  # T10
+        l_new = fma(l_i, alpha, l_ij, pp.l_i)
+    else:
+        l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
+    wgt = alpha  # T11
+    if pp.per_step:
+        wgt = mul(l_i, alpha, pp.acc)
+    _scale_by(acc, dv, wgt, ln.acc, pp.acc)
+    _cast(p, 0, nv, ln.p, pp.p)  # T12
+    if eng.pv.in_round:  # the dot's operand format (tf32 tensor cores read fp32 P truncated)
+        for jj in range(bn):
+            pin[jj] = lround(p[jj], eng.pv.inp)
+        src = pin
+    else:
+        src = p
+    if eng.pv.align_sum:
+        _weights_of(src, ep, bn, eng.pv.opnd_emin)
+    row_mma(src, ep, xs.v[tile], xs.ev[tile], acc, dv, eng.pv, w)  # T13
+    if pp.per_step:
+        _divide(acc, dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
+    sc.m[r] = m_new  # T14
+    sc.l[r] = l_new
 
 
 @jit
 def flash_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-def]
-    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
-    bm, bn = eng.bm, eng.bn
-    seq_q, seq_k, dv = out.shape[1], xs.kt.shape[2], out.shape[2]
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles). As in the kernel,
+    a q tile's rows meet the key tiles one at a time (the tile's K^T and V stay in cache for all its rows)."""
+    pp, ln = eng.pp, eng.ln
+    bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
+    seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
-    width = max(seq_k, dv, bn)
-    sc = FlashScratch(np.empty(seq_k + bn), np.zeros(bn), np.zeros(bn), np.zeros(bn), np.empty(dv), work(width))
+    sc = FlashScratch(np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros((bm, dv)),
+                      np.empty(bm), np.empty(bm), work(max(bn, dv)))
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
+        r0, r1 = t * bm, min(seq_q, (t + 1) * bm)
         kv_hi = min((t + 1) * bm, seq_k) if eng.causal else seq_k
         n_kv = (kv_hi + bn - 1) // bn
-        for i in range(t * bm, min(seq_q, (t + 1) * bm)):
-            _flash_row(b, i, n_kv, xs, out, m_out, l_out, eng, sc)
+        for r in range(r1 - r0):
+            sc.m[r] = _NINF
+            sc.l[r] = 0.0
+            for d in range(dv):
+                sc.acc[r, d] = 0.0
+        for jt in range(n_kv):
+            for i in range(r0, r1):
+                _flash_step(b, i, i - r0, jt, xs, eng, sc)
+        for i in range(r0, r1):
+            acc, l_i = sc.acc[i - r0], sc.l[i - r0]
+            o = out[b, i]
+            for d in range(dv):
+                o[d] = acc[d]
+            if not pp.per_step:  # E1
+                _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
+            _cast(o, 0, dv, ln.out, pp.out)  # E2
+            m_out[b, i] = sc.m[i - r0]
+            l_out[b, i] = l_i
 
 
 # -- baseline --------------------------------------------------------------------------------------------------
@@ -322,23 +383,32 @@ def flash_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-
 def baseline_units(lo, hi, xs, out, eng):  # type: ignore[no-untyped-def]
     """Rows ``[lo, hi)`` of the flattened (lead, query) grid: full scores, softmax, P.V (see baseline.py)."""
     pp, ln = eng.pp, eng.ln
-    seq_q, seq_k, dv = out.shape[1], xs.kt.shape[2], out.shape[2]
-    width = max(seq_k, dv)
-    s, pin, ep = np.empty(seq_k), np.zeros(seq_k), np.zeros(seq_k)
-    w = work(width)
+    seq_q, dv = out.shape[1], out.shape[2]
+    seq_k = eng.seq_k
+    width = eng.bn
+    n_ch = xs.kt.shape[0] // xs.q.shape[0]
+    s, pin, ep = np.zeros(n_ch * width), np.zeros(seq_k), np.zeros(seq_k)
+    w = work(max(width, dv))
     for r in range(lo, hi):
         b = r // seq_q
         i = r - b * seq_q
         jv = min(seq_k, i + 1) if eng.causal else seq_k
-        for j in range(jv):
-            s[j] = 0.0
-        row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[b], xs.ekt[b], s, jv, eng.qk, w)
+        for c in range(n_ch):
+            lo_c = c * width
+            n = min(width, jv - lo_c)
+            if n <= 0:
+                break
+            sv = s[lo_c:lo_c + width]
+            for j in range(n):
+                sv[j] = 0.0
+            row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[b * n_ch + c], xs.ekt[b * n_ch + c], sv, n, eng.qk, w)
         _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
         _cast(s, 0, jv, ln.softmax, pp.softmax)
         m = _row_max(s, 0, jv)
         if ln.softmax.fast:
             for j in range(jv):
-                s[j] = lround(math.exp(ladd(s[j], -m, ln.softmax)), ln.softmax)
+                s[j] = ladd(s[j], -m, ln.softmax)
+            _exp_of(s, jv, False, ln.softmax, pp.softmax, pp.ex2_tab[:0])
         else:
             for j in range(jv):
                 s[j] = exp(sub(s[j], m, pp.softmax), pp.softmax)
@@ -346,7 +416,7 @@ def baseline_units(lo, hi, xs, out, eng):  # type: ignore[no-untyped-def]
         _divide(s, jv, 1.0 if tot == 0.0 else tot, ln.softmax, pp.softmax)
         for j in range(jv, seq_k):
             s[j] = 0.0
-        src = s
+        src = s[:seq_k]
         if eng.pv.in_round:
             for j in range(seq_k):
                 pin[j] = lround(s[j], eng.pv.inp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -25,14 +26,18 @@ class Inputs:
         return self.q.shape[0]
 
 
-def operand(x: object, name: str) -> np.ndarray:
-    """``x`` checked as an attention operand: a float32/float64 numpy array of shape (..., seq, head_dim) with
-    finite values.
+def operand(x: object, name: str, *, finite: bool = True) -> np.ndarray:
+    """``x`` checked as an attention operand: a float32/float64 numpy array of shape (..., seq, head_dim).
+
+    Args:
+        x: the operand. name: its name in messages.
+        finite: a NaN or infinity is an error (named with its first index: it would make the outputs, and
+            every deviation from the golden ones, NaN without a word); False: a RuntimeWarning naming it, and
+            the kernels propagate it as the GPU would.
 
     Raises:
         TypeError: not a numpy array, or another dtype.
-        ValueError: fewer than two dimensions, or a NaN or infinity (named with its first index; it would make
-            the outputs, and every deviation from the golden ones, NaN without a word).
+        ValueError: fewer than two dimensions, or (``finite``) a NaN or infinity.
     """
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
@@ -44,9 +49,11 @@ def operand(x: object, name: str) -> np.ndarray:
     if bad.any():
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), x.shape))
         n = int(np.count_nonzero(bad))
-        raise ValueError(f"{name} has a non-finite value ({float(x[idx])}) at index {idx} ({n} of its "
-                         f"{x.size} values {'is' if n == 1 else 'are'} NaN or infinite): the kernels take "
-                         "finite inputs")
+        msg = (f"{name} has a non-finite value ({float(x[idx])}) at index {idx} ({n} of its {x.size} values "
+               f"{'is' if n == 1 else 'are'} NaN or infinite)")
+        if finite:
+            raise ValueError(msg + ": the kernels take finite inputs")
+        warnings.warn(msg + ": it propagates into the outputs", RuntimeWarning, stacklevel=4)
     return x
 
 
@@ -65,11 +72,13 @@ def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, s
 
     Raises:
         TypeError: non-array operands, dtypes other than float32/float64, wrong argument types.
-        ValueError: NaN or infinite operand values (the first one's index is named), inconsistent shapes, no
-            keys, a scale that is not finite and > 0, unknown plan.
+        ValueError: inconsistent shapes, no keys, a scale that is not finite and > 0, unknown plan.
+
+    Warns:
+        RuntimeWarning: NaN or infinite operand values (the first one's index is named).
     """
     pl = plan(plan_)  # type: ignore[arg-type]
-    qa, ka, va = operand(q, "q"), operand(k, "k"), operand(v, "v")
+    qa, ka, va = (operand(x, n, finite=False) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     if ka.shape[-1] != qa.shape[-1]:
         raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
     if ka.shape[-2] != va.shape[-2]:
