@@ -50,6 +50,11 @@ def _nonnegative(text: str) -> int:
     return value
 
 
+def _trace_rows(text: str) -> int | None:
+    r = _rows(text)
+    return None if r == "all" else int(r)
+
+
 def _rows(text: str) -> int | str:
     return "all" if text == "all" else _positive(text)
 
@@ -61,8 +66,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         description="Attribute flash attention's deviation from the fp64 golden output (fp64 baseline "
                     "attention) to ops (isolation: only that op low-precision; ablation: only that op fp64), "
                     "tile sizes and rescaling steps, and compare flash with baseline attention. Default: seq "
-                    "2048, head dim 128, N(0,1) inputs rounded to bf16, plans triton-bf16 and all-bf16, 64 "
-                    "evenly spaced query rows.")
+                    "2048, head dim 128, N(0,1) inputs rounded to bf16, plans triton-bf16 and all-bf16, every "
+                    "query row.")
     p.add_argument("--seq", type=_positive, help="query sequence length (default 2048)")
     p.add_argument("--seq-k", type=_positive, help="key sequence length (default: --seq)")
     p.add_argument("--head-dim", type=_positive, help="head dimension (default 128)")
@@ -82,7 +87,10 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-ns", type=_positive, nargs="+", metavar="N",
                    help="block_n values of the rescaling-steps study (default 16 32 64 128 256 and seq_k)")
     p.add_argument("--rows", type=_rows, metavar="R|all",
-                   help="query rows evaluated, evenly spaced (default 64; all with --causal or --quick)")
+                   help="query rows evaluated, evenly spaced (default: all)")
+    p.add_argument("--trace-rows", type=_trace_rows, default=64, metavar="R|all",
+                   help="query rows of the traced run (per-kv-block tables; the scalar reference engine): R "
+                        "evenly spaced of the evaluated rows, the first R with --causal (default 64)")
     p.add_argument("--dist", choices=("normal", "uniform", "outlier"), default="normal",
                    help="inputs: N(0,1); U[0,1); N(0,1)+N(0,100)*Bernoulli(0.001) (default normal)")
     p.add_argument("--seed", type=_nonnegative, default=0, help="input seed (default 0)")

@@ -98,20 +98,25 @@ class _Runner:
         self.q, self.k, self.v, self.causal, self.scale = q, k, v, causal, scale
         self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
 
-    def need(self, kernel: str, p: Plan, bm: int = 0, bn: int = 0, trace: bool = False) -> tuple[object, ...]:
+    def need(self, kernel: str, p: Plan, bm: int = 0, bn: int = 0,
+             trace_rows: np.ndarray | None = None) -> tuple[object, ...]:
+        """The key of a run; ``trace_rows``: a traced run (reference engine) over those rows of ``q``."""
         key = cache_key(kernel, p) + ((bm, bn) if kernel == "flash" else ())
-        job = self.jobs.setdefault(key, dict(kernel=kernel, plan=p, bm=bm, bn=bn, trace=False, out=None))
-        job["trace"] = job["trace"] or trace
+        if trace_rows is not None:
+            key = key + ("traced", tuple(trace_rows.tolist()))
+        self.jobs.setdefault(key, dict(kernel=kernel, plan=p, bm=bm, bn=bn, rows=trace_rows, out=None))
         return key
 
     def _one(self, job: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        tr = Tracer() if job["trace"] else None
+        traced = job["rows"] is not None
+        tr = Tracer() if traced else None
+        q = self.q[..., job["rows"], :] if traced else self.q
         kw: dict[str, Any] = dict(plan=job["plan"], causal=self.causal, scale=self.scale, trace=tr)
         if job["kernel"] == "flash":
-            job["out"] = _flash_kernel(self.q, self.k, self.v, block_m=job["bm"], block_n=job["bn"], **kw)
+            job["out"] = _flash_kernel(q, self.k, self.v, block_m=job["bm"], block_n=job["bn"], **kw)
         else:
-            job["out"] = _baseline_kernel(self.q, self.k, self.v, **kw)
+            job["out"] = _baseline_kernel(q, self.k, self.v, **kw)
         job["tracer"] = tr
         job["seconds"] = time.perf_counter() - t0
 
@@ -196,7 +201,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
               block_m: int = 64, block_n: int = 64, causal: bool = False,
               scale: float | None = None, ops: Sequence[str] = FLASH_OPS,
               tiles: Sequence[tuple[int, int]] | None = None, block_ns: Sequence[int] | None = None,
-              rows: int | Sequence[int] | None = None, trace: bool = True,
+              rows: int | Sequence[int] | None = None, trace: bool = True, trace_rows: int | None = 64,
               progress: bool | Callable[[int, int], None] = False,
               workers: int | None = None) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
@@ -232,7 +237,9 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         rows: query rows to evaluate: None (all), an int (that many, evenly spaced) or row indices. Every
             kernel computes each row independently, so this gives those rows' exact outputs at a fraction of
             the cost; the metrics are then over those rows. Not with ``causal``.
-        trace: make the default-tile run of each plan traced (per-kv-block tables).
+        trace: add a traced default-tile run of each plan (per-kv-block tables). Tracing runs on the scalar
+            reference engine, so it covers ``trace_rows`` of the evaluated rows: that many evenly spaced
+            (causal: the first ones, whose masks are those of the full run); None: all of them.
         progress: ``True``: a tqdm bar on stderr, up before the first run; or a callable
             ``progress(done, total)``, called with ``done = 0`` once the distinct runs are known (before the
             first one starts) and after every run.
@@ -273,6 +280,15 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
     bns = list(dict.fromkeys(bns))
     pairs = {p.name: baseline_plan_for(p, baseline) for p in plans}
+    n_eval = seq_q if sel is None else len(sel)
+    if trace_rows is not None:
+        trace_rows = _positive_int(trace_rows, "trace_rows")
+    if trace_rows is None or trace_rows >= n_eval:
+        t_sel = np.arange(n_eval)
+    elif causal:
+        t_sel = np.arange(trace_rows)
+    else:
+        t_sel = np.unique(np.linspace(0, n_eval - 1, trace_rows).round().astype(np.int64))
 
     qs = q if sel is None else q[..., sel, :]
     run = _Runner(qs, k, v, bool(causal), scale)
@@ -280,7 +296,8 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     keys: dict[str, Any] = {}
     for p in plans:
         keys[p.name] = dict(
-            main=run.need("flash", p, bm, bn, trace=trace),
+            main=run.need("flash", p, bm, bn),
+            traced=run.need("flash", p, bm, bn, trace_rows=t_sel) if trace else None,
             ref=run.need("flash", reference_plan(p), bm, bn),
             base=run.need("baseline", pairs[p.name]),
             iso={op: run.need("flash", isolation_plan(p, op), bm, bn) for op in ops},
@@ -327,7 +344,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                                  block_m=bm if is_flash else None, block_n=bn if is_flash else None, **d,
                                  ratio_max=_ratio(d["max_abs"], base["max_abs"]),
                                  ratio_rms=_ratio(d["rms"], base["rms"])))
-        tr = run.jobs[kk["main"]].get("tracer")
+        tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
         if tr is not None:
             blocks.append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
             states.append(_long(tr.state_by_block, "state", p.name, ("max_abs", "rms", "rel_max")))
@@ -341,6 +358,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     meta = dict(shape_q=tuple(q.shape), shape_k=tuple(k.shape), shape_v=tuple(v.shape), seq_q=seq_q,
                 seq_k=seq_k,
                 rows=n_rows, row_indices=None if sel is None else sel.tolist(), block_m=bm, block_n=bn,
+                trace_rows=len(t_sel) if trace else 0,
                 causal=bool(causal), scale=scale, plans=[p.name for p in plans],
                 baselines={a: b.name for a, b in pairs.items()}, runs=len(run.jobs),
                 kernel_seconds=sum(j["seconds"] for j in run.jobs.values()),

@@ -16,7 +16,7 @@ import numpy as np
 __all__ = ["ANALYSIS", "DEFAULTS", "QUICK", "inputs", "run"]
 
 #: The embedded default job (seq 2048, head dim 128, bf16, triton-bf16 and all-bf16 vs their baselines).
-DEFAULTS = dict(seq=2048, head_dim=128, batch=1, heads=1, format="bf16", block_m=64, block_n=64, rows=64,
+DEFAULTS = dict(seq=2048, head_dim=128, batch=1, heads=1, format="bf16", block_m=64, block_n=64, rows=None,
                 tiles=[(32, 64), (128, 64), (64, 128), (128, 128)], block_ns=[16, 32, 64, 128, 256, 2048])
 #: --quick: small sizes, for tests and a first look (a few seconds).
 QUICK = dict(seq=80, head_dim=16, batch=1, heads=2, format="bf16", block_m=16, block_n=16, rows=None,
@@ -177,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         res = simfloat.attribution.attribute(q, k, v, plans, baseline=baseline, block_m=bm, block_n=bn,
                                              causal=args.causal, tiles=tiles, block_ns=block_ns, rows=rows,
-                                             progress=progress)
+                                             trace_rows=args.trace_rows, progress=progress)
     finally:
         progress.close()
     table = res.table()
