@@ -30,7 +30,8 @@ test-fast: $(VENV)/.full
 lint: $(VENV)/.full
 	$(BIN)/ruff check simfloat gpu tests experiments benchmarks
 
-bench: $(VENV)/.core
+bench: $(VENV)/.full
+	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_round.py
 
 clean:

@@ -222,7 +222,7 @@ def test_flash_vector_equals_reference(name):
             assert same(x, y), (name, causal, bm, bn)
 
 
-@pytest.mark.parametrize("variant", ["lazy", "fa1", "fa1-bf16", "no-contract", "rz-state", "exp"])
+@pytest.mark.parametrize("variant", ["lazy", "fa1", "fa1-bf16", "no-contract", "rz-state", "exp", "fp32-dot-wide-p"])
 def test_flash_variants_vector_equals_reference(variant):
     base = plan("triton-bf16")
     pl = {
@@ -232,6 +232,8 @@ def test_flash_variants_vector_equals_reference(variant):
         "no-contract": base.replace(contract=False),
         "rz-state": base.replace(l_i=("float32", "toward_zero"), acc=("bf16", "up"), m_i="bf16"),
         "exp": base.replace(exp2=False, scale=("float16", "down")),
+        # P in float64 into a float32 FMA-loop dot: the float32 FMA form does not apply
+        "fp32-dot-wide-p": plan("triton-fp32").replace(p="float64", acc="float64"),
     }[variant]
     q, k, v = _qkv((1, 2), 33, 97, 16, "bf16", 5, dv=24)
     for causal in (False, True):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._lanes import lane
-from simfloat._mma import N_FMA32, MMA, for_operands, mma, operand_powers, round_operands
+from simfloat._mma import MMA, N_FMA32, N_NONE, for_operands, mma, operand_powers, round_operands
 from simfloat.accumulate import Chunked, Model, Sequential
 from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
 from simfloat.attention.plan import Plan, PlanParams
@@ -36,7 +36,7 @@ def clamp_blocks(bm: int, bn: int, seq_q: int, seq_k: int, pv: Model) -> tuple[i
     q tile never see keys past the last query. A split-k P.V dot, whose chunks depend on the tile's length,
     keeps block_n."""
     split = isinstance(pv, Chunked) and pv.splits is not None
-    return min(bm, seq_q), bn if split else min(bn, seq_k)
+    return max(1, min(bm, seq_q)), bn if split else max(1, min(bn, seq_k))
 
 
 def within_float32(f: FloatFormat) -> bool:
