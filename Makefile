@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test test-fast lint bench validate clean
+.PHONY: demo test test-fast lint bench clean clean-cache
 
 # Core + analysis extras: what the main job needs.
 $(VENV)/.core: pyproject.toml constraints.txt
@@ -36,3 +36,7 @@ bench: $(VENV)/.full
 
 clean:
 	rm -rf $(VENV)
+
+# numba caches a function by its own source file only: stale after an edit of a helper it inlines.
+clean-cache:
+	find simfloat gpu tests experiments benchmarks -name '*.nbi' -delete -o -name '*.nbc' -delete

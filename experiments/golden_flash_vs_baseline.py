@@ -37,7 +37,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 FORMATS = ("bf16", "fp16", "fp32")
 PLACEMENTS = ("all", "state", "triton")
-FULL = dict(seqs=(256, 512, 1024, 2048, 4096), d=64, block=64, rows=256, tile_seq=2048, formats=FORMATS,
+FULL = dict(seqs=(256, 512, 1024, 2048, 4096), d=64, block=64, rows=None, tile_seq=2048, formats=FORMATS,
             tiles=((16, 16), (32, 32), (64, 64), (128, 128), (256, 256), (64, 16), (16, 64), (128, 32),
                    (32, 128)))
 SMOKE = dict(seqs=(32, 64), d=16, block=16, rows=None, tile_seq=64, formats=("bf16", "fp32"),
@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (seconds), for the test suite")
     ap.add_argument("--out", type=Path, default=HERE / "results",
                     help="output folder (default experiments/results)")
-    ap.add_argument("--rows", type=int, help="query rows evaluated per run (default 256; smoke: all)")
+    ap.add_argument("--rows", type=int, help="query rows evaluated per run, evenly spaced (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="kernel runs in parallel (default 2)")
     args = ap.parse_args(argv)

@@ -2,10 +2,15 @@
 
 ``fastmath`` is never enabled: it lets LLVM contract ``a*b + c`` into an FMA and reassociate sums, which would make
 the emulator silently compute something other than what it claims. Results are cached on disk so the test suite and
-the CLI do not recompile on every start.
+the CLI do not recompile on every start. numba keys a cached function by its own source file only, not by the
+helpers compiled into it, so a changed helper would leave stale machine code in use: at import, the caches of this
+package are deleted whenever any of its source files differs from when they were written.
 """
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 import numba
 from llvmlite import ir
@@ -14,6 +19,28 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
+
+
+def _drop_stale_caches() -> None:
+    """Delete this package's numba cache files when its sources changed since they were written."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256(numba.__version__.encode())
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+    stamp = root / "__pycache__" / "numba-sources.sha256"
+    digest = h.hexdigest()
+    try:
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        for f in list(root.rglob("*.nbi")) + list(root.rglob("*.nbc")):
+            f.unlink(missing_ok=True)
+        stamp.parent.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:  # a read-only installation: numba then caches elsewhere, or not at all
+        pass
+
+
+_drop_stale_caches()
 
 # Scalar workers and serial drivers.
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")

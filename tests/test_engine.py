@@ -316,3 +316,21 @@ def test_block_sizes_beyond_the_sequence_give_the_same_bits_at_the_cost_of_the_s
     ref = flash(q, k, v, plan="h200-bf16", block_m=16, block_n=2**40, return_stats=True, engine="reference")
     for x, y, z in zip(small, huge, ref, strict=True):
         assert same(x, y) and same(y, z)
+
+
+def test_stale_numba_caches_are_dropped_when_the_sources_change():
+    from pathlib import Path
+
+    import simfloat._jit as j
+
+    cache = Path(j.__file__).resolve().parent / "__pycache__"
+    stamp = cache / "numba-sources.sha256"
+    j._drop_stale_caches()
+    digest = stamp.read_text()
+    dummy = cache / "stale-test-entry.nbi"
+    dummy.write_bytes(b"")
+    j._drop_stale_caches()  # sources unchanged: the caches stay
+    assert dummy.exists()
+    stamp.write_text("another source tree")
+    j._drop_stale_caches()
+    assert not dummy.exists() and stamp.read_text() == digest
