@@ -8,7 +8,9 @@ whose precision leaves float64 two spare bits (mantissa_bits <= 50). float64 its
 once per loop and use the general scalar path otherwise.
 
 How: a float64 ``x`` with ``e = clamp(floor(log2 |x|), emin, emax + 1)`` is scaled by ``2**(m - e)`` (exact),
-rounded to an integer by ``rint / trunc / ceil / floor`` (or the away / odd rules) and scaled back; overflow,
+rounded to an integer by ``trunc / ceil / floor`` (or the away / odd rules) and scaled back; nearest-even is
+``(x + M) - M`` with ``M = 1.5 * 2**(e - m + 52)``, whose ulp is the target's quantum (the hardware's own
+ties-to-even addition does the rounding), with the sign of x restored for zero results; overflow,
 infinite inputs, flush-to-zero and the sign of zero are selects. Exponents are handled as powers of two in
 float64 (``2**e`` is ``x`` with its fraction bits masked off), never as integers: AVX2 has no vector
 conversion between int64 and float64, so integer exponents would keep these loops scalar.
@@ -46,6 +48,7 @@ class Lane(NamedTuple):
     top: float  # 2**(emax + 1): larger values overflow whatever the rounding
     two_m: float  # 2**m
     two_neg_m: float  # 2**-m
+    magic: float  # 1.5 * 2**(52 - m): nearest-even rounding as (x + M) - M with M = magic * 2**e
     mode: int
     max_value: float
     ovf_pos: float  # what a finite value beyond the format becomes
@@ -69,6 +72,7 @@ def lane(fmt: FloatFormat, mode: int) -> Lane:
         and m - emin <= 1023
         and emax + 1 - m <= 1023
         and m - emax - 1 >= -1022
+        and emax + 1 + 53 - m <= 1023  # the nearest-even constant 1.5 * 2**(emax + 1 - m + 52) is finite
     )
     if p.has_inf:
         inf_pos, inf_neg = np.inf, -np.inf
@@ -78,7 +82,7 @@ def lane(fmt: FloatFormat, mode: int) -> Lane:
         inf_pos, inf_neg = p.max_value, -p.max_value
     return Lane(
         bool(fast), bool(native), m, emin, float(2.0 ** min(emax + 1, 1023)), float(2.0**m), float(2.0**-m),
-        int(mode), p.max_value,
+        float(1.5 * 2.0 ** (52 - m)), int(mode), p.max_value,
         float(overflow_value(False, p, int(mode))), float(overflow_value(True, p, int(mode))),
         inf_pos, inf_neg, not p.subnormals, float(2.0**emin), not p.neg_zero,
     )
@@ -110,24 +114,27 @@ def lround(x, r):  # type: ignore[no-untyped-def]
     if r.native:
         return x
     big = min(max(pow2_of(x), r.tiny), r.top)  # 2**e, e = clamp(floor(log2 |x|), emin, emax + 1)
-    y = x * (r.two_m * recip_pow2(big))  # exact: the quotient of two powers of two is a normal float64 (Lane.fast)
     mode = r.mode
-    if mode == 0:
-        t = np.rint(y)
-    elif mode == 2:
-        t = np.trunc(y)
-    elif mode == 3:
-        t = np.ceil(y)
-    elif mode == 4:
-        t = np.floor(y)
-    elif mode == 1:  # |y| - trunc|y| is exact (|y| + 0.5 would round for |y| just below 1/2)
-        t0 = np.trunc(y)
-        t = t0 + np.copysign(1.0, y) if np.abs(y) - np.abs(t0) >= 0.5 else t0
-    else:  # odd: truncate, then make the last kept bit 1 if anything was dropped
-        t0 = np.trunc(y)
-        h = t0 * 0.5
-        t = t0 + np.copysign(1.0, y) if (t0 != y) & (h == np.trunc(h)) else t0
-    v = t * (big * r.two_neg_m)
+    if mode == 0:  # nearest-even by the hardware's own addition: M = 1.5 * 2**(e - m + 52) has ulp 2**(e - m)
+        mg = big * r.magic
+        t = np.copysign((x + mg) - mg, x)
+        v = t
+    else:
+        y = x * (r.two_m * recip_pow2(big))  # exact: the quotient of two powers of two is a normal float64
+        if mode == 2:
+            t = np.trunc(y)
+        elif mode == 3:
+            t = np.ceil(y)
+        elif mode == 4:
+            t = np.floor(y)
+        elif mode == 1:  # |y| - trunc|y| is exact (|y| + 0.5 would round for |y| just below 1/2)
+            t0 = np.trunc(y)
+            t = t0 + np.copysign(1.0, y) if np.abs(y) - np.abs(t0) >= 0.5 else t0
+        else:  # odd: truncate, then make the last kept bit 1 if anything was dropped
+            t0 = np.trunc(y)
+            h = t0 * 0.5
+            t = t0 + np.copysign(1.0, y) if (t0 != y) & (h == np.trunc(h)) else t0
+        v = t * (big * r.two_neg_m)
     av = np.abs(v)
     v = (r.ovf_neg if v < 0.0 else r.ovf_pos) if av > r.max_value else v
     if r.ftz:
