@@ -30,7 +30,8 @@ from simfloat._jit import bits_f64, f64_bits, fma64, ljit
 from simfloat.formats import FloatFormat
 from simfloat.rounding import overflow_value
 
-__all__ = ["Lane", "lane", "lround", "lround_exact", "ro_fold", "ladd", "lmul", "lfma", "ldiv", "pow2_of", "recip_pow2"]
+__all__ = ["Lane", "lane", "ladd", "ldiv", "lfma", "lmul", "lround", "lround_exact", "lround_ne", "pow2_of",
+           "recip_pow2", "ro_fold"]
 
 _B52 = np.uint64(52)
 _ONE = np.uint64(1)
@@ -110,39 +111,55 @@ def recip_pow2(p):  # type: ignore[no-untyped-def]
 
 @ljit
 def lround(x, r):  # type: ignore[no-untyped-def]
-    """``x`` rounded into the lane's format and mode: round_exact(x, 0, ...) for ``r.fast`` lanes."""
-    if r.native:
-        return x
+    """``x`` rounded into the lane's format and mode: round_exact(x, 0, ...) for ``r.fast`` lanes.
+
+    Straight-line code: every mode's candidate is computed and the lane's is selected (a branch on the mode
+    inside a loop would keep LLVM from vectorizing it)."""
     big = min(max(pow2_of(x), r.tiny), r.top)  # 2**e, e = clamp(floor(log2 |x|), emin, emax + 1)
+    mg = big * r.magic
+    t_ne = np.copysign((x + mg) - mg, x)  # nearest-even: M = 1.5 * 2**(e - m + 52) has ulp 2**(e - m)
+    y = x * (r.two_m * recip_pow2(big))  # exact: the quotient of two powers of two is a normal float64
+    t0 = np.trunc(y)
+    sgn = np.copysign(1.0, y)
+    h = t0 * 0.5
+    away = t0 + sgn if np.abs(y) - np.abs(t0) >= 0.5 else t0  # |y| - trunc|y| is exact
+    odd = t0 + sgn if (t0 != y) & (h == np.trunc(h)) else t0  # truncate, then make the last bit 1 if inexact
     mode = r.mode
-    if mode == 0:  # nearest-even by the hardware's own addition: M = 1.5 * 2**(e - m + 52) has ulp 2**(e - m)
-        mg = big * r.magic
-        t = np.copysign((x + mg) - mg, x)
-        v = t
-    else:
-        y = x * (r.two_m * recip_pow2(big))  # exact: the quotient of two powers of two is a normal float64
-        if mode == 2:
-            t = np.trunc(y)
-        elif mode == 3:
-            t = np.ceil(y)
-        elif mode == 4:
-            t = np.floor(y)
-        elif mode == 1:  # |y| - trunc|y| is exact (|y| + 0.5 would round for |y| just below 1/2)
-            t0 = np.trunc(y)
-            t = t0 + np.copysign(1.0, y) if np.abs(y) - np.abs(t0) >= 0.5 else t0
-        else:  # odd: truncate, then make the last kept bit 1 if anything was dropped
-            t0 = np.trunc(y)
-            h = t0 * 0.5
-            t = t0 + np.copysign(1.0, y) if (t0 != y) & (h == np.trunc(h)) else t0
-        v = t * (big * r.two_neg_m)
+    t = t0  # toward zero
+    t = np.ceil(y) if mode == 3 else t
+    t = np.floor(y) if mode == 4 else t
+    t = away if mode == 1 else t
+    t = odd if mode == 5 else t
+    v = t * (big * r.two_neg_m)
+    v = t_ne if mode == 0 else v
+    v = x if r.native else v
     av = np.abs(v)
-    v = (r.ovf_neg if v < 0.0 else r.ovf_pos) if av > r.max_value else v
-    if r.ftz:
-        v = v * 0.0 if av < r.tiny else v
-    if r.unsigned_zero:
-        v = v + 0.0
-    if np.abs(x) == np.inf:
-        v = r.inf_neg if x < 0.0 else r.inf_pos
+    ovf = r.ovf_neg if v < 0.0 else r.ovf_pos
+    v = ovf if av > r.max_value else v
+    flushed = v * 0.0
+    v = flushed if r.ftz & (av < r.tiny) else v
+    v = v + 0.0 if r.unsigned_zero else v
+    inf = r.inf_neg if x < 0.0 else r.inf_pos
+    v = inf if (np.abs(x) == np.inf) & (not r.native) else v
+    return v
+
+
+@ljit
+def lround_ne(x, r):  # type: ignore[no-untyped-def]
+    """:func:`lround` for a lane whose mode is nearest-even (fewer operations: callers dispatch on the mode
+    outside their loops)."""
+    big = min(max(pow2_of(x), r.tiny), r.top)
+    mg = big * r.magic
+    v = np.copysign((x + mg) - mg, x)
+    v = x if r.native else v
+    av = np.abs(v)
+    ovf = r.ovf_neg if v < 0.0 else r.ovf_pos
+    v = ovf if av > r.max_value else v
+    flushed = v * 0.0
+    v = flushed if r.ftz & (av < r.tiny) else v
+    v = v + 0.0 if r.unsigned_zero else v
+    inf = r.inf_neg if x < 0.0 else r.inf_pos
+    v = inf if (np.abs(x) == np.inf) & (not r.native) else v
     return v
 
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import fma32, fma64, jit
-from simfloat._lanes import Lane, ladd, lane, lround, pow2_of, recip_pow2
+from simfloat._lanes import Lane, ladd, lane, lround, lround_ne, pow2_of, recip_pow2
 from simfloat._parallel import run_rows
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
 from simfloat.formats import format as _format
@@ -64,6 +64,7 @@ class MMA(NamedTuple):
     inp: Lane
     native: int  # Sequential done by the hardware's own arithmetic: N_FMA64, N_MULADD64, N_FMA32 (else 0)
     tame: bool  # the B operands were checked: zero or within 2**+-450 (block FMA; see for_operands)
+    plain_sum: bool  # products rounded into the accumulator's own format, nearest rounding, <= 24 fraction bits
 
 
 class Work(NamedTuple):
@@ -108,6 +109,10 @@ def mma(model: Model) -> MMA:
             native = N_MULADD64
         elif accf.name == "float32" and acc.mode == 0 and not rp:
             native = N_FMA32
+        # c + p of two values of one format with <= 24 fraction bits, rounded to nearest: the float64 sum rounds
+        # like the exact one (exact when their exponents are close; else within 2**(t - 52) |c| of c, far
+        # inside the gap to the nearest midpoint of the format, 2**(-t - 1) |c|, t = precision)
+        plain = rp and prodf == accf and acc.mode in (0, 1) and accf.mantissa_bits <= 24
     else:
         assert isinstance(inner, BlockFMA)
         acc = lane(_format(inner.out_fmt), int(mode_code(inner.out_mode)))
@@ -122,6 +127,7 @@ def mma(model: Model) -> MMA:
         emin = inner.operand_emin if inner.operand_emin is not None else -1074
         exact = False
         native = N_NONE
+        plain = False
     if chunk != 0:
         fast = fast and outer.fast
     in_round = ap.round_inputs
@@ -130,7 +136,7 @@ def mma(model: Model) -> MMA:
         if native == N_FMA32 and not (inp.m <= 23 and inp.emin >= -126):
             native = N_NONE
     return MMA(kind, bool(fast), acc, prod, rp, blk, frac, align_sum, float(2.0 ** max(emin, -1074)),
-               float(2.0**frac), chunk, outer, ap, exact, in_round, inp, native, False)
+               float(2.0**frac), chunk, outer, ap, exact, in_round, inp, native, False, bool(plain))
 
 
 @jit
@@ -284,6 +290,16 @@ def _tame(x, n):  # type: ignore[no-untyped-def]
 
 
 @jit
+def _on_grid(c, n, r):  # type: ignore[no-untyped-def]
+    """Whether c[:n] are values of the lane's format (NaN aside)."""
+    ok = True
+    for j in range(n):
+        v = c[j]
+        ok &= (lround(v, r) == v) | (v != v)
+    return ok
+
+
+@jit
 def _fits32(c, n):  # type: ignore[no-untyped-def]
     for j in range(n):
         if np.float64(np.float32(c[j])) != c[j] and c[j] == c[j]:
@@ -312,6 +328,16 @@ def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
             ak, r = np.float32(a[k]), B[k]
             for j in range(n):
                 c[j] = np.float64(fma32(ak, np.float32(r[j]), np.float32(c[j])))
+    elif mp.round_products and mp.plain_sum and mp.acc.mode == 0 and _on_grid(c, n, mp.acc):
+        for k in range(k0, k1):
+            ak, r = a[k], B[k]
+            for j in range(n):
+                c[j] = lround_ne(c[j] + lround_ne(ak * r[j], mp.prod), mp.acc)
+    elif mp.round_products and mp.plain_sum and _on_grid(c, n, mp.acc):
+        for k in range(k0, k1):
+            ak, r = a[k], B[k]
+            for j in range(n):
+                c[j] = lround(c[j] + lround(ak * r[j], mp.prod), mp.acc)
     elif mp.round_products:
         for k in range(k0, k1):
             ak, r = a[k], B[k]

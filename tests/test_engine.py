@@ -11,7 +11,7 @@ import pytest
 
 import simfloat as sf
 from simfloat._jit import jit
-from simfloat._lanes import ladd, lane, ldiv, lmul, lround
+from simfloat._lanes import ladd, lane, ldiv, lmul, lround, lround_ne
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul, tensor_core
 from simfloat.attention import baseline, flash, plan, presets
 from simfloat.attention._kernels import add, div, mul, rnd
@@ -60,6 +60,12 @@ def _apply_round(x, out, r):  # type: ignore[no-untyped-def]
 
 
 @jit
+def _apply_round_ne(x, out, r):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = lround_ne(x[i], r)
+
+
+@jit
 def _apply_ops(a, b, out, r, o):  # type: ignore[no-untyped-def]
     for i in range(a.size):
         out[0, i] = ladd(a[i], b[i], r)
@@ -85,6 +91,9 @@ def test_lane_rounding_equals_round_exact_in_every_mode(fmt):
         ref = np.empty_like(x)
         _ref_round(x, ref, f.params, int(mode))
         assert same(out, ref), (f.name, mode.name)
+        if mode == RoundingMode.NEAREST_EVEN:
+            _apply_round_ne(x, out, r)
+            assert same(out, ref), (f.name, "lround_ne")
     assert lane(f, 0).fast  # every listed format has the fast form for nearest-even
 
 
@@ -134,6 +143,10 @@ MODELS = {
     "seq-fp32": (Sequential("float32"), "bf16"),
     "seq-fp32-on-fp32": (Sequential("float32"), "fp32"),
     "seq-bf16-products": (Sequential("bf16", product_fmt="bf16"), "bf16"),
+    "seq-fp16-away-products": (Sequential("fp16", mode="nearest_away", product_fmt="fp16"), "fp16"),
+    "seq-e4m3-products": (Sequential("e4m3", product_fmt="e4m3"), "e4m3"),
+    "seq-fp32-products": (Sequential("float32", product_fmt="float32"), "fp32"),
+    "seq-bf16-up-products": (Sequential("bf16", mode="up", product_fmt="bf16"), "bf16"),
     "seq-fp16-rz": (Sequential("fp16", mode="toward_zero"), "e4m3"),
     "seq-fp32-input-bf16": (Sequential("float32", input_fmt="bf16"), "fp32"),
     "seq-fp64": (Sequential("float64", product_fmt="float64"), "fp32"),

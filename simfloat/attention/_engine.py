@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import jit, ljit
-from simfloat._lanes import Lane, ladd, ldiv, lfma, lmul, lround, pow2_of
+from simfloat._lanes import Lane, ladd, ldiv, lfma, lmul, lround, lround_ne, pow2_of
 from simfloat._mma import MMA, Work, row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.hardware import ex2_approx_f32
@@ -94,7 +94,10 @@ class Operands(NamedTuple):
 @ljit
 def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
-    if r.fast:
+    if r.fast and r.mode == 0:
+        for j in range(lo, lo + n):
+            x[j] = lround_ne(x[j], r)
+    elif r.fast:
         for j in range(lo, lo + n):
             x[j] = lround(x[j], r)
     else:
@@ -150,8 +153,12 @@ def _exp_of(x, n, e, r, o, tab):  # type: ignore[no-untyped-def]
     else:
         for j in range(n):
             x[j] = math.exp(x[j])
-    for j in range(n):  # the rounding, vectorized apart from the libm calls
-        x[j] = lround(x[j], r)
+    if r.mode == 0:  # the rounding, vectorized apart from the libm calls
+        for j in range(n):
+            x[j] = lround_ne(x[j], r)
+    else:
+        for j in range(n):
+            x[j] = lround(x[j], r)
 
 
 @ljit
