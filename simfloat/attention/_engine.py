@@ -91,7 +91,7 @@ class Operands(NamedTuple):
 # -- element-wise ops over a row segment ---------------------------------------------------------------------
 
 
-@ljit
+@jit
 def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
     if r.fast and r.mode == 0:
@@ -105,7 +105,7 @@ def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
             x[j] = rnd(x[j], o)
 
 
-@ljit
+@jit
 def _scale_by(x, n, w, r, o):  # type: ignore[no-untyped-def]
     """x[:n] = op(x[:n] * w)."""
     if r.fast:
@@ -116,7 +116,7 @@ def _scale_by(x, n, w, r, o):  # type: ignore[no-untyped-def]
             x[j] = mul(x[j], w, o)
 
 
-@ljit
+@jit
 def _divide(x, n, d, r, o):  # type: ignore[no-untyped-def]
     """x[:n] = op(x[:n] / d)."""
     if r.fast:
@@ -127,7 +127,7 @@ def _divide(x, n, d, r, o):  # type: ignore[no-untyped-def]
             x[j] = div(x[j], d, o)
 
 
-@ljit
+@jit
 def _weights_of(x, w, n, emin):  # type: ignore[no-untyped-def]
     """Alignment weights of x[:n] (operand_powers for values of formats within 2**+-900: zeros 0, inf/NaN
     inf)."""
@@ -137,7 +137,7 @@ def _weights_of(x, w, n, emin):  # type: ignore[no-untyped-def]
         w[j] = 0.0 if v == 0.0 else max(p, emin)
 
 
-@ljit
+@jit
 def _exp_of(x, n, e, r, o, tab):  # type: ignore[no-untyped-def]
     """x[:n] = op(exp2(x)) (``e``: exp2, else exp); ``tab`` non-empty: the measured ex2.approx.ftz.f32."""
     if not r.fast:
@@ -161,7 +161,7 @@ def _exp_of(x, n, e, r, o, tab):  # type: ignore[no-untyped-def]
             x[j] = lround(x[j], r)
 
 
-@ljit
+@jit
 def _seq_sum(x, n, r, o, native32):  # type: ignore[no-untyped-def]
     """op(... op(op(x0 + x1) + x2) ...) from 0, left to right."""
     s = 0.0
@@ -230,7 +230,7 @@ def tree_sum(p, n, r, o, wn, native32):  # type: ignore[no-untyped-def]
     return _add32(_add32(w0, w2), _add32(w1, w3))
 
 
-@ljit
+@jit
 def _row_max(x, lo, n):  # type: ignore[no-untyped-def]
     m = _NINF
     for j in range(lo, lo + n):
@@ -254,24 +254,29 @@ class FlashScratch(NamedTuple):
     w: Work
 
 
-@ljit
-def _scores(x, s, nv, m_sub, eng):  # type: ignore[no-untyped-def]
-    """T6, T7: x[:nv] = exp(scale(fma(s, qk_scale, -m_sub))) (or scale(scale(s * qk_scale) - m_sub))."""
-    pp, ln = eng.pp, eng.ln
-    qs = pp.qk_scale
-    if pp.contract:
-        if eng.fma_exact and ln.scale.fast:
+@jit
+def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):  # type: ignore[no-untyped-def]
+    """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
+    if contract:
+        if fma_exact and r.fast:
             for jj in range(nv):
-                x[jj] = lfma(s[jj], qs, -m_sub, ln.scale)
+                x[jj] = lfma(s[jj], qs, -m_sub, r)
         else:
             for jj in range(nv):
-                x[jj] = fma(s[jj], qs, -m_sub, pp.scale)
-    elif ln.scale.fast:
+                x[jj] = fma(s[jj], qs, -m_sub, o)
+    elif r.fast:
         for jj in range(nv):
-            x[jj] = ladd(lmul(s[jj], qs, ln.scale), -m_sub, ln.scale)
+            x[jj] = ladd(lmul(s[jj], qs, r), -m_sub, r)
     else:
         for jj in range(nv):
-            x[jj] = sub(mul(s[jj], qs, pp.scale), m_sub, pp.scale)
+            x[jj] = sub(mul(s[jj], qs, o), m_sub, o)
+
+
+@ljit
+def _scores(x, s, nv, m_sub, eng):  # type: ignore[no-untyped-def]
+    """T6, T7: x[:nv] = exp(scale(fma(s, qk_scale, -m_sub)))."""
+    pp, ln = eng.pp, eng.ln
+    _scaled(x, s, nv, pp.qk_scale, m_sub, pp.contract, eng.fma_exact, ln.scale, pp.scale)
     _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
 
 
@@ -412,13 +417,8 @@ def baseline_units(lo, hi, xs, out, eng):  # type: ignore[no-untyped-def]
         _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
         _cast(s, 0, jv, ln.softmax, pp.softmax)
         m = _row_max(s, 0, jv)
-        if ln.softmax.fast:
-            for j in range(jv):
-                s[j] = ladd(s[j], -m, ln.softmax)
-            _exp_of(s, jv, False, ln.softmax, pp.softmax, pp.ex2_tab[:0])
-        else:
-            for j in range(jv):
-                s[j] = exp(sub(s[j], m, pp.softmax), pp.softmax)
+        _scaled(s, s, jv, 1.0, m, False, False, ln.softmax, pp.softmax)  # softmax(s - m), one rounding
+        _exp_of(s, jv, False, ln.softmax, pp.softmax, pp.ex2_tab[:0])
         tot = _seq_sum(s, jv, ln.softmax, pp.softmax, False)
         _divide(s, jv, 1.0 if tot == 0.0 else tot, ln.softmax, pp.softmax)
         for j in range(jv, seq_k):
