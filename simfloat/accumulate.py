@@ -6,9 +6,10 @@ A model says how ``c + sum_k a[k] * b[k]`` is accumulated, rounding by rounding:
   FMA loop does) or rounded into ``product_fmt`` first.
 * :class:`Chunked` — k split into chunks of ``chunk``; each chunk accumulated from zero with an inner model; the
   chunk results added to ``c`` in order (split-k with ``chunk = ceil(K / splits)``, see :func:`split_k`).
-* :class:`BlockFMA` — the tensor-core model of Fasi et al. (2021), Khattak & Mikaitis (2025) and MMA-Sim
-  (Xie et al. 2025): the exact products of each block of ``block`` consecutive k, together with the incoming
-  accumulator, are aligned to the largest exponent among them and truncated (toward zero, sign-magnitude) to
+* :class:`BlockFMA` — the tensor-core model: the exact products of each block of ``block`` consecutive k,
+  together with the incoming accumulator, are aligned to the largest exponent among them (a product's own
+  exponent, as Fasi et al. 2021 and Khattak & Mikaitis 2025 describe it, or the sum of its operands' exponents,
+  as MMA-Sim, Xie et al. 2025, models it) and truncated (toward zero, sign-magnitude) to
   ``fraction_bits`` bits below that exponent; the aligned terms are summed exactly, normalized once and rounded
   into ``out_fmt`` with ``out_mode`` (toward zero for fp32 output). The result re-enters the next block as its
   accumulator.

@@ -22,12 +22,10 @@ bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x r
 A row that saw no key ends with out = 0, m = -inf, l = 0 (as the kernel's guards give); with top-left causal
 alignment and seq_k >= 1 no row is ever fully masked.
 
-Where the GPU differs (H200, triton 3.6, measured): the kernel's exp2 is ``ex2.approx.ftz.f32`` (42% of
-samples equal the correctly rounded value the ``exp`` op gives, 56% one ulp below) and its l_ij is a
-layout-dependent tree sum (here: sequential). With those two replaced in a kernel variant by a correctly
-rounded exp2 and a sequential sum, m_i matched in 99.8% of rows, l_i in 99.4% and the output in 98% of
-elements (bf16, 64x64 tiles); the rest comes from the tensor-core model of the dots
-(:mod:`simfloat.accumulate`).
+The GPU's own exp2 (``ex2.approx.ftz.f32``) and row-sum order are plan options (``exp2_impl="h200"``,
+``sum_order="h200-mma"``; the ``h200-<fmt>`` presets); README "GPU validation (H200)" reports what they
+reproduce. This module holds the scalar reference kernels (the test oracle, and the traced path); the default
+engine is :mod:`simfloat.attention._engine`, bit for bit the same.
 """
 
 from __future__ import annotations
