@@ -110,6 +110,21 @@ def recip_pow2(p):  # type: ignore[no-untyped-def]
 
 
 @ljit
+def _finish(v, x, r):  # type: ignore[no-untyped-def]
+    """``v``, the rounding of ``x`` to the format's grid, with the format's rules applied as selects: native
+    lanes keep x; overflow, flush-to-zero, unsigned zero and infinite inputs."""
+    v = x if r.native else v
+    av = np.abs(v)
+    ovf = r.ovf_neg if v < 0.0 else r.ovf_pos
+    v = ovf if av > r.max_value else v
+    flushed = v * 0.0
+    v = flushed if r.ftz & (av < r.tiny) else v
+    v = v + 0.0 if r.unsigned_zero else v
+    inf = r.inf_neg if x < 0.0 else r.inf_pos
+    return inf if (np.abs(x) == np.inf) & (not r.native) else v
+
+
+@ljit
 def lround(x, r):  # type: ignore[no-untyped-def]
     """``x`` rounded into the lane's format and mode: round_exact(x, 0, ...) for ``r.fast`` lanes.
 
@@ -132,16 +147,7 @@ def lround(x, r):  # type: ignore[no-untyped-def]
     t = odd if mode == 5 else t
     v = t * (big * r.two_neg_m)
     v = t_ne if mode == 0 else v
-    v = x if r.native else v
-    av = np.abs(v)
-    ovf = r.ovf_neg if v < 0.0 else r.ovf_pos
-    v = ovf if av > r.max_value else v
-    flushed = v * 0.0
-    v = flushed if r.ftz & (av < r.tiny) else v
-    v = v + 0.0 if r.unsigned_zero else v
-    inf = r.inf_neg if x < 0.0 else r.inf_pos
-    v = inf if (np.abs(x) == np.inf) & (not r.native) else v
-    return v
+    return _finish(v, x, r)
 
 
 @ljit
@@ -151,16 +157,7 @@ def lround_ne(x, r):  # type: ignore[no-untyped-def]
     big = min(max(pow2_of(x), r.tiny), r.top)
     mg = big * r.magic
     v = np.copysign((x + mg) - mg, x)
-    v = x if r.native else v
-    av = np.abs(v)
-    ovf = r.ovf_neg if v < 0.0 else r.ovf_pos
-    v = ovf if av > r.max_value else v
-    flushed = v * 0.0
-    v = flushed if r.ftz & (av < r.tiny) else v
-    v = v + 0.0 if r.unsigned_zero else v
-    inf = r.inf_neg if x < 0.0 else r.inf_pos
-    v = inf if (np.abs(x) == np.inf) & (not r.native) else v
-    return v
+    return _finish(v, x, r)
 
 
 @ljit
