@@ -64,6 +64,8 @@ from typing import Any
 
 import numpy as np
 
+from simfloat.cli import positive_int
+
 __all__ = [
     "Config",
     "grid",
@@ -967,17 +969,6 @@ def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None,
 # ----------------------------------------------------------------------------------------------------
 # command line
 # ----------------------------------------------------------------------------------------------------
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def positive_seconds(text: str) -> float:
