@@ -46,3 +46,12 @@ def test_extras_hold_what_uses_them():
     pinned = _names(x for x in lines if x.strip() and not x.startswith("#"))
     for names in extras.values():
         assert names <= pinned, names - pinned  # make test installs them with -c constraints.txt
+
+
+def test_one_version_source():
+    """The version is written once (simfloat.__version__); pyproject reads it, so the two cannot drift."""
+    assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
+    dyn = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["dynamic"]
+    assert dyn["version"] == {"attr": "simfloat.__version__"}
+    written = [p for p in (ROOT / "simfloat").rglob("*.py") if re.search(r"__version__\s*=", p.read_text())]
+    assert [p.name for p in written] == ["__init__.py"]
