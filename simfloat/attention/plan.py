@@ -320,16 +320,12 @@ def _ex2_tab(impl: str) -> np.ndarray:
     return _NO_TABLE
 
 
-_ALIAS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "tfloat32",
-          "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
-
-
 def _uniform(name: str, fmt: str, dot: Model) -> Plan:
     return Plan(name, dot, *([fmt] * 7), dot, fmt, fmt, fmt)  # type: ignore[arg-type]
 
 
 def _triton(fmt: str) -> Plan:
-    f = _ALIAS[fmt]
+    f = _format(fmt).name
     # fp32 inputs: "ieee" dots (an FMA loop); tf32: fp32 inputs with tf32 tensor cores (Triton's default)
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     wide = fmt in ("fp32", "tf32")
@@ -339,7 +335,7 @@ def _triton(fmt: str) -> Plan:
 
 
 def _pytorch(fmt: str) -> Plan:
-    f = _ALIAS[fmt]
+    f = _format(fmt).name
     if fmt == "fp32":
         qk: Model = Sequential("float32")
         pv: Model = Sequential("float32")
@@ -360,7 +356,7 @@ def _h200(fmt: str) -> Plan:
 def _build() -> dict[str, Plan]:
     out = {"fp64": _uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
-        f = _ALIAS[fmt]
+        f = _format(fmt).name
         out[f"all-{fmt}"] = _uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         out[f"triton-{fmt}"] = _triton(fmt)
