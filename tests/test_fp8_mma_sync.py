@@ -124,3 +124,13 @@ def test_interleaved_errors():
         Interleaved(BlockFMA(16, 25), chunk=0)
     with pytest.raises(ValueError, match="only arch 'sm90'"):
         fp8_mma_sync("sm80")
+
+
+def test_gpu_fit_singles_it_out_on_the_probe():
+    """gpu.fit (the fitting tool run on a GPU's probes.npz) lists the model and picks it for this probe."""
+    _probe("e4m3_16_32_32")  # skips without the fixture
+    from gpu import fit
+
+    v = fit._variants(np.load(PROBES), "dot")["e4m3_16_32_32"]
+    res = fit.fit_dot("e4m3_16_32_32", v, coarse_rows=256, log=lambda m: None)
+    assert res["best"].startswith("fp8_mma_sync") and res["agreement"] == 1.0, res
