@@ -229,7 +229,7 @@ def _bad_cases():
         ("kv_heads_k_v", (q, k, v[:, :1]), {}, ValueError, "batch and kv heads must agree"),
         ("kv_heads_3", (torch.cat([q, q[:, :1]], 1), k, v), {}, ValueError,
          "q has 3 heads and k has 2: grouped-query attention needs"),
-        ("kv_heads_more", (q[:, :1], k, v), {}, ValueError, "q has 1 heads and k has 2"),
+        ("kv_heads_more", (q[:, :1], k, v), {}, ValueError, "q has 1 head and k has 2"),
         ("kv_seq", (q, k, v[:, :, :5]), {}, ValueError, "same sequence length"),
         ("head_dim_mismatch", (q, k, torch.cat([v, v], -1)), {}, ValueError, "head_dim must agree"),
         ("head_dim_24", (q[..., :12].repeat(1, 1, 1, 2),) * 3, {}, ValueError, "power of two in [16, 256]"),

@@ -86,9 +86,9 @@ def kv_group(q_heads: int, kv_heads: int, name: str = "k") -> int:
     """
     if q_heads < 1 or kv_heads < 1 or q_heads % kv_heads:
         raise ValueError(
-            f"q has {q_heads} heads and {name} has {kv_heads}: grouped-query attention needs the "
-            f"number of q heads to be a multiple of the number of {name} heads (q head h reads "
-            f"{name} head h // (q_heads // kv_heads))"
+            f"q has {q_heads} head{'' if q_heads == 1 else 's'} and {name} has {kv_heads}: grouped-query "
+            f"attention needs the number of q heads to be a multiple of the number of {name} heads (q head h "
+            f"reads {name} head h // (q_heads // kv_heads))"
         )
     return q_heads // kv_heads
 
