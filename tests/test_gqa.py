@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simfloat.attention import baseline, flash, fp8_flash, int8_flash, quant_flash
-from simfloat.attention._inputs import group_kv, kv_group
+from simfloat.attention._inputs import group_kv, kv_group, kv_repeats
 
 
 def _inputs(batch, hq, hkv, sq, sk, d, seed=0):
@@ -100,6 +100,8 @@ def test_kv_group_rule():
     for h in range(8):
         np.testing.assert_array_equal(g[:, h], k[:, h // 4])
     assert group_kv(q, k[:, :1], "k").shape == (2, 1, 5, 4)  # one kv head: left to broadcasting
+    assert kv_repeats(q.shape, k.shape, "k") == 4 and kv_repeats(q.shape, (2, 1, 5, 4), "k") == 1
+    assert kv_repeats(q.shape, (5, 4), "k") == 1 and kv_repeats((3, 4), k.shape, "k") == 1
 
 
 def test_attribute_accepts_grouped_kv_heads():

@@ -10,7 +10,7 @@ import numpy as np
 from simfloat.attention.plan import Plan, plan
 from simfloat.trace import Tracer
 
-__all__ = ["Inputs", "group_kv", "kv_group", "operand", "prepare"]
+__all__ = ["Inputs", "group_kv", "kv_group", "kv_repeats", "operand", "prepare"]
 
 
 class Inputs:
@@ -112,12 +112,22 @@ def group_kv(q: np.ndarray, x: np.ndarray, name: str) -> np.ndarray:
     Raises:
         ValueError: both have a head axis, neither head count is 1, and kv_heads does not divide q_heads.
     """
-    if q.ndim < 3 or x.ndim < 3:
-        return x
-    hq, hk = q.shape[-3], x.shape[-3]
+    reps = kv_repeats(q.shape, x.shape, name)
+    return x if reps == 1 else np.repeat(x, reps, axis=-3)
+
+
+def kv_repeats(q_shape: tuple[int, ...], x_shape: tuple[int, ...], name: str) -> int:
+    """How many times :func:`group_kv` repeats each head of an operand of shape ``x_shape`` (1: not at all).
+
+    Raises:
+        ValueError: as :func:`group_kv`.
+    """
+    if len(q_shape) < 3 or len(x_shape) < 3:
+        return 1
+    hq, hk = q_shape[-3], x_shape[-3]
     if hq == hk or hk == 1 or hq == 1:
-        return x
-    return np.repeat(x, kv_group(hq, hk, name), axis=-3)
+        return 1
+    return kv_group(hq, hk, name)
 
 
 def block(value: object, name: str) -> int:
