@@ -90,6 +90,9 @@ def _candidates(fmt: str) -> list[tuple[str, Any]]:
                                     ("sm90 preset (exponent-sum alignment)", _preset(fmt))]
     modes = ("toward_zero", "nearest_even")
     if fmt in FP8:
+        from simfloat.accumulate import fp8_mma_sync  # the M < 64 path: fp16 mma.sync, alternating k pairs
+
+        cands.append(("fp8_mma_sync (fp16 mma.sync on converted operands, k in alternating pairs)", fp8_mma_sync()))
         for block in (16, 32, 64):
             for f in range(10, 17):
                 for mant in (13, 23):

@@ -1,8 +1,10 @@
 """Forward flash attention in Triton (FA2 schedule), written so that simfloat can mirror it op by op.
 
-Layout: ``q`` is (batch, heads, seq_q, head_dim), ``k`` and ``v`` are (batch, heads, seq_k, head_dim);
-seq_q and seq_k may differ and need not be multiples of the block sizes. One program handles one
-(BLOCK_M query rows) x (one batch*head) tile and walks the keys in tiles of BLOCK_N, left to right.
+Layout: ``q`` is (batch, heads, seq_q, head_dim), ``k`` and ``v`` are (batch, kv_heads, seq_k, head_dim)
+with heads a multiple of kv_heads (grouped-query attention; kv_heads = 1: multi-query): query head h reads
+key/value head h // GROUP, GROUP = heads // kv_heads (a stride mapping, nothing is copied). seq_q and seq_k
+may differ and need not be multiples of the block sizes. One program handles one (BLOCK_M query rows) x
+(one batch*head) tile and walks the keys in tiles of BLOCK_N, left to right.
 
 Precision plan, in the order the kernel executes it (the emulator's "triton-<fmt>" plan mirrors this).
 ``in`` is the input dtype (fp16, bf16 or fp32); every other value is fp32; "rn" = round to nearest even.
@@ -78,6 +80,8 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
+
+from simfloat.attention._inputs import kv_group
 
 __all__ = ["flash_attention", "LOG2E", "NUM_WARPS", "NUM_STAGES"]
 
@@ -165,7 +169,7 @@ def _attn_fwd(Q, K, V, Out, M, L, qk_scale,
               stride_kz, stride_kh, stride_kn, stride_kk,
               stride_vz, stride_vh, stride_vk, stride_vn,
               stride_oz, stride_oh, stride_om, stride_on,
-              H, N_CTX_Q, N_CTX_K,
+              H, GROUP, N_CTX_Q, N_CTX_K,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
               LAZY_RESCALE: tl.constexpr, RESCALE_THRESHOLD: tl.constexpr):
@@ -173,10 +177,11 @@ def _attn_fwd(Q, K, V, Out, M, L, qk_scale,
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
 
     q_base = Q + off_z * stride_qz + off_h * stride_qh
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
     o_base = Out + off_z * stride_oz + off_h * stride_oh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -260,9 +265,10 @@ def _check_inputs(q, k, v):
     if q.device.type == "cpu":
         _check_interpreter_consistent()
     (bq, hq, _, dq), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
-    if not (bq == bk == bv and hq == hk == hv):
-        raise ValueError(f"batch and heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)}")
+    if not (bq == bk == bv and hk == hv):
+        raise ValueError(f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)} (k and v: the same heads)")
+    kv_group(hq, hk)  # q heads a multiple of kv heads
     if sk != sv:
         raise ValueError(f"k and v must have the same sequence length, got {sk} and {sv}")
     if not (dq == dk == dv):
@@ -344,7 +350,7 @@ def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale
         k.stride(0), k.stride(1), k.stride(2), k.stride(3),
         v.stride(0), v.stride(1), v.stride(2), v.stride(3),
         out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        heads, seq_q, seq_k,
+        heads, heads // k.shape[1], seq_q, seq_k,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
         IS_CAUSAL=bool(causal), INPUT_PRECISION=precision,
         LAZY_RESCALE=lazy, RESCALE_THRESHOLD=threshold,
@@ -363,8 +369,9 @@ def flash_attention(q, k, v, *, causal=False, scale=None, block_m=64, block_n=64
     """softmax(scale * q @ k^T [causal mask]) @ v with the Triton FA2 forward kernel.
 
     Args:
-        q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_k, head_dim). fp16, bf16 or fp32,
-            all the same dtype and device; head_dim a power of two in [16, 256]; seq_k >= 1.
+        q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim), heads a multiple of
+            kv_heads (query head h reads kv head h // (heads // kv_heads)). fp16, bf16 or fp32, all the same
+            dtype and device; head_dim a power of two in [16, 256]; seq_k >= 1.
         causal: top-left aligned causal mask (query i attends keys j <= i).
         scale: softmax scale, > 0; default 1/sqrt(head_dim). The kernel uses
             qk_scale = fp32(fp32(scale) * fp32(1.44269504)) (log2(e) folded in).

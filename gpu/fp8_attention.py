@@ -2,8 +2,9 @@
 mirror it op by op.
 
 Layout, tiling, masking and the online softmax are those of :mod:`gpu.flash_attention` and
-:mod:`gpu.int8_attention`: q (batch, heads, seq_q, head_dim), k, v (batch, heads, seq_k, head_dim), any
-lengths, one program per (BLOCK_M query rows, batch*head), key tiles of BLOCK_N, top-left causal mask.
+:mod:`gpu.int8_attention`: q (batch, heads, seq_q, head_dim), k, v (batch, kv_heads, seq_k, head_dim) (query
+head h reads kv head h // (heads // kv_heads); k, v quantized per kv head), any lengths, one program per
+(BLOCK_M query rows, batch*head), key tiles of BLOCK_N, top-left causal mask.
 
 Formats: fmt="e4m3" -> torch.float8_e4m3fn / tl.float8e4nv (largest finite FP8_MAX = 448);
 fmt="e5m2" -> torch.float8_e5m2 / tl.float8e5 (FP8_MAX = 57344). Q, K, V and P all use fmt.
@@ -167,19 +168,20 @@ def _fp8_attn_fwd(Q, K, V, QS, KS, VS, Out, M, L, qk_scale,
                   stride_ksz, stride_ksh, stride_ksb,
                   stride_vsz, stride_vsh, stride_vsb,
                   stride_oz, stride_oh, stride_om, stride_on,
-                  H, N_CTX_Q, N_CTX_K,
+                  H, GROUP, N_CTX_Q, N_CTX_K,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   IS_CAUSAL: tl.constexpr, PER_BLOCK: tl.constexpr):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
 
     q_base = Q + off_z * stride_qz + off_h * stride_qh
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
-    ks_base = KS + off_z * stride_ksz + off_h * stride_ksh
-    vs_base = VS + off_z * stride_vsz + off_h * stride_vsh
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    ks_base = KS + off_z * stride_ksz + off_hkv * stride_ksh
+    vs_base = VS + off_z * stride_vsz + off_hkv * stride_vsh
     o_base = Out + off_z * stride_oz + off_h * stride_oh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -271,8 +273,9 @@ def fp8_attention(q, k, v, *, fmt="e4m3", scaling="per-tensor", block_m=64, bloc
     """softmax(sm_scale * q @ k^T [causal mask]) @ v with FP8 Q, K, V and P (FlashAttention-3 style).
 
     Args:
-        q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_k, head_dim). float16, bfloat16 or
-            float32, all the same dtype and device; head_dim a power of two in [32, 256]; seq_k >= 1.
+        q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim), heads a multiple of
+            kv_heads (query head h reads kv head h // (heads // kv_heads)). float16, bfloat16 or float32, all
+            the same dtype and device; head_dim a power of two in [32, 256]; seq_k >= 1.
         fmt: "e4m3" (float8_e4m3fn) or "e5m2" (float8_e5m2); used for Q, K, V and P.
         scaling: "per-tensor" (one scale per (batch, head) and tensor) or "per-block" (one scale per
             block_m x head_dim tile of Q and per block_n x head_dim tile of K and V).
@@ -323,7 +326,7 @@ def fp8_attention(q, k, v, *, fmt="e4m3", scaling="per-tensor", block_m=64, bloc
             ks.stride(0), ks.stride(1), block_stride(ks),
             vs.stride(0), vs.stride(1), block_stride(vs),
             out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-            heads, seq_q, seq_k,
+            heads, heads // k.shape[1], seq_q, seq_k,
             HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             IS_CAUSAL=causal, PER_BLOCK=per_block,
             num_warps=NUM_WARPS,

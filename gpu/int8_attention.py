@@ -2,7 +2,9 @@
 simfloat can mirror it op by op.
 
 Layout as in :mod:`gpu.flash_attention`: ``q`` is (batch, heads, seq_q, head_dim), ``k`` and ``v`` are
-(batch, heads, seq_k, head_dim); seq_q and seq_k may differ and need not be multiples of the block sizes.
+(batch, kv_heads, seq_k, head_dim), query head h reading kv head h // (heads // kv_heads) (grouped-query
+attention; k, v and their scales are quantized per kv head); seq_q and seq_k may differ and need not be
+multiples of the block sizes.
 One program handles BLOCK_M query rows of one (batch, head) and walks the keys in tiles of BLOCK_N.
 
 Two variants:
@@ -114,6 +116,8 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
+
+from simfloat.attention._inputs import kv_group
 
 __all__ = [
     "quantize_per_token",
@@ -312,19 +316,20 @@ def _int8_attn_fwd(Q, QS, K, KS, V, VS, Out, M, L, qk_scale,
                    stride_vz, stride_vh, stride_vk, stride_vn,
                    stride_vsz, stride_vsh,
                    stride_oz, stride_oh, stride_om, stride_on,
-                   H, N_CTX_Q, N_CTX_K,
+                   H, GROUP, N_CTX_Q, N_CTX_K,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, FULL_INT8: tl.constexpr, ROW_SUM_QUANTIZED: tl.constexpr):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
 
     q_base = Q + off_z * stride_qz + off_h * stride_qh
     qs_base = QS + off_z * stride_qsz + off_h * stride_qsh
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    ks_base = KS + off_z * stride_ksz + off_h * stride_ksh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    ks_base = KS + off_z * stride_ksz + off_hkv * stride_ksh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
     o_base = Out + off_z * stride_oz + off_h * stride_oh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -335,7 +340,7 @@ def _int8_attn_fwd(Q, QS, K, KS, V, VS, Out, M, L, qk_scale,
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
                 mask=row_ok[:, None], other=0)
     q_scale = tl.load(qs_base + offs_m * stride_qsm, mask=row_ok, other=0.0)
-    v_scale = tl.load(VS + off_z * stride_vsz + off_h * stride_vsh)  # half-int8: a placeholder, unused
+    v_scale = tl.load(VS + off_z * stride_vsz + off_hkv * stride_vsh)  # half-int8: a placeholder, unused
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -481,9 +486,10 @@ def quantize_per_tensor(x):
 
 def _check_attention_shapes(q, k, v):
     (bq, hq, _, dq), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
-    if not (bq == bk == bv and hq == hk == hv):
-        raise ValueError(f"batch and heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)}")
+    if not (bq == bk == bv and hk == hv):
+        raise ValueError(f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)} (k and v: the same heads)")
+    kv_group(hq, hk)  # q heads a multiple of kv heads
     if sk != sv:
         raise ValueError(f"k and v must have the same sequence length, got {sk} and {sv}")
     if not (dq == dk == dv):
@@ -546,7 +552,7 @@ def _launch(q8, qs, k8, ks, v, vs, *, block_m, block_n, causal, qk_scale, row_su
         v.stride(0), v.stride(1), v.stride(2), v.stride(3),
         *vs_strides,
         out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        heads, seq_q, seq_k,
+        heads, heads // k8.shape[1], seq_q, seq_k,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
         IS_CAUSAL=causal, FULL_INT8=full, ROW_SUM_QUANTIZED=(row_sum == "consistent"),
         num_warps=NUM_WARPS,
@@ -566,8 +572,9 @@ def int8_attention_quantized(q_int8, q_scale, k_int8, k_scale, v, v_scale=None, 
     runs "int8"; float16 v (v_scale None) runs "half-int8".
 
     Args:
-        q_int8, k_int8: int8 (batch, heads, seq, head_dim); q_scale, k_scale: fp32 (batch, heads, seq).
-        v: int8 or float16 (batch, heads, seq_k, head_dim); v_scale: fp32 (batch, heads) or None.
+        q_int8, k_int8: int8 (batch, heads, seq, head_dim), k (batch, kv_heads, ...) with heads a multiple of
+            kv_heads; q_scale, k_scale: fp32 (batch, heads or kv_heads, seq).
+        v: int8 or float16 (batch, kv_heads, seq_k, head_dim); v_scale: fp32 (batch, kv_heads) or None.
         Other arguments as in :func:`int8_attention`.
 
     Returns:
@@ -621,8 +628,9 @@ def int8_attention(q, k, v, *, block_m=64, block_n=64, causal=False, variant="in
     (batch, head) ("int8") or cast to fp16 ("half-int8"), then runs the kernel (T1..E2).
 
     Args:
-        q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_k, head_dim). float16, bfloat16 or
-            float32, all the same dtype and device; head_dim a power of two in [32, 256]; seq_k >= 1.
+        q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim), heads a multiple of
+            kv_heads (query head h reads kv head h // (heads // kv_heads)). float16, bfloat16 or float32, all
+            the same dtype and device; head_dim a power of two in [32, 256]; seq_k >= 1.
         block_m: query tile, power of two in [16, 256]; block_n: key tile, power of two in [32, 256].
         causal: top-left aligned causal mask (query i attends keys j <= i).
         variant: "int8" (P and V INT8) or "half-int8" (P and V fp16).

@@ -13,6 +13,12 @@ A model says how ``c + sum_k a[k] * b[k]`` is accumulated, rounding by rounding:
   ``fraction_bits`` bits below that exponent; the aligned terms are summed exactly, normalized once and rounded
   into ``out_fmt`` with ``out_mode`` (toward zero for fp32 output). The result re-enters the next block as its
   accumulator.
+* :class:`Interleaved` — k reordered before a :class:`BlockFMA`: each chunk's groups of consecutive k dealt in
+  turn into the chunk's MMA steps (how Triton feeds fp8 operands, converted to fp16, to mma.sync on sm_90:
+  :func:`fp8_mma_sync`).
+
+Every model checks its formats and modes when it is made (a misspelt mode is a ValueError at once, naming the
+field).
 
 :func:`tensor_core` returns the published presets ("sm80", "sm90"); :func:`matmul` and :func:`dot` apply any model.
 """
@@ -35,11 +41,13 @@ __all__ = [
     "AccParams",
     "BlockFMA",
     "Chunked",
+    "Interleaved",
     "Model",
     "Sequential",
     "acc_params",
     "dot",
     "dot_acc",
+    "fp8_mma_sync",
     "matmul",
     "split_k",
     "tensor_core",
@@ -48,6 +56,25 @@ __all__ = [
 _ZERO = np.uint64(0)
 
 # -- model descriptions ---------------------------------------------------------------------------------------
+
+
+def _check_fields(model: object, formats: tuple[str, ...], modes: tuple[str, ...]) -> None:
+    """Resolve every format and rounding-mode field of a model now, so a bad one fails where it is written."""
+    cls = type(model).__name__
+    for name in formats:
+        value = getattr(model, name)
+        if value is None:
+            continue
+        try:
+            _format(value)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{cls}.{name}: {err}") from None
+    for name in modes:
+        try:
+            mode_code(getattr(model, name))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{cls}.{name}: {err}") from None
+
 
 
 @dataclass(frozen=True)
@@ -68,6 +95,9 @@ class Sequential:
     product_fmt: FloatFormat | str | None = None
     input_fmt: FloatFormat | str | None = None
     input_mode: RoundingMode | str = "nearest_even"
+
+    def __post_init__(self) -> None:
+        _check_fields(self, ("fmt", "product_fmt", "input_fmt"), ("mode", "input_mode"))
 
 
 @dataclass(frozen=True)
@@ -106,6 +136,10 @@ class BlockFMA:
             raise ValueError(f"BlockFMA.fraction_bits must be an int in 1..45, got {self.fraction_bits!r}")
         if self.align not in ("product", "exponent_sum"):
             raise ValueError(f"BlockFMA.align must be 'product' or 'exponent_sum', got {self.align!r}")
+        if self.operand_emin is not None and (isinstance(self.operand_emin, bool)
+                                              or not isinstance(self.operand_emin, int)):
+            raise TypeError(f"BlockFMA.operand_emin must be an int or None, got {self.operand_emin!r}")
+        _check_fields(self, ("out_fmt", "input_fmt"), ("out_mode", "input_mode"))
 
 
 @dataclass(frozen=True)
@@ -135,6 +169,56 @@ class Chunked:
             raise ValueError(f"Chunked chunk/splits must be a positive int, got {n!r}")
         if not isinstance(self.inner, (Sequential, BlockFMA)):
             raise TypeError(f"Chunked.inner must be Sequential or BlockFMA, got {type(self.inner).__name__}")
+        _check_fields(self, ("outer_fmt",), ("outer_mode",))
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """k reordered, then accumulated by a :class:`BlockFMA`: Triton's operand layout for mma.sync steps.
+
+    k is cut into chunks of ``chunk``; each chunk holds ``chunk // inner.block`` MMA steps (blocks) and
+    ``chunk // group`` groups of ``group`` consecutive k. Group ``i`` of a chunk goes to step
+    ``i % steps``, the groups of a step in increasing order; the steps then run in order, each a block of
+    ``inner``. With chunk 32, group 2 and blocks of 16, step 0 sums k = 0, 1, 4, 5, ..., 28, 29 and step 1
+    k = 2, 3, 6, 7, ..., 30, 31.
+
+    Only :func:`matmul` and :func:`dot` apply it (they reorder the operands and run ``inner``, on either
+    engine); the njit kernels (:func:`acc_params`, attention plans, ``faithful(dot=...)``) take BlockFMA,
+    Sequential and Chunked only.
+
+    Attributes:
+        inner: the model of each step (``block`` must divide ``chunk``; ``group`` must divide ``block``).
+        chunk: k per chunk; K must be a multiple of it.
+        group: consecutive k kept together.
+    """
+
+    inner: BlockFMA
+    chunk: int = 32
+    group: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inner, BlockFMA):
+            raise TypeError(f"Interleaved.inner must be a BlockFMA, got {type(self.inner).__name__}")
+        for name in ("chunk", "group"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Interleaved.{name} must be a positive int, got {value!r}")
+        if self.chunk % self.inner.block or self.inner.block % self.group:
+            raise ValueError(f"Interleaved needs inner.block ({self.inner.block}) to divide chunk ({self.chunk}) "
+                             f"and group ({self.group}) to divide inner.block")
+
+    def order(self, k: int) -> np.ndarray:
+        """The permutation of range(k) in the order the steps read it.
+
+        Raises:
+            ValueError: k is not a multiple of ``chunk``.
+        """
+        if k % self.chunk:
+            raise ValueError(f"Interleaved: K = {k} is not a multiple of chunk = {self.chunk}")
+        steps = self.chunk // self.inner.block
+        groups = np.arange(self.chunk).reshape(self.chunk // self.group, self.group)
+        one = np.concatenate([groups[s::steps].reshape(-1) for s in range(steps)])
+        return (np.arange(0, k, self.chunk)[:, None] + one[None, :]).reshape(-1)
 
 
 Model = Sequential | BlockFMA | Chunked
@@ -146,6 +230,26 @@ def split_k(splits: int, inner: Sequential | BlockFMA = Sequential(), outer_fmt:
 
 
 _E8M13 = FloatFormat("e8m13", 8, 13)
+
+
+def fp8_mma_sync(arch: str = "sm90") -> Interleaved:
+    """``tl.dot`` of fp8 (e4m3/e5m2) operands where Triton issues mma.sync instead of an fp8 MMA (sm_90 with
+    M < 64): the operands are converted to fp16 (exactly) and each 32-wide chunk of k is split into two k16
+    mma.sync.m16n8k16.f16 steps, in alternating pairs of k (:class:`Interleaved` over the sm90 fp16 preset).
+
+    Measured on the H200 probe ``e4m3_16_32_32`` (tests/fixtures/gpu/h200/probes): this model reproduces every
+    output, where the fp16 preset in plain k order misses some; e5m2 and K > 32 follow the same conversion but
+    were not probed.
+
+    Args:
+        arch: ``"sm90"`` (the only architecture measured).
+
+    Returns:
+        ``Interleaved(tensor_core("sm90", "fp16"), chunk=32, group=2)``; K must be a multiple of 32.
+    """
+    if not isinstance(arch, str) or arch.lower() != "sm90":
+        raise ValueError(f"fp8_mma_sync: only arch 'sm90' is modelled, got {arch!r}")
+    return Interleaved(tensor_core("sm90", "fp16"), chunk=32, group=2)
 
 
 def tensor_core(arch: str, input_format: str | FloatFormat) -> BlockFMA:
@@ -236,6 +340,9 @@ def acc_params(model: Model) -> AccParams:
             model.fraction_bits, chunk, outer.params, int(outer_mode), model.align == "exponent_sum",
             model.operand_emin if model.operand_emin is not None else -1074,
         )
+    if isinstance(model, Interleaved):
+        raise TypeError("an Interleaved model reorders k; matmul and dot apply it, the njit kernels take "
+                        "Sequential, BlockFMA or Chunked (use its inner model on operands in Interleaved.order)")
     raise TypeError(f"accumulation model must be Sequential, BlockFMA or Chunked, got {type(model).__name__}")
 
 
@@ -416,7 +523,7 @@ def _as_float_array(x: object, name: str) -> np.ndarray:
     return x.astype(np.float64, copy=False)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Model,
+def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Model | Interleaved,
            engine: str = "vector") -> np.ndarray:
     """Emulated ``c + a @ b`` under an accumulation model.
 
@@ -425,7 +532,8 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Mo
             first, e.g. with :func:`simfloat.round`, or give the model an ``input_fmt``).
         b: (..., K, N) array; leading dims broadcast with ``a``'s.
         c: optional (..., M, N) incoming accumulator (defaults to zeros).
-        acc: accumulation model.
+        acc: accumulation model (an :class:`Interleaved` one reorders k of ``a`` and ``b`` and runs its inner
+            model).
         engine: ``"vector"`` (the row kernels of :mod:`simfloat._mma`, vectorized across outputs) or
             ``"reference"`` (:func:`dot_acc` per output); the same bits.
 
@@ -434,13 +542,16 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Mo
     """
     if engine not in ("vector", "reference"):
         raise ValueError(f"engine must be 'vector' or 'reference', got {engine!r}")
-    ap = acc_params(acc)
     a64 = _as_float_array(a, "a")
     b64 = _as_float_array(b, "b")
     if a64.ndim < 2 or b64.ndim < 2:
         raise ValueError(f"matmul needs arrays of at least 2 dims, got a.ndim={a64.ndim}, b.ndim={b64.ndim}")
     if a64.shape[-1] != b64.shape[-2]:
         raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
+    if isinstance(acc, Interleaved):
+        order = acc.order(a64.shape[-1])
+        a64, b64, acc = a64[..., order], b64[..., order, :], acc.inner
+    ap = acc_params(acc)
     lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
     m, n = a64.shape[-2], b64.shape[-1]
     nl = math.prod(lead)
@@ -463,10 +574,13 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Mo
     return out.reshape(lead + (m, n))
 
 
-def dot(a: np.ndarray, b: np.ndarray, c: float = 0.0, *, acc: Model) -> float:
-    """Emulated ``c + a . b`` of two 1-D arrays under an accumulation model."""
+def dot(a: np.ndarray, b: np.ndarray, c: float = 0.0, *, acc: Model | Interleaved) -> float:
+    """Emulated ``c + a . b`` of two 1-D arrays under an accumulation model (Interleaved: k reordered)."""
     a64 = _as_float_array(a, "a")
     b64 = _as_float_array(b, "b")
     if a64.ndim != 1 or b64.shape != a64.shape:
         raise ValueError(f"dot needs two 1-D arrays of equal length, got {a.shape} and {b.shape}")
+    if isinstance(acc, Interleaved):
+        order = acc.order(a64.shape[0])
+        a64, b64, acc = a64[order], b64[order], acc.inner
     return float(dot_acc(a64, b64, float(c), acc_params(acc)))

@@ -75,6 +75,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head-dim", type=_positive, help="head dimension (default 128)")
     p.add_argument("--batch", type=_positive, help="batch size (default 1)")
     p.add_argument("--heads", type=_positive, help="heads (default 1)")
+    p.add_argument("--kv-heads", type=_positive, help="key/value heads, dividing --heads (grouped-query "
+                   "attention: query head h reads kv head h // (heads // kv_heads); default --heads)")
     p.add_argument("--format", choices=("bf16", "fp16", "fp32"),
                    help="input format; default plans triton-<format> and all-<format> (default bf16)")
     p.add_argument("--plan", action="append", metavar="PLAN",

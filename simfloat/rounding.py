@@ -566,6 +566,16 @@ def _fits_float32(f: FloatFormat) -> bool:
 # -- real-number inputs (shared with simfloat.ops) -----------------------------------------------------------
 _F64_MAX = float(np.finfo(np.float64).max)
 _FLOAT64_EXACT = frozenset({float, np.float64, np.float32, np.float16})  # scalar types float64 holds exactly
+#: ml_dtypes' floating types (by dtype name; ml_dtypes itself is never imported): every value is a float32.
+_NARROW_PREFIXES = ("bfloat16", "float8_", "float6_", "float4_")
+
+
+def _narrow_float(dtype: np.dtype) -> bool:
+    """float16 or an ml_dtypes floating dtype (bfloat16, float8_*, float6_*, float4_*): widens exactly to
+    float32. Recognized by the dtype's module and name, so ml_dtypes is not imported for it."""
+    if dtype == np.float16:
+        return True
+    return dtype.type.__module__.partition(".")[0] == "ml_dtypes" and dtype.name.startswith(_NARROW_PREFIXES)
 
 
 class _Inexact(NamedTuple):
@@ -609,6 +619,8 @@ def _split_number(name: str, v: object) -> tuple[float, int, bool]:
         raise _bad_type(name, v)
     if isinstance(v, (float, np.float16, np.float32, np.float64)):
         return float(v), 0, False
+    if isinstance(v, np.generic) and _narrow_float(v.dtype):  # an ml_dtypes scalar (bfloat16, float8_*, ...)
+        return float(v), 0, False
     if isinstance(v, np.floating):  # long double
         if v == 0 or not np.isfinite(v):
             return float(v), 0, False  # signed zeros, infinities and NaN are float64 numbers
@@ -628,8 +640,12 @@ def _real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool 
     listed in ``inexact``). ``is_float32`` is None for Python numbers and lists, which do not vote on the dtype.
     """
     if isinstance(x, np.ndarray):
+        if _narrow_float(x.dtype):  # float16 / ml_dtypes: exactly float32 numbers, so taken as float32
+            with np.errstate(invalid="ignore"):
+                return x.astype(np.float32), [], True
         if x.dtype not in (np.float32, np.float64):
-            raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
+            raise TypeError(f"{name} must have dtype float32 or float64 (or float16, or an ml_dtypes bfloat16, "
+                            f"float8_*, float6_* or float4_* dtype, widened exactly to float32), got {x.dtype}")
         return x, [], x.dtype == np.float32
     if isinstance(x, (np.float32, np.float64)):
         return np.asarray(x), [], isinstance(x, np.float32)
@@ -669,12 +685,14 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
     """Round every element of ``x`` into ``fmt`` with ``mode``, once, from its exact value.
 
     Args:
-        x: a float32 or float64 array of any shape and memory layout, or real numbers: a Python or NumPy int or
-            float (long double included; not bool), a :class:`fractions.Fraction`, or a (nested) list or tuple
-            of these. Numbers float64 cannot hold (ints beyond 2**53, long doubles, Fractions) are rounded from
-            their exact value, never through float64 first; stochastic rounding sees them as their nearest
-            float64 plus a tail known to a quarter of float64's ulp, as it sees the exact results of
-            :mod:`simfloat.ops`. Arrays of other dtypes (integer, float16, long double, bool) are rejected.
+        x: a float32 or float64 array of any shape and memory layout, a float16 array or an ml_dtypes array
+            (bfloat16, float8_*, float6_*, float4_*; widened exactly to float32 and treated as float32 input),
+            or real numbers: a Python or NumPy int or float (long double included; not bool), a
+            :class:`fractions.Fraction`, or a (nested) list or tuple of these (not strings). Numbers float64
+            cannot hold (ints beyond 2**53, long doubles, Fractions) are rounded from their exact value, never
+            through float64 first; stochastic rounding sees them as their nearest float64 plus a tail known to a
+            quarter of float64's ulp, as it sees the exact results of :mod:`simfloat.ops`. Arrays of other
+            dtypes (integer, long double, bool, strings, ml_dtypes' int4/int2) are rejected.
         fmt: target format (:class:`FloatFormat` or name such as ``"bf16"``).
         mode: rounding mode name, :class:`RoundingMode` or its int value.
         seed: seed of stochastic rounding (reproducible: element ``i`` in C order always draws the same bits);
@@ -683,17 +701,17 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
 
     Returns:
         An ndarray shaped like ``x`` (0-d for a scalar) whose values are all representable in ``fmt``. It is
-        float32 when ``x`` is a float32 array or NumPy float32 scalar and every value of ``fmt`` is a float32
-        (as :mod:`simfloat.ops` decides), float64 otherwise: float32 input into ``"e11m7"`` or ``"float64"``
-        gives float64, since the rounded values (2**128 from float32's largest value) need not be float32
-        numbers. NaN inputs give quiet NaNs with their sign and payload (a signalling NaN is quieted, as IEEE
-        754's convertFormat does), in every mode and also for formats without a NaN code (they have no code for
-        it; simfloat never turns a NaN into a number). Overflow follows ``fmt.overflow`` and IEEE's rules per
-        mode.
+        float32 when ``x`` is a float32 (or float16 / ml_dtypes) array or NumPy float32 scalar and every value
+        of ``fmt`` is a float32 (as :mod:`simfloat.ops` decides), float64 otherwise: float32 input into
+        ``"e11m7"`` or ``"float64"`` gives float64, since the rounded values (2**128 from float32's largest
+        value) need not be float32 numbers. NaN inputs give quiet NaNs with their sign and payload (a
+        signalling NaN is quieted, as IEEE 754's convertFormat does), in every mode and also for formats without
+        a NaN code (they have no code for it; simfloat never turns a NaN into a number). Overflow follows
+        ``fmt.overflow`` and IEEE's rules per mode.
 
     Raises:
-        TypeError: ``x`` is neither a float32/float64 array nor real numbers (bools are not), ``out`` is not an
-            array of the result's shape and dtype, or ``seed`` is not an int.
+        TypeError: ``x`` is neither an array of the dtypes above nor real numbers (bools and strings are not),
+            ``out`` is not an array of the result's shape and dtype, or ``seed`` is not an int.
         ValueError: unknown format or mode, or ``out`` is read-only.
     """
     f = _resolve_format(fmt)

@@ -173,8 +173,8 @@ _COMPILE_SCRIPT = textwrap.dedent("""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     import gpu.flash_attention as fa
-    names = list(inspect.signature(fa._attn_fwd.fn).parameters)[:26]
-    sig = dict(zip(names, ["*fp16"] * 4 + ["*fp32"] * 2 + ["fp32"] + ["i32"] * 19))
+    names = list(inspect.signature(fa._attn_fwd.fn).parameters)[:27]
+    sig = dict(zip(names, ["*fp16"] * 4 + ["*fp32"] * 2 + ["fp32"] + ["i32"] * 20))
     consts = dict(HEAD_DIM=32, BLOCK_M=64, BLOCK_N=32, IS_CAUSAL=True, INPUT_PRECISION="ieee",
                   LAZY_RESCALE=True, RESCALE_THRESHOLD=8.0)
     sig.update({k: "constexpr" for k in consts})
@@ -225,7 +225,11 @@ def _bad_cases():
         ("mixed_dtype", (q, k.float(), v), {}, TypeError, "k has dtype torch.float32"),
         ("meta_device", (q.to("meta"), k.to("meta"), v.to("meta")), {}, ValueError, "needs CUDA tensors"),
         ("mixed_device", (q, k.to("meta"), v), {}, ValueError, "one device"),
-        ("batch", (q, k[:, :1], v[:, :1]), {}, ValueError, "batch and heads must agree"),
+        ("batch", (q, torch.cat([k, k]), torch.cat([v, v])), {}, ValueError, "batch and kv heads must agree"),
+        ("kv_heads_k_v", (q, k, v[:, :1]), {}, ValueError, "batch and kv heads must agree"),
+        ("kv_heads_3", (torch.cat([q, q[:, :1]], 1), k, v), {}, ValueError,
+         "q has 3 heads and k has 2: grouped-query attention needs"),
+        ("kv_heads_more", (q[:, :1], k, v), {}, ValueError, "q has 1 head and k has 2"),
         ("kv_seq", (q, k, v[:, :, :5]), {}, ValueError, "same sequence length"),
         ("head_dim_mismatch", (q, k, torch.cat([v, v], -1)), {}, ValueError, "head_dim must agree"),
         ("head_dim_24", (q[..., :12].repeat(1, 1, 1, 2),) * 3, {}, ValueError, "power of two in [16, 256]"),

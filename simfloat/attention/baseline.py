@@ -126,7 +126,10 @@ def baseline(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, c
 
     Args:
         q: (..., seq_q, head_dim) float32/float64 array (values used as they are).
-        k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1.
+        k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1. Grouped-
+            query / multi-query attention: k and v (..., kv_heads, seq_k, d) with q (..., q_heads, seq_q, d),
+            q_heads a multiple of kv_heads; query head h reads kv head h // (q_heads // kv_heads) (the bits of
+            k and v repeated per query head).
         plan: a :class:`~simfloat.attention.Plan` or preset name (``"pytorch-bf16"``, ``"fp64"``, ...); uses
             the ops qk, scale, softmax, pv, out.
         causal: top-left aligned mask: query i sees keys j <= i.

@@ -264,7 +264,10 @@ def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, bloc
     Args:
         q: (..., seq_q, head_dim) float32/float64 array. Values are used as they are: round them into the
             kernel's input format first (``simfloat.round(q, "bf16")``) to emulate low-precision inputs.
-        k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1.
+        k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1. Grouped-
+            query / multi-query attention: k and v (..., kv_heads, seq_k, d) with q (..., q_heads, seq_q, d),
+            q_heads a multiple of kv_heads; query head h reads kv head h // (q_heads // kv_heads) (the bits of
+            k and v repeated per query head).
         plan: a :class:`~simfloat.attention.Plan` or preset name (``"triton-bf16"``, ...).
         block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial).
             Tiles larger than the sequence give the bits of tiles clamped to it, and cost as much.

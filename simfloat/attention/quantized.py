@@ -666,7 +666,8 @@ def int8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan |
     Args:
         q: (..., seq_q, head_dim) float32/float64; k, v: (..., seq_k, head_dim). Values are used as given (the
             kernels convert their fp16/bf16/fp32 inputs to fp32 exactly, Q1): pass fp16 values to emulate fp16
-            inputs. Leading dims broadcast; seq_k >= 1.
+            inputs. Leading dims broadcast; seq_k >= 1; k, v may have fewer heads (grouped-query attention,
+            as :func:`simfloat.attention.flash`).
         plan: a :class:`QuantPlan` or preset: ``"int8-reference"`` (the released scheme),
             ``"int8-consistent"`` (row sum from the quantized P), ``"half-int8"``,
             ``"int8-reference-vblock"``, ``"int8-reference-vchannel"``, ``"<preset>-fp64"`` (quantizers

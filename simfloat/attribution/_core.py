@@ -15,7 +15,7 @@ from simfloat.attention import FLASH_OPS, Plan
 from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
-from simfloat.attention._inputs import operand
+from simfloat.attention._inputs import kv_repeats, operand
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
@@ -269,6 +269,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         if not isinstance(x, np.ndarray) or x.ndim < 2:
             raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
         operand(x, name)  # NaN or inf is named here, by its index in the caller's array (not the rows')
+    kv_repeats(q.shape, k.shape, "k"), kv_repeats(q.shape, v.shape, "v")  # heads that do not divide: before any run
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")

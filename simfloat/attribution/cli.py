@@ -163,8 +163,15 @@ def _run(args: argparse.Namespace) -> int:
     from simfloat.attribution import baseline_plan_for
 
     pairs = {p: baseline_plan_for(p, baseline).name for p in plans}  # unknown plans and pairings stop here
+    kv_heads = heads if getattr(args, "kv_heads", None) is None else int(args.kv_heads)
+    from simfloat.attention._inputs import kv_group
+
+    try:  # grouped-query attention: --kv-heads must divide --heads
+        kv_group(heads, kv_heads)
+    except ValueError as err:
+        raise ValueError(f"--kv-heads {kv_heads} with --heads {heads}: {err}") from None
     out = _out_dir(args.out)
-    shape_q, shape_kv = (batch, heads, seq, d), (batch, heads, seq_k, d)
+    shape_q, shape_kv = (batch, heads, seq, d), (batch, kv_heads, seq_k, d)
     evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
     head = (f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
             f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(plans)} (baselines: "

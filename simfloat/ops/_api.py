@@ -176,11 +176,13 @@ def _finish(out: np.ndarray, dtype: type) -> np.ndarray:
 
 
 _DOC_COMMON = """
-    Operands broadcast like numpy's; each may be a float32/float64 array or NumPy scalar, or real numbers as
-    :func:`simfloat.round` takes them (Python or NumPy ints and floats, Fractions, lists of them; not bools),
-    used exactly as float64: a number float64 cannot hold (an int beyond 2**53, a long double) is an error,
-    never rounded first. The result is float32 when every array or NumPy scalar operand is float32 and every
-    value of ``fmt`` is a float32 (so the cast is exact), float64 otherwise; it is always an ndarray (0-d for
+    Operands broadcast like numpy's; each may be a float32/float64 array or NumPy scalar, a float16 or ml_dtypes
+    array (bfloat16, float8_*, float6_*, float4_*: widened exactly to float32, and then float32 operands), or
+    real numbers as :func:`simfloat.round` takes them (Python or NumPy ints and floats, Fractions, lists of
+    them; not bools or strings), used exactly as float64: a number float64 cannot hold (an int beyond 2**53, a
+    long double) is an error, never rounded first. The result is float32 when every array or NumPy scalar
+    operand is float32 (or float16 / ml_dtypes) and every value of ``fmt`` is a float32 (so the cast is
+    exact), float64 otherwise; it is always an ndarray (0-d for
     scalar operands). NaN results are quiet NaNs, also for signalling NaN operands.
 
     Args:
@@ -190,7 +192,7 @@ _DOC_COMMON = """
             ``rand_bits(seed, i)``, so results do not depend on threads. ``None`` draws a fresh seed.
 
     Raises:
-        TypeError: an operand is not float32/float64 (or real numbers), or ``seed`` is not an int.
+        TypeError: an operand is not an array of those dtypes (or real numbers), or ``seed`` is not an int.
         ValueError: unknown format or mode, an operand float64 cannot hold, or shapes that do not broadcast.
 """
 
@@ -345,10 +347,12 @@ def sum(  # noqa: A001 - the public name mirrors numpy's
 def max(x: object, axis: int | None = -1) -> np.ndarray:  # noqa: A001 - the public name mirrors numpy's
     """IEEE ``maximum`` reduction along ``axis``: NaN if any element is NaN, -0 < +0; no rounding.
 
-    Returns ``x``'s shape without ``axis``, with ``x``'s dtype (float64 for Python numbers).
+    Returns ``x``'s shape without ``axis``, with ``x``'s dtype (float32 for float16 / ml_dtypes arrays, float64
+    for Python numbers).
 
     Raises:
-        TypeError: ``x`` not float32/float64. ValueError: an empty reduction, axis out of range.
+        TypeError: ``x`` not float32/float64 (or float16 / ml_dtypes, widened to float32). ValueError: an empty
+            reduction, axis out of range.
     """
     rows, is32, shape = _axis_rows("x", x, axis)
     if rows.shape[1] == 0:
