@@ -71,8 +71,7 @@ import triton.language as tl
 
 from gpu.flash_attention import _check_block, _check_inputs, _check_options, flash_attention
 
-__all__ = ["FlashAttentionFunction", "NUM_STAGES", "NUM_WARPS", "flash_attention_backward",
-           "flash_attention_grad"]
+__all__ = ["FlashAttentionFunction", "NUM_STAGES", "NUM_WARPS", "flash_attention_backward", "flash_attention_grad"]
 
 #: Fixed launch width (the GPU MMA instruction and reduction tree depend on it).
 NUM_WARPS = 4
@@ -103,10 +102,26 @@ def _p_ds(q, kt, do, vt, lse, delta, valid, qk_scale, INPUT_PRECISION: tl.conste
 
 
 @triton.jit
-def _attn_bwd_preprocess(O, DO, M, L, Delta, Lse,
-                         stride_oz, stride_oh, stride_om, stride_on,
-                         stride_dz, stride_dh, stride_dm, stride_dn,
-                         H, N_CTX_Q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+def _attn_bwd_preprocess(
+    Out,
+    DO,
+    M,
+    L,
+    Delta,
+    Lse,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_on,
+    stride_dz,
+    stride_dh,
+    stride_dm,
+    stride_dn,
+    H,
+    N_CTX_Q,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -115,10 +130,16 @@ def _attn_bwd_preprocess(O, DO, M, L, Delta, Lse,
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_CTX_Q
     # D1
-    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om
-                + offs_d[None, :] * stride_on, mask=row_ok[:, None], other=0.0).to(tl.float32)
-    do = tl.load(DO + off_z * stride_dz + off_h * stride_dh + offs_m[:, None] * stride_dm
-                 + offs_d[None, :] * stride_dn, mask=row_ok[:, None], other=0.0).to(tl.float32)
+    o = tl.load(
+        Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
+        mask=row_ok[:, None],
+        other=0.0,
+    ).to(tl.float32)
+    do = tl.load(
+        DO + off_z * stride_dz + off_h * stride_dh + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dn,
+        mask=row_ok[:, None],
+        other=0.0,
+    ).to(tl.float32)
     # D2
     delta = tl.sum(o * do, axis=1)
     # D3
@@ -131,15 +152,46 @@ def _attn_bwd_preprocess(O, DO, M, L, Delta, Lse,
 
 
 @triton.jit
-def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, qk_scale, sm_scale,
-                   stride_qz, stride_qh, stride_qm, stride_qk,
-                   stride_kz, stride_kh, stride_kn, stride_kk,
-                   stride_vz, stride_vh, stride_vn, stride_vk,
-                   stride_dz, stride_dh, stride_dm, stride_dk,
-                   stride_gz, stride_gh, stride_gn, stride_gk,
-                   H, N_CTX_Q, N_CTX_K,
-                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+def _attn_bwd_dkdv(
+    Q,
+    K,
+    V,
+    DO,
+    Lse,
+    Delta,
+    DK,
+    DV,
+    qk_scale,
+    sm_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vk,
+    stride_dz,
+    stride_dh,
+    stride_dm,
+    stride_dk,
+    stride_gz,
+    stride_gh,
+    stride_gn,
+    stride_gk,
+    H,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     start_n = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -154,10 +206,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, qk_scale, sm_scale,
     offs_d = tl.arange(0, HEAD_DIM)
     key_ok = offs_n < N_CTX_K
     # K1
-    kt = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn,
-                 mask=key_ok[None, :], other=0.0)
-    vt = tl.load(v_base + offs_d[:, None] * stride_vk + offs_n[None, :] * stride_vn,
-                 mask=key_ok[None, :], other=0.0)
+    kt = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn, mask=key_ok[None, :], other=0.0)
+    vt = tl.load(v_base + offs_d[:, None] * stride_vk + offs_n[None, :] * stride_vn, mask=key_ok[None, :], other=0.0)
     # K2
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
@@ -171,10 +221,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, qk_scale, sm_scale,
         offs_m = start_m + offs_m0
         row_ok = offs_m < N_CTX_Q
         # B1
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-                    mask=row_ok[:, None], other=0.0)
-        do = tl.load(do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dk,
-                     mask=row_ok[:, None], other=0.0)
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
+        do = tl.load(
+            do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dk, mask=row_ok[:, None], other=0.0
+        )
         lse = tl.load(Lse + stats_base + offs_m, mask=row_ok, other=0.0)
         delta = tl.load(Delta + stats_base + offs_m, mask=row_ok, other=0.0)
         valid = row_ok[:, None] & key_ok[None, :]
@@ -193,15 +243,45 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, qk_scale, sm_scale,
 
 
 @triton.jit
-def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, qk_scale, sm_scale,
-                 stride_qz, stride_qh, stride_qm, stride_qk,
-                 stride_kz, stride_kh, stride_kn, stride_kk,
-                 stride_vz, stride_vh, stride_vn, stride_vk,
-                 stride_dz, stride_dh, stride_dm, stride_dk,
-                 stride_gz, stride_gh, stride_gm, stride_gk,
-                 H, N_CTX_Q, N_CTX_K,
-                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+def _attn_bwd_dq(
+    Q,
+    K,
+    V,
+    DO,
+    Lse,
+    Delta,
+    DQ,
+    qk_scale,
+    sm_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vk,
+    stride_dz,
+    stride_dh,
+    stride_dm,
+    stride_dk,
+    stride_gz,
+    stride_gh,
+    stride_gm,
+    stride_gk,
+    H,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -216,10 +296,8 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, qk_scale, sm_scale,
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_CTX_Q
     # Q1
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dk,
-                 mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dk, mask=row_ok[:, None], other=0.0)
     lse = tl.load(Lse + stats + offs_m, mask=row_ok, other=0.0)
     delta = tl.load(Delta + stats + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -233,12 +311,13 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, qk_scale, sm_scale,
         offs_n = start_n + offs_n0
         key_ok = offs_n < N_CTX_K
         # Q2
-        kt = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn,
-                     mask=key_ok[None, :], other=0.0)
-        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk,
-                    mask=key_ok[:, None], other=0.0)
-        vt = tl.load(v_base + offs_d[:, None] * stride_vk + offs_n[None, :] * stride_vn,
-                     mask=key_ok[None, :], other=0.0)
+        kt = tl.load(
+            k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn, mask=key_ok[None, :], other=0.0
+        )
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk, mask=key_ok[:, None], other=0.0)
+        vt = tl.load(
+            v_base + offs_d[:, None] * stride_vk + offs_n[None, :] * stride_vn, mask=key_ok[None, :], other=0.0
+        )
         valid = row_ok[:, None] & key_ok[None, :]
         if IS_CAUSAL:
             valid = valid & (offs_m[:, None] >= offs_n[None, :])
@@ -248,8 +327,11 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, qk_scale, sm_scale,
 
     # E3
     dq = dq * sm_scale
-    tl.store(DQ + off_z * stride_gz + off_h * stride_gh + offs_m[:, None] * stride_gm + offs_d[None, :] * stride_gk,
-             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(
+        DQ + off_z * stride_gz + off_h * stride_gh + offs_m[:, None] * stride_gm + offs_d[None, :] * stride_gk,
+        dq.to(DQ.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -269,8 +351,9 @@ def _check_bwd_inputs(q, k, v, o, do, m, l):  # noqa: E741
     if tuple(do.shape) != tuple(q.shape):
         raise ValueError(f"do must have q's shape {tuple(q.shape)}, got {tuple(do.shape)}")
     if o.dtype not in (q.dtype, torch.float32):
-        raise TypeError(f"o has dtype {o.dtype}; it must be the input dtype {q.dtype} or float32 (the "
-                        "forward's output as stored)")
+        raise TypeError(
+            f"o has dtype {o.dtype}; it must be the input dtype {q.dtype} or float32 (the forward's output as stored)"
+        )
     if do.dtype != q.dtype:
         raise TypeError(f"do has dtype {do.dtype} but q has {q.dtype}; the gradient must be in the input dtype")
     stats_shape = tuple(q.shape[:3])
@@ -281,8 +364,23 @@ def _check_bwd_inputs(q, k, v, o, do, m, l):  # noqa: E741
             raise ValueError(f"{name} must have shape (batch, heads, seq_q) = {stats_shape}, got {tuple(t.shape)}")
 
 
-def flash_attention_backward(q, k, v, o, do, m, l, *, causal=False, scale=None, block_m=64,  # noqa: E741
-                             block_n=64, grad_dtype=None, input_precision=None, return_stats=False):
+def flash_attention_backward(
+    q,
+    k,
+    v,
+    o,
+    do,
+    m,
+    l,  # noqa: E741
+    *,
+    causal=False,
+    scale=None,
+    block_m=64,
+    block_n=64,
+    grad_dtype=None,
+    input_precision=None,
+    return_stats=False,
+):
     """Gradients (dq, dk, dv) of flash attention with the Triton FA2 backward kernels.
 
     Args:
@@ -328,22 +426,95 @@ def flash_attention_backward(q, k, v, o, do, m, l, *, causal=False, scale=None, 
 
     grid_m = (triton.cdiv(seq_q, block_m), batch * heads)
     _attn_bwd_preprocess[grid_m](
-        o, do, m, l, delta, lse,
-        o.stride(0), o.stride(1), o.stride(2), o.stride(3),
-        do.stride(0), do.stride(1), do.stride(2), do.stride(3),
-        heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=block_m, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    common = (q.stride(0), q.stride(1), q.stride(2), q.stride(3),
-              k.stride(0), k.stride(1), k.stride(2), k.stride(3),
-              v.stride(0), v.stride(1), v.stride(2), v.stride(3),
-              do.stride(0), do.stride(1), do.stride(2), do.stride(3))
-    meta = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                INPUT_PRECISION=precision, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        o,
+        do,
+        m,
+        l,
+        delta,
+        lse,
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        o.stride(3),
+        do.stride(0),
+        do.stride(1),
+        do.stride(2),
+        do.stride(3),
+        heads,
+        seq_q,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
+    )
+    common = (
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        q.stride(3),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        k.stride(3),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        v.stride(3),
+        do.stride(0),
+        do.stride(1),
+        do.stride(2),
+        do.stride(3),
+    )
+    meta = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=bool(causal),
+        INPUT_PRECISION=precision,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
+    )
     _attn_bwd_dkdv[(triton.cdiv(seq_k, block_n), batch * heads)](
-        q, k, v, do, lse, delta, dk, dv, qk_scale, sm_scale, *common,
-        dk.stride(0), dk.stride(1), dk.stride(2), dk.stride(3), heads, seq_q, seq_k, **meta)
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dk,
+        dv,
+        qk_scale,
+        sm_scale,
+        *common,
+        dk.stride(0),
+        dk.stride(1),
+        dk.stride(2),
+        dk.stride(3),
+        heads,
+        seq_q,
+        seq_k,
+        **meta,
+    )
     _attn_bwd_dq[grid_m](
-        q, k, v, do, lse, delta, dq, qk_scale, sm_scale, *common,
-        dq.stride(0), dq.stride(1), dq.stride(2), dq.stride(3), heads, seq_q, seq_k, **meta)
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dq,
+        qk_scale,
+        sm_scale,
+        *common,
+        dq.stride(0),
+        dq.stride(1),
+        dq.stride(2),
+        dq.stride(3),
+        heads,
+        seq_q,
+        seq_k,
+        **meta,
+    )
     return (dq, dk, dv, delta, lse) if return_stats else (dq, dk, dv)
 
 
@@ -357,10 +528,28 @@ class FlashAttentionFunction(torch.autograd.Function):
     scale, block_m, block_n, bwd_block_m, bwd_block_n)``. The output is in the input dtype; the gradients too."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None, block_m=64, block_n=64, bwd_block_m=64,  # noqa: D102
-                bwd_block_n=64):
-        o, m, l = flash_attention(q, k, v, causal=causal, scale=scale, block_m=block_m,  # noqa: E741
-                                  block_n=block_n, return_stats=True)
+    def forward(
+        ctx,
+        q,
+        k,
+        v,
+        causal=False,
+        scale=None,
+        block_m=64,
+        block_n=64,
+        bwd_block_m=64,  # noqa: D102
+        bwd_block_n=64,
+    ):
+        o, m, l = flash_attention(  # noqa: E741
+            q,
+            k,
+            v,
+            causal=causal,
+            scale=scale,
+            block_m=block_m,  # noqa: E741
+            block_n=block_n,
+            return_stats=True,
+        )
         ctx.save_for_backward(q, k, v, o, m, l)
         ctx.opts = dict(causal=causal, scale=scale, block_m=bwd_block_m, block_n=bwd_block_n)
         return o
@@ -372,8 +561,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None
 
 
-def flash_attention_grad(q, k, v, *, causal=False, scale=None, block_m=64, block_n=64, bwd_block_m=64,
-                         bwd_block_n=64):
+def flash_attention_grad(q, k, v, *, causal=False, scale=None, block_m=64, block_n=64, bwd_block_m=64, bwd_block_n=64):
     """Flash attention with autograd: the Triton forward, and the Triton backward for ``.backward()``.
 
     Args:
