@@ -47,15 +47,24 @@ def _inputs(lead, seq_q, seq_k, d, seed=0, fmt=None):
 
 
 def _emulate(q, k, v, do, plan, bm, bn, causal):
-    o, m, l = flash(q, k, v, plan="fp64" if plan == "fp64" else f"triton-{plan.split('-')[1]}", block_m=bm,  # noqa: E741
-                    block_n=bn, causal=causal, return_stats=True)
+    o, m, l = flash(
+        q,
+        k,
+        v,
+        plan="fp64" if plan == "fp64" else f"triton-{plan.split('-')[1]}",
+        block_m=bm,  # noqa: E741
+        block_n=bn,
+        causal=causal,
+        return_stats=True,
+    )
     lse = lse_from_stats(m, l, plan=plan)
     return flash_backward(q, k, v, o, do, lse, plan=plan, block_m=bm, block_n=bn, causal=causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("seq_q, seq_k, d, bm, bn", [(97, 97, 32, 32, 16), (1, 5, 16, 16, 16), (64, 257, 8, 48, 64),
-                                                     (257, 257, 16, 64, 32)])
+@pytest.mark.parametrize(
+    "seq_q, seq_k, d, bm, bn", [(97, 97, 32, 32, 16), (1, 5, 16, 16, 16), (64, 257, 8, 48, 64), (257, 257, 16, 64, 32)]
+)
 def test_fp64_plan_matches_torch_float64_autograd(seq_q, seq_k, d, bm, bn, causal):
     q, k, v, do = _inputs((2,), seq_q, seq_k, d, seed=seq_q)
     got = _emulate(q, k, v, do, "fp64", bm, bn, causal)
@@ -86,6 +95,75 @@ def test_thread_count_changes_no_bits_and_bf16_gradients_are_close():
     for g, w in zip(one[:3], want, strict=True):
         assert np.array_equal(sf.round(g, "bf16"), g)
         assert np.abs(g - w).max() <= 0.05 * np.abs(w).max()
+
+
+def _adversarial(lead, seq_q, seq_k, d, kind, fmt):
+    """Inputs that stress the backward: ``ties`` (every key of a block equal: tied row maxima, P exactly 1 at
+    several keys, one-signed V), ``range`` (rows scaled over 2**+-12), else plain normal."""
+    q, k, v, do = _inputs(lead, seq_q, seq_k, d, seed=seq_q + seq_k, fmt=None)
+    if kind == "ties":
+        k[..., : seq_k // 2 + 1, :] = k[..., :1, :]
+        v = np.abs(v) + 0.5
+    elif kind == "range":
+        rng = np.random.default_rng(1)
+        q = q * 2.0 ** rng.integers(-12, 4, size=q.shape[:-1] + (1,))
+        do = do * 2.0 ** rng.integers(-12, 12, size=do.shape[:-1] + (1,))
+    return tuple(sf.round(x, fmt) for x in (q, k, v, do))
+
+
+_ODD = backward_plan("triton-bf16").replace(
+    name="odd-modes",
+    scale=("float32", "toward_zero"),
+    p=("bfloat16", "odd"),
+    ds=("float32", "up"),
+    delta=("float64", "toward_zero"),
+    grad=("float16", "down"),
+    ds_cast=("e6m9", "nearest_away"),
+)
+_FORWARD = {
+    "triton-bf16": "triton-bf16",
+    "triton-fp16": "triton-fp16",
+    "all-bf16": "all-bf16",
+    "fp64": "fp64",
+    "triton-tf32": "triton-tf32",
+    "h200-bf16": "h200-bf16",
+    "odd-modes": "triton-bf16",
+}
+
+
+@pytest.mark.parametrize(
+    "plan, seq_q, seq_k, bm, bn, causal, kind",
+    [
+        ("triton-bf16", 97, 97, 32, 16, True, "ties"),
+        ("triton-bf16", 257, 97, 64, 64, False, "range"),
+        ("triton-fp16", 1, 1, 16, 16, True, "plain"),
+        ("triton-fp16", 97, 257, 24, 40, True, "range"),
+        ("all-bf16", 97, 97, 16, 32, False, "ties"),
+        ("fp64", 257, 257, 48, 32, True, "plain"),
+        ("triton-tf32", 97, 97, 32, 32, False, "plain"),
+        ("h200-bf16", 97, 97, 32, 32, True, "plain"),
+        (_ODD, 97, 97, 32, 16, True, "range"),
+    ],
+)
+def test_vector_engine_equals_scalar_reference_bit_for_bit(plan, seq_q, seq_k, bm, bn, causal, kind):
+    name = plan if isinstance(plan, str) else plan.name
+    fmt = {"bf16": "bf16", "fp16": "fp16"}.get(name.split("-")[-1], "float32" if name != "fp64" else "float64")
+    if name == "odd-modes":
+        fmt = "bf16"
+    q, k, v, do = _adversarial((2,), seq_q, seq_k, 16, kind, fmt)
+    o, m, l = flash(q, k, v, plan=_FORWARD[name], block_m=bm, block_n=bn, causal=causal, return_stats=True)  # noqa: E741
+    lse = lse_from_stats(m, l, plan=plan)
+    kw = dict(plan=plan, block_m=bm, block_n=bn, causal=causal, return_delta=True)
+    ref = flash_backward(q, k, v, o, do, lse, engine="reference", **kw)
+    old = numba.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            got = flash_backward(q, k, v, o, do, lse, engine="vector", **kw)
+            for label, g, r in zip(("dq", "dk", "dv", "delta"), got, ref, strict=True):
+                assert np.array_equal(g, r), (label, threads, int(np.sum(g != r)))
+    finally:
+        numba.set_num_threads(old)
 
 
 def test_presets_and_plan_entries():
@@ -207,8 +285,9 @@ def test_kernel_under_faithful_equals_emulator_bit_for_bit(fmt, seq, causal, bm,
     tq, tk, tv, tdo = (torch.tensor(x, dtype=torch.float32).to(dt) for x in (q, k, v, do))
     with faithful():
         o, m, l = flash_attention(tq, tk, tv, causal=causal, block_m=bm, block_n=bn, return_stats=True)  # noqa: E741
-        dq, dk, dv, delta, lse = flash_attention_backward(tq, tk, tv, o, tdo, m, l, causal=causal, block_m=bm,
-                                                          block_n=bn, return_stats=True)
+        dq, dk, dv, delta, lse = flash_attention_backward(
+            tq, tk, tv, o, tdo, m, l, causal=causal, block_m=bm, block_n=bn, return_stats=True
+        )
     on, mn, ln = o.float().double().numpy(), m.double().numpy(), l.double().numpy()
     plan = f"triton-{fmt}"
     lse_e = lse_from_stats(mn, ln, plan=plan)

@@ -39,10 +39,11 @@ from simfloat._jit import jit
 from simfloat._lanes import Lane, ladd, lane, lmul, lround
 from simfloat._mma import MMA, for_operands, mma, operand_powers, round_operands, row_mma, work
 from simfloat._parallel import run_rows
-from simfloat.attention._build import dot_output_format
+from simfloat.accumulate import dot_acc
+from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, operand
-from simfloat.attention._kernels import add, mul, sub
+from simfloat.attention._kernels import add, exp, exp2_hw, fma, mul, rnd, sub
 from simfloat.attention.plan import BackwardPlan, OpSpec, backward_plan
 from simfloat.ops import log_dd
 
@@ -246,6 +247,73 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):  # type: ignore[no-untyped-de
             _epilogue(dq[b, i], d, True, eng)
 
 
+@jit
+def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):  # type: ignore[no-untyped-def]
+    """The scalar reference (test oracle) for lead indices [lo, hi): every value by the scalar ops and
+    ``dot_acc`` per output, the dots over the kernels' zero-padded tiles, in the kernels' order."""
+    bm, bn, causal = geo
+    seq_q, d = q.shape[1], q.shape[2]
+    seq_k, dvd = v.shape[1], v.shape[2]
+    n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
+    pm, dsm = np.zeros((n_qt * bm, n_kv * bn)), np.zeros((n_qt * bm, n_kv * bn))
+    qp, dop = np.zeros((n_qt * bm, d)), np.zeros((n_qt * bm, dvd))
+    kp = np.zeros((n_kv * bn, d))
+    for b in range(lo, hi):
+        pm[:, :] = 0.0
+        dsm[:, :] = 0.0
+        qp[:seq_q] = q[b]
+        dop[:seq_q] = do[b]
+        kp[:seq_k] = k[b]
+        for i in range(seq_q):
+            jv = min(seq_k, i + 1) if causal else seq_k
+            for j in range(jv):
+                sc = dot_acc(q[b, i], k[b, j], 0.0, pp.qk)  # B2
+                if pp.contract:  # B4
+                    x = fma(sc, pp.qk_scale, -lse[b, i], pp.scale)
+                else:
+                    x = sub(mul(sc, pp.qk_scale, pp.scale), lse[b, i], pp.scale)
+                pv = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
+                psum[b, i] += pv
+                dp = dot_acc(do[b, i], v[b, j], 0.0, pp.dp)  # B6
+                ds = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds)  # B7
+                dsm[i, j] = rnd(ds, pp.ds_cast)  # B8
+                pm[i, j] = rnd(pv, pp.p)
+        for j in range(seq_k):  # B5, B9 over the query tiles; E1, E2
+            jt = j // bn
+            t0 = (jt * bn) // bm if causal else 0
+            for c in range(dvd):
+                acc = 0.0
+                for t in range(t0, n_qt):
+                    acc = dot_acc(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc, pp.dv)
+                dv[b, j, c] = rnd(acc, pp.grad)
+            for c in range(d):
+                acc = 0.0
+                for t in range(t0, n_qt):
+                    acc = dot_acc(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc, pp.dk)
+                dk[b, j, c] = rnd(mul(acc, pp.sm_scale, pp.grad_scale), pp.grad)
+        for i in range(seq_q):  # Q4 over the key tiles; E3
+            t = i // bm
+            hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
+            for c in range(d):
+                acc = 0.0
+                for jt in range((hi_k + bn - 1) // bn):
+                    acc = dot_acc(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc, pp.dq)
+                dq[b, i, c] = rnd(mul(acc, pp.sm_scale, pp.grad_scale), pp.grad)
+
+
+@jit
+def _ref_delta(lo, hi, o, do, delta, op):  # type: ignore[no-untyped-def]
+    """D2 by the scalar ops, rows [lo, hi) of the flattened (lead, query) grid."""
+    seq_q = o.shape[1]
+    for u in range(lo, hi):
+        b = u // seq_q
+        i = u - b * seq_q
+        s = 0.0
+        for c in range(o.shape[2]):
+            s = add(s, mul(o[b, i, c], do[b, i, c], op), op)
+        delta[b, i] = s
+
+
 # -- Python side ----------------------------------------------------------------------------------------------
 
 
@@ -379,59 +447,28 @@ def _lanes(pl: BackwardPlan) -> BwdLanes:
     return BwdLanes(*(lane(getattr(pl, op).fmt, int(getattr(pl, op).mode)) for op in BwdLanes._fields))
 
 
-def flash_backward(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    o: np.ndarray,
-    do: np.ndarray,
-    lse: np.ndarray,
-    *,
-    plan: BackwardPlan | str,
-    block_m: int = 64,
-    block_n: int = 64,
-    causal: bool = False,
-    scale: float | None = None,
-    return_delta: bool = False,
-) -> tuple[np.ndarray, ...]:
-    """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
-
-    Args:
-        q: (..., seq_q, head_dim); k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v) float32/float64, in the
-            kernel's input format (round them first). Leading dims must be equal for all five arrays.
-        o: (..., seq_q, head_dim_v) the forward's output as stored (input format or fp32: delta from fp32 O).
-        do: (..., seq_q, head_dim_v) gradient of the output (input format).
-        lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
-            the forward's (m, l).
-        plan: a :class:`~simfloat.attention.plan.BackwardPlan` or preset name (``"triton-bf16"``, ...).
-        block_m, block_n: the kernels' query / key tiles (any positive ints).
-        causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
-        return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).
-
-    Returns:
-        (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
-        ``return_delta``, (dq, dk, dv, delta).
-
-    Raises:
-        TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; an ``lse``
-            that does not belong to these inputs under this plan (a row's recomputed P does not sum to about 1:
-            the lse of another plan, scale, mask or inputs).
-    """
-    pl = backward_plan(plan)
-    qa, ka, va, oa, da, la = _check(q, k, v, o, do, lse)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
-    sc = _scale_of(scale, qa.shape[-1])
-    pp = pl.params(sc)
-    lead = qa.shape[:-2]
-    qf, kf, vf, of, dof = (_flat(x, lead) for x in (qa, ka, va, oa, da))
-    lf = np.ascontiguousarray(la, dtype=np.float64).reshape(qf.shape[:2])
-    n_lead, seq_q, d = qf.shape
-    seq_k, dvd = vf.shape[1:]
-    ln = _lanes(pl)
-
-    delta = np.zeros((n_lead, seq_q))
+def _vector(
+    pl: BackwardPlan,
+    pp: object,
+    ln: BwdLanes,
+    qf: np.ndarray,
+    kf: np.ndarray,
+    vf: np.ndarray,
+    of: np.ndarray,
+    dof: np.ndarray,
+    lf: np.ndarray,
+    delta: np.ndarray,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+    psum: np.ndarray,
+    bm: int,
+    bn: int,
+    causal: bool,
+) -> None:
+    """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P."""
+    n_lead, seq_q = qf.shape[:2]
+    seq_k = kf.shape[1]
     if n_lead * seq_q:
         run_rows(_delta_units, n_lead * seq_q, of, dof, delta, ln.delta, pp.delta)
 
@@ -475,13 +512,79 @@ def flash_backward(
         delta,
     )
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
-    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, bool(causal), seq_q, seq_k)
+    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k)
+    if n_lead:
+        run_rows(_bwd_units, n_lead, xs, dq, dk, dv, psum, eng)
+
+
+def flash_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    o: np.ndarray,
+    do: np.ndarray,
+    lse: np.ndarray,
+    *,
+    plan: BackwardPlan | str,
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    return_delta: bool = False,
+    engine: str | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
+
+    Args:
+        q: (..., seq_q, head_dim); k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v) float32/float64, in the
+            kernel's input format (round them first). Leading dims must be equal for all five arrays.
+        o: (..., seq_q, head_dim_v) the forward's output as stored (input format or fp32: delta from fp32 O).
+        do: (..., seq_q, head_dim_v) gradient of the output (input format).
+        lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
+            the forward's (m, l).
+        plan: a :class:`~simfloat.attention.plan.BackwardPlan` or preset name (``"triton-bf16"``, ...).
+        block_m, block_n: the kernels' query / key tiles (any positive ints).
+        causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
+        return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).
+        engine: ``"vector"`` (default: the row kernels) or ``"reference"`` (the scalar ops and ``dot_acc`` per
+            output: the test oracle). Both give the same bits.
+
+    Returns:
+        (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
+        ``return_delta``, (dq, dk, dv, delta).
+
+    Raises:
+        TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; an ``lse``
+            that does not belong to these inputs under this plan (a row's recomputed P does not sum to about 1:
+            the lse of another plan, scale, mask or inputs).
+    """
+    pl = backward_plan(plan)
+    qa, ka, va, oa, da, la = _check(q, k, v, o, do, lse)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    which = check_engine(engine, False)
+    sc = _scale_of(scale, qa.shape[-1])
+    pp = pl.params(sc)
+    lead = qa.shape[:-2]
+    qf, kf, vf, of, dof = (_flat(x, lead) for x in (qa, ka, va, oa, da))
+    lf = np.ascontiguousarray(la, dtype=np.float64).reshape(qf.shape[:2])
+    n_lead, seq_q, d = qf.shape
+    seq_k, dvd = vf.shape[1:]
+    ln = _lanes(pl)
+
+    delta = np.zeros((n_lead, seq_q))
     dq = np.zeros((n_lead, seq_q, d))
     dk = np.zeros((n_lead, seq_k, d))
     dv = np.zeros((n_lead, seq_k, dvd))
     psum = np.zeros((n_lead, seq_q))
-    if n_lead:
-        run_rows(_bwd_units, n_lead, xs, dq, dk, dv, psum, eng)
+    if which == "reference":
+        if n_lead * seq_q:
+            run_rows(_ref_delta, n_lead * seq_q, of, dof, delta, pp.delta)
+        if n_lead:
+            run_rows(_ref_units, n_lead, qf, kf, vf, dof, lf, delta, dq, dk, dv, psum, pp, (bm, bn, bool(causal)))
+    else:
+        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal))
     bad = ~((psum > 0.5) & (psum < 2.0))
     if seq_q and np.any(bad):
         idx = np.unravel_index(int(np.argmax(bad)), psum.shape)
