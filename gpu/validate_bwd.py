@@ -118,12 +118,12 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
     t0 = time.perf_counter()
     try:
         with ctx:
-            o, m, l = flash_attention(
+            o, m, l = flash_attention(  # noqa: E741
                 tq,
                 tk,
                 tv,
                 causal=cfg.causal,
-                block_m=cfg.block_m,  # noqa: E741
+                block_m=cfg.block_m,
                 block_n=cfg.block_n,
                 return_stats=True,
                 out_dtype=torch.float32 if cfg.out == "fp32" else dt,

@@ -47,12 +47,12 @@ def _inputs(lead, seq_q, seq_k, d, seed=0, fmt=None):
 
 
 def _emulate(q, k, v, do, plan, bm, bn, causal):
-    o, m, l = flash(
+    o, m, l = flash(  # noqa: E741
         q,
         k,
         v,
         plan="fp64" if plan == "fp64" else f"triton-{plan.split('-')[1]}",
-        block_m=bm,  # noqa: E741
+        block_m=bm,
         block_n=bn,
         causal=causal,
         return_stats=True,
