@@ -1042,6 +1042,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=positive_int, default=None,
                    help="worker processes (default: CPU count, at most 8 on the interpreter, 12 on a GPU)")
     p.add_argument("--no-int8", action="store_true", help="leave out the int8 configs")
+    p.add_argument("--pass", dest="passes", default="forward", choices=("forward", "backward", "both"),
+                   help="forward kernels (default), the backward kernels (gpu.validate_bwd: backward.csv/md) "
+                        "or both")
     p.add_argument("--no-emulator", action="store_true", help="run the kernels only (GPU fixture recording)")
     p.add_argument("--record-fixtures", type=Path, metavar="DIR",
                    help="also write fixtures (configs, seeds, kernel outputs, m_i, l_i, env) into DIR")
@@ -1077,6 +1080,19 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         log(f"wrote {out_dir / 'validation.csv'} and validation.md")
         return 0
     backend = resolve_backend(args.backend)
+    bwd_failed = False
+    if getattr(args, "passes", "forward") in ("backward", "both"):
+        from gpu.validate_bwd import run_backward
+
+        bwd_deadline = None if args.budget_s is None else start + float(args.budget_s)
+        bwd_rows = run_backward(out_dir, args.grid, backend, emulate=not args.no_emulator, deadline=bwd_deadline,
+                                log=log)
+        bwd_failed = backend == "faithful" and not args.no_emulator and any(r["status"] != "bitwise"
+                                                                            for r in bwd_rows)
+        log(f"backward: {sum(r['status'] == 'bitwise' for r in bwd_rows)}/{len(bwd_rows)} bitwise; wrote "
+            f"{out_dir / 'backward.csv'}")
+        if args.passes == "backward":
+            return 1 if bwd_failed else 0
     configs = grid(args.grid, int8=not args.no_int8)
     jobs = args.jobs
     if jobs is None:
@@ -1115,7 +1131,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         f"{s['kernel_only']} kernel only, {s['errors']} errors, {s['skipped']} skipped; wrote {out_dir}")
     if backend == "faithful" and emulate and (s["bitwise_100"] != s["compared"] or s["errors"]):
         return 1
-    return 0
+    return 1 if bwd_failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,13 @@ def _demo(args: argparse.Namespace) -> int:
 def _attribute(args: argparse.Namespace) -> int:
     from simfloat.attribution.cli import run
 
-    return run(args)
+    passes = getattr(args, "passes", "forward")
+    rc = run(args) if passes in ("forward", "both") else 0
+    if passes in ("backward", "both") and rc == 0:
+        from simfloat.attribution.backward import run_cli
+
+        rc = run_cli(args)
+    return rc
 
 
 def _int_at_least(text: str, low: int, what: str) -> int:
@@ -101,6 +107,9 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="simfloat-out", help="output folder (default ./simfloat-out)")
     p.add_argument("--causal", action="store_true", help="top-left aligned causal mask")
     p.add_argument("--quick", action="store_true", help="small sizes (seq 80, head dim 16, 2 heads): seconds")
+    p.add_argument("--pass", dest="passes", choices=("forward", "backward", "both"), default="forward",
+                   help="attribute the forward output (default), the backward's gradients dQ/dK/dV "
+                        "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles) or both")
     p.set_defaults(func=_attribute)
 
 

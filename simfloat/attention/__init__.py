@@ -2,6 +2,8 @@
 
 * :func:`flash` — flash attention (FA2 online softmax; FA1 and lazy-rescaling variants), mirroring the Triton
   kernel of ``gpu/flash_attention.py`` op for op under a ``triton-<fmt>`` plan.
+* :func:`flash_backward` / :func:`baseline_backward` — the backward pass (dq, dk, dv) under a
+  :class:`BackwardPlan`, mirroring ``gpu/flash_attention_bwd.py`` / torch's eager autograd.
 * :func:`baseline` — standard attention: full scores, softmax, P.V.
 * :class:`Plan` / :func:`plan` — the format and rounding of every op (presets: fp64, all-<fmt>, triton-<fmt>,
   pytorch-<fmt>).
@@ -13,9 +15,21 @@ Both kernels take (..., seq, head_dim) float32/float64 arrays and return float64
 plan's output format; pass ``trace=simfloat.Tracer()`` to attribute the error to ops and kv blocks.
 """
 
+from simfloat.attention.backward import baseline_backward, flash_backward, lse_from_stats
 from simfloat.attention.baseline import baseline
 from simfloat.attention.flash import flash
-from simfloat.attention.plan import BASELINE_OPS, FLASH_OPS, OpSpec, Plan, plan, presets
+from simfloat.attention.plan import (
+    BACKWARD_OPS,
+    BASELINE_OPS,
+    FLASH_OPS,
+    BackwardPlan,
+    OpSpec,
+    Plan,
+    backward_plan,
+    backward_presets,
+    plan,
+    presets,
+)
 from simfloat.attention.quantized import (
     EXACT,
     QUANT_OPS,
@@ -31,6 +45,7 @@ from simfloat.attention.quantized import (
     quantize,
 )
 
-__all__ = ["BASELINE_OPS", "EXACT", "FLASH_OPS", "QUANTIZERS", "QUANT_OPS", "OpSpec", "Plan", "Quant",
-           "QuantPlan", "baseline", "flash", "fp8_flash", "hadamard_rotation", "int8_flash", "plan",
+__all__ = ["BACKWARD_OPS", "BASELINE_OPS", "EXACT", "FLASH_OPS", "QUANTIZERS", "QUANT_OPS", "BackwardPlan", "OpSpec",
+           "Plan", "Quant", "QuantPlan", "backward_plan", "backward_presets", "baseline", "baseline_backward",
+           "flash", "flash_backward", "fp8_flash", "hadamard_rotation", "int8_flash", "lse_from_stats", "plan",
            "presets", "quant_flash", "quant_plan", "quant_presets", "quantize"]

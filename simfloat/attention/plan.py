@@ -28,7 +28,8 @@ from simfloat.formats import FloatFormat, FormatParams
 from simfloat.formats import format as _format
 from simfloat.rounding import RoundingMode, mode_code
 
-__all__ = ["BASELINE_OPS", "FLASH_OPS", "OpSpec", "Plan", "plan", "presets"]
+__all__ = ["BACKWARD_OPS", "BASELINE_OPS", "FLASH_OPS", "BackwardPlan", "OpSpec", "Plan", "backward_plan",
+           "backward_presets", "plan", "presets"]
 
 FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "pv", "normalize", "out")
 BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
@@ -400,4 +401,220 @@ def plan(name: str | Plan) -> Plan:
     table = presets()
     if name not in table:
         raise ValueError(f"unknown plan {name!r}; presets: {', '.join(table)}")
+    return table[name]
+
+
+# -- backward ------------------------------------------------------------------------------------------------
+
+BACKWARD_OPS = ("delta", "lse", "qk", "scale", "exp", "p", "dv", "dp", "ds", "ds_cast", "dk", "dq", "grad_scale",
+                "grad", "softmax")
+_BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
+#: the ops :func:`simfloat.attention.flash_backward` uses (``softmax`` is baseline_backward's only)
+FLASH_BACKWARD_OPS = BACKWARD_OPS[:-1]
+#: the ops :func:`simfloat.attention.baseline_backward` uses
+BASELINE_BACKWARD_OPS = ("delta", "qk", "scale", "softmax", "p", "dv", "dp", "ds", "ds_cast", "dk", "dq",
+                         "grad_scale", "grad")
+
+
+class BackwardParams(NamedTuple):
+    """A backward plan flattened for njit kernels (see :meth:`BackwardPlan.params`)."""
+
+    qk: AccParams
+    dv: AccParams
+    dp: AccParams
+    dk: AccParams
+    dq: AccParams
+    delta: OpParams
+    lse: OpParams
+    scale: OpParams
+    exp: OpParams
+    p: OpParams
+    ds: OpParams
+    ds_cast: OpParams
+    grad_scale: OpParams
+    grad: OpParams
+    softmax: OpParams
+    exp2: bool
+    contract: bool
+    qk_scale: float  # the scale as P's recomputation uses it (log2(e) folded in with exp2), a scale-op value
+    sm_scale: float  # the scale rounded into the grad_scale op's format (dK, dQ epilogues)
+    ex2_tab: np.ndarray  # empty = correctly rounded exp2, else simfloat.hardware.ex2_table()
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    """Format and rounding of every operation of the attention backward pass (``gpu/flash_attention_bwd.py``).
+
+    Dots (``qk dv dp dk dq``) hold accumulation models, the others an :class:`OpSpec`. Build presets with
+    :func:`backward_plan` and variants with :meth:`replace`.
+
+    Attributes:
+        name: label.
+        delta: ``rowsum(dO * O)``: each product and each partial sum (sequential) rounded into it (D2).
+        lse: the log-sum-exp ``m + log(l)`` (log2 units with ``exp2``): the log and the add (D3).
+        qk: score dot q.k (from 0; B2). scale: ``fma(qk, qk_scale, -lse)`` (one rounding with ``contract``,
+            else the multiply and the subtraction each) and the host's qk_scale (B4).
+        exp: exp2 (or exp) of the shifted scores, P (B4). p: cast of P before the dV dot (B5).
+        dv: ``dV += P^T dO`` (B5). dp: ``dP = dO V^T`` (from 0; B6).
+        ds: ``P * (dP - delta)``: the subtraction and the multiply (B7). ds_cast: cast of dS before the dK and
+            dQ dots (B8).
+        dk: ``dK += dS^T Q`` (B9). dq: ``dQ += dS K`` (Q4).
+        grad_scale: the softmax scale and the epilogue multiplies ``dK * scale``, ``dQ * scale`` (E1, E3).
+        grad: cast of dQ, dK, dV on store (E2, E3).
+        softmax: baseline_backward only: the format of the forward softmax it recomputes.
+        exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
+        contract: the B4 shift as one fused rounding.
+        exp2_impl: ``"correctly_rounded"`` or ``"h200"`` (the measured ex2.approx.ftz.f32, see :class:`Plan`).
+    """
+
+    name: str
+    delta: OpSpec
+    lse: OpSpec
+    qk: Model
+    scale: OpSpec
+    exp: OpSpec
+    p: OpSpec
+    dv: Model
+    dp: Model
+    ds: OpSpec
+    ds_cast: OpSpec
+    dk: Model
+    dq: Model
+    grad_scale: OpSpec
+    grad: OpSpec
+    softmax: OpSpec
+    exp2: bool = False
+    contract: bool = False
+    exp2_impl: str = "correctly_rounded"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"BackwardPlan.name must be a string, got {type(self.name).__name__}")
+        for op in BACKWARD_OPS:
+            value = getattr(self, op)
+            spec = _dot_spec(op, value) if op in _BWD_DOTS else _scalar_spec(op, value)
+            object.__setattr__(self, op, spec)
+        for flag in ("exp2", "contract"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
+        if self.exp2_impl not in EXP2_IMPLS:
+            raise ValueError(f"BackwardPlan.exp2_impl must be one of {EXP2_IMPLS}, got {self.exp2_impl!r}")
+
+    def replace(self, **changes: object) -> BackwardPlan:
+        """A copy with some ops or flags changed (values as for the constructor).
+
+        Raises:
+            ValueError: an unknown op or flag (the message lists the valid ones).
+            TypeError: a value of the wrong type.
+        """
+        flags = ("exp2", "contract", "exp2_impl")
+        unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
+        if unknown:
+            raise ValueError(f"unknown backward plan entries {unknown}; ops: {', '.join(BACKWARD_OPS)}; "
+                             f"flags: {', '.join(flags)}")
+        if "name" not in changes:
+            changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{op}={getattr(self, op)}" for op in BACKWARD_OPS)
+        return (f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
+                + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "") + ")")
+
+    def params(self, scale: float) -> BackwardParams:
+        """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it:
+        ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2``, else ``scale_op(scale)``;
+        ``sm_scale = grad_scale_op(scale)``.
+
+        Raises:
+            ValueError: a rounded scale is not finite and > 0.
+        """
+        from simfloat.attention._kernels import mul, rnd
+
+        def op(name: str) -> OpParams:
+            s: OpSpec = getattr(self, name)
+            return OpParams(s.fmt.params, int(s.mode))
+
+        sc = op("scale")
+        s_rounded = rnd(float(scale), sc)
+        qk_scale = mul(s_rounded, rnd(math.log2(math.e), sc), sc) if self.exp2 else s_rounded
+        sm_scale = rnd(float(scale), op("grad_scale"))
+        for v in (qk_scale, sm_scale):
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")
+        return BackwardParams(*(acc_params(getattr(self, d)) for d in _BWD_DOTS),
+                              *(op(n) for n in BACKWARD_OPS if n not in _BWD_DOTS),
+                              self.exp2, self.contract, qk_scale, sm_scale, _ex2_tab(self.exp2_impl))
+
+
+def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
+    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt,
+                        fmt)  # type: ignore[arg-type]
+
+
+def _bwd_triton(fmt: str) -> BackwardPlan:
+    f = _ALIAS[fmt]
+    dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
+    io = "float32" if fmt in ("fp32", "tf32") else f
+    fp32 = "float32"
+    return BackwardPlan(f"triton-{fmt}", fp32, fp32, dot, fp32, fp32, io, dot, dot, fp32, io, dot, dot, fp32, io,
+                        fp32, exp2=True, contract=True)  # type: ignore[arg-type]
+
+
+def _bwd_pytorch(fmt: str) -> BackwardPlan:
+    # torch's eager autograd of softmax(scale * q k^T) v in <fmt>: every matmul accumulated in fp32 from zero and
+    # rounded once into <fmt>; the scale multiply in <fmt>; softmax and its backward (the row sum of dP * P, then
+    # P * (dP - sum)) in fp32, stored in <fmt>
+    f = _ALIAS[fmt]
+    if fmt == "fp32":
+        dot: Model = Sequential("float32")
+    else:
+        dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
+    fp32 = "float32"
+    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f,
+                        fp32)  # type: ignore[arg-type]
+
+
+@functools.cache
+def _build_backward() -> dict[str, BackwardPlan]:
+    out = {"fp64": _bwd_uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
+    for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
+        f = _ALIAS[fmt]
+        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
+    for fmt in ("bf16", "fp16", "fp32", "tf32"):
+        out[f"triton-{fmt}"] = _bwd_triton(fmt)
+    for fmt in ("bf16", "fp16", "tf32"):
+        out[f"h200-{fmt}"] = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200")
+    for fmt in ("bf16", "fp16", "fp32"):
+        out[f"pytorch-{fmt}"] = _bwd_pytorch(fmt)
+    return out
+
+
+def backward_presets() -> dict[str, BackwardPlan]:
+    """All preset backward plans by name (see :func:`backward_plan`)."""
+    return dict(_build_backward())
+
+
+def backward_plan(name: str | BackwardPlan) -> BackwardPlan:
+    """A preset backward precision plan (a :class:`BackwardPlan` is returned unchanged).
+
+    Presets (the names of the forward's, :func:`plan`):
+        ``fp64``: every op float64 (golden). ``all-<fmt>``: every op in <fmt>, sequential dots with rounded
+        products, exp (not exp2), no contraction.
+        ``triton-<fmt>``: ``gpu/flash_attention_bwd.py``: sm90 tensor-core dots (``triton-fp32``: FMA loops),
+        exp2 with an fp32 qk_scale, the B4 shift fused, fp32 delta/lse/P/dS arithmetic, P and dS cast to <fmt>,
+        gradients stored in <fmt>. ``h200-<fmt>``: with the H200's measured exp2.
+        ``pytorch-<fmt>``: torch's eager autograd (:func:`simfloat.attention.baseline_backward`).
+
+    Raises:
+        ValueError: unknown name (the message lists the presets).
+        TypeError: ``name`` is neither a string nor a BackwardPlan.
+    """
+    if isinstance(name, BackwardPlan):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"plan must be a BackwardPlan or a preset name, got {type(name).__name__}")
+    table = backward_presets()
+    if name not in table:
+        raise ValueError(f"unknown backward plan {name!r}; presets: {', '.join(table)}")
     return table[name]

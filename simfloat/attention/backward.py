@@ -1,0 +1,668 @@
+"""The attention backward pass under a precision plan: flash (FA2, mirroring ``gpu/flash_attention_bwd.py``) and
+torch's eager autograd of the baseline.
+
+:func:`flash_backward` follows the Triton kernels' steps (their module docstring: D1..D3, B1..B9, Q1..Q4,
+E1..E3); ``op(x)`` is x rounded once into op's format (:class:`~simfloat.attention.plan.BackwardPlan`):
+
+* D2 ``delta_i = delta(... delta(delta(o_i0 do_i0) + delta(o_i1 do_i1)) ...)``, left to right from 0;
+  D3 ``lse_i = lse(m_i + lse(log2 l_i))`` (natural log without ``exp2``), :func:`lse_from_stats`;
+* per key tile (block_n keys) and per query tile (block_m rows) in increasing order, from the first tile with
+  a row that sees one of the keys when causal: for every row i and visible key j,
+  B2 ``s_ij = qk(q_i . k_j)``, B4 ``p_ij = exp(exp2(scale(fma(s_ij, qk_scale, -lse_i))))``,
+  B6 ``dp_ij = dp(do_i . v_j)``, B7 ``ds_ij = ds(p_ij * ds(dp_ij - delta_i))``, B8 ``ds_ij = ds_cast(ds_ij)``;
+  masked pairs have p = ds = 0;
+* B5 ``dv_j = dv(dv_j + sum_i p(p_ij) do_i)`` and B9 ``dk_j = dk(dk_j + sum_i ds_ij q_i)`` over the block_m rows
+  of each query tile (one MMA per tile, rows past seq_q zero), Q4 ``dq_i = dq(dq_i + sum_j ds_ij k_j)`` over the
+  block_n keys of each key tile (keys past seq_k zero), each with the accumulator entering the model;
+* E1/E3 ``dk_j = grad(grad_scale(dk_j * sm_scale))``, ``dq_i`` likewise, E2 ``dv_j = grad(dv_j)``.
+
+The kernels recompute P and dS twice (the dK/dV and the dQ passes), with the same ops on the same operands, so
+the emulator computes them once per (key tile, query tile) and feeds all three gradients: each gradient still
+accumulates in the kernel's order. Dots run on the vector engine's row kernels (:func:`simfloat._mma.row_mma`),
+element-wise ops on the lane roundings of :mod:`simfloat._lanes` (the scalar ops where a format has no lane
+form); leading indices (batch, heads) run on all threads, bitwise identical for any thread count.
+
+:func:`baseline_backward` is what torch's eager autograd of ``softmax(scale * q @ k^T) @ v`` computes in a
+format under a ``pytorch-<fmt>`` plan (see its docstring for the op order it models).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+import simfloat
+from simfloat._jit import jit
+from simfloat._lanes import Lane, ladd, lane, lmul, lround
+from simfloat._mma import MMA, for_operands, mma, operand_powers, round_operands, row_mma, work
+from simfloat._parallel import run_rows
+from simfloat.accumulate import dot_acc
+from simfloat.attention._build import check_engine, dot_output_format
+from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
+from simfloat.attention._inputs import block, operand
+from simfloat.attention._kernels import add, exp, exp2_hw, fma, mul, rnd, sub
+from simfloat.attention.plan import BackwardPlan, OpSpec, backward_plan
+from simfloat.ops import log_dd
+
+__all__ = ["baseline_backward", "flash_backward", "lse_from_stats"]
+
+
+class BwdLanes(NamedTuple):
+    """Lane forms of the backward's element-wise ops."""
+
+    delta: Lane
+    scale: Lane
+    exp: Lane
+    p: Lane
+    ds: Lane
+    ds_cast: Lane
+    grad_scale: Lane
+    grad: Lane
+
+
+class BwdEngine(NamedTuple):
+    """What every unit of work needs besides its operands.
+
+    Attributes:
+        pp: :class:`~simfloat.attention.plan.BackwardParams`. ln: :class:`BwdLanes`.
+        qk, dv, dp, dk, dq: the dots as :class:`~simfloat._mma.MMA` records.
+        fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
+        bm, bn: tile sizes; causal; seq_q, seq_k.
+    """
+
+    pp: object
+    ln: BwdLanes
+    qk: MMA
+    dv: MMA
+    dp: MMA
+    dk: MMA
+    dq: MMA
+    fma_exact: bool
+    bm: int
+    bn: int
+    causal: bool
+    seq_q: int
+    seq_k: int
+
+
+class BwdOperands(NamedTuple):
+    """Operands, rounded into each dot's input format, tile by tile where a dot reads tiles, with their
+    alignment weights (``e*``; :func:`simfloat._mma.operand_powers`).
+
+    Attributes:
+        q: (L, Sq, D) rows for B2. kt: (L * n_kv, D, bn) K^T tiles for B2.
+        do: (L, Sq, Dv) rows for B6. vt: (L * n_kv, Dv, bn) V^T tiles for B6.
+        do_t: (L * n_qt, bm, Dv) dO tiles for B5. q_t: (L * n_qt, bm, D) Q tiles for B9.
+        k_t: (L * n_kv, bn, D) K tiles for Q4.
+        lse, delta: (L, Sq).
+    """
+
+    q: np.ndarray
+    eq: np.ndarray
+    kt: np.ndarray
+    ekt: np.ndarray
+    do: np.ndarray
+    edo: np.ndarray
+    vt: np.ndarray
+    evt: np.ndarray
+    do_t: np.ndarray
+    edo_t: np.ndarray
+    q_t: np.ndarray
+    eq_t: np.ndarray
+    k_t: np.ndarray
+    ek_t: np.ndarray
+    lse: np.ndarray
+    delta: np.ndarray
+
+
+# -- njit kernels --------------------------------------------------------------------------------------------
+
+
+@jit
+def _delta_units(lo, hi, o, do, delta, r, op):  # type: ignore[no-untyped-def]
+    """D2 for rows [lo, hi) of the flattened (lead, query) grid."""
+    seq_q, d = o.shape[1], o.shape[2]
+    for u in range(lo, hi):
+        b = u // seq_q
+        i = u - b * seq_q
+        s = 0.0
+        if r.fast:
+            for c in range(d):
+                s = ladd(s, lmul(o[b, i, c], do[b, i, c], r), r)
+        else:
+            for c in range(d):
+                s = add(s, mul(o[b, i, c], do[b, i, c], op), op)
+        delta[b, i] = s
+
+
+@jit
+def _ds_of(y, p, dp, n, delta, r, op):  # type: ignore[no-untyped-def]
+    """B7: y[:n] = ds(p * ds(dp - delta))."""
+    if r.fast:
+        for j in range(n):
+            y[j] = lmul(p[j], ladd(dp[j], -delta, r), r)
+    else:
+        for j in range(n):
+            y[j] = mul(p[j], sub(dp[j], delta, op), op)
+
+
+@jit
+def _operand_row(x, n, mp, xin, ex):  # type: ignore[no-untyped-def]
+    """x[:n] as the dot reads it (its input format) into xin[:n], with its weights in ex[:n]; returns xin."""
+    if mp.in_round:
+        for j in range(n):
+            xin[j] = lround(x[j], mp.inp)
+    else:
+        for j in range(n):
+            xin[j] = x[j]
+    if mp.align_sum:
+        _weights_of(xin, ex, n, mp.opnd_emin)
+    return xin
+
+
+@jit
+def _epilogue(x, n, scaled, eng):  # type: ignore[no-untyped-def]
+    """E1..E3: x[:n] = grad(grad_scale(x * sm_scale)) (``scaled``), else grad(x)."""
+    pp, ln = eng.pp, eng.ln
+    if scaled:
+        _scale_by(x, n, pp.sm_scale, ln.grad_scale, pp.grad_scale)
+    _cast(x, 0, n, ln.grad, pp.grad)
+
+
+@jit
+def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):  # type: ignore[no-untyped-def]
+    """Lead indices [lo, hi): every key tile with its query tiles (see the module docstring)."""
+    pp, ln = eng.pp, eng.ln
+    bm, bn, seq_q, seq_k = eng.bm, eng.bn, eng.seq_q, eng.seq_k
+    d, dvd = xs.q.shape[2], xs.do.shape[2]
+    n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
+    s, x, dpr, y = np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros(bn)
+    yin, ey = np.zeros(bn), np.zeros(bn)
+    pt, dst = np.zeros((bn, bm)), np.zeros((bn, bm))
+    rin, er = np.zeros(bm), np.zeros(bm)
+    dka, dva = np.zeros((bn, d)), np.zeros((bn, dvd))
+    w = work(max(bn, bm, d, dvd))
+    for b in range(lo, hi):
+        for i in range(seq_q):
+            for c in range(d):
+                dq[b, i, c] = 0.0
+        for jt in range(n_kv):
+            j0 = jt * bn
+            nk = min(bn, seq_k - j0)
+            ktile = b * n_kv + jt
+            dka[:, :] = 0.0
+            dva[:, :] = 0.0
+            t0 = j0 // bm if eng.causal else 0
+            for t in range(t0, n_qt):
+                r0 = t * bm
+                nr = min(bm, seq_q - r0)
+                pt[:, :] = 0.0
+                dst[:, :] = 0.0
+                for r in range(nr):
+                    i = r0 + r
+                    nv = nk
+                    if eng.causal:
+                        nv = max(0, min(nk, i + 1 - j0))
+                    if nv == 0:
+                        continue
+                    for jj in range(nv):  # B2
+                        s[jj] = 0.0
+                        dpr[jj] = 0.0
+                    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[ktile], xs.ekt[ktile], s, nv, eng.qk, w)
+                    lse_i = xs.lse[b, i]
+                    _scaled(x, s, nv, pp.qk_scale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
+                    _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+                    tot = 0.0
+                    for jj in range(nv):
+                        tot += x[jj]
+                    psum[b, i] += tot
+                    row_mma(xs.do[b, i], xs.edo[b, i], xs.vt[ktile], xs.evt[ktile], dpr, nv, eng.dp, w)  # B6
+                    _ds_of(y, x, dpr, nv, xs.delta[b, i], ln.ds, pp.ds)  # B7
+                    _cast(y, 0, nv, ln.ds_cast, pp.ds_cast)  # B8
+                    _cast(x, 0, nv, ln.p, pp.p)  # B5's cast
+                    for jj in range(nv):
+                        pt[jj, r] = x[jj]
+                        dst[jj, r] = y[jj]
+                    for jj in range(nv, bn):
+                        y[jj] = 0.0
+                    a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4
+                    row_mma(a, ey, xs.k_t[ktile], xs.ek_t[ktile], dq[b, i], d, eng.dq, w)
+                qtile = b * n_qt + t
+                for jj in range(nk):  # B5, B9: one MMA per key over the tile's rows
+                    a = _operand_row(pt[jj], bm, eng.dv, rin, er)
+                    row_mma(a, er, xs.do_t[qtile], xs.edo_t[qtile], dva[jj], dvd, eng.dv, w)
+                    a = _operand_row(dst[jj], bm, eng.dk, rin, er)
+                    row_mma(a, er, xs.q_t[qtile], xs.eq_t[qtile], dka[jj], d, eng.dk, w)
+            for jj in range(nk):  # E1, E2
+                _epilogue(dka[jj], d, True, eng)
+                _epilogue(dva[jj], dvd, False, eng)
+                for c in range(d):
+                    dk[b, j0 + jj, c] = dka[jj, c]
+                for c in range(dvd):
+                    dv[b, j0 + jj, c] = dva[jj, c]
+        for i in range(seq_q):  # E3
+            _epilogue(dq[b, i], d, True, eng)
+
+
+@jit
+def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):  # type: ignore[no-untyped-def]
+    """The scalar reference (test oracle) for lead indices [lo, hi): every value by the scalar ops and
+    ``dot_acc`` per output, the dots over the kernels' zero-padded tiles, in the kernels' order."""
+    bm, bn, causal = geo
+    seq_q, d = q.shape[1], q.shape[2]
+    seq_k, dvd = v.shape[1], v.shape[2]
+    n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
+    pm, dsm = np.zeros((n_qt * bm, n_kv * bn)), np.zeros((n_qt * bm, n_kv * bn))
+    qp, dop = np.zeros((n_qt * bm, d)), np.zeros((n_qt * bm, dvd))
+    kp = np.zeros((n_kv * bn, d))
+    for b in range(lo, hi):
+        pm[:, :] = 0.0
+        dsm[:, :] = 0.0
+        qp[:seq_q] = q[b]
+        dop[:seq_q] = do[b]
+        kp[:seq_k] = k[b]
+        for i in range(seq_q):
+            jv = min(seq_k, i + 1) if causal else seq_k
+            for j in range(jv):
+                sc = dot_acc(q[b, i], k[b, j], 0.0, pp.qk)  # B2
+                if pp.contract:  # B4
+                    x = fma(sc, pp.qk_scale, -lse[b, i], pp.scale)
+                else:
+                    x = sub(mul(sc, pp.qk_scale, pp.scale), lse[b, i], pp.scale)
+                pv = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
+                psum[b, i] += pv
+                dp = dot_acc(do[b, i], v[b, j], 0.0, pp.dp)  # B6
+                ds = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds)  # B7
+                dsm[i, j] = rnd(ds, pp.ds_cast)  # B8
+                pm[i, j] = rnd(pv, pp.p)
+        for j in range(seq_k):  # B5, B9 over the query tiles; E1, E2
+            jt = j // bn
+            t0 = (jt * bn) // bm if causal else 0
+            for c in range(dvd):
+                acc = 0.0
+                for t in range(t0, n_qt):
+                    acc = dot_acc(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc, pp.dv)
+                dv[b, j, c] = rnd(acc, pp.grad)
+            for c in range(d):
+                acc = 0.0
+                for t in range(t0, n_qt):
+                    acc = dot_acc(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc, pp.dk)
+                dk[b, j, c] = rnd(mul(acc, pp.sm_scale, pp.grad_scale), pp.grad)
+        for i in range(seq_q):  # Q4 over the key tiles; E3
+            t = i // bm
+            hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
+            for c in range(d):
+                acc = 0.0
+                for jt in range((hi_k + bn - 1) // bn):
+                    acc = dot_acc(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc, pp.dq)
+                dq[b, i, c] = rnd(mul(acc, pp.sm_scale, pp.grad_scale), pp.grad)
+
+
+@jit
+def _ref_delta(lo, hi, o, do, delta, op):  # type: ignore[no-untyped-def]
+    """D2 by the scalar ops, rows [lo, hi) of the flattened (lead, query) grid."""
+    seq_q = o.shape[1]
+    for u in range(lo, hi):
+        b = u // seq_q
+        i = u - b * seq_q
+        s = 0.0
+        for c in range(o.shape[2]):
+            s = add(s, mul(o[b, i, c], do[b, i, c], op), op)
+        delta[b, i] = s
+
+
+# -- Python side ----------------------------------------------------------------------------------------------
+
+
+def _tiles(x: np.ndarray, width: int) -> np.ndarray:
+    """(L, S, C) -> (L * ceil(S / width), width, C), zero-padded past S."""
+    n_lead, seq, cols = x.shape
+    n = -(-seq // width)
+    out = np.zeros((n_lead, n * width, cols))
+    out[:, :seq] = x
+    return out.reshape(n_lead * n, width, cols)
+
+
+def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
+    w = np.empty(x.shape)
+    operand_powers(np.ascontiguousarray(x).reshape(-1), w.reshape(-1), mp.opnd_emin)
+    return w
+
+
+def _tame(f: object) -> bool:
+    return f.mantissa_bits <= 25 and f.emin - f.mantissa_bits >= -400 and f.emax <= 400  # type: ignore[attr-defined]
+
+
+def _flat(x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64).reshape((math.prod(lead),) + x.shape[len(lead) :])
+
+
+def _check(q: object, k: object, v: object, o: object, do: object, lse: object | None) -> tuple[np.ndarray, ...]:
+    qa, ka, va, oa, da = (operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do")))
+    lead = qa.shape[:-2]
+    for name, x in (("k", ka), ("v", va), ("o", oa), ("do", da)):
+        if x.shape[:-2] != lead:
+            raise ValueError(f"{name} has leading dims {x.shape[:-2]} but q has {lead}: q, k, v, o, do must share them")
+    if ka.shape[-1] != qa.shape[-1]:
+        raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k and v sequence lengths differ: k {ka.shape}, v {va.shape}")
+    if ka.shape[-2] < 1:
+        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+    want = qa.shape[:-1] + (va.shape[-1],)
+    for name, x in (("o", oa), ("do", da)):
+        if x.shape != want:
+            raise ValueError(f"{name} must have shape (..., seq_q, head_dim_v) = {want}, got {x.shape}")
+    if lse is None:
+        return qa, ka, va, oa, da
+    la = operand_stats(lse, "lse")
+    if la.shape != qa.shape[:-1]:
+        raise ValueError(f"lse must have shape (..., seq_q) = {qa.shape[:-1]}, got {la.shape}")
+    return qa, ka, va, oa, da, la
+
+
+def operand_stats(x: object, name: str) -> np.ndarray:
+    """A per-row statistic (lse, m, l): a finite float32/float64 numpy array."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} has non-finite values (the forward of a fully masked row?)")
+    return x
+
+
+def _scale_of(scale: object, head_dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
+    s = float(scale)
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"scale must be finite and > 0, got {s}")
+    return s
+
+
+def _log_rounded(x: np.ndarray, spec: OpSpec, base2: bool) -> np.ndarray:
+    """log2(x) (or ln x) of positive finite values rounded once into ``spec``: the float64 log decides unless it
+    lies within 2**-46 (relative) of a rounding boundary; a double-double log then decides."""
+    fmt, mode = spec.fmt, spec.mode
+    with np.errstate(divide="ignore"):
+        y = np.log2(x) if base2 else np.log(x)
+    w = np.abs(y) * 2.0**-46
+    r = simfloat.round(y, fmt, mode)
+    near = simfloat.round(y - w, fmt, mode) != simfloat.round(y + w, fmt, mode)
+    if np.any(near):
+        h2, l2 = log_dd(2.0)
+        ln2 = Fraction(h2) + Fraction(l2)
+        for i in np.flatnonzero(near):
+            h, lo = log_dd(float(x.flat[i]))
+            val = Fraction(h) + Fraction(lo)
+            if base2:
+                val /= ln2
+            r.flat[i] = _round_fraction(val, fmt, mode)
+    return r
+
+
+def _round_fraction(val: Fraction, fmt: object, mode: object) -> float:
+    """A Fraction rounded into a format of at most 51 fraction bits: rounded to odd in float64 first (one of the
+    two float64 neighbours, the one with an odd last bit, when it is not a float64 number), which then rounds
+    like the exact value in every mode."""
+    f = float(val)
+    if Fraction(f) != val:
+        other = np.nextafter(f, np.inf) if Fraction(f) < val else np.nextafter(f, -np.inf)
+        if int(np.float64(f).view(np.int64)) & 1 == 0:
+            f = float(other)
+    return float(simfloat.round(np.array([f]), fmt, mode)[0])
+
+
+def lse_from_stats(m: np.ndarray, l: np.ndarray, *, plan: BackwardPlan | str) -> np.ndarray:  # noqa: E741
+    """D3: the log-sum-exp the backward recomputes P from, ``lse(m + lse(log2 l))`` (``ln`` without exp2).
+
+    Args:
+        m, l: (..., seq_q) the forward's stats (``flash(..., return_stats=True)``): the running maximum (log2
+            units with exp2) and the row sum relative to it, l > 0.
+        plan: the backward plan (its ``lse`` op and ``exp2`` flag).
+
+    Returns:
+        (..., seq_q) float64 array of values of the lse op's format.
+
+    Raises:
+        TypeError, ValueError: non-arrays, other dtypes, shapes that differ, non-finite m or l <= 0.
+    """
+    pl = backward_plan(plan)
+    ma, la = operand_stats(m, "m"), operand_stats(l, "l")
+    if ma.shape != la.shape:
+        raise ValueError(f"m and l must have one shape, got {ma.shape} and {la.shape}")
+    if np.any(la <= 0):
+        raise ValueError("l must be > 0 (the row sum of a row that saw a key)")
+    logs = _log_rounded(la.astype(np.float64), pl.lse, pl.exp2)
+    return np.asarray(simfloat.ops.add(ma.astype(np.float64), logs, pl.lse.fmt, pl.lse.mode), dtype=np.float64)
+
+
+def _lanes(pl: BackwardPlan) -> BwdLanes:
+    return BwdLanes(*(lane(getattr(pl, op).fmt, int(getattr(pl, op).mode)) for op in BwdLanes._fields))
+
+
+def _vector(
+    pl: BackwardPlan,
+    pp: object,
+    ln: BwdLanes,
+    qf: np.ndarray,
+    kf: np.ndarray,
+    vf: np.ndarray,
+    of: np.ndarray,
+    dof: np.ndarray,
+    lf: np.ndarray,
+    delta: np.ndarray,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+    psum: np.ndarray,
+    bm: int,
+    bn: int,
+    causal: bool,
+) -> None:
+    """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P."""
+    n_lead, seq_q = qf.shape[:2]
+    seq_k = kf.shape[1]
+    if n_lead * seq_q:
+        run_rows(_delta_units, n_lead * seq_q, of, dof, delta, ln.delta, pp.delta)
+
+    m_qk, m_dv, m_dp, m_dk, m_dq = (mma(getattr(pl, n)) for n in ("qk", "dv", "dp", "dk", "dq"))
+    q_qk, k_qk = round_operands(qf, m_qk), round_operands(kf, m_qk)
+    m_qk = for_operands(m_qk, q_qk, k_qk)
+    do_dp, v_dp = round_operands(dof, m_dp), round_operands(vf, m_dp)
+    m_dp = for_operands(m_dp, do_dp, v_dp)
+    do_dv = round_operands(dof, m_dv)
+    m_dv = for_operands(m_dv, do_dv)
+    q_dk = round_operands(qf, m_dk)
+    m_dk = for_operands(m_dk, q_dk)
+    k_dq = round_operands(kf, m_dq)
+    m_dq = for_operands(m_dq, k_dq)
+    # a sequential model needs exact float64 products: P and dS (the row operands) of a wide format do not
+    # guarantee them, and those dots then take the reference path per output
+    m_dv = m_dv._replace(fast=False) if m_dv.fast and m_dv.exact_products and not _tame(pl.p.fmt) else m_dv
+    m_dk, m_dq = (
+        mp._replace(fast=False) if mp.fast and mp.exact_products and not _tame(pl.ds_cast.fmt) else mp
+        for mp in (m_dk, m_dq)
+    )
+    kt = np.ascontiguousarray(_tiles(k_qk, bn).transpose(0, 2, 1))
+    vt = np.ascontiguousarray(_tiles(v_dp, bn).transpose(0, 2, 1))
+    do_t, q_t, k_t = _tiles(do_dv, bm), _tiles(q_dk, bm), _tiles(k_dq, bn)
+    xs = BwdOperands(
+        q_qk,
+        _weights(q_qk, m_qk),
+        kt,
+        _weights(kt, m_qk),
+        do_dp,
+        _weights(do_dp, m_dp),
+        vt,
+        _weights(vt, m_dp),
+        do_t,
+        _weights(do_t, m_dv),
+        q_t,
+        _weights(q_t, m_dk),
+        k_t,
+        _weights(k_t, m_dq),
+        lf,
+        delta,
+    )
+    fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
+    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k)
+    if n_lead:
+        run_rows(_bwd_units, n_lead, xs, dq, dk, dv, psum, eng)
+
+
+def flash_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    o: np.ndarray,
+    do: np.ndarray,
+    lse: np.ndarray,
+    *,
+    plan: BackwardPlan | str,
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    return_delta: bool = False,
+    engine: str | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
+
+    Args:
+        q: (..., seq_q, head_dim); k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v) float32/float64, in the
+            kernel's input format (round them first). Leading dims must be equal for all five arrays.
+        o: (..., seq_q, head_dim_v) the forward's output as stored (input format or fp32: delta from fp32 O).
+        do: (..., seq_q, head_dim_v) gradient of the output (input format).
+        lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
+            the forward's (m, l).
+        plan: a :class:`~simfloat.attention.plan.BackwardPlan` or preset name (``"triton-bf16"``, ...).
+        block_m, block_n: the kernels' query / key tiles (any positive ints).
+        causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
+        return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).
+        engine: ``"vector"`` (default: the row kernels) or ``"reference"`` (the scalar ops and ``dot_acc`` per
+            output: the test oracle). Both give the same bits.
+
+    Returns:
+        (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
+        ``return_delta``, (dq, dk, dv, delta).
+
+    Raises:
+        TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; an ``lse``
+            that does not belong to these inputs under this plan (a row's recomputed P does not sum to about 1:
+            the lse of another plan, scale, mask or inputs).
+    """
+    pl = backward_plan(plan)
+    qa, ka, va, oa, da, la = _check(q, k, v, o, do, lse)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    which = check_engine(engine, False)
+    sc = _scale_of(scale, qa.shape[-1])
+    pp = pl.params(sc)
+    lead = qa.shape[:-2]
+    qf, kf, vf, of, dof = (_flat(x, lead) for x in (qa, ka, va, oa, da))
+    lf = np.ascontiguousarray(la, dtype=np.float64).reshape(qf.shape[:2])
+    n_lead, seq_q, d = qf.shape
+    seq_k, dvd = vf.shape[1:]
+    ln = _lanes(pl)
+
+    delta = np.zeros((n_lead, seq_q))
+    dq = np.zeros((n_lead, seq_q, d))
+    dk = np.zeros((n_lead, seq_k, d))
+    dv = np.zeros((n_lead, seq_k, dvd))
+    psum = np.zeros((n_lead, seq_q))
+    if which == "reference":
+        if n_lead * seq_q:
+            run_rows(_ref_delta, n_lead * seq_q, of, dof, delta, pp.delta)
+        if n_lead:
+            run_rows(_ref_units, n_lead, qf, kf, vf, dof, lf, delta, dq, dk, dv, psum, pp, (bm, bn, bool(causal)))
+    else:
+        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal))
+    bad = ~((psum > 0.5) & (psum < 2.0))
+    if seq_q and np.any(bad):
+        idx = np.unravel_index(int(np.argmax(bad)), psum.shape)
+        raise ValueError(
+            f"lse does not belong to these inputs under plan {pl.name!r}: row {tuple(map(int, idx))}'s "
+            f"recomputed P sums to {psum[idx]:.6g}, not about 1 (an lse of another plan, scale, mask "
+            "or inputs; compute it with lse_from_stats from this forward's m and l)"
+        )
+    out = (dq.reshape(qa.shape), dk.reshape(ka.shape), dv.reshape(va.shape))
+    if return_delta:
+        return out + (delta.reshape(qa.shape[:-1]),)
+    return out
+
+
+def baseline_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    do: np.ndarray,
+    *,
+    plan: BackwardPlan | str,
+    causal: bool = False,
+    scale: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What eager autograd of ``softmax(scale * q @ k^T [mask]) @ v`` computes, under a backward plan.
+
+    The op order (torch's eager kernels; ``pytorch-<fmt>``: matmuls accumulated in fp32 and rounded once):
+    forward ``s = qk(q k^T)``, ``s = scale(s * scale)``, ``p = p(softmax(s))`` (the softmax in its op's format:
+    max, ``exp(s - max)``, sequential sum, divide, each rounded); backward ``dv = dv(p^T do)``,
+    ``dp = dp(do v^T)``, ``delta_i = delta(sum_j dp_ij p_ij)`` (sequential), ``ds = ds(p * ds(dp - delta))``,
+    ``ds = ds_cast(ds)``, ``ds = grad_scale(ds * scale)``, ``dq = dq(ds k)``, ``dk = dk(ds^T q)``, each gradient
+    cast into ``grad``. The order of torch's vectorized row sums is not modelled (sequential here).
+
+    Args:
+        q, k, v, do: as :func:`flash_backward` (no o or lse: the softmax is recomputed).
+        plan: backward plan or preset name (``"pytorch-bf16"``, ``"fp64"``, ...).
+        causal, scale: as the forward.
+
+    Returns:
+        (dq, dk, dv) float64 arrays of q's, k's, v's shapes.
+
+    Raises:
+        TypeError, ValueError: bad arrays, shapes, dtypes (named), scale or plan.
+    """
+    from simfloat.accumulate import matmul
+
+    pl = backward_plan(plan)
+    qa, ka, va, _, da = _check(q, k, v, do, do, None)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    sc = _scale_of(scale, qa.shape[-1])
+    ops = simfloat.ops
+
+    def r(x: np.ndarray, spec: OpSpec) -> np.ndarray:
+        return np.asarray(simfloat.round(np.asarray(x, dtype=np.float64), spec.fmt, spec.mode))
+
+    qf, kf, vf, df = (np.asarray(x, dtype=np.float64) for x in (qa, ka, va, da))
+    kt = np.swapaxes(kf, -1, -2)
+    s = matmul(qf, kt, acc=pl.qk)
+    sm = float(r(np.array(sc), pl.scale))
+    s = np.asarray(ops.mul(s, sm, pl.scale.fmt, pl.scale.mode))
+    f, mo = pl.softmax.fmt, pl.softmax.mode
+    s = r(s, pl.softmax)
+    seq_q, seq_k = s.shape[-2:]
+    if causal:
+        mask = np.arange(seq_k)[None, :] > np.arange(seq_q)[:, None]
+        s = np.where(mask, -np.inf, s)
+    mx = s.max(axis=-1, keepdims=True)
+    e = np.asarray(ops.exp(np.asarray(ops.sub(s, mx, f, mo)), f, mo))
+    tot = np.asarray(ops.sum(e, f, mo, axis=-1))[..., None]
+    p = r(np.asarray(ops.div(e, tot, f, mo)), pl.p)
+    dv = matmul(np.swapaxes(p, -1, -2), df, acc=pl.dv)
+    dp = matmul(df, np.swapaxes(vf, -1, -2), acc=pl.dp)
+    prod = np.asarray(ops.mul(dp, p, pl.delta.fmt, pl.delta.mode))
+    delta = np.asarray(ops.sum(prod, pl.delta.fmt, pl.delta.mode, axis=-1))[..., None]
+    ds = np.asarray(ops.mul(p, np.asarray(ops.sub(dp, delta, pl.ds.fmt, pl.ds.mode)), pl.ds.fmt, pl.ds.mode))
+    ds = r(ds, pl.ds_cast)
+    ds = np.asarray(ops.mul(ds, float(r(np.array(sc), pl.grad_scale)), pl.grad_scale.fmt, pl.grad_scale.mode))
+    dq = matmul(ds, kf, acc=pl.dq)
+    dk = matmul(np.swapaxes(ds, -1, -2), qf, acc=pl.dk)
+    return r(dq, pl.grad), r(dk, pl.grad), r(dv, pl.grad)
