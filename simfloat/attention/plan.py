@@ -553,7 +553,7 @@ def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
 
 
 def _bwd_triton(fmt: str) -> BackwardPlan:
-    f = _ALIAS[fmt]
+    f = _format(fmt).name
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     io = "float32" if fmt in ("fp32", "tf32") else f
     fp32 = "float32"
@@ -565,7 +565,7 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     # torch's eager autograd of softmax(scale * q k^T) v in <fmt>: every matmul accumulated in fp32 from zero and
     # rounded once into <fmt>; the scale multiply in <fmt>; softmax and its backward (the row sum of dP * P, then
     # P * (dP - sum)) in fp32, stored in <fmt>
-    f = _ALIAS[fmt]
+    f = _format(fmt).name
     if fmt == "fp32":
         dot: Model = Sequential("float32")
     else:
@@ -579,7 +579,7 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
 def _build_backward() -> dict[str, BackwardPlan]:
     out = {"fp64": _bwd_uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
-        f = _ALIAS[fmt]
+        f = _format(fmt).name
         out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
     for fmt in ("bf16", "fp16", "fp32", "tf32"):
         out[f"triton-{fmt}"] = _bwd_triton(fmt)
