@@ -35,8 +35,11 @@ Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bo
 * epilogue ``out(normalize(acc / l))``.
 
 The qk/pv dot products take accumulation models (:mod:`simfloat.accumulate`); ``EXACT`` (float64, exact for
-the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Everything runs as njit scalar code: the cost
-is O(seq_q * seq_k * head_dim), integer dots about 1 ns per product, fp8/fp16 tensor-core models a few ns.
+the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Two engines give the same bits: the vectorized
+engine (default; :mod:`simfloat.attention._quant_engine`, the dots as row kernels over a key tile or the head
+dimension, the element-wise ops as branch-free lane loops) and the scalar reference
+(:mod:`simfloat.attention._quant_kernels`, ``engine="reference"``), kept as the test oracle and where traces
+are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import numpy as np
 from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention import _quant_kernels as _qk
-from simfloat.attention._build import check_engine, quant_engine
+from simfloat.attention._build import check_engine, clamp_blocks, quant_engine
 from simfloat.attention._inputs import block, prepare
 from simfloat.attention._kernels import mul, rnd
 from simfloat.attention._quant_engine import quant_units
@@ -690,6 +693,10 @@ def quant_flash(
     pp = pl.params(x.scale)
     n_lead, seq_q, d = x.q.shape
     seq_k, dv = x.v.shape[1:]
+    # tiles larger than the sequences give the bits of the sequences' own length: one tile, one per-block scale
+    # group either way; the q tile keeps its causal key bound min(block_m, seq_k); split-k keeps block_n
+    bm = min(bm, max(seq_q, seq_k))
+    bn = clamp_blocks(1, bn, 1, seq_k, pl.pv)[1]
     n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
     tr = None
     if x.trace is not None:
@@ -788,6 +795,7 @@ def int8_flash(
     scale: float | None = None,
     trace: Tracer | None = None,
     return_stats: bool = False,
+    engine: str | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """INT8 flash attention (INT-FlashAttention), emulating ``gpu/int8_attention.py`` op for op.
 
@@ -806,6 +814,7 @@ def int8_flash(
         trace: a :class:`simfloat.Tracer` (local error of every op, quantizers included; state drift from a
             float64 shadow run on the unquantized inputs), or None.
         return_stats: also return m (running max, log2 units) and l (row sum), (..., seq_q) each.
+        engine: ``"vector"``, ``"reference"`` or None (see :func:`quant_flash`).
 
     Returns:
         (..., seq_q, head_dim) float64 array of values of the plan's output format (fp16), or (out, m, l).
@@ -824,6 +833,7 @@ def int8_flash(
         scale=scale,
         trace=trace,
         return_stats=return_stats,
+        engine=engine,
     )
 
 
@@ -846,11 +856,12 @@ def fp8_flash(
     plan: QuantPlan | str | None = None,
     trace: Tracer | None = None,
     return_stats: bool = False,
+    engine: str | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FP8 flash attention (FlashAttention-3 style scaling), emulating ``gpu/fp8_attention.py`` op for op.
 
     Args:
-        q, k, v, block_m, block_n, causal, scale, trace, return_stats: as :func:`int8_flash`.
+        q, k, v, block_m, block_n, causal, scale, trace, return_stats, engine: as :func:`int8_flash`.
         fmt: ``"e4m3"`` (float8_e4m3fn) or ``"e5m2"``: Q, K, V and P.
         scaling: ``"per-tensor"`` (one scale per tensor), ``"per-block"`` (one per block_m x head_dim tile of
             Q and block_n x head_dim tile of K and V, as FA3) or ``"none"`` (plain casts, no scale).
@@ -882,4 +893,5 @@ def fp8_flash(
         seed=seed,
         trace=trace,
         return_stats=return_stats,
+        engine=engine,
     )
