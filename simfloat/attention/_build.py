@@ -3,17 +3,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from simfloat._lanes import lane
+from simfloat._lanes import Lane, lane
 from simfloat._mma import MMA, N_FMA32, N_NONE, for_operands, mma, operand_powers, round_operands
 from simfloat.accumulate import Chunked, Model, Sequential
 from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
-from simfloat.attention.plan import Plan, PlanParams
+from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
+from simfloat.attention.plan import _NO_TABLE, OpSpec, Plan, PlanParams
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 
-__all__ = ["ENGINES", "check_engine", "clamp_blocks", "dot_output_format", "engine", "within_float32"]
+if TYPE_CHECKING:
+    from simfloat.attention._quant_kernels import QParams
+    from simfloat.attention.quantized import QuantPlan
+
+__all__ = ["ENGINES", "check_engine", "clamp_blocks", "dot_output_format", "engine", "quant_engine", "within_float32"]
 
 ENGINES = ("vector", "reference")
 
@@ -66,8 +73,9 @@ def _lanes(pl: Plan) -> Lanes:
     return Lanes(*(ln(op) for op in Lanes._fields))  # type: ignore[arg-type]
 
 
-def engine(pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, bn: int,
-           causal: bool, wn: int) -> tuple[Engine, Operands]:
+def engine(
+    pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, bn: int, causal: bool, wn: int
+) -> tuple[Engine, Operands]:
     """The njit records of a flash call (``bn > 0``) or a baseline call (``bn == 0``).
 
     Args:
@@ -94,8 +102,7 @@ def engine(pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndar
     xs = Operands(qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv))
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     l_native32 = pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0 and within_float32(pl.exp.fmt)
-    eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn,
-                 seq_k)
+    eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn, seq_k)
     return eng, xs
 
 
@@ -106,7 +113,7 @@ def _tiles(x: np.ndarray, width: int) -> np.ndarray:
     n = -(-seq // width)
     out = np.zeros((n_lead, n, rows, width))
     for t in range(n):
-        part = x[:, :, t * width:(t + 1) * width]
+        part = x[:, :, t * width : (t + 1) * width]
         out[:, t, :, : part.shape[2]] = part
     return out.reshape(n_lead * n, rows, width)
 
@@ -117,3 +124,111 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
     w = np.empty(x.shape)
     operand_powers(x.reshape(-1), w.reshape(-1), mp.opnd_emin)
     return w
+
+
+def quant_engine(
+    pl: QuantPlan,
+    qp: QParams,
+    *,
+    qc: np.ndarray,
+    qs: np.ndarray,
+    kc: np.ndarray,
+    ks: np.ndarray,
+    vc: np.ndarray,
+    vs: np.ndarray,
+    bm: int,
+    bn: int,
+    causal: bool,
+) -> tuple[QEngine, QOperands]:
+    """The njit records of a quantized flash call (:mod:`simfloat.attention._quant_engine`).
+
+    Args:
+        pl: the :class:`~simfloat.attention.quantized.QuantPlan`; qp: its
+            :class:`~simfloat.attention._quant_kernels.QParams` for the call's scale.
+        qc: (L, Sq, D) Q codes; qs: (L, Sq) their per-row scales.
+        kc: (L, Sk, D) K codes; ks: (L, n_tiles * bn) per-key scales (1 past Sk).
+        vc: (L, Sk, Dv) V codes; vs: (L, n_tiles, Dv) V scales per key tile and channel.
+        bm, bn: tile sizes as requested (per-block scales follow them, so they are not clamped); causal.
+    """
+    f64 = _format("float64")
+
+    def ln(spec: OpSpec) -> Lane:
+        return lane(spec.fmt, int(spec.mode))
+
+    p = pl.p_quant
+    pre = p.pre if p.pre is not None else pl.exp
+    code = lane(p.fmt, int(p.rounding)) if p.kind == "float" else lane(f64, 0)
+    lanes = QLanes(
+        ln(pl.dequant),
+        ln(pl.scale),
+        ln(pl.exp),
+        ln(pl.acc),
+        ln(pl.l_i),
+        ln(pl.pv_dequant),
+        ln(pl.normalize),
+        ln(pl.out),
+        ln(pre),
+        ln(p.arith),
+        code,
+    )
+    exp_fmt = pl.exp.fmt
+    t_fmt = p.pre.fmt if p.pre is not None else exp_fmt  # P before its codes
+    if p.kind == "int":  # integer codes <= 2**20: narrow, float32 values
+        p_fmt, p_tame, p_f32 = None, True, True
+    else:
+        p_fmt = p.fmt if p.kind == "float" else exp_fmt
+        p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
+    mqk, mpv = mma(pl.qk), mma(pl.pv)
+    qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
+    mqk = for_operands(mqk, qi, ki)
+    inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
+    if mpv.in_round:
+        p_fmt = _format(inner.input_fmt)
+        p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
+    mpv = for_operands(mpv, vi)
+    if mpv.fast and mpv.exact_products and not p_tame:
+        mpv = mpv._replace(fast=False)
+    if mpv.native == N_FMA32 and not p_f32:
+        mpv = mpv._replace(native=N_NONE)
+    n_lead, seq_k, dv = vi.shape
+    kt = _tiles(ki.transpose(0, 2, 1), bn)  # (L * tiles, D, bn)
+    vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1))  # (L * tiles, bn, Dv)
+    xs = QOperands(
+        qi,
+        _weights(qi, mqk),
+        np.ascontiguousarray(qs, dtype=np.float64),
+        kt,
+        _weights(kt, mqk),
+        np.ascontiguousarray(ks, dtype=np.float64),
+        vt,
+        _weights(vt, mpv),
+        np.ascontiguousarray(vs, dtype=np.float64),
+    )
+    folded = pl.score_scaling == "folded"
+    score_fmt = dot_output_format(pl.qk) if folded else pl.dequant.fmt
+    fma_exact = _tame(score_fmt) and _tame(pl.scale.fmt)
+    acc_exact = _tame(pl.acc.fmt) and _tame(pl.alpha.fmt)
+    v = pl.v_quant
+    v_scaled = v.kind != "none" and v.granularity != "unscaled"
+    pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(v.arith.fmt))
+    p_exact = _tame(t_fmt)
+    consistent = pl.row_sum == "consistent"
+    sum_fmt_f32 = (p_f32 if p.kind == "float" else within_float32(exp_fmt)) if consistent else within_float32(exp_fmt)
+    l_native32 = pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0 and sum_fmt_f32
+    eng = QEngine(
+        qp,
+        lanes,
+        mqk,
+        mpv,
+        bool(fma_exact),
+        bool(acc_exact),
+        bool(pvd_exact),
+        bool(p_exact),
+        bool(l_native32),
+        bm,
+        bn,
+        bool(causal),
+        seq_k,
+        _NO_TABLE,
+    )
+    return eng, xs

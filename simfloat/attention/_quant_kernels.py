@@ -1,4 +1,6 @@
-"""njit kernels of the quantized (INT8 / FP8) flash attention emulator (:mod:`simfloat.attention.quantized`).
+"""njit kernels of the quantized (INT8 / FP8) flash attention emulator (:mod:`simfloat.attention.quantized`):
+the quantizers, and the scalar reference engine (``engine="reference"``: the test oracle of the vectorized
+:mod:`simfloat.attention._quant_engine`, and the kernel traces are recorded in).
 
 Three parts:
 
@@ -31,8 +33,25 @@ _NINF = -np.inf
 _Z = np.uint64(0)
 
 # op indices (QUANT_OPS order in quantized.py) and state indices (simfloat.trace.STATES)
-(ROTATE, Q_QUANT, K_QUANT, V_QUANT, QK, DEQUANT, SCALE, EXP, M_I, ALPHA, L_I, ACC, P_QUANT, PV, PV_DEQUANT,
- NORMALIZE, OUT) = range(17)
+(
+    ROTATE,
+    Q_QUANT,
+    K_QUANT,
+    V_QUANT,
+    QK,
+    DEQUANT,
+    SCALE,
+    EXP,
+    M_I,
+    ALPHA,
+    L_I,
+    ACC,
+    P_QUANT,
+    PV,
+    PV_DEQUANT,
+    NORMALIZE,
+    OUT,
+) = range(17)
 S_M, S_L, S_ACC, S_OUT = range(4)
 
 # dot kinds
@@ -573,11 +592,13 @@ def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k
             acc[:] = 0.0
             accs[:] = 0.0
             for jt in range(n_kv):
-                m_i, l_i, nv, j0 = _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt,
-                                         vs, pp, causal, seq_k, tr)
+                m_i, l_i, nv, j0 = _tile(
+                    b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs, pp, causal, seq_k, tr
+                )
                 if tr is not None:
-                    ms, ls = _shadow(b, t, jt, j0, nv, bn, m_i, l_i, acc, vs_fin, ms, ls, accs, q64, k64, v64,
-                                     i, pp, tr, ps)
+                    ms, ls = _shadow(
+                        b, t, jt, j0, nv, bn, m_i, l_i, acc, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr, ps
+                    )
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):

@@ -35,8 +35,11 @@ Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bo
 * epilogue ``out(normalize(acc / l))``.
 
 The qk/pv dot products take accumulation models (:mod:`simfloat.accumulate`); ``EXACT`` (float64, exact for
-the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Everything runs as njit scalar code: the cost
-is O(seq_q * seq_k * head_dim), integer dots about 1 ns per product, fp8/fp16 tensor-core models a few ns.
+the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Two engines give the same bits: the vectorized
+engine (default; :mod:`simfloat.attention._quant_engine`, the dots as row kernels over a key tile or the head
+dimension, the element-wise ops as branch-free lane loops) and the scalar reference
+(:mod:`simfloat.attention._quant_kernels`, ``engine="reference"``), kept as the test oracle and where traces
+are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
 """
 
 from __future__ import annotations
@@ -48,10 +51,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention import _quant_kernels as _qk
+from simfloat.attention._build import check_engine, clamp_blocks, quant_engine
 from simfloat.attention._inputs import block, prepare
 from simfloat.attention._kernels import mul, rnd
+from simfloat.attention._quant_engine import quant_units
 from simfloat.attention.plan import OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
 from simfloat.formats import FloatFormat
 from simfloat.rounding import RoundingMode, mode_code
@@ -74,8 +80,25 @@ __all__ = [
 ]
 
 #: Ops of a :class:`QuantPlan`, in kernel order (the tracer's op names).
-QUANT_OPS = ("rotate", "q_quant", "k_quant", "v_quant", "qk", "dequant", "scale", "exp", "m_i", "alpha",
-             "l_i", "acc", "p_quant", "pv", "pv_dequant", "normalize", "out")
+QUANT_OPS = (
+    "rotate",
+    "q_quant",
+    "k_quant",
+    "v_quant",
+    "qk",
+    "dequant",
+    "scale",
+    "exp",
+    "m_i",
+    "alpha",
+    "l_i",
+    "acc",
+    "p_quant",
+    "pv",
+    "pv_dequant",
+    "normalize",
+    "out",
+)
 #: The quantizer ops.
 QUANTIZERS = ("q_quant", "k_quant", "v_quant", "p_quant")
 _DOTS = ("qk", "pv")
@@ -146,8 +169,9 @@ class Quant:
             if gran == "unscaled":
                 raise ValueError("an int Quant needs a scale: granularity 'unscaled' is for float casts")
             if rule.startswith("half_up") != (gran == "fixed"):
-                raise ValueError("int rounding 'half_up'/'half_up_unfused' goes with granularity 'fixed' (P) "
-                                 "and only there")
+                raise ValueError(
+                    "int rounding 'half_up'/'half_up_unfused' goes with granularity 'fixed' (P) and only there"
+                )
             if self.fmt is not None:
                 raise ValueError("Quant.fmt is for float quantizers; an int quantizer has qmax")
             qmax = 127.0 if self.qmax is None else self.qmax
@@ -163,8 +187,7 @@ class Quant:
             if gran == "fixed":
                 raise ValueError("granularity 'fixed' is for int quantizers of P")
             qmax = f.max if self.qmax is None else self.qmax
-        if isinstance(qmax, bool) or not isinstance(qmax, (int, float)) or not (math.isfinite(qmax)
-                                                                               and qmax > 0):
+        if isinstance(qmax, bool) or not isinstance(qmax, (int, float)) or not (math.isfinite(qmax) and qmax > 0):
             raise ValueError(f"Quant.qmax must be a finite number > 0, got {qmax!r}")
         if kind == "int" and (qmax != int(qmax) or qmax > 2**20):
             raise ValueError(f"int Quant.qmax must be an integer <= 2**20, got {qmax!r}")
@@ -266,20 +289,29 @@ class QuantPlan:
         q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
         for name, qu in (("q_quant", q), ("k_quant", k)):
             if qu.granularity in ("per-channel", "fixed"):
-                raise ValueError(f"{name}: granularity {qu.granularity!r} does not factor out of q . k; use "
-                                 "per-token, per-tensor, per-block or unscaled")
+                raise ValueError(
+                    f"{name}: granularity {qu.granularity!r} does not factor out of q . k; use "
+                    "per-token, per-tensor, per-block or unscaled"
+                )
             if folded and qu.kind != "none" and qu.granularity == "per-token":
-                raise ValueError(f"{name}: score_scaling 'folded' needs one scale per tile (per-tensor or "
-                                 "per-block); per-token scales need score_scaling 'scores'")
+                raise ValueError(
+                    f"{name}: score_scaling 'folded' needs one scale per tile (per-tensor or "
+                    "per-block); per-token scales need score_scaling 'scores'"
+                )
         if v.granularity in ("per-token", "fixed") and v.kind != "none":
-            raise ValueError(f"v_quant: granularity {v.granularity!r} does not factor out of P . V; use "
-                             "per-tensor, per-block, per-channel or unscaled")
+            raise ValueError(
+                f"v_quant: granularity {v.granularity!r} does not factor out of P . V; use "
+                "per-tensor, per-block, per-channel or unscaled"
+            )
         if pvu == "into_acc" and v.kind != "none" and v.granularity == "per-block":
-            raise ValueError("v_quant per-block needs pv_update 'separate' or 'scaled' (the scale changes "
-                             "per key tile, so it cannot be applied once at the end)")
+            raise ValueError(
+                "v_quant per-block needs pv_update 'separate' or 'scaled' (the scale changes "
+                "per key tile, so it cannot be applied once at the end)"
+            )
         if p.kind != "none" and p.granularity not in ("fixed", "unscaled"):
-            raise ValueError("p_quant: P takes a fixed scale (int, granularity 'fixed') or a plain cast "
-                             "(float, 'unscaled')")
+            raise ValueError(
+                "p_quant: P takes a fixed scale (int, granularity 'fixed') or a plain cast (float, 'unscaled')"
+            )
         if p.kind == "int" and pvu != "separate":
             raise ValueError("an int p_quant (fixed scale 1/qmax) needs pv_update 'separate'")
 
@@ -292,8 +324,7 @@ class QuantPlan:
         """
         unknown = sorted(set(changes) - set(QUANT_OPS) - set(_FLAGS) - {"name"})
         if unknown:
-            raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(QUANT_OPS)}; "
-                             f"flags: {', '.join(_FLAGS)}")
+            raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(QUANT_OPS)}; flags: {', '.join(_FLAGS)}")
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -325,8 +356,10 @@ class QuantPlan:
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in QUANT_OPS)
-        return (f"QuantPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
-                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update})")
+        return (
+            f"QuantPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
+            f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update})"
+        )
 
     def _dot_kind(self, model: Model, a: Quant, b: Quant) -> int:
         if isinstance(model, Chunked):
@@ -353,23 +386,41 @@ class QuantPlan:
         sm = rnd(float(scale), sc)
         qk_scale = mul(sm, rnd(_LOG2E, sc), sc) if self.exp2 else sm
         if not (math.isfinite(qk_scale) and qk_scale > 0 and math.isfinite(sm) and sm > 0):
-            raise ValueError(f"scale {scale} becomes {qk_scale} in {self.scale.fmt.name}: it must stay "
-                             "finite and > 0")
+            raise ValueError(f"scale {scale} becomes {qk_scale} in {self.scale.fmt.name}: it must stay finite and > 0")
         p = self.p_quant
         pre = p.pre if p.pre is not None else _F64
         code = OpSpec(p.fmt, p.rounding) if p.kind == "float" else _F64  # type: ignore[arg-type]
         p_kind = {"none": _qk.K_NONE, "int": _qk.K_INT, "float": _qk.K_FLOAT}[p.kind]
         rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0  # type: ignore[arg-type]
         return _qk.QParams(
-            acc_params(self.qk), acc_params(self.pv),
-            self._dot_kind(self.qk, self.q_quant, self.k_quant), self._dot_kind(self.pv, p, self.v_quant),
-            op("dequant"), sc, op("exp"), op("m_i"), op("alpha"), op("l_i"), op("acc"), op("pv_dequant"),
-            op("normalize"), op("out"),
-            p_kind, p.pre is not None, OpParams(pre.fmt.params, int(pre.mode)),
+            acc_params(self.qk),
+            acc_params(self.pv),
+            self._dot_kind(self.qk, self.q_quant, self.k_quant),
+            self._dot_kind(self.pv, p, self.v_quant),
+            op("dequant"),
+            sc,
+            op("exp"),
+            op("m_i"),
+            op("alpha"),
+            op("l_i"),
+            op("acc"),
+            op("pv_dequant"),
+            op("normalize"),
+            op("out"),
+            p_kind,
+            p.pre is not None,
+            OpParams(pre.fmt.params, int(pre.mode)),
             OpParams(p.arith.fmt.params, int(p.arith.mode)),  # type: ignore[union-attr]
-            OpParams(code.fmt.params, int(code.mode)), float(p.qmax or 1.0), rule,
-            self.exp2, self.contract, self.row_sum == "consistent", self.score_scaling == "folded",
-            _PV_UPDATES.index(self.pv_update), qk_scale, float(scale) * (_LOG2E if self.exp2 else 1.0),
+            OpParams(code.fmt.params, int(code.mode)),
+            float(p.qmax or 1.0),
+            rule,
+            self.exp2,
+            self.contract,
+            self.row_sum == "consistent",
+            self.score_scaling == "folded",
+            _PV_UPDATES.index(self.pv_update),
+            qk_scale,
+            float(scale) * (_LOG2E if self.exp2 else 1.0),
         )
 
 
@@ -387,17 +438,22 @@ def _build() -> dict[str, QuantPlan]:
     p_int8 = Quant("int", "fixed", "half_up", arith="float16", pre="float16")
     int8 = QuantPlan("int8-reference", tok, tok, Quant("int", "per-tensor", pre=fp32), p_int8, EXACT, EXACT)
     fp16 = Quant("float", "unscaled", fmt="float16")
-    half = int8.replace(name="half-int8", v_quant=fp16, p_quant=fp16, pv=tensor_core("sm90", "fp16"),
-                        pv_update="into_acc")
+    half = int8.replace(
+        name="half-int8", v_quant=fp16, p_quant=fp16, pv=tensor_core("sm90", "fp16"), pv_update="into_acc"
+    )
     out = {
         "int8-reference": int8,
         "int8-consistent": int8.replace(name="int8-consistent", row_sum="consistent"),
-        "int8-reference-unfused": int8.replace(name="int8-reference-unfused", p_quant=Quant(
-            "int", "fixed", "half_up_unfused", arith="float16", pre="float16")),
-        "int8-reference-vblock": int8.replace(name="int8-reference-vblock",
-                                              v_quant=Quant("int", "per-block", pre=fp32)),
-        "int8-reference-vchannel": int8.replace(name="int8-reference-vchannel",
-                                                v_quant=Quant("int", "per-channel", pre=fp32)),
+        "int8-reference-unfused": int8.replace(
+            name="int8-reference-unfused",
+            p_quant=Quant("int", "fixed", "half_up_unfused", arith="float16", pre="float16"),
+        ),
+        "int8-reference-vblock": int8.replace(
+            name="int8-reference-vblock", v_quant=Quant("int", "per-block", pre=fp32)
+        ),
+        "int8-reference-vchannel": int8.replace(
+            name="int8-reference-vchannel", v_quant=Quant("int", "per-channel", pre=fp32)
+        ),
         "half-int8": half,
         "half-int8-consistent": half.replace(name="half-int8-consistent", row_sum="consistent"),
     }
@@ -405,19 +461,31 @@ def _build() -> dict[str, QuantPlan]:
     for short, f in _FP8.items():
         cast = Quant("float", "unscaled", fmt=f)
         tens = Quant("float", "per-tensor", fmt=f, pre=fp32)
-        base = QuantPlan(f"fp8-{short}", tens, tens, tens, cast, fp8_dot, fp8_dot, score_scaling="folded",
-                         pv_update="into_acc")
+        base = QuantPlan(
+            f"fp8-{short}", tens, tens, tens, cast, fp8_dot, fp8_dot, score_scaling="folded", pv_update="into_acc"
+        )
         blk = Quant("float", "per-block", fmt=f, pre=fp32)
         out[f"fp8-{short}"] = base
-        out[f"fp8-{short}-block"] = base.replace(name=f"fp8-{short}-block", q_quant=blk, k_quant=blk,
-                                                 v_quant=blk, pv_update="scaled")
-        out[f"fp8-{short}-unscaled"] = base.replace(name=f"fp8-{short}-unscaled", q_quant=cast, k_quant=cast,
-                                                    v_quant=cast)
+        out[f"fp8-{short}-block"] = base.replace(
+            name=f"fp8-{short}-block", q_quant=blk, k_quant=blk, v_quant=blk, pv_update="scaled"
+        )
+        out[f"fp8-{short}-unscaled"] = base.replace(
+            name=f"fp8-{short}-unscaled", q_quant=cast, k_quant=cast, v_quant=cast
+        )
     for short, f in (("fp16", "float16"), ("bf16", "bfloat16")):
         cast = Quant("float", "unscaled", fmt=f)
-        out[f"{short}-flash"] = QuantPlan(f"{short}-flash", cast, cast, cast, cast, tensor_core("sm90", f),
-                                          tensor_core("sm90", f), out=f, score_scaling="folded",
-                                          pv_update="into_acc")
+        out[f"{short}-flash"] = QuantPlan(
+            f"{short}-flash",
+            cast,
+            cast,
+            cast,
+            cast,
+            tensor_core("sm90", f),
+            tensor_core("sm90", f),
+            out=f,
+            score_scaling="folded",
+            pv_update="into_acc",
+        )
     for name in list(out):
         out[f"{name}-fp64"] = out[name].arith_fp64().replace(name=f"{name}-fp64")
     out["fp64"] = out["int8-reference"].exact().replace(name="fp64")
@@ -569,8 +637,9 @@ def hadamard_rotation(d: int, seed: int = 0) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _merge(local: np.ndarray, t_idx: slice | int, kv_idx: slice | int, op: int, err: np.ndarray,
-           ref: np.ndarray) -> None:
+def _merge(
+    local: np.ndarray, t_idx: slice | int, kv_idx: slice | int, op: int, err: np.ndarray, ref: np.ndarray
+) -> None:
     """Add error samples (lead, n) into local[:, t, kv, op] (tracer statistics)."""
     cell = local[:, t_idx, kv_idx, op]
     cell[:, 0] = np.maximum(cell[:, 0], np.abs(err).max(axis=1, initial=0.0))
@@ -579,39 +648,73 @@ def _merge(local: np.ndarray, t_idx: slice | int, kv_idx: slice | int, op: int, 
     cell[:, 3] = np.maximum(cell[:, 3], np.abs(ref).max(axis=1, initial=0.0))
 
 
-def _record_tokens(local: np.ndarray, op: int, err: np.ndarray, ref: np.ndarray, size: int,
-                   axis: str) -> None:
+def _record_tokens(local: np.ndarray, op: int, err: np.ndarray, ref: np.ndarray, size: int, axis: str) -> None:
     """Quantizer errors per tile of tokens: Q's per q tile (kv block 0), K/V's per kv block (q tile 0)."""
     n_lead, seq = err.shape[:2]
     for t in range(-(-seq // size)):
-        e = err[:, t * size:(t + 1) * size].reshape(n_lead, -1)
-        r = ref[:, t * size:(t + 1) * size].reshape(n_lead, -1)
+        e = err[:, t * size : (t + 1) * size].reshape(n_lead, -1)
+        r = ref[:, t * size : (t + 1) * size].reshape(n_lead, -1)
         if axis == "q":
             _merge(local, t, 0, op, e, r)
         else:
             _merge(local, 0, t, op, e, r)
 
 
-def quant_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan | str, block_m: int = 64,
-                block_n: int = 64, causal: bool = False, scale: float | None = None, incoherent: bool = False,
-                seed: int = 0, trace: Tracer | None = None,
-                return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+def quant_flash(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    plan: QuantPlan | str,
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    incoherent: bool = False,
+    seed: int = 0,
+    trace: Tracer | None = None,
+    return_stats: bool = False,
+    engine: str | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quantized flash attention under any :class:`QuantPlan` (:func:`int8_flash` and :func:`fp8_flash` are
-    this with their presets); arguments and results as theirs."""
+    this with their presets); arguments and results as theirs.
+
+    Args:
+        engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._quant_engine`) or
+            ``"reference"`` (the scalar kernel it replaces, bit for bit the same; tracing runs there); None:
+            vector, or reference when tracing. ``"vector"`` with a tracer is an error.
+    """
     pl = quant_plan(plan)
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
+    which = check_engine(engine, x.trace is not None)
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
     pp = pl.params(x.scale)
     n_lead, seq_q, d = x.q.shape
     seq_k, dv = x.v.shape[1:]
+    # tiles larger than the sequences give the bits of the sequences' own length: one tile, one per-block scale
+    # group either way; the q tile keeps its causal key bound min(block_m, seq_k); split-k keeps block_n
+    bm = min(bm, max(seq_q, seq_k))
+    bn = clamp_blocks(1, bn, 1, seq_k, pl.pv)[1]
     n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
     tr = None
     if x.trace is not None:
-        tr = x.trace._start("quant_flash", pl.name, QUANT_OPS, n_lead, n_qt, n_kv, lead=x.lead, block_m=bm,
-                            block_n=bn, causal=x.causal, scale=x.scale, incoherent=bool(incoherent),
-                            seed=seed)
+        tr = x.trace._start(
+            "quant_flash",
+            pl.name,
+            QUANT_OPS,
+            n_lead,
+            n_qt,
+            n_kv,
+            lead=x.lead,
+            block_m=bm,
+            block_n=bn,
+            causal=x.causal,
+            scale=x.scale,
+            incoherent=bool(incoherent),
+            seed=seed,
+        )
     qin, kin = x.q, x.k
     if incoherent:
         r = hadamard_rotation(d, seed)
@@ -625,42 +728,75 @@ def quant_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan 
     kc, ks = quantize(kin, pl.k_quant, group=bn)
     vc, vs = quantize(x.v, pl.v_quant, group=bn)
     if tr is not None:
-        for op, src, codes, sc, size, axis in ((_qk.Q_QUANT, qin, qc, qs, bm, "q"),
-                                               (_qk.K_QUANT, kin, kc, ks, bn, "k"),
-                                               (_qk.V_QUANT, x.v, vc, vs, bn, "k")):
+        for op, src, codes, sc, size, axis in (
+            (_qk.Q_QUANT, qin, qc, qs, bm, "q"),
+            (_qk.K_QUANT, kin, kc, ks, bn, "k"),
+            (_qk.V_QUANT, x.v, vc, vs, bn, "k"),
+        ):
             if getattr(pl, QUANT_OPS[op]).quantizes:
                 _record_tokens(tr[0], op, codes * sc - src, src, size, axis)
     # kernel operands: per-row q scales, per-key k scales (padded), V codes per tile transposed, V scales per
     # (tile, channel)
     qs_rows = np.ascontiguousarray(np.broadcast_to(qs, (n_lead, seq_q, 1))[..., 0])
-    kpad = np.zeros((n_lead, n_kv * bn, d))
-    kpad[:, :seq_k] = kc
     ks_keys = np.ones((n_lead, n_kv * bn))
     ks_keys[:, :seq_k] = np.broadcast_to(ks, (n_lead, seq_k, 1))[..., 0]
-    vpad = np.zeros((n_lead, n_kv * bn, dv))
-    vpad[:, :seq_k] = vc
-    vt = np.ascontiguousarray(vpad.reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
-    vt = vt.reshape(n_lead * n_kv, dv, bn)
     vs_full = np.broadcast_to(vs, (n_lead, seq_k, dv)) if vs.ndim else np.ones((n_lead, seq_k, dv))
     vs_tile = np.ascontiguousarray(vs_full[:, ::bn, :]) if seq_k else np.ones((n_lead, 0, dv))
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    if n_lead * n_qt > 0:
-        from simfloat._parallel import run_rows
-
-        run_rows(_qk.units, n_lead * n_qt, qc, qs_rows, kpad, ks_keys, vt, vs_tile, out, m, l, pp,
-                 (bm, bn, int(x.causal), seq_k), tr, x.q, x.k, x.v)
+    if which == "vector":
+        eng, xs = quant_engine(
+            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal
+        )
+        if n_lead * n_qt > 0:
+            run_rows(quant_units, n_lead * n_qt, xs, out, m, l, eng)
+    elif n_lead * n_qt > 0:
+        kpad = np.zeros((n_lead, n_kv * bn, d))
+        kpad[:, :seq_k] = kc
+        vpad = np.zeros((n_lead, n_kv * bn, dv))
+        vpad[:, :seq_k] = vc
+        vt = np.ascontiguousarray(vpad.reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
+        vt = vt.reshape(n_lead * n_kv, dv, bn)
+        run_rows(
+            _qk.units,
+            n_lead * n_qt,
+            qc,
+            qs_rows,
+            kpad,
+            ks_keys,
+            vt,
+            vs_tile,
+            out,
+            m,
+            l,
+            pp,
+            (bm, bn, int(x.causal), seq_k),
+            tr,
+            x.q,
+            x.k,
+            x.v,
+        )
     out = out.reshape(x.lead + (seq_q, dv))
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
     return out
 
 
-def int8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan | str = "int8-reference",
-               block_m: int = 64, block_n: int = 64, causal: bool = False, scale: float | None = None,
-               trace: Tracer | None = None,
-               return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+def int8_flash(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    plan: QuantPlan | str = "int8-reference",
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    trace: Tracer | None = None,
+    return_stats: bool = False,
+    engine: str | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """INT8 flash attention (INT-FlashAttention), emulating ``gpu/int8_attention.py`` op for op.
 
     Args:
@@ -679,6 +815,7 @@ def int8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan |
         trace: a :class:`simfloat.Tracer` (local error of every op, quantizers included; state drift from a
             float64 shadow run on the unquantized inputs), or None.
         return_stats: also return m (running max, log2 units) and l (row sum), (..., seq_q) each.
+        engine: ``"vector"``, ``"reference"`` or None (see :func:`quant_flash`).
 
     Returns:
         (..., seq_q, head_dim) float64 array of values of the plan's output format (fp16), or (out, m, l).
@@ -686,22 +823,46 @@ def int8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: QuantPlan |
     Raises:
         TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan or tracer.
     """
-    return quant_flash(q, k, v, plan=plan, block_m=block_m, block_n=block_n, causal=causal, scale=scale,
-                       trace=trace, return_stats=return_stats)
+    return quant_flash(
+        q,
+        k,
+        v,
+        plan=plan,
+        block_m=block_m,
+        block_n=block_n,
+        causal=causal,
+        scale=scale,
+        trace=trace,
+        return_stats=return_stats,
+        engine=engine,
+    )
 
 
 _SCALING_NAMES = {"per-tensor": "", "per-block": "-block", "none": "-unscaled"}
 
 
-def fp8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fmt: str = "e4m3", scaling: str = "per-tensor",
-              incoherent: bool = False, seed: int = 0, block_m: int = 64, block_n: int = 64,
-              causal: bool = False, scale: float | None = None, plan: QuantPlan | str | None = None,
-              trace: Tracer | None = None,
-              return_stats: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fp8_flash(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    fmt: str = "e4m3",
+    scaling: str = "per-tensor",
+    incoherent: bool = False,
+    seed: int = 0,
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    plan: QuantPlan | str | None = None,
+    trace: Tracer | None = None,
+    return_stats: bool = False,
+    engine: str | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FP8 flash attention (FlashAttention-3 style scaling), emulating ``gpu/fp8_attention.py`` op for op.
 
     Args:
-        q, k, v, block_m, block_n, causal, scale, trace, return_stats: as :func:`int8_flash`.
+        q, k, v, block_m, block_n, causal, scale, trace, return_stats, engine: as :func:`int8_flash`.
         fmt: ``"e4m3"`` (float8_e4m3fn) or ``"e5m2"``: Q, K, V and P.
         scaling: ``"per-tensor"`` (one scale per tensor), ``"per-block"`` (one per block_m x head_dim tile of
             Q and block_n x head_dim tile of K and V, as FA3) or ``"none"`` (plain casts, no scale).
@@ -720,5 +881,18 @@ def fp8_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fmt: str = "e4m3",
         plan = f"fp8-{fmt}{_SCALING_NAMES[scaling]}"
     elif (fmt, scaling) != ("e4m3", "per-tensor"):
         raise ValueError("give either plan= or fmt=/scaling=, not both")
-    return quant_flash(q, k, v, plan=plan, block_m=block_m, block_n=block_n, causal=causal, scale=scale,
-                       incoherent=incoherent, seed=seed, trace=trace, return_stats=return_stats)
+    return quant_flash(
+        q,
+        k,
+        v,
+        plan=plan,
+        block_m=block_m,
+        block_n=block_n,
+        causal=causal,
+        scale=scale,
+        incoherent=incoherent,
+        seed=seed,
+        trace=trace,
+        return_stats=return_stats,
+        engine=engine,
+    )

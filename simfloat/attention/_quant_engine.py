@@ -1,0 +1,345 @@
+"""The vectorized engine of the quantized (INT8 / FP8) flash attention: the same dataflow, op for op and bit for
+bit, as the scalar reference :func:`simfloat.attention._quant_kernels.units` (steps listed in
+:mod:`simfloat.attention.quantized`), on the float engine's building blocks.
+
+What is shared with float flash (:mod:`simfloat.attention._engine`): the dots are the row kernels of
+:mod:`simfloat._mma` (a row's scores against a key tile are one :func:`~simfloat._mma.row_mma` call whose
+innermost loop runs over keys; each key tile's P.V one call over the head dimension; the exact INT8 x INT8 ->
+INT32 dot is the float64 multiply-add row kernel, exact on integer codes), the casts, scalings, divisions,
+``fma(s, s_scale, -m)``, exp / exp2 and the sequential row sum are the float engine's element-wise helpers,
+and the tiles are walked as there (a q tile's rows meet the key tiles one at a time). What this module adds
+are the steps float flash does not have, as branch-free loops over a row segment: the scores' dequantization
+by per-key scales, the P quantizer (fixed-scale integer codes or a float cast), the per-channel V descale and
+the three P.V update forms (``separate``, ``into_acc``, ``scaled``). Running state (m_i, l_i, alpha) stays
+scalar, as in the kernel. Tracing runs on the reference kernel only.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simfloat._jit import jit, ljit
+from simfloat._lanes import Lane, ladd, lfma, lmul, lround
+from simfloat._mma import MMA, Work, row_mma, work
+from simfloat.attention._engine import _cast, _divide, _exp_of, _row_max, _scale_by, _scaled, _seq_sum, _weights_of
+from simfloat.attention._kernels import add, div, exp, exp2, fma, fmax, mul, rnd, sub
+
+__all__ = ["QEngine", "QLanes", "QOperands", "quant_units"]
+
+_NINF = -np.inf
+# QParams codes (simfloat.attention._quant_kernels)
+_K_NONE, _K_INT, _K_FLOAT = range(3)
+_R_NEAREST_EVEN, _R_NEAREST_AWAY, _R_TOWARD_ZERO, _R_HALF_UP, _R_HALF_UP_UNFUSED = range(5)
+_PV_SEPARATE, _PV_INTO_ACC, _PV_SCALED = range(3)
+
+
+class QLanes(NamedTuple):
+    """The lane form (:func:`simfloat._lanes.lane`) of every scalar op of a quantized plan, plus P's quantizer
+    casts: ``p_pre`` (its ``pre``), ``p_arith`` (``t * qmax (+ 0.5)``), ``p_code`` (a float code's cast)."""
+
+    dequant: Lane
+    scale: Lane
+    exp: Lane
+    acc: Lane
+    l_i: Lane
+    pv_dequant: Lane
+    normalize: Lane
+    out: Lane
+    p_pre: Lane
+    p_arith: Lane
+    p_code: Lane
+
+
+class QEngine(NamedTuple):
+    """Everything a row needs besides its operands.
+
+    Attributes:
+        qp: the plan's :class:`~simfloat.attention._quant_kernels.QParams` (scalar ops, quantizer codes, flags).
+        ln: :class:`QLanes`.
+        qk, pv: the dots as :class:`~simfloat._mma.MMA` records (on the codes).
+        fma_exact: ``s * s_scale`` is exact in float64 (the contracted scale op may use lane form).
+        acc_exact: ``acc * alpha`` is exact (the contracted accumulator update may use lane form).
+        pvd_exact: ``pv * v_scale`` is exact (the fused ``scaled`` update may use lane form).
+        p_exact: ``t * qmax`` of P's fixed-scale quantizer is exact.
+        l_native32: the row sum's additions are float32 additions of float32 values (done as such).
+        bm, bn: tile sizes (as requested: per-block scales follow them); causal; seq_k: keys.
+        no_tab: an empty ex2 table (the quantized plans' exp2 is correctly rounded).
+    """
+
+    qp: object
+    ln: QLanes
+    qk: MMA
+    pv: MMA
+    fma_exact: bool
+    acc_exact: bool
+    pvd_exact: bool
+    p_exact: bool
+    l_native32: bool
+    bm: int
+    bn: int
+    causal: bool
+    seq_k: int
+    no_tab: np.ndarray
+
+
+class QOperands(NamedTuple):
+    """Codes, scales and alignment weights per lead index.
+
+    Attributes:
+        q: (L, Sq, D) Q codes (in the qk model's input format). eq: their weights. qs: (L, Sq) per-row scales.
+        kt: (L * n_tiles, D, bn) K codes, transposed tile by tile, zero-padded. ekt: weights.
+        ks: (L, n_tiles * bn) per-key scales (1 past the sequence).
+        v: (L * n_tiles, bn, Dv) V codes tile by tile, zero-padded. ev: weights.
+        vs: (L, n_tiles, Dv) V scales per key tile and channel.
+    """
+
+    q: np.ndarray
+    eq: np.ndarray
+    qs: np.ndarray
+    kt: np.ndarray
+    ekt: np.ndarray
+    ks: np.ndarray
+    v: np.ndarray
+    ev: np.ndarray
+    vs: np.ndarray
+
+
+class QScratch(NamedTuple):
+    s: np.ndarray  # scores of one row against one key tile (bn)
+    p: np.ndarray  # P of that tile (bn)
+    pc: np.ndarray  # P's codes (bn, zeros past the visible keys)
+    pin: np.ndarray  # the codes as the P.V dot reads them (its input format)
+    ep: np.ndarray  # their alignment weights
+    y: np.ndarray  # (dv,) one tile's P.V
+    acc: np.ndarray  # (bm, dv): the q tile's accumulators
+    m: np.ndarray  # (bm,) running maxima
+    l: np.ndarray  # (bm,) running row sums  # noqa: E741
+    qss: np.ndarray  # (bm,) folded: qk_scale * q_scale per row
+    w: Work
+
+
+# -- element-wise steps that float flash does not have -----------------------------------------------------------
+
+
+@jit
+def _mul_each(x, y, y0, n, r, o):  # type: ignore[no-untyped-def]
+    """x[:n] = op(x[:n] * y[y0:y0+n])."""
+    if r.fast:
+        for j in range(n):
+            x[j] = lmul(x[j], y[y0 + j], r)
+    else:
+        for j in range(n):
+            x[j] = mul(x[j], y[y0 + j], o)
+
+
+@jit
+def _acc_update(acc, y, n, alpha, contract, exact, r, o):  # type: ignore[no-untyped-def]
+    """acc[:n] = op(fma(acc, alpha, y)) (contract) or op(op(acc * alpha) + y)."""
+    if contract:
+        if exact and r.fast:
+            for j in range(n):
+                acc[j] = lfma(acc[j], alpha, y[j], r)
+        else:
+            for j in range(n):
+                acc[j] = fma(acc[j], alpha, y[j], o)
+    elif r.fast:
+        for j in range(n):
+            acc[j] = ladd(lmul(acc[j], alpha, r), y[j], r)
+    else:
+        for j in range(n):
+            acc[j] = add(mul(acc[j], alpha, o), y[j], o)
+
+
+@jit
+def _fma_scaled(acc, y, vs, n, exact, r, o):  # type: ignore[no-untyped-def]
+    """acc[:n] = op(fma(y, vs, acc)) (the ``scaled`` P.V update; acc already holds acc * alpha)."""
+    if exact and r.fast:
+        for j in range(n):
+            acc[j] = lfma(y[j], vs[j], acc[j], r)
+    else:
+        for j in range(n):
+            acc[j] = fma(y[j], vs[j], acc[j], o)
+
+
+@ljit
+def _int_rule(y, qmax, rule):  # type: ignore[no-untyped-def]
+    """clamp(round_rule(y), +-qmax) (nearest-even, nearest-away, toward zero), branch-free."""
+    a = np.floor(np.abs(y) + 0.5)
+    away = a if y >= 0.0 else -a
+    r = np.trunc(y) + 0.0  # + 0: an integer conversion's zero is +0
+    r = np.rint(y) if rule == _R_NEAREST_EVEN else r
+    r = away if rule == _R_NEAREST_AWAY else r
+    return min(max(r, -qmax), qmax)
+
+
+@jit
+def _p_codes(p, pc, nv, eng):  # type: ignore[no-untyped-def]
+    """pc[:nv] = P's codes of p[:nv] (quantized.py's p_quant): int: ``t = pre(p)``, half_up
+    ``trunc(arith(t * qmax + 0.5))`` (one rounding) or half_up_unfused (two), else
+    ``round_rule(arith(t * qmax))``, clamped to +-qmax; float: ``code(pre(p))``; none: p."""
+    qp, ln = eng.qp, eng.ln
+    for j in range(nv):
+        pc[j] = p[j]
+    if qp.p_kind == _K_NONE:
+        return
+    if qp.p_pre:
+        _cast(pc, 0, nv, ln.p_pre, qp.p_pre_op)
+    if qp.p_kind == _K_FLOAT:
+        _cast(pc, 0, nv, ln.p_code, qp.p_code)
+        return
+    qm, rule, r, o = qp.p_qmax, qp.p_rule, ln.p_arith, qp.p_arith
+    if rule == _R_HALF_UP:
+        if eng.p_exact and r.fast:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(lfma(pc[j], qm, 0.5, r)) + 0.0, -qm), qm)
+        else:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(fma(pc[j], qm, 0.5, o)) + 0.0, -qm), qm)
+    elif rule == _R_HALF_UP_UNFUSED:
+        if r.fast:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(ladd(lmul(pc[j], qm, r), 0.5, r)) + 0.0, -qm), qm)
+        else:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(add(mul(pc[j], qm, o), 0.5, o)) + 0.0, -qm), qm)
+    elif r.fast:
+        for j in range(nv):
+            pc[j] = _int_rule(lmul(pc[j], qm, r), qm, rule)
+    else:
+        for j in range(nv):
+            pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
+
+
+# -- the tile step -------------------------------------------------------------------------------------------------
+
+
+@ljit
+def _quant_step(b, i, r, jt, xs, eng, sc):  # type: ignore[no-untyped-def]
+    """Query row i (row r of its q tile) of lead b against key tile jt: scores, dequantization, softmax state,
+    P's quantizer, row sum and P.V update (INT8 T2..T19 / FP8 T2..T11); updates sc.m/l/acc[r]."""
+    qp, ln = eng.qp, eng.ln
+    bn, seq_k = eng.bn, eng.seq_k
+    dv = xs.v.shape[2]
+    s, p, pc, pin, ep, y, w = sc.s, sc.p, sc.pc, sc.pin, sc.ep, sc.y, sc.w
+    acc = sc.acc[r]
+    m_i, l_i = sc.m[r], sc.l[r]
+    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    if eng.causal:
+        jv = min(jv, i + 1)
+    nv = max(0, jv - j0)
+    sscale = qp.qk_scale
+    if qp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
+        sscale = mul(sc.qss[r], xs.ks[b, j0], qp.scale)
+    for jj in range(nv):
+        s[jj] = 0.0
+    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[tile], xs.ekt[tile], s, nv, eng.qk, w)  # the codes' dot
+    if not qp.folded:  # INT8 T4, T5: the scores dequantized by the row's and each key's scale
+        _scale_by(s, nv, xs.qs[b, i], ln.dequant, qp.dequant)
+        _mul_each(s, xs.ks[b], j0, nv, ln.dequant, qp.dequant)
+    smax = _row_max(s, 0, nv)
+    m_new = m_i
+    if smax != _NINF:
+        m_new = fmax(m_i, mul(smax, sscale, qp.scale))
+        if m_new != m_i:
+            m_new = rnd(m_new, qp.m_i)
+    m_sub = 0.0 if m_new == _NINF else m_new
+    _scaled(p, s, nv, sscale, m_sub, qp.contract, eng.fma_exact, ln.scale, qp.scale)
+    _exp_of(p, nv, qp.exp2, ln.exp, qp.exp, eng.no_tab)
+    alpha = 0.0
+    if m_i != _NINF:
+        dm = sub(m_i, m_sub, qp.alpha)
+        alpha = exp2(dm, qp.alpha) if qp.exp2 else exp(dm, qp.alpha)
+    _p_codes(p, pc, nv, eng)
+    for jj in range(nv, bn):
+        pc[jj] = 0.0
+    if qp.consistent and qp.p_kind == _K_INT:
+        isum = 0.0
+        for jj in range(nv):
+            isum += pc[jj]  # exact: integers < 2**53
+        l_ij = div(isum, qp.p_qmax, qp.l_i)
+    else:
+        l_ij = _seq_sum(pc if qp.consistent else p, nv, ln.l_i, qp.l_i, eng.l_native32)
+    if qp.contract:
+        l_new = fma(l_i, alpha, l_ij, qp.l_i)
+    else:
+        l_new = add(mul(l_i, alpha, qp.l_i), l_ij, qp.l_i)
+    src = pc
+    if eng.pv.in_round:  # the dot's operand format
+        for jj in range(bn):
+            pin[jj] = lround(pc[jj], eng.pv.inp)
+        src = pin
+    if eng.pv.align_sum:
+        _weights_of(src, ep, bn, eng.pv.opnd_emin)
+    vs = xs.vs[b, jt]
+    if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
+        _scale_by(acc, dv, alpha, ln.acc, qp.acc)
+        row_mma(src, ep, xs.v[tile], xs.ev[tile], acc, dv, eng.pv, w)
+    else:
+        for d in range(dv):
+            y[d] = 0.0
+        row_mma(src, ep, xs.v[tile], xs.ev[tile], y, dv, eng.pv, w)
+        if qp.pv_mode == _PV_SEPARATE:  # INT8 T17..T19
+            _mul_each(y, vs, 0, dv, ln.pv_dequant, qp.pv_dequant)
+            if qp.p_kind == _K_INT:
+                _divide(y, dv, qp.p_qmax, ln.pv_dequant, qp.pv_dequant)
+            _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
+        else:  # scaled (FP8 per-block): acc = pv_dequant(fma(pv, v_scale, acc(acc * alpha)))
+            _scale_by(acc, dv, alpha, ln.acc, qp.acc)
+            _fma_scaled(acc, y, vs, dv, eng.pvd_exact, ln.pv_dequant, qp.pv_dequant)
+    sc.m[r] = m_new
+    sc.l[r] = l_new
+
+
+@jit
+def quant_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-def]
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles); a q tile's rows
+    meet the key tiles one at a time, then the epilogue (into_acc: V's descale; ``normalize(acc / l)``;
+    ``out``)."""
+    qp, ln = eng.qp, eng.ln
+    bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
+    seq_q, dv = out.shape[1], out.shape[2]
+    n_qt = (seq_q + bm - 1) // bm
+    sc = QScratch(
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros(dv),
+        np.zeros((bm, dv)),
+        np.empty(bm),
+        np.empty(bm),
+        np.empty(bm),
+        work(max(bn, dv)),
+    )
+    for u in range(lo, hi):
+        b = u // n_qt
+        t = u - b * n_qt
+        r0, r1 = t * bm, min(seq_q, (t + 1) * bm)
+        kv_hi = min((t + 1) * bm, seq_k) if eng.causal else seq_k
+        n_kv = (kv_hi + bn - 1) // bn
+        for r in range(r1 - r0):
+            sc.m[r] = _NINF
+            sc.l[r] = 0.0
+            for d in range(dv):
+                sc.acc[r, d] = 0.0
+            if qp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale
+                sc.qss[r] = mul(qp.qk_scale, xs.qs[b, r0 + r], qp.scale)
+        for jt in range(n_kv):
+            for i in range(r0, r1):
+                _quant_step(b, i, i - r0, jt, xs, eng, sc)
+        for i in range(r0, r1):
+            acc, l_i = sc.acc[i - r0], sc.l[i - r0]
+            o = out[b, i]
+            for d in range(dv):
+                o[d] = acc[d]
+            if qp.pv_mode == _PV_INTO_ACC:  # FP8 per-tensor E1: V's descale once
+                _mul_each(o, xs.vs[b, 0], 0, dv, ln.pv_dequant, qp.pv_dequant)
+            _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, qp.normalize)
+            _cast(o, 0, dv, ln.out, qp.out)
+            m_out[b, i] = sc.m[i - r0]
+            l_out[b, i] = l_i

@@ -1,0 +1,198 @@
+"""The vectorized engine of the quantized (INT8 / FP8) flash attention against the scalar reference kernel it
+replaces, bit for bit (outputs, m and l): every preset, causal and not, odd lengths (1, 97, 257), block sizes
+smaller and larger than the sequences, adversarial inputs (ties, zero rows, large magnitudes, tiles that a
+causal row cannot see), every scaling granularity and quantizer rule, the slow paths (float64 ops, non-fused
+steps, other accumulation models), batched leads, and 1 or 2 threads."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import simfloat as sf
+from simfloat.accumulate import Chunked, Sequential, tensor_core
+from simfloat.attention import Quant, fp8_flash, int8_flash, quant_flash, quant_plan, quant_presets
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality (every NaN counts as one value)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    na, nb = np.isnan(a), np.isnan(b)
+    return bool(np.array_equal(na, nb) and np.array_equal(_bits(np.where(na, 0.0, a)), _bits(np.where(nb, 0.0, b))))
+
+
+def _qkv(lead, sq, sk, d, seed, fmt="float16"):
+    g = np.random.default_rng(seed)
+    q = sf.round(g.standard_normal(lead + (sq, d)), fmt)
+    k = sf.round(g.standard_normal(lead + (sk, d)), fmt)
+    v = sf.round(g.standard_normal(lead + (sk, d)), fmt)
+    return q, k, v
+
+
+def _check(q, k, v, **kw):
+    """Vector and reference engines give the same out, m and l."""
+    a = quant_flash(q, k, v, engine="vector", return_stats=True, **kw)
+    r = quant_flash(q, k, v, engine="reference", return_stats=True, **kw)
+    for x, y, what in zip(a, r, ("out", "m", "l"), strict=True):
+        assert same(x, y), (what, kw.get("plan"), float(np.nanmax(np.abs(x - y))))
+    return a[0]
+
+
+@pytest.mark.parametrize("name", sorted(quant_presets()))
+def test_every_preset_vector_equals_reference(name):
+    q, k, v = _qkv((1,), 97, 97, 32, 1)
+    for causal in (False, True):
+        _check(q, k, v, plan=name, block_m=32, block_n=16, causal=causal)
+
+
+@pytest.mark.parametrize("name", ["int8-reference", "int8-consistent", "half-int8", "fp8-e4m3", "fp8-e5m2-block"])
+@pytest.mark.parametrize("seq", [1, 97, 257])
+def test_odd_lengths_and_block_sizes(name, seq):
+    q, k, v = _qkv((1,), seq, seq, 16, seq)
+    for bm, bn in ((16, 64), (64, 32), (128, 512)):
+        _check(q, k, v, plan=name, block_m=bm, block_n=bn, causal=True)
+    _check(q, k, v, plan=name, block_m=32, block_n=32, causal=False)
+
+
+def test_different_query_and_key_lengths():
+    for sq, sk in ((33, 97), (97, 20)):
+        q, k, v = _qkv((2,), sq, sk, 16, sq + sk)
+        for name in ("int8-reference", "fp8-e4m3-block", "half-int8-consistent"):
+            for causal in (False, True):
+                _check(q, k, v, plan=name, block_m=16, block_n=32, causal=causal)
+
+
+def test_adversarial_inputs():
+    g = np.random.default_rng(7)
+    n, d = 97, 16
+    # ties: small integers and halves (scores, codes and P land on rounding midpoints), repeated keys
+    q = g.integers(-3, 4, (1, n, d)) * 0.5
+    k = np.repeat(g.integers(-2, 3, (1, n // 8 + 1, d)) * 0.25, 8, axis=1)[:, :n]
+    v = g.integers(-4, 5, (1, n, d)) * 1.0
+    # zero rows (an all-zero group takes scale 1), large magnitudes, one huge outlier per tensor
+    q[0, 5] = 0.0
+    k[0, 10:14] = 0.0
+    v[0, 20] = 0.0
+    q[0, 40] *= 3e4
+    k[0, 50] *= 6e4
+    v[0, 60, 3] = 6e4
+    z = np.zeros((1, 9, d))
+    for name in (
+        "int8-reference",
+        "int8-consistent",
+        "half-int8",
+        "fp8-e4m3",
+        "fp8-e4m3-block",
+        "fp8-e5m2-unscaled",
+        "fp16-flash",
+        "int8-reference-fp64",
+        "fp64",
+    ):
+        for causal in (False, True):
+            # block_m 64 > block_n 8: the first rows of a q tile see no key of the later key tiles
+            _check(q, k, v, plan=name, block_m=64, block_n=8, causal=causal)
+        _check(z, z, z, plan=name, block_m=4, block_n=4, causal=True)  # all scores zero: P ties at 1
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"q_quant": Quant("int", "per-tensor", pre="float32"), "k_quant": Quant("int", "per-block", pre="float32")},
+        {"q_quant": Quant("int", "per-block", "nearest_away"), "k_quant": Quant("int", "per-token", "toward_zero")},
+        {"v_quant": Quant("int", "per-channel", pre="float32"), "row_sum": "consistent"},
+        {"v_quant": Quant("int", "per-block", pre="float32"), "contract": False},
+        {"p_quant": Quant("int", "fixed", "half_up_unfused", arith="float16", pre="float16")},
+        {"p_quant": Quant("int", "fixed", "half_up", qmax=255, arith="float32"), "row_sum": "consistent"},
+        {"exp2": False, "scale": "float16", "acc": "bfloat16"},
+        {"exp": ("float32", "toward_zero"), "l_i": ("float32", "up"), "normalize": ("float16", "down")},
+        {"dequant": "float64", "pv_dequant": "float64", "acc": "float64", "l_i": "float64"},
+        {"pv": Sequential("float32")},
+        {"qk": tensor_core("sm90", "fp16"), "pv": Chunked(splits=2, inner=Sequential("float32"))},
+    ],
+)
+def test_int8_plan_variants(changes):
+    q, k, v = _qkv((1,), 97, 97, 32, 3)
+    pl = quant_plan("int8-reference").replace(**changes)
+    for causal in (False, True):
+        _check(q, k, v, plan=pl, block_m=32, block_n=32, causal=causal)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"p_quant": Quant("float", "unscaled", fmt="float8_e5m2"), "row_sum": "consistent"},
+        {"p_quant": Quant("float", "unscaled", "toward_zero", fmt="float8_e4m3fn", pre="float16")},
+        {"p_quant": Quant(), "row_sum": "consistent"},
+        {"q_quant": Quant("float", "per-block", fmt="float8_e5m2", pre="float32"), "contract": False},
+        {"pv": tensor_core("sm90", "tf32"), "qk": tensor_core("sm80", "fp16")},
+        {"v_quant": Quant("float", "per-channel", fmt="float8_e4m3fn", qmax=240.0, arith="bfloat16")},
+    ],
+)
+def test_fp8_plan_variants(changes):
+    q, k, v = _qkv((1,), 97, 97, 32, 4)
+    base = "fp8-e4m3-block" if "q_quant" in changes else "fp8-e4m3"
+    pl = quant_plan(base).replace(**changes)
+    for causal in (False, True):
+        _check(q, k, v, plan=pl, block_m=16, block_n=32, causal=causal)
+
+
+def test_incoherent_processing_and_entry_points():
+    q, k, v = _qkv((2, 1), 65, 65, 32, 5)
+    for scaling in ("per-tensor", "per-block"):
+        a = fp8_flash(q, k, v, scaling=scaling, incoherent=True, seed=3, block_m=16, block_n=32)
+        r = fp8_flash(q, k, v, scaling=scaling, incoherent=True, seed=3, block_m=16, block_n=32, engine="reference")
+        assert same(a, r)
+    assert same(int8_flash(q, k, v, causal=True), int8_flash(q, k, v, causal=True, engine="reference"))
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    q, k, v = _qkv((2, 2), 257, 257, 32, 9)
+    before = numba.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            outs.append(
+                (
+                    int8_flash(q, k, v, causal=True, return_stats=True),
+                    fp8_flash(q, k, v, scaling="per-block", return_stats=True),
+                    quant_flash(q, k, v, plan="half-int8", block_m=32, block_n=64),
+                )
+            )
+    finally:
+        numba.set_num_threads(before)
+    for x, y in zip(*outs, strict=True):
+        for a, b in zip(x if isinstance(x, tuple) else (x,), y if isinstance(y, tuple) else (y,), strict=True):
+            assert same(a, b)
+    assert same(outs[0][0][0], int8_flash(q, k, v, causal=True, engine="reference"))
+
+
+def test_block_sizes_beyond_the_sequences_give_the_sequences_bits():
+    q, k, v = _qkv((1,), 20, 30, 8, 4)
+    for name in ("int8-reference", "fp8-e4m3-block"):
+        for causal in (False, True):
+            kw = {"plan": name, "causal": causal, "return_stats": True}
+            fit = quant_flash(q, k, v, block_m=30 if causal else 20, block_n=30, engine="reference", **kw)
+            for engine in ("vector", "reference"):
+                huge = quant_flash(q, k, v, block_m=2**40, block_n=2**40, engine=engine, **kw)
+                for x, y in zip(fit, huge, strict=True):
+                    assert same(x, y), (name, causal, engine)
+
+
+def test_engine_argument():
+    q, k, v = _qkv((1,), 8, 8, 4, 0)
+    with pytest.raises(ValueError, match="engine"):
+        int8_flash(q, k, v, engine="gpu")
+    with pytest.raises(ValueError, match="reference engine"):
+        quant_flash(q, k, v, plan="int8-reference", engine="vector", trace=sf.Tracer())
+    tr = sf.Tracer()
+    traced = int8_flash(q, k, v, trace=tr)  # engine=None with a tracer: the reference, which records
+    assert same(traced, int8_flash(q, k, v, engine="vector"))
+    assert len(tr.by_op()) > 0
