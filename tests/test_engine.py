@@ -11,7 +11,7 @@ import pytest
 
 import simfloat as sf
 from simfloat._jit import jit
-from simfloat._lanes import ladd, lane, ldiv, lmul, lround, lround_ne
+from simfloat._lanes import ladd, lane, ldiv, lmul, lround, lround_ne, lround_rz
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul, tensor_core
 from simfloat.attention import baseline, flash, plan, presets
 from simfloat.attention._kernels import add, div, mul, rnd
@@ -66,6 +66,12 @@ def _apply_round_ne(x, out, r):  # type: ignore[no-untyped-def]
 
 
 @jit
+def _apply_round_rz(x, out, r):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = lround_rz(x[i], r)
+
+
+@jit
 def _apply_ops(a, b, out, r, o):  # type: ignore[no-untyped-def]
     for i in range(a.size):
         out[0, i] = ladd(a[i], b[i], r)
@@ -94,6 +100,9 @@ def test_lane_rounding_equals_round_exact_in_every_mode(fmt):
         if mode == RoundingMode.NEAREST_EVEN:
             _apply_round_ne(x, out, r)
             assert same(out, ref), (f.name, "lround_ne")
+        if mode == RoundingMode.TOWARD_ZERO:
+            _apply_round_rz(x, out, r)
+            assert same(out, ref), (f.name, "lround_rz")
     assert lane(f, 0).fast  # every listed format has the fast form for nearest-even
 
 
@@ -190,6 +199,23 @@ def test_matmul_vector_equals_reference(name, hard):
         vec = matmul(a, b, c, acc=model)
         ref = matmul(a, b, c, acc=model, engine="reference")
     assert same(vec, ref)
+
+
+@pytest.mark.parametrize("kk", [1, 97, 257])
+def test_matmul_block_fma_rows_in_groups_and_pairs(kk):
+    """The block-FMA driver takes rows in groups, block by block, two at a time: more rows than a group, an odd
+    number of them, rows that take the reference path (huge operand, infinite accumulator) between the others."""
+    g = np.random.default_rng(kk)
+    for name in ("sm90-bf16", "sm90-e4m3", "sm80-bf16", "block-F8-rn"):
+        model, fmt = MODELS[name]
+        a, b = _operands(fmt, g, 37, kk, 19, kk > 1)
+        a[20, 0] = 2.0**500  # beyond the block kernels' range: this row alone goes to dot_acc
+        c = sf.round(g.standard_normal((37, 19)), "fp32")
+        c[25, 3] = np.inf
+        with np.errstate(all="ignore"):
+            vec = matmul(a, b, c, acc=model)
+            ref = matmul(a, b, c, acc=model, engine="reference")
+        assert same(vec, ref), name
 
 
 def test_matmul_vector_batched_and_zero_sizes():
