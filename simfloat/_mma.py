@@ -87,12 +87,15 @@ class Work(NamedTuple):
     tot: np.ndarray  # block sums (integers, exact in float64)
     c0: np.ndarray  # the incoming accumulator
     part: np.ndarray  # chunk results
+    c32: np.ndarray  # float32 accumulators of the float32 FMA loop
 
 
 @jit
 def work(n):  # type: ignore[no-untyped-def]
     """Scratch for rows of up to ``n`` outputs."""
-    return Work(np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n))
+    return Work(
+        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.float32)
+    )
 
 
 def mma(model: Model) -> MMA:
@@ -463,8 +466,8 @@ def _fits32(c, n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
-    """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n."""
+def _seq_row(a, B, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+    """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n (``w``: scratch)."""
     native = mp.native
     if native == N_FMA32 and not _fits32(c, n):
         native = N_NONE  # an accumulator that is not a float32 value: round the exact sums instead
@@ -478,11 +481,25 @@ def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
             ak, r = a[k], B[k]
             for j in range(n):
                 c[j] = c[j] + ak * r[j]
-    elif native == N_FMA32:
-        for k in range(k0, k1):
+    elif native == N_FMA32:  # the accumulators held as float32 (exact: they are float32 values) in between
+        c32 = w.c32
+        for j in range(n):
+            c32[j] = np.float32(c[j])
+        k = k0
+        while k + 4 <= k1:  # four steps per pass over j, in order
+            a0, a1, a2, a3 = np.float32(a[k]), np.float32(a[k + 1]), np.float32(a[k + 2]), np.float32(a[k + 3])
+            r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+            for j in range(n):
+                t = fma32(a1, np.float32(r1[j]), fma32(a0, np.float32(r0[j]), c32[j]))
+                c32[j] = fma32(a3, np.float32(r3[j]), fma32(a2, np.float32(r2[j]), t))
+            k += 4
+        while k < k1:
             ak, r = np.float32(a[k]), B[k]
             for j in range(n):
-                c[j] = np.float64(fma32(ak, np.float32(r[j]), np.float32(c[j])))
+                c32[j] = fma32(ak, np.float32(r[j]), c32[j])
+            k += 1
+        for j in range(n):
+            c[j] = np.float64(c32[j])
     elif mp.round_products and mp.plain_sum and mp.acc.mode == 0 and _on_grid(c, n, mp.acc):
         for k in range(k0, k1):
             ak, r = a[k], B[k]
@@ -510,7 +527,7 @@ def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
     if mp.kind == K_BLOCK:
         _block_row(a, ea, B, EB, c, n, k0, k1, mp, w)
     else:
-        _seq_row(a, B, c, n, k0, k1, mp)
+        _seq_row(a, B, c, n, k0, k1, mp, w)
 
 
 @jit
