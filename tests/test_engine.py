@@ -20,8 +20,19 @@ from simfloat.formats import FloatFormat
 from simfloat.rounding import RoundingMode, round_exact
 
 MODES = [m for m in RoundingMode if m != RoundingMode.STOCHASTIC]
-FORMATS = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float6_e2m3fn",
-           "float4_e2m1fn", "tfloat32", FloatFormat("e5m3ftz", 5, 3, subnormals=False), "float64"]
+FORMATS = [
+    "float32",
+    "bfloat16",
+    "float16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+    "tfloat32",
+    FloatFormat("e5m3ftz", 5, 3, subnormals=False),
+    "float64",
+]
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -46,9 +57,24 @@ def _hard_values(fmt: FloatFormat, g: np.random.Generator, n: int = 4000) -> np.
     base = (1.0 + frac) * np.exp2(exps.astype(float))
     mids = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, 0.0)])
     with np.errstate(over="ignore"):
-        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, f.max, np.nextafter(f.max, np.inf), f.max * 0.999,
-                            f.tiny, f.smallest_subnormal, f.smallest_subnormal / 2, f.smallest_subnormal * 0.75,
-                            5e-324, 2.0**-1022])
+        special = np.array(
+            [
+                0.0,
+                -0.0,
+                np.inf,
+                -np.inf,
+                np.nan,
+                f.max,
+                np.nextafter(f.max, np.inf),
+                f.max * 0.999,
+                f.tiny,
+                f.smallest_subnormal,
+                f.smallest_subnormal / 2,
+                f.smallest_subnormal * 0.75,
+                5e-324,
+                2.0**-1022,
+            ]
+        )
     x = np.concatenate([mids, special, g.standard_normal(n) * 10.0 ** g.integers(-6, 6, n)])
     return np.concatenate([x, -x])
 
@@ -245,8 +271,21 @@ def _input_format(name: str) -> str:
     return "fp32" if tail in ("fp64", "fp32", "tf32") else tail
 
 
-FLASH_PLANS = ["fp64", "all-bf16", "all-fp16", "all-e4m3", "triton-bf16", "triton-fp16", "triton-fp32",
-               "triton-tf32", "triton-e4m3", "triton-e5m2", "h200-bf16", "h200-fp16", "h200-tf32"]
+FLASH_PLANS = [
+    "fp64",
+    "all-bf16",
+    "all-fp16",
+    "all-e4m3",
+    "triton-bf16",
+    "triton-fp16",
+    "triton-fp32",
+    "triton-tf32",
+    "triton-e4m3",
+    "triton-e5m2",
+    "h200-bf16",
+    "h200-fp16",
+    "h200-tf32",
+]
 
 
 @pytest.mark.parametrize("name", FLASH_PLANS)
@@ -255,8 +294,7 @@ def test_flash_vector_equals_reference(name):
     q, k, v = _qkv((2,), 97, 257, 32, fmt, 11)
     for causal, bm, bn in ((False, 64, 64), (True, 16, 32), (True, 128, 16), (False, 32, 1000)):
         a = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True, engine="vector")
-        r = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True,
-                  engine="reference")
+        r = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True, engine="reference")
         for x, y in zip(a, r, strict=True):
             assert same(x, y), (name, causal, bm, bn)
 
@@ -277,8 +315,7 @@ def test_flash_variants_vector_equals_reference(variant):
     q, k, v = _qkv((1, 2), 33, 97, 16, "bf16", 5, dv=24)
     for causal in (False, True):
         a = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True)
-        r = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True,
-                  engine="reference")
+        r = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True, engine="reference")
         for x, y in zip(a, r, strict=True):
             assert same(x, y), (variant, causal)
 
@@ -296,8 +333,7 @@ def test_flash_adversarial_inputs_vector_equals_reference():
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning, match=r"q has a non-finite value \(inf\)"):
             a = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True)
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning, match="non-finite"):
-            r = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True,
-                      engine="reference")
+            r = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True, engine="reference")
         for x, y in zip(a, r, strict=True):
             assert same(x, y), name
 
@@ -330,9 +366,13 @@ def test_results_do_not_depend_on_the_thread_count():
         outs = []
         for threads in (1, 2):
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-            outs.append((flash(q, k, v, plan="h200-bf16", block_m=64, block_n=64, causal=True),
-                         baseline(q, k, v, plan="pytorch-bf16"),
-                         matmul(q[0, 0], k[0, 0].T, acc=tensor_core("sm90", "bf16"))))
+            outs.append(
+                (
+                    flash(q, k, v, plan="h200-bf16", block_m=64, block_n=64, causal=True),
+                    baseline(q, k, v, plan="pytorch-bf16"),
+                    matmul(q[0, 0], k[0, 0].T, acc=tensor_core("sm90", "bf16")),
+                )
+            )
     finally:
         numba.set_num_threads(before)
     for x, y in zip(*outs, strict=True):
