@@ -143,13 +143,7 @@ def sticky(s: float, e: float) -> int:
 def overflow_value(neg: bool, p: FormatParams, mode: int) -> float:
     """The value an overflowing result takes: IEEE gives infinity for nearest modes and for directed rounding
     away from zero, the largest finite value otherwise; the format's policy replaces infinity."""
-    to_inf = (
-        mode == 0
-        or mode == 1
-        or mode == 6
-        or (mode == 3 and not neg)
-        or (mode == 4 and neg)
-    )
+    to_inf = mode == 0 or mode == 1 or mode == 6 or (mode == 3 and not neg) or (mode == 4 and neg)
     if to_inf:
         if p.overflow == 0:
             r = np.inf
