@@ -23,15 +23,26 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import fma32, fma64, jit
-from simfloat._lanes import Lane, ladd, lane, lround, lround_ne, pow2_of, recip_pow2
+from simfloat._jit import fma32, fma64, jit, ljit
+from simfloat._lanes import Lane, ladd, lane, lround, lround_ne, lround_rz, pow2_of, recip_pow2
 from simfloat._parallel import run_rows
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code, round_scalar
 
-__all__ = ["MMA", "Work", "for_operands", "matmul_rows", "mma", "narrow", "operand_powers", "round_operands",
-           "row_mma", "tame", "work"]
+__all__ = [
+    "MMA",
+    "Work",
+    "for_operands",
+    "matmul_rows",
+    "mma",
+    "narrow",
+    "operand_powers",
+    "round_operands",
+    "row_mma",
+    "tame",
+    "work",
+]
 
 _HUGE = 2.0**450  # operands beyond 2**+-450 (and inf/NaN): the reference path
 _TINY = 2.0**-450
@@ -76,20 +87,26 @@ class Work(NamedTuple):
     tot: np.ndarray  # block sums (integers, exact in float64)
     c0: np.ndarray  # the incoming accumulator
     part: np.ndarray  # chunk results
+    c32: np.ndarray  # float32 accumulators of the float32 FMA loop
 
 
 @jit
 def work(n):  # type: ignore[no-untyped-def]
     """Scratch for rows of up to ``n`` outputs."""
-    return Work(np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n))
+    return Work(
+        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.float32)
+    )
 
 
 def mma(model: Model) -> MMA:
     """The :class:`MMA` record of an accumulation model (validated by :func:`acc_params`)."""
     ap = acc_params(model)
     chunk = ap.chunk
-    outer = lane(_format(model.outer_fmt), int(mode_code(model.outer_mode))) if isinstance(model, Chunked) \
+    outer = (
+        lane(_format(model.outer_fmt), int(mode_code(model.outer_mode)))
+        if isinstance(model, Chunked)
         else lane(_format("float64"), 0)
+    )
     inner = model.inner if isinstance(model, Chunked) else model
     if isinstance(inner, Sequential):
         accf = _format(inner.fmt)
@@ -135,8 +152,27 @@ def mma(model: Model) -> MMA:
         fast = fast and inp.fast
         if native == N_FMA32 and not (inp.m <= 23 and inp.emin >= -126):
             native = N_NONE
-    return MMA(kind, bool(fast), acc, prod, rp, blk, frac, align_sum, float(2.0 ** max(emin, -1074)),
-               float(2.0**frac), chunk, outer, ap, exact, in_round, inp, native, False, bool(plain))
+    return MMA(
+        kind,
+        bool(fast),
+        acc,
+        prod,
+        rp,
+        blk,
+        frac,
+        align_sum,
+        float(2.0 ** max(emin, -1074)),
+        float(2.0**frac),
+        chunk,
+        outer,
+        ap,
+        exact,
+        in_round,
+        inp,
+        native,
+        False,
+        bool(plain),
+    )
 
 
 @jit
@@ -200,6 +236,14 @@ def narrow(*arrays: np.ndarray) -> bool:
     return all(_narrow(np.ascontiguousarray(a).reshape(-1)) for a in arrays)
 
 
+@ljit
+def _raise(m, x):  # type: ignore[no-untyped-def]
+    """max(m, x) for weights (non-negative, never NaN) as a select whose result is not ``m`` itself: LLVM turns
+    ``p[j] = max(p[j], x)`` into a masked store, which is slow on some CPUs; ``m + 0.0`` (the same value) keeps
+    the store unconditional."""
+    return x if x > m else m + 0.0
+
+
 @jit
 def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):  # type: ignore[no-untyped-def]
     """em[j] = max(em[j], weight of the product a[k] * B[k, j]) over k in [lo, hi); four k per pass over j."""
@@ -209,12 +253,12 @@ def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):  # type: ignore[no-untyped
             e0, e1, e2, e3 = ea[k], ea[k + 1], ea[k + 2], ea[k + 3]
             r0, r1, r2, r3 = EB[k], EB[k + 1], EB[k + 2], EB[k + 3]
             for j in range(n):
-                em[j] = max(em[j], max(max(e0 * r0[j], e1 * r1[j]), max(e2 * r2[j], e3 * r3[j])))
+                em[j] = _raise(em[j], max(max(e0 * r0[j], e1 * r1[j]), max(e2 * r2[j], e3 * r3[j])))
             k += 4
         while k < hi:
             e0, r0 = ea[k], EB[k]
             for j in range(n):
-                em[j] = max(em[j], e0 * r0[j])
+                em[j] = _raise(em[j], e0 * r0[j])
             k += 1
     else:
         while k + 4 <= hi:
@@ -223,12 +267,12 @@ def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):  # type: ignore[no-untyped
             for j in range(n):
                 w01 = max(pow2_of(a0 * r0[j]), pow2_of(a1 * r1[j]))
                 w23 = max(pow2_of(a2 * r2[j]), pow2_of(a3 * r3[j]))
-                em[j] = max(em[j], max(w01, w23))
+                em[j] = _raise(em[j], max(w01, w23))
             k += 4
         while k < hi:
             a0, r0 = a[k], B[k]
             for j in range(n):
-                em[j] = max(em[j], pow2_of(a0 * r0[j]))
+                em[j] = _raise(em[j], pow2_of(a0 * r0[j]))
             k += 1
 
 
@@ -254,28 +298,142 @@ def _terms(a, B, sc, tot, lo, hi, n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
-    """Block-FMA steps over k in [k0, k1) for outputs c[:n] (updated in place). Alignment weights are powers of
-    two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see simfloat._lanes). The
-    caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
+def _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, align_sum):  # type: ignore[no-untyped-def]
+    """:func:`_weights` for two rows ``a``, ``a2`` at once (each load of B or EB serves both)."""
+    k = lo
+    if align_sum:
+        while k + 4 <= hi:
+            e0, e1, e2, e3 = ea[k], ea[k + 1], ea[k + 2], ea[k + 3]
+            f0, f1, f2, f3 = ea2[k], ea2[k + 1], ea2[k + 2], ea2[k + 3]
+            r0, r1, r2, r3 = EB[k], EB[k + 1], EB[k + 2], EB[k + 3]
+            for j in range(n):
+                x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+                em[j] = _raise(em[j], max(max(e0 * x0, e1 * x1), max(e2 * x2, e3 * x3)))
+                em2[j] = _raise(em2[j], max(max(f0 * x0, f1 * x1), max(f2 * x2, f3 * x3)))
+            k += 4
+        while k < hi:
+            e0, f0, r0 = ea[k], ea2[k], EB[k]
+            for j in range(n):
+                em[j] = _raise(em[j], e0 * r0[j])
+                em2[j] = _raise(em2[j], f0 * r0[j])
+            k += 1
+    else:
+        while k + 4 <= hi:
+            a0, a1, a2_, a3 = a[k], a[k + 1], a[k + 2], a[k + 3]
+            b0, b1, b2, b3 = a2[k], a2[k + 1], a2[k + 2], a2[k + 3]
+            r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+            for j in range(n):
+                x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+                w01 = max(pow2_of(a0 * x0), pow2_of(a1 * x1))
+                w23 = max(pow2_of(a2_ * x2), pow2_of(a3 * x3))
+                em[j] = _raise(em[j], max(w01, w23))
+                v01 = max(pow2_of(b0 * x0), pow2_of(b1 * x1))
+                v23 = max(pow2_of(b2 * x2), pow2_of(b3 * x3))
+                em2[j] = _raise(em2[j], max(v01, v23))
+            k += 4
+        while k < hi:
+            a0, b0, r0 = a[k], a2[k], B[k]
+            for j in range(n):
+                em[j] = _raise(em[j], pow2_of(a0 * r0[j]))
+                em2[j] = _raise(em2[j], pow2_of(b0 * r0[j]))
+            k += 1
+
+
+@jit
+def _terms2(a, a2, B, sc, sc2, tot, tot2, lo, hi, n):  # type: ignore[no-untyped-def]
+    """:func:`_terms` for two rows ``a``, ``a2`` at once (each load of B serves both)."""
+    k = lo
+    while k + 4 <= hi:
+        a0, a1, a2_, a3 = a[k], a[k + 1], a[k + 2], a[k + 3]
+        b0, b1, b2, b3 = a2[k], a2[k + 1], a2[k + 2], a2[k + 3]
+        r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+        for j in range(n):
+            x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+            s, s2 = sc[j], sc2[j]
+            t01 = np.trunc((a0 * x0) * s) + np.trunc((a1 * x1) * s)
+            t23 = np.trunc((a2_ * x2) * s) + np.trunc((a3 * x3) * s)
+            tot[j] += t01 + t23
+            u01 = np.trunc((b0 * x0) * s2) + np.trunc((b1 * x1) * s2)
+            u23 = np.trunc((b2 * x2) * s2) + np.trunc((b3 * x3) * s2)
+            tot2[j] += u01 + u23
+        k += 4
+    while k < hi:
+        a0, b0, r0 = a[k], a2[k], B[k]
+        for j in range(n):
+            x0 = r0[j]
+            tot[j] += np.trunc((a0 * x0) * sc[j])
+            tot2[j] += np.trunc((b0 * x0) * sc2[j])
+        k += 1
+
+
+@jit
+def _scales(c, n, mp, w):  # type: ignore[no-untyped-def]
+    """From the alignment weights ``w.em``: the scale 2**F / em of every term, the scale back em / 2**F, and the
+    incoming accumulator's own term ``trunc(c * scale)``."""
     em, sc, back, tot = w.em, w.sc, w.back, w.tot
     two_f = mp.two_f
     inv_f = 1.0 / two_f
+    for j in range(n):
+        e = em[j]
+        s = two_f * recip_pow2(e) if e != 0.0 else 0.0
+        sc[j] = s
+        back[j] = e * inv_f
+        tot[j] = np.trunc(c[j] * s) + 0.0
+
+
+@jit
+def _normalize(c, n, r, w):  # type: ignore[no-untyped-def]
+    """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
+    dispatched here, outside the loop)."""
+    tot, back = w.tot, w.back
+    if r.mode == 2:
+        for j in range(n):
+            c[j] = lround_rz(tot[j] * back[j], r)
+    elif r.mode == 0:
+        for j in range(n):
+            c[j] = lround_ne(tot[j] * back[j], r)
+    else:
+        for j in range(n):
+            c[j] = lround(tot[j] * back[j], r)
+
+
+@jit
+def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):  # type: ignore[no-untyped-def]
+    """One block-FMA step, k in [lo, hi) (at most one block), for outputs c[:n] (updated in place). Alignment
+    weights are powers of two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see
+    simfloat._lanes). The caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
+    em = w.em
+    for j in range(n):
+        em[j] = pow2_of(c[j])
+    _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
+    _scales(c, n, mp, w)
+    _terms(a, B, w.sc, w.tot, lo, hi, n)
+    _normalize(c, n, mp.acc, w)
+
+
+@jit
+def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):  # type: ignore[no-untyped-def]
+    """:func:`_block_step` for two rows (``a`` into ``c`` with scratch ``w``, ``a2`` into ``c2`` with ``w2``),
+    the same bits as two calls."""
+    em, em2 = w.em, w2.em
+    for j in range(n):
+        em[j] = pow2_of(c[j])
+        em2[j] = pow2_of(c2[j])
+    _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, mp.align_sum)
+    _scales(c, n, mp, w)
+    _scales(c2, n, mp, w2)
+    _terms2(a, a2, B, w.sc, w2.sc, w.tot, w2.tot, lo, hi, n)
+    _normalize(c, n, mp.acc, w)
+    _normalize(c2, n, mp.acc, w2)
+
+
+@jit
+def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+    """Block-FMA steps over k in [k0, k1) for outputs c[:n] (updated in place), block by block."""
     lo = k0
     while lo < k1:
         hi = min(k1, lo + mp.block)
-        for j in range(n):
-            em[j] = pow2_of(c[j])
-        _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
-        for j in range(n):
-            e = em[j]
-            s = two_f * recip_pow2(e) if e != 0.0 else 0.0
-            sc[j] = s
-            back[j] = e * inv_f
-            tot[j] = np.trunc(c[j] * s) + 0.0
-        _terms(a, B, sc, tot, lo, hi, n)
-        for j in range(n):
-            c[j] = lround(tot[j] * back[j], mp.acc)
+        _block_step(a, ea, B, EB, c, n, lo, hi, mp, w)
         lo = hi
 
 
@@ -308,8 +466,8 @@ def _fits32(c, n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
-    """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n."""
+def _seq_row(a, B, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+    """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n (``w``: scratch)."""
     native = mp.native
     if native == N_FMA32 and not _fits32(c, n):
         native = N_NONE  # an accumulator that is not a float32 value: round the exact sums instead
@@ -323,11 +481,25 @@ def _seq_row(a, B, c, n, k0, k1, mp):  # type: ignore[no-untyped-def]
             ak, r = a[k], B[k]
             for j in range(n):
                 c[j] = c[j] + ak * r[j]
-    elif native == N_FMA32:
-        for k in range(k0, k1):
+    elif native == N_FMA32:  # the accumulators held as float32 (exact: they are float32 values) in between
+        c32 = w.c32
+        for j in range(n):
+            c32[j] = np.float32(c[j])
+        k = k0
+        while k + 4 <= k1:  # four steps per pass over j, in order
+            a0, a1, a2, a3 = np.float32(a[k]), np.float32(a[k + 1]), np.float32(a[k + 2]), np.float32(a[k + 3])
+            r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+            for j in range(n):
+                t = fma32(a1, np.float32(r1[j]), fma32(a0, np.float32(r0[j]), c32[j]))
+                c32[j] = fma32(a3, np.float32(r3[j]), fma32(a2, np.float32(r2[j]), t))
+            k += 4
+        while k < k1:
             ak, r = np.float32(a[k]), B[k]
             for j in range(n):
-                c[j] = np.float64(fma32(ak, np.float32(r[j]), np.float32(c[j])))
+                c32[j] = fma32(ak, np.float32(r[j]), c32[j])
+            k += 1
+        for j in range(n):
+            c[j] = np.float64(c32[j])
     elif mp.round_products and mp.plain_sum and mp.acc.mode == 0 and _on_grid(c, n, mp.acc):
         for k in range(k0, k1):
             ak, r = a[k], B[k]
@@ -355,7 +527,7 @@ def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
     if mp.kind == K_BLOCK:
         _block_row(a, ea, B, EB, c, n, k0, k1, mp, w)
     else:
-        _seq_row(a, B, c, n, k0, k1, mp)
+        _seq_row(a, B, c, n, k0, k1, mp, w)
 
 
 @jit
@@ -403,10 +575,65 @@ def row_mma(a, ea, B, EB, c, n, mp, w):  # type: ignore[no-untyped-def]
                 c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
 
 
+_GROUP = 16  # rows of a that meet each block of k in turn: the block's rows of B and EB stay in cache
+
+
+@jit
+def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):  # type: ignore[no-untyped-def]
+    """:func:`row_mma` for every row of ``a`` (g, K) into ``out`` (g, >= n) under an unchunked fast block-FMA
+    model, block of k by block: each block of B is read by all g rows while it is in cache (a row's outputs
+    depend only on its own steps, taken in the same order, so the bits are those of row_mma). ``c0`` (g, >= n)
+    ``live`` and ``idx`` (g,) are scratch; rows are taken two at a time (:func:`_block_step2`)."""
+    g, kk = a.shape[0], a.shape[1]
+    for i in range(g):
+        ci = out[i]
+        for j in range(n):
+            c0[i, j] = ci[j]
+        live[i] = mp.tame and _tame(a[i], kk) and _tame(ci, n)
+        if not live[i]:
+            for j in range(n):  # weights beyond 2**+-450 (or inf/NaN, float64 subnormals): the reference path
+                ci[j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
+    nl = 0
+    for i in range(g):
+        if live[i]:
+            idx[nl] = i
+            nl += 1
+    lo = 0
+    while lo < kk:
+        hi = min(kk, lo + mp.block)
+        for t in range(0, nl - 1, 2):
+            i, i2 = idx[t], idx[t + 1]
+            _block_step2(a[i], ea[i], a[i2], ea[i2], B, EB, out[i], out[i2], n, lo, hi, mp, w, w2)
+        if nl % 2 == 1:
+            i = idx[nl - 1]
+            _block_step(a[i], ea[i], B, EB, out[i], n, lo, hi, mp, w)
+        lo = hi
+    for i in range(g):
+        if live[i]:
+            for j in range(n):  # an accumulator that overflowed to inf / NaN on the way: the reference path
+                if out[i, j] - out[i, j] != 0.0:
+                    out[i, j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
+
+
 @jit
 def _mm_units(lo, hi, a, ea, b, eb, out, mp):  # type: ignore[no-untyped-def]
     m, n = a.shape[1], b.shape[2]
     w = work(n)
+    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
+        c0 = np.empty((_GROUP, n))
+        live = np.zeros(_GROUP, dtype=np.bool_)
+        idx = np.zeros(_GROUP, dtype=np.int64)
+        w2 = work(n)
+        r = lo
+        while r < hi:
+            bi = r // m
+            i = r - bi * m
+            g = min(hi - r, m - i, _GROUP)  # rows of one batch entry
+            _block_rows(
+                a[bi, i : i + g], ea[bi, i : i + g], b[bi], eb[bi], out[bi, i : i + g], n, mp, w, w2, c0, live, idx
+            )
+            r += g
+        return
     for r in range(lo, hi):
         bi = r // m
         row_mma(a[bi, r - bi * m], ea[bi, r - bi * m], b[bi], eb[bi], out[bi, r - bi * m], n, mp, w)

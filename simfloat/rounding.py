@@ -143,13 +143,7 @@ def sticky(s: float, e: float) -> int:
 def overflow_value(neg: bool, p: FormatParams, mode: int) -> float:
     """The value an overflowing result takes: IEEE gives infinity for nearest modes and for directed rounding
     away from zero, the largest finite value otherwise; the format's policy replaces infinity."""
-    to_inf = (
-        mode == 0
-        or mode == 1
-        or mode == 6
-        or (mode == 3 and not neg)
-        or (mode == 4 and neg)
-    )
+    to_inf = mode == 0 or mode == 1 or mode == 6 or (mode == 3 and not neg) or (mode == 4 and neg)
     if to_inf:
         if p.overflow == 0:
             r = np.inf
@@ -380,7 +374,7 @@ class _BitParams(NamedTuple):
     abs_mask: np.integer  # all bits but the sign
     inf: np.integer  # bit pattern of +inf
     tiny_bits: np.integer  # bit pattern of 2**emin
-    split_bits: np.integer  # tiny_bits if has_sub else 0: |x| below it is left to _round_small
+    split_bits: np.integer  # tiny_bits if has_sub else 0: |x| below it takes the scaled formula
     max_bits: np.integer  # bit pattern of the largest finite value
     ovf_pos: np.integer  # what a positive / negative overflow gives (magnitude): inf, NaN or max
     ovf_neg: np.integer
@@ -462,7 +456,7 @@ def _make_bit_params(f: FloatFormat, dtype: np.dtype, mode: int, has_sub: bool) 
 def _round_normal(x, c):  # type: ignore[no-untyped-def]
     """``x`` rounded into the format and deterministic mode described by ``c``, when ``|x| >= 2**emin`` or
     the format's emin is the input type's (then the bit formula covers everything); other ``x`` come back
-    unchanged for :func:`_round_small`. Specials and overflow included."""
+    unchanged (:func:`_round_any` rounds those). Specials and overflow included."""
     u = _to_bits(x)
     a = _narrow(u & c.abs_mask, x)
     s = _narrow(u ^ a, x)
@@ -481,26 +475,34 @@ def _round_normal(x, c):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _round_small(x, c):  # type: ignore[no-untyped-def]
-    """``x`` rounded as :func:`_round_normal` does, for ``|x| < 2**emin`` (target subnormals and zeros)."""
+def _round_any(x, c):  # type: ignore[no-untyped-def]
+    """``x`` rounded as :func:`_round_normal` does, for every ``x`` also where the format's emin is above the
+    input type's: both integers to round (the bit pattern, and for ``|x| < 2**emin`` the scaled
+    ``trunc(|x| * 2**(F - emin))`` with its sticky bit) are computed and one is selected, so that one rounding
+    step, branch-free, serves both and the loop over elements vectorizes in a single pass."""
     u = _to_bits(x)
-    s = _narrow(u & ~c.abs_mask, x)
+    a0 = _narrow(u & c.abs_mask, x)
+    s = _narrow(u ^ a0, x)
     neg = s != 0
-    y = abs(x) * c.up
+    small = a0 < c.split_bits
+    y = abs(x) * c.up  # garbage (possibly inf or NaN) where not small: not selected
     t = np.trunc(y)
-    k = _narrow(_to_bits(t + c.magic) - c.magic_bits, x)  # int(t), exact
-    a = _narrow(k | (0 if t == y else 1), x)  # the sticky bit: x was not a multiple of 2**(emin - F)
+    k = _narrow(_to_bits(t + c.magic) - c.magic_bits, x)  # int(t), exact for t < 2**F
+    a_small = _narrow(k | (0 if t == y else 1), x)  # the sticky bit: x was not a multiple of 2**(emin - F)
+    a = a_small if small else a0
     add = c.add0 + (0 if (a & c.lsb) == 0 else c.add_lsb) + (c.add_neg if neg else c.add_pos)
     r = _narrow(((a + add) & c.keep) | (0 if (a & ~c.keep) == 0 else c.odd), x)
-    r = _narrow(_to_bits((_from_bits(r + c.magic_bits, x) - c.magic) * c.down), x)  # float(r) * 2**(emin - F)
+    r_small = _narrow(_to_bits((_from_bits(r + c.magic_bits, x) - c.magic) * c.down), x)  # r * 2**(emin - F)
+    if r > c.max_bits:
+        r = c.ovf_neg if neg else c.ovf_pos
+    r = r_small if small else r
     if c.ftz and r < c.tiny_bits:
         r = c.zero
+    if a0 >= c.inf:
+        r = _narrow(a0 | c.quiet, x) if a0 > c.inf else c.inf_out  # NaN: quiet, payload kept; inf: the policy
     if r == 0 and not c.neg_zero:
         s = c.zero
     return _from_bits(r | s, x)
-
-
-_BLOCK = 4096  # elements per block of _round_chunk_bits (a block's second pass runs while it is in cache)
 
 
 @jit
@@ -510,32 +512,19 @@ def _pass_normal(x, out, c):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _pass_flagged(x, out, c):  # type: ignore[no-untyped-def]
-    """Round everything in the target-normal range, then (only if there were any) the values below
-    2**emin that the first pass left unchanged."""
-    small = c.zero  # of the input's width, so that this flag does not halve the vector width
+def _pass_any(x, out, c):  # type: ignore[no-untyped-def]
     for i in range(x.size):
-        v = x[i]
-        out[i] = _round_normal(v, c)
-        small = _narrow(small | (1 if abs(v) < c.tiny else 0), v)
-    if small != 0:
-        for i in range(x.size):
-            v = out[i]  # x itself where |x| < 2**emin, a result >= 2**emin (or NaN) elsewhere
-            out[i] = _round_small(v, c) if abs(v) < c.tiny else v
+        out[i] = _round_any(x[i], c)
 
 
 @jit
 def _round_chunk_bits(x, out, c):  # type: ignore[no-untyped-def]
     """Round a contiguous chunk (``out`` may be ``x``). Values below 2**emin (target subnormals, zeros)
-    need the second formula only where emin is above the input type's, and a second pass only over the blocks
-    that hold any."""
-    if not c.has_sub:
+    need the second formula only where emin is above the input type's."""
+    if c.has_sub:
+        _pass_any(x, out, c)
+    else:
         _pass_normal(x, out, c)
-        return
-    n = x.size
-    for lo in range(0, n, _BLOCK):
-        hi = min(n, lo + _BLOCK)
-        _pass_flagged(x[lo:hi], out[lo:hi], c)
 
 
 @pjit

@@ -11,7 +11,7 @@ import pytest
 
 import simfloat as sf
 from simfloat._jit import jit
-from simfloat._lanes import ladd, lane, ldiv, lmul, lround, lround_ne
+from simfloat._lanes import ladd, lane, ldiv, lmul, lround, lround_ne, lround_rz
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul, tensor_core
 from simfloat.attention import baseline, flash, plan, presets
 from simfloat.attention._kernels import add, div, mul, rnd
@@ -20,8 +20,19 @@ from simfloat.formats import FloatFormat
 from simfloat.rounding import RoundingMode, round_exact
 
 MODES = [m for m in RoundingMode if m != RoundingMode.STOCHASTIC]
-FORMATS = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float6_e2m3fn",
-           "float4_e2m1fn", "tfloat32", FloatFormat("e5m3ftz", 5, 3, subnormals=False), "float64"]
+FORMATS = [
+    "float32",
+    "bfloat16",
+    "float16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+    "tfloat32",
+    FloatFormat("e5m3ftz", 5, 3, subnormals=False),
+    "float64",
+]
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -46,9 +57,24 @@ def _hard_values(fmt: FloatFormat, g: np.random.Generator, n: int = 4000) -> np.
     base = (1.0 + frac) * np.exp2(exps.astype(float))
     mids = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, 0.0)])
     with np.errstate(over="ignore"):
-        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, f.max, np.nextafter(f.max, np.inf), f.max * 0.999,
-                            f.tiny, f.smallest_subnormal, f.smallest_subnormal / 2, f.smallest_subnormal * 0.75,
-                            5e-324, 2.0**-1022])
+        special = np.array(
+            [
+                0.0,
+                -0.0,
+                np.inf,
+                -np.inf,
+                np.nan,
+                f.max,
+                np.nextafter(f.max, np.inf),
+                f.max * 0.999,
+                f.tiny,
+                f.smallest_subnormal,
+                f.smallest_subnormal / 2,
+                f.smallest_subnormal * 0.75,
+                5e-324,
+                2.0**-1022,
+            ]
+        )
     x = np.concatenate([mids, special, g.standard_normal(n) * 10.0 ** g.integers(-6, 6, n)])
     return np.concatenate([x, -x])
 
@@ -63,6 +89,12 @@ def _apply_round(x, out, r):  # type: ignore[no-untyped-def]
 def _apply_round_ne(x, out, r):  # type: ignore[no-untyped-def]
     for i in range(x.size):
         out[i] = lround_ne(x[i], r)
+
+
+@jit
+def _apply_round_rz(x, out, r):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = lround_rz(x[i], r)
 
 
 @jit
@@ -94,6 +126,9 @@ def test_lane_rounding_equals_round_exact_in_every_mode(fmt):
         if mode == RoundingMode.NEAREST_EVEN:
             _apply_round_ne(x, out, r)
             assert same(out, ref), (f.name, "lround_ne")
+        if mode == RoundingMode.TOWARD_ZERO:
+            _apply_round_rz(x, out, r)
+            assert same(out, ref), (f.name, "lround_rz")
     assert lane(f, 0).fast  # every listed format has the fast form for nearest-even
 
 
@@ -192,6 +227,23 @@ def test_matmul_vector_equals_reference(name, hard):
     assert same(vec, ref)
 
 
+@pytest.mark.parametrize("kk", [1, 97, 257])
+def test_matmul_block_fma_rows_in_groups_and_pairs(kk):
+    """The block-FMA driver takes rows in groups, block by block, two at a time: more rows than a group, an odd
+    number of them, rows that take the reference path (huge operand, infinite accumulator) between the others."""
+    g = np.random.default_rng(kk)
+    for name in ("sm90-bf16", "sm90-e4m3", "sm80-bf16", "block-F8-rn"):
+        model, fmt = MODELS[name]
+        a, b = _operands(fmt, g, 37, kk, 19, kk > 1)
+        a[20, 0] = 2.0**500  # beyond the block kernels' range: this row alone goes to dot_acc
+        c = sf.round(g.standard_normal((37, 19)), "fp32")
+        c[25, 3] = np.inf
+        with np.errstate(all="ignore"):
+            vec = matmul(a, b, c, acc=model)
+            ref = matmul(a, b, c, acc=model, engine="reference")
+        assert same(vec, ref), name
+
+
 def test_matmul_vector_batched_and_zero_sizes():
     g = np.random.default_rng(3)
     a = sf.round(g.standard_normal((2, 3, 5, 40)), "bf16")
@@ -219,8 +271,21 @@ def _input_format(name: str) -> str:
     return "fp32" if tail in ("fp64", "fp32", "tf32") else tail
 
 
-FLASH_PLANS = ["fp64", "all-bf16", "all-fp16", "all-e4m3", "triton-bf16", "triton-fp16", "triton-fp32",
-               "triton-tf32", "triton-e4m3", "triton-e5m2", "h200-bf16", "h200-fp16", "h200-tf32"]
+FLASH_PLANS = [
+    "fp64",
+    "all-bf16",
+    "all-fp16",
+    "all-e4m3",
+    "triton-bf16",
+    "triton-fp16",
+    "triton-fp32",
+    "triton-tf32",
+    "triton-e4m3",
+    "triton-e5m2",
+    "h200-bf16",
+    "h200-fp16",
+    "h200-tf32",
+]
 
 
 @pytest.mark.parametrize("name", FLASH_PLANS)
@@ -229,8 +294,7 @@ def test_flash_vector_equals_reference(name):
     q, k, v = _qkv((2,), 97, 257, 32, fmt, 11)
     for causal, bm, bn in ((False, 64, 64), (True, 16, 32), (True, 128, 16), (False, 32, 1000)):
         a = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True, engine="vector")
-        r = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True,
-                  engine="reference")
+        r = flash(q, k, v, plan=name, block_m=bm, block_n=bn, causal=causal, return_stats=True, engine="reference")
         for x, y in zip(a, r, strict=True):
             assert same(x, y), (name, causal, bm, bn)
 
@@ -251,8 +315,7 @@ def test_flash_variants_vector_equals_reference(variant):
     q, k, v = _qkv((1, 2), 33, 97, 16, "bf16", 5, dv=24)
     for causal in (False, True):
         a = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True)
-        r = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True,
-                  engine="reference")
+        r = flash(q, k, v, plan=pl, block_m=16, block_n=16, causal=causal, return_stats=True, engine="reference")
         for x, y in zip(a, r, strict=True):
             assert same(x, y), (variant, causal)
 
@@ -270,8 +333,7 @@ def test_flash_adversarial_inputs_vector_equals_reference():
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning, match=r"q has a non-finite value \(inf\)"):
             a = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True)
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning, match="non-finite"):
-            r = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True,
-                      engine="reference")
+            r = flash(q, k, v, plan=name, block_m=16, block_n=16, causal=True, return_stats=True, engine="reference")
         for x, y in zip(a, r, strict=True):
             assert same(x, y), name
 
@@ -304,9 +366,13 @@ def test_results_do_not_depend_on_the_thread_count():
         outs = []
         for threads in (1, 2):
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-            outs.append((flash(q, k, v, plan="h200-bf16", block_m=64, block_n=64, causal=True),
-                         baseline(q, k, v, plan="pytorch-bf16"),
-                         matmul(q[0, 0], k[0, 0].T, acc=tensor_core("sm90", "bf16"))))
+            outs.append(
+                (
+                    flash(q, k, v, plan="h200-bf16", block_m=64, block_n=64, causal=True),
+                    baseline(q, k, v, plan="pytorch-bf16"),
+                    matmul(q[0, 0], k[0, 0].T, acc=tensor_core("sm90", "bf16")),
+                )
+            )
     finally:
         numba.set_num_threads(before)
     for x, y in zip(*outs, strict=True):
