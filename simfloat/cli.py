@@ -99,6 +99,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="simfloat-out", help="output folder (default ./simfloat-out)")
     p.add_argument("--causal", action="store_true", help="top-left aligned causal mask")
     p.add_argument("--quick", action="store_true", help="small sizes (seq 80, head dim 16, 2 heads): seconds")
+    p.add_argument("--bounds", action="store_true",
+                   help="add the error bounds (simfloat.bounds) next to the measured errors: bounds.csv")
     p.set_defaults(func=_attribute)
 
 
