@@ -540,6 +540,8 @@ def flash_bound(
             xi = mask(xi + r_al.u * yj + later * r_al.eta)  # (B8): the alpha subtractions telescope
             zeta = mask(c_hat * ds + dc * (s_max - s))  # (B9)
             rho = (xi + zeta) * lnb  # natural-log units
+            _exponent_check(rho)
+            _exponent_check((em_max + tau) * lnb)
             kappa_lo = np.exp(-(em_max + tau) * lnb)  # (B9): |K| <= eps_m + tau
             fu_c, fl_c = ce.bounds(l_)
             fu, fl = fu_c * np.exp(rho), fl_c * np.exp(-rho)
@@ -547,6 +549,7 @@ def flash_bound(
             bu, bl = cb.bounds(l_)
             a_max, b_max = float(np.max(au)), float(np.max(bu))
             # (B11): every computed p is below p_up; the row sum below l_up (computed units)
+            _exponent_check(np.max(tau + 2 * em_max + xi) * lnb)
             p_up = beta ** float(np.max(tau + 2 * em_max + xi)) * float(np.max(exp_c.bounds(None)[0])) + exp_eta
             l_up = p_up * seq_k * b_max
             if which is None:
@@ -606,6 +609,16 @@ def flash_bound(
         lam,
         {n: t.reshape(shape) for n, t in terms.items()},
     )
+
+
+def _exponent_check(rho: np.ndarray) -> None:
+    """The weights' exponent errors (natural-log units) must leave exp finite (B9)."""
+    top = float(np.max(rho)) if np.size(rho) else 0.0
+    if not top < 700.0:
+        raise _not_covered(
+            f"the exponent error of a softmax weight may reach {top:.3g} (natural-log units): the scores are too "
+            "large for the scale's or softmax's format; a relative bound on the weights does not exist there"
+        )
 
 
 def _has_nearest(c: _Chain) -> bool:
@@ -716,6 +729,8 @@ def baseline_bound(
             xj = c_hat * gap + c_hat * (ds + r) + et + et_max
             nu = c_hat * ds + dc * gap + et + r_sm.u * xj + r_sm.eta
             k_max = c_hat * r + et_max
+            _exponent_check(nu)
+            _exponent_check(k_max)
             kappa_lo = np.exp(-k_max)
             fu_c, fl_c = exp_c.bounds(l_)
             fu = fu_c * np.exp(nu)
