@@ -23,4 +23,4 @@ def test_smoke_run(tmp_path, capsys):
     assert (df["exceeded"] == 0).all()
     assert (df["tight_worst_max"] >= 1).all() and (df["prob_max"] <= df["worst_max"]).all()
     shares = df[[f"share_{t}" for t in mod.TERMS]].sum(axis=1)
-    assert shares.round(9).eq(1).all()
+    assert ((shares - 1).abs() < 1e-3).all()  # the CSV keeps 4 significant digits
