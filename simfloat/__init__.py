@@ -3,7 +3,7 @@
 Imports need only numpy and numba; torch, triton, pandas and matplotlib load lazily where used.
 """
 
-from simfloat import attention, ops
+from simfloat import attention, bounds, ops
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, dot, matmul, split_k, tensor_core
 from simfloat.attribution import Attribution, attribute
 from simfloat.formats import (
@@ -36,6 +36,7 @@ __all__ = [
     "Tracer",
     "attention",
     "attribute",
+    "bounds",
     "dot",
     "matmul",
     "ops",

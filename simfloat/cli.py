@@ -110,6 +110,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pass", dest="passes", choices=("forward", "backward", "both"), default="forward",
                    help="attribute the forward output (default), the backward's gradients dQ/dK/dV "
                         "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles) or both")
+    p.add_argument("--bounds", action="store_true",
+                   help="add the error bounds (simfloat.bounds) next to the measured errors: bounds.csv")
     p.set_defaults(func=_attribute)
 
 

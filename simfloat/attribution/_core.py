@@ -203,7 +203,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
               tiles: Sequence[tuple[int, int]] | None = None, block_ns: Sequence[int] | None = None,
               rows: int | Sequence[int] | None = None, trace: bool = True, trace_rows: int | None = 64,
               progress: bool | Callable[[int, int], None] = False,
-              workers: int | None = None) -> Attribution:
+              workers: int | None = None, bounds: bool = False) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
 
     The golden output is the *baseline* kernel under the ``fp64`` plan (Golden et al.). For each plan:
@@ -244,6 +244,9 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
             ``progress(done, total)``, called with ``done = 0`` once the distinct runs are known (before the
             first one starts) and after every run.
         workers: kernel runs made concurrently (default: numba's thread count); results do not depend on it.
+        bounds: add the ``bounds`` table: per isolated op and per output (flash plan, paired baseline) the
+            worst-case and probabilistic error bounds of :mod:`simfloat.bounds` next to the measured error
+            and their ratio (:func:`simfloat.bounds.attribution_bounds`).
 
     Returns:
         An :class:`Attribution` (DataFrames ``isolation, ablation, tiles, steps, flash_vs_baseline, by_block,
@@ -353,6 +356,18 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     def frame(rows: list[dict[str, Any]], cols: Sequence[str]) -> Any:
         return pd.DataFrame(rows, columns=list(cols))
 
+    bound_table = None
+    if bounds:
+        from simfloat.bounds import attribution_bounds
+
+        bruns = []
+        for p in plans:
+            kk = keys[p.name]
+            bruns += [(p.name, op, "flash", isolation_plan(p, op), run.out(kk["iso"][op])) for op in ops]
+            bruns += [(p.name, "all", "flash", p, run.out(kk["main"])),
+                      (p.name, "all", "baseline", pairs[p.name], run.out(kk["base"]))]
+        bound_table = attribution_bounds(qs, k, v, bruns, golden, block_m=bm, block_n=bn, causal=bool(causal),
+                                         scale=scale)
     m = list(METRICS)
     geo = ["plan", "block_m", "block_n", "steps"]
     n_rows = seq_q if sel is None else len(sel)
@@ -376,6 +391,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         state_by_block=pd.concat(states, ignore_index=True) if states else frame(
             [], ["plan", "kv_block", "state", "max_abs", "rms", "rel_max"]),
         meta=meta,
+        bounds=bound_table,
     )
 
 

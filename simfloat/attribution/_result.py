@@ -46,6 +46,9 @@ class Attribution:
             kv block -1 is the epilogue (normalize, output cast).
         state_by_block: per (plan, kv block, state): drift of m_i, l_i, acc, out from the float64 shadow.
         meta: shapes, rows evaluated, tiles, plans and their baselines, number of distinct runs.
+        bounds: with ``attribute(..., bounds=True)``: per (plan, op, kernel) the error bounds of
+            :mod:`simfloat.bounds` next to the measured error (:func:`simfloat.bounds.attribution_bounds`);
+            else None.
     """
 
     isolation: pd.DataFrame
@@ -56,6 +59,7 @@ class Attribution:
     by_block: pd.DataFrame
     state_by_block: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    bounds: pd.DataFrame | None = None
 
     def __repr__(self) -> str:
         m = self.meta
@@ -104,6 +108,12 @@ class Attribution:
             t = _by_plan(t, self.meta.get("plans", []))
             lines += ["", "deviation vs tiles (block_m x block_n)",
                       t.reset_index().to_string(index=False, formatters=_formatters(t))]
+        if self.bounds is not None:
+            b = self.bounds.drop(columns=["note"])
+            lines += ["", "error bounds (simfloat.bounds; docs/bounds.md) vs measured; tightness = bound / measured",
+                      b.to_string(index=False, formatters=_formatters(b))]
+            lines += [f"  not covered: {r.plan} {r.op} {r.kernel}: {r.note}" for r in self.bounds.itertuples()
+                      if r.note]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -118,6 +128,9 @@ class Attribution:
             path = out / f"{name}.csv"
             getattr(self, name).to_csv(path, index=False)
             paths.append(path)
+        if self.bounds is not None:
+            paths.append(out / "bounds.csv")
+            self.bounds.to_csv(paths[-1], index=False)
         return paths
 
     def plot(self, path: str | Path, title: str | None = None) -> Path:

@@ -184,7 +184,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         res = simfloat.attribution.attribute(q, k, v, plans, baseline=baseline, block_m=bm, block_n=bn,
                                              causal=args.causal, tiles=tiles, block_ns=block_ns, rows=rows,
-                                             trace_rows=args.trace_rows, progress=progress)
+                                             trace_rows=args.trace_rows, progress=progress,
+                                             bounds=getattr(args, "bounds", False))
     finally:
         progress.close()
     table = res.table()
