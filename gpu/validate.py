@@ -3,6 +3,7 @@
     python -m gpu.validate --out DIR [--grid full|ci|smoke] [--backend auto|gpu|faithful] [--jobs N]
     simfloat validate --out DIR ...                       (the same, through the CLI)
     python -m gpu.validate --out DIR --fixtures tests/fixtures/gpu/h200     (emulator vs recorded GPU outputs)
+    python -m gpu.validate --out DIR --fixtures tests/fixtures/gpu/h200 --plans triton,h200
 
 For every config of a grid (below) it runs
 
@@ -80,6 +81,12 @@ __all__ = [
     "write_fixtures",
     "load_fixtures",
     "compare_fixtures",
+    "agreement_table",
+    "agreement_summary",
+    "pivot",
+    "emulator_plan",
+    "plan_families",
+    "PLAN_FAMILIES",
     "check_args",
     "positive_int",
     "positive_seconds",
@@ -94,6 +101,8 @@ SEQS = (64, 97, 256, 1000)
 HEAD_DIMS = (16, 64, 128)
 CAUSAL = (False, True)
 OUTS = ("fp32", "low")
+#: emulator plan families a flash config is compared under (``<family>-<fmt>`` presets)
+PLAN_FAMILIES = ("triton", "h200")
 INT8_VARIANTS = ("int8", "half-int8")
 #: queries are N(0, SPREAD^2): sharper softmax rows than N(0, 1), so that max / rescale paths are exercised
 SPREAD = 1.5
@@ -102,7 +111,7 @@ GRID_VERSION = 1
 
 FIELDS = (
     "id", "kind", "fmt", "variant", "row_sum", "seq", "head_dim", "heads", "block_m", "block_n", "causal",
-    "out", "seed", "backend", "status", "bitwise_agreement", "max_ulp", "out32_agreement", "out32_max_ulp",
+    "out", "seed", "backend", "plan", "status", "bitwise_agreement", "max_ulp", "out32_agreement", "out32_max_ulp",
     "out32_rel_diff",
     "m_agreement", "m_max_ulp", "l_agreement", "l_max_ulp", "kernel_err_max", "kernel_err_rms",
     "emulator_err_max", "emulator_err_rms", "kernel_s", "emulator_s",
@@ -452,17 +461,30 @@ def _int8_emulator() -> Callable[..., Any] | None:
     return fn
 
 
+def emulator_plan(cfg: Config, family: str = "triton") -> str:
+    """The emulator's preset for a config: ``<family>-<fmt>`` (flash; family ``triton`` or ``h200``), or the
+    int8 preset of the variant and row sum (int8-reference, int8-consistent, half-int8,
+    half-int8-consistent)."""
+    if cfg.kind == "flash":
+        if family not in PLAN_FAMILIES:
+            raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES)}")
+        return f"{family}-{cfg.fmt}"
+    return {("int8", "reference"): "int8-reference", ("int8", "consistent"): "int8-consistent",
+            ("half-int8", "reference"): "half-int8",
+            ("half-int8", "consistent"): "half-int8-consistent"}[cfg.variant, cfg.row_sum]
+
+
 def run_emulator(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                 out: str | None = None) -> dict[str, np.ndarray]:
-    """The emulator with the config's plan: ``out``, ``m``, ``l`` as float64 arrays. ``out`` overrides the
-    config's output ("fp32" or "low"). flash: ``simfloat.attention.flash`` with ``plan("triton-<fmt>")``;
-    int8: ``simfloat.attention.int8_flash`` with the preset int8-reference / int8-consistent / half-int8 /
-    half-int8-consistent (EmulatorUnavailable where it does not exist)."""
+                 out: str | None = None, family: str = "triton") -> dict[str, np.ndarray]:
+    """The emulator with the config's plan (:func:`emulator_plan`): ``out``, ``m``, ``l`` as float64 arrays.
+    ``out`` overrides the config's output ("fp32" or "low"). flash: ``simfloat.attention.flash`` with
+    ``plan("<family>-<fmt>")``; int8 (``family`` unused): ``simfloat.attention.int8_flash`` with the int8
+    preset (EmulatorUnavailable where it does not exist)."""
     out = cfg.out if out is None else out
     if cfg.kind == "flash":
         import simfloat.attention as A
 
-        pl = A.plan(f"triton-{cfg.fmt}")
+        pl = A.plan(emulator_plan(cfg, family))
         if out == "fp32":
             pl = pl.replace(out="float32")
         o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
@@ -473,9 +495,7 @@ def run_emulator(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
         raise EmulatorUnavailable("simfloat.attention.int8_flash does not exist (yet)")
     import inspect
 
-    plan = {("int8", "reference"): "int8-reference", ("int8", "consistent"): "int8-consistent",
-            ("half-int8", "reference"): "half-int8", ("half-int8", "consistent"): "half-int8-consistent"}
-    wanted = dict(plan=plan[cfg.variant, cfg.row_sum], block_m=cfg.block_m, block_n=cfg.block_n,
+    wanted = dict(plan=emulator_plan(cfg), block_m=cfg.block_m, block_n=cfg.block_n,
                   causal=cfg.causal, return_stats=True)
     params = inspect.signature(fn).parameters
     kwargs = {k_: v_ for k_, v_ in wanted.items() if k_ in params}
@@ -560,11 +580,12 @@ def out_format(cfg: Config, which: str | None = None) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _empty_row(cfg: Config, backend: str) -> dict[str, Any]:
+def _empty_row(cfg: Config, backend: str, family: str = "triton") -> dict[str, Any]:
     row: dict[str, Any] = {f: "" for f in FIELDS}
     d = cfg.as_dict()
     row.update({k: d[k] for k in FIELDS if k in d})
     row["backend"] = backend
+    row["plan"] = emulator_plan(cfg, family)
     return row
 
 
@@ -919,10 +940,11 @@ def fixture_dirs(root: Path) -> list[Path]:
                   if (p / "configs.json").is_file() and (p / "outputs.npz").is_file())
 
 
-def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str
-                    ) -> dict[str, Any]:
-    """One recorded GPU config against the emulator's hardware model."""
-    row = _empty_row(cfg, backend)
+def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str,
+                    family: str = "triton") -> dict[str, Any]:
+    """One recorded GPU config against the emulator under the ``<family>-<fmt>`` plan (int8 configs: the int8
+    preset, whatever the family)."""
+    row = _empty_row(cfg, backend, family)
     try:
         q, k, v = make_inputs(cfg)
         if input_crc(q, k, v) != int(entry["input_crc"]):
@@ -933,9 +955,10 @@ def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.nda
                                                                  ""), entry.get("kernel_err_rms", "")
         row["kernel_s"] = entry.get("kernel_s", "")
         t0 = time.perf_counter()
-        emu = run_emulator(cfg, q, k, v)
+        emu = run_emulator(cfg, q, k, v, family=family)
         if cfg.kind == "flash":
-            emu["out32"] = emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32")["out"]
+            emu["out32"] = emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32",
+                                                                             family=family)["out"]
         row["emulator_s"] = round(time.perf_counter() - t0, 3)
         row["emulator_err_max"], row["emulator_err_rms"] = (f"{e:.3e}" for e in error_stats(emu["out"], ref))
         compare_into(row, cfg, arrays, emu)
@@ -947,23 +970,107 @@ def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.nda
     return row
 
 
-def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None,
+def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: Sequence[str] = ("triton",),
+                     ids: Sequence[str] | None = None,
                      log: Callable[[str], None] = print) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Every fixture config of ``fix_dir`` against the emulator (configs whose emulator cost estimate,
-    :func:`emulator_cost`, exceeds ``max_cost`` seconds are skipped). Returns (env, rows)."""
+    """Every fixture config of ``fix_dir`` against the emulator, under each plan family of ``families``
+    (flash configs: one row per family, ``<family>-<fmt>``; int8 configs: one row, the int8 preset). Configs
+    whose emulator cost estimate (:func:`emulator_cost`) exceeds ``max_cost`` seconds are skipped (reported),
+    configs not in ``ids`` (when given) left out. Returns (env, rows); :func:`agreement_table` tabulates them.
+
+    Raises:
+        ValueError: an unknown family (known: :data:`PLAN_FAMILIES`) or none.
+    """
+    families = list(dict.fromkeys(families))
+    if not families:
+        raise ValueError("compare_fixtures needs at least one plan family")
+    for fam in families:
+        if fam not in PLAN_FAMILIES:
+            raise ValueError(f"unknown plan family {fam!r}; families: {', '.join(PLAN_FAMILIES)}")
     env, items = load_fixtures(fix_dir)
     backend = f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
     rows = []
     for cfg, entry, arrays in items:
-        if max_cost is not None and emulator_cost(cfg) > max_cost:
-            row = _empty_row(cfg, backend)
-            row["status"] = f"skipped: emulator cost > {max_cost:g} s"
-        else:
-            row = compare_fixture(cfg, entry, arrays, backend)
-        rows.append(row)
-        log(f"{row['id']}: {row['status']} out {row['bitwise_agreement']} out32 {row['out32_agreement']} "
-            f"m {row['m_agreement']} l {row['l_agreement']}")
+        if ids is not None and cfg.id not in ids:
+            continue
+        for fam in families if cfg.kind == "flash" else families[:1]:
+            if max_cost is not None and emulator_cost(cfg) > max_cost:
+                row = _empty_row(cfg, backend, fam)
+                row["status"] = f"skipped: emulator cost > {max_cost:g} s"
+            else:
+                row = compare_fixture(cfg, entry, arrays, backend, fam)
+            rows.append(row)
+            log(f"{row['id']} {row['plan']}: {row['status']} out {row['bitwise_agreement']} out32 "
+                f"{row['out32_agreement']} m {row['m_agreement']} l {row['l_agreement']}")
     return env, rows
+
+
+#: (column suffix, row field) of :func:`agreement_table`: bitwise agreement of the config's output, the fp32
+#: output, m_i and l_i
+_AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m", "m_agreement"),
+               ("l", "l_agreement"))
+
+
+def _family_of(row: dict[str, Any]) -> str:
+    return str(row["plan"]).rsplit("-", 1)[0] if row["kind"] == "flash" else "int8"
+
+
+def pivot(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of :func:`compare_fixtures` as one row per config: ``id, kind, fmt, bm, bn, out_kind`` and, per
+    family F (``int8`` for the int8 presets), ``F:out``, ``F:out32``, ``F:m``, ``F:l`` (bitwise agreement; ""
+    where not compared)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        p = by_id.setdefault(r["id"], {"id": r["id"], "kind": r["kind"], "fmt": r["fmt"], "bm": r["block_m"],
+                                       "bn": r["block_n"], "out_kind": r["out"]})
+        fam = _family_of(r)
+        for suffix, field in _AGREEMENTS:
+            p[f"{fam}:{suffix}"] = r[field]
+        if str(r["status"]) != "ok":
+            p[f"{fam}:status"] = r["status"]
+    return list(by_id.values())
+
+
+def agreement_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per plan family: the number of configs compared and, over them, the min and mean bitwise agreement of
+    the low-precision outputs (configs with ``out == "low"``), the fp32 outputs, m_i and l_i."""
+    out = []
+    for fam in dict.fromkeys(_family_of(r) for r in rows):
+        done = [r for r in rows if _family_of(r) == fam and r["status"] == "ok"]
+        item: dict[str, Any] = {"family": fam, "configs": len(done)}
+        for name, field, sel in (("low", "bitwise_agreement", lambda r: r["out"] == "low"),
+                                 ("fp32", "out32_agreement", lambda r: True),
+                                 ("m", "m_agreement", lambda r: True), ("l", "l_agreement", lambda r: True)):
+            vals = [float(r[field]) for r in done if sel(r) and r[field] != ""]
+            item[f"{name}_min"] = min(vals) if vals else None
+            item[f"{name}_mean"] = float(np.mean(vals)) if vals else None
+        out.append(item)
+    return out
+
+
+def agreement_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The per-config table of :func:`compare_fixtures` rows (one line per config, the bitwise agreement of
+    out, out32, m and l under each plan family), then the per-family summary (:func:`agreement_summary`):
+    what ``simfloat validate --fixtures DIR --plans ...`` prints and tests/test_gpu_fixtures.py shows."""
+    piv = pivot(rows)
+    fams = list(dict.fromkeys(_family_of(r) for r in rows))
+    cols = ["id"] + [f"{f}:{s}" for f in fams for s, _ in _AGREEMENTS]
+    lines = [" | ".join(cols)]
+    for p in piv:
+        cells = [str(p.get(c, "")) for c in cols]
+        notes = [f"{f}: {p[f + ':status']}" for f in fams if f + ":status" in p]
+        lines.append(" | ".join(cells) + (f"  ({'; '.join(notes)})" if notes else ""))
+    lines += ["", "family | configs | low-precision output min (mean) | fp32 output min (mean) | m_i min (mean) "
+              "| l_i min (mean)"]
+
+    def cell(item: dict[str, Any], name: str) -> str:
+        lo, mean = item[f"{name}_min"], item[f"{name}_mean"]
+        return "-" if lo is None else f"{lo:.4f} ({mean:.4f})"
+
+    for item in agreement_summary(rows):
+        lines.append(f"{item['family']} | {item['configs']} | " + " | ".join(cell(item, n) for n in
+                                                                             ("low", "fp32", "m", "l")))
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -980,6 +1087,16 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
     return value
+
+
+def plan_families(text: str) -> list[str]:
+    """argparse type: comma-separated plan families of :data:`PLAN_FAMILIES`."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in PLAN_FAMILIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected plan families of {', '.join(PLAN_FAMILIES)} "
+                                         f"(comma-separated), got {text!r}")
+    return list(dict.fromkeys(names))
 
 
 def writable_dir(path: Path, option: str) -> None:
@@ -1025,8 +1142,12 @@ def check_args(args: argparse.Namespace) -> None:
         if args.no_emulator:
             raise ValueError("--no-emulator cannot be combined with --fixtures (it compares the emulator)")
         _check_fixture_dir(Path(args.fixtures))
-    elif args.max_cost is not None:
-        raise ValueError("--max-cost applies only with --fixtures")
+    else:
+        if args.max_cost is not None:
+            raise ValueError("--max-cost applies only with --fixtures")
+        if getattr(args, "plans", None) is not None:
+            raise ValueError("--plans applies only with --fixtures (against the interpreter only the "
+                             "triton-<fmt> plans are the kernel's model)")
     writable_dir(Path(args.out), "--out")
     if args.record_fixtures is not None:
         writable_dir(Path(args.record_fixtures), "--record-fixtures")
@@ -1047,6 +1168,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write fixtures (configs, seeds, kernel outputs, m_i, l_i, env) into DIR")
     p.add_argument("--fixtures", type=Path, metavar="DIR",
                    help="compare the emulator against recorded GPU fixtures in DIR (no kernel runs)")
+    p.add_argument("--plans", type=plan_families, default=None, metavar="FAMILY[,FAMILY...]",
+                   help="with --fixtures: emulator plan families to compare, comma-separated: triton "
+                        "(triton-<fmt>: sm90 dot models, correctly rounded exp2, sequential row sums), h200 "
+                        "(h200-<fmt>: + the H200's measured ex2.approx and tl.sum order); default triton")
     p.add_argument("--max-cost", type=positive_seconds, default=None,
                    help="with --fixtures: skip configs whose emulator cost estimate exceeds this (seconds)")
     p.add_argument("--budget-s", type=positive_seconds, default=None,
@@ -1066,14 +1191,21 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     if args.fixtures is not None:
         import simfloat
 
-        env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, log=log)
+        families = args.plans or ["triton"]
+        env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, families=families, log=log)
         env = dict(env, compared_on=environment("cpu"), simfloat=simfloat.__version__)
+        table = agreement_table(rows)
+        names = ", ".join(f"{f}-<fmt>" for f in families)
         write_report(out_dir, rows, env, None, elapsed=time.monotonic() - start,
-                     title=f"Emulator (triton-<fmt> plans: sm90 tensor-core model, correctly rounded exp2, "
-                           f"sequential row sums) vs recorded {Path(args.fixtures).name} kernel outputs",
-                     notes=["Known inexact on a GPU: exp2 (ex2.approx.ftz.f32 is not correctly rounded), the "
-                            "row sum l_ij (a layout-dependent tree, not sequential) and the tensor-core "
-                            "accumulation model; m_i depends on the QK^T model alone."])
+                     title=f"Emulator ({names} plans) vs recorded {Path(args.fixtures).name} kernel outputs",
+                     notes=["triton-<fmt>: sm90 tensor-core model, correctly rounded exp2, sequential row "
+                            "sums: known inexact on a GPU in exp2 (ex2.approx.ftz.f32 is not correctly "
+                            "rounded) and the row sum l_ij (a layout-dependent tree); m_i depends on the QK^T "
+                            "model alone. h200-<fmt>: the same with the H200's measured ex2.approx and tl.sum "
+                            "order."])
+        with open(out_dir / "validation.md", "a") as f:
+            f.write(f"\n## Bitwise agreement per config and plan family\n\n```\n{table}\n```\n")
+        log(table)
         log(f"wrote {out_dir / 'validation.csv'} and validation.md")
         return 0
     backend = resolve_backend(args.backend)

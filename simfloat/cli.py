@@ -125,13 +125,14 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
                     "under gpu.interpreter.faithful() on the CPU, and the emulator with the matching "
                     "triton-<fmt> plan, config by config; report bitwise agreement, ulp distances and errors "
                     "vs float64. "
-                    "--fixtures DIR compares the emulator with recorded GPU outputs instead.")
+                    "--fixtures DIR compares the emulator with recorded GPU outputs instead, under the "
+                    "plan families of --plans (triton, h200).")
     try:  # gpu.validate imports only numpy + stdlib; torch, triton, the kernels load when the command runs
         from gpu.validate import add_arguments
     except ImportError:  # reported by _validate when run
         p.add_argument("--out")
         for flag in ("--grid", "--backend", "--jobs", "--record-fixtures", "--fixtures", "--max-cost",
-                     "--budget-s"):
+                     "--budget-s", "--plans"):
             p.add_argument(flag)
         for flag in ("--no-int8", "--no-emulator"):
             p.add_argument(flag, action="store_true")
