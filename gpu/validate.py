@@ -88,6 +88,9 @@ __all__ = [
     "plan_families",
     "PLAN_FAMILIES",
     "check_args",
+    "Interrupted",
+    "KernelComparison",
+    "compare_kernel",
     "positive_int",
     "positive_seconds",
     "writable_dir",
@@ -651,6 +654,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(backend: str, numba_threads: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the workers
     if backend == "faithful":
         os.environ["TRITON_INTERPRET"] = "1"
     _WORKER["backend"] = backend
@@ -666,12 +672,58 @@ def _worker_run(cfg_dict: dict[str, Any], emulate: bool, record: bool
     return validate_config(Config.from_dict(cfg_dict), _WORKER["backend"], emulate=emulate, record=record)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_grid` or :func:`compare_fixtures` (raised within a fraction of a second).
+
+    Attributes:
+        results: what the interrupted function would have returned, the configs not finished marked
+            ``skipped: interrupted``: run_grid's ``[(row, arrays)]``, compare_fixtures' ``(env, rows)``.
+        finished: the number of configs (compare_fixtures: rows) finished.
+    """
+
+    def __init__(self, results: Any, finished: int) -> None:
+        super().__init__(f"interrupted after {finished} finished")
+        self.results, self.finished = results, finished
+
+
 def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate: bool = True,
              record: bool = False, deadline: float | None = None,
              log: Callable[[str], None] = print) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
-    """Run every config (``jobs`` worker processes; 1: in this process). Configs not started before
-    ``deadline`` (a time.monotonic() value) are reported as skipped. Results come back in config order."""
+    """Run every config (``jobs`` worker processes; 1: in this process, on a thread of its own so that Ctrl-C
+    is seen at once). Configs not started before ``deadline`` (a time.monotonic() value) are reported as
+    skipped. Results come back in config order.
+
+    Raises:
+        Interrupted: Ctrl-C (the worker processes are terminated; the finished configs are in its results).
+    """
     results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]] = {}
+    try:
+        _run_grid(configs, backend, results, jobs=jobs, emulate=emulate, record=record, deadline=deadline,
+                  log=log)
+    except KeyboardInterrupt:
+        raise Interrupted(_in_order(configs, backend, results, "skipped: interrupted"), len(results)) from None
+    return _in_order(configs, backend, results, "skipped: time budget")
+
+
+def _in_order(configs: Sequence[Config], backend: str,
+              results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+              missing: str) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
+    out = []
+    for i, cfg in enumerate(configs):
+        if i in results:
+            out.append(results[i])
+        else:
+            row = _empty_row(cfg, backend)
+            row["status"] = missing
+            out.append((row, None))
+    return out
+
+
+def _run_grid(configs: Sequence[Config], backend: str,
+              results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]], *, jobs: int,
+              emulate: bool, record: bool, deadline: float | None, log: Callable[[str], None]) -> None:
+    from simfloat._interrupt import call_interruptibly
+
     n = len(configs)
 
     def done(i: int, res: tuple[dict[str, Any], dict[str, np.ndarray] | None]) -> None:
@@ -689,7 +741,7 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
         for i, cfg in enumerate(configs):
             if over():
                 break
-            done(i, validate_config(cfg, backend, emulate=emulate, record=record))
+            done(i, call_interruptibly(validate_config, cfg, backend, emulate=emulate, record=record))
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
@@ -698,11 +750,12 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
         threads = 1 if backend == "faithful" else 0
         ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
                                     initializer=_worker_init, initargs=(backend, threads))
+        stopped = False
         try:
             futs = {ex.submit(_worker_run, configs[i].as_dict(), emulate, record): i for i in order}
             pending = set(futs)
             while pending:
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
                 finished, pending = cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
                 for f in finished:
                     i = futs[f]
@@ -715,23 +768,177 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
                 if over() and pending:
                     log(f"time budget reached: {len(pending)} config(s) not finished")
                     break
+        except KeyboardInterrupt:
+            _stop_pool(ex)
+            stopped = True
+            raise
         finally:
-            procs = list(getattr(ex, "_processes", {}).values())
-            if over():
-                ex.shutdown(wait=False, cancel_futures=True)
-                for p in procs:  # workers this function started, still busy past the deadline
-                    with contextlib.suppress(Exception):
-                        p.terminate()
+            if stopped:
+                pass
+            elif over():
+                _stop_pool(ex)
             else:
                 ex.shutdown(wait=True)  # reaped: their CPU time shows in RUSAGE_CHILDREN
-    out = []
-    for i, cfg in enumerate(configs):
-        if i in results:
-            out.append(results[i])
-        else:
-            row = _empty_row(cfg, backend)
-            row["status"] = "skipped: time budget"
-            out.append((row, None))
+
+
+def _stop_pool(ex: Any) -> None:
+    """Cancel what has not started and terminate the workers this module started (still busy)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(timeout=2)
+
+
+# ----------------------------------------------------------------------------------------------------
+# a user's kernel against a plan
+# ----------------------------------------------------------------------------------------------------
+
+#: columns of :meth:`KernelComparison.table`
+KERNEL_COLUMNS = ("id", "status", "bitwise_agreement", "max_ulp", "m_agreement", "l_agreement",
+                  "kernel_err_max", "emulator_err_max")
+
+
+@dataclasses.dataclass
+class KernelComparison:
+    """What :func:`compare_kernel` found: one row per config (the fields of :data:`FIELDS`)."""
+
+    plan: str
+    backend: str
+    rows: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        """Configs compared, and the min and mean bitwise agreement of the output, m_i and l_i over them."""
+        done = [r for r in self.rows if r["status"] == "ok"]
+        out: dict[str, Any] = {"configs": len(self.rows), "compared": len(done)}
+        for name, field in (("out", "bitwise_agreement"), ("m", "m_agreement"), ("l", "l_agreement")):
+            vals = [float(r[field]) for r in done if r[field] != ""]
+            out[f"{name}_min"] = min(vals) if vals else None
+            out[f"{name}_mean"] = float(np.mean(vals)) if vals else None
+        return out
+
+    def table(self) -> str:
+        """The agreement table: one line per config, then the summary."""
+        lines = [" | ".join(KERNEL_COLUMNS)]
+        lines += [" | ".join(_fmt_cell(r.get(c, "")) for c in KERNEL_COLUMNS) for r in self.rows]
+        s = self.summary()
+        parts = [f"{n} min {s[n + '_min']:.6g} mean {s[n + '_mean']:.6g}" for n in ("out", "m", "l")
+                 if s[n + "_min"] is not None]
+        lines.append(f"{s['compared']} of {s['configs']} configs compared against plan {self.plan} "
+                     f"({self.backend}): " + "; ".join(parts))
+        return "\n".join(lines)
+
+
+def _out_kind(fmt: str, out_fmt: str) -> str:
+    if out_fmt == "float32":
+        return "fp32"
+    if out_fmt == {"bf16": "bfloat16", "fp16": "float16"}[fmt]:
+        return "low"
+    raise ValueError(f"compare_kernel compares outputs in float32 or the input format; the plan's output "
+                     f"format is {out_fmt} for {fmt} inputs")
+
+
+def compare_kernel(kernel: Callable[..., Any], plan: Any, configs: str | Sequence[Config] = "ci", *,
+                   backend: str = "auto", faithful_options: dict[str, Any] | None = None,
+                   log: Callable[[str], None] = print) -> KernelComparison:
+    """Run a flash-attention kernel of one's own and the emulator under ``plan`` on each config, bit for bit.
+
+    The kernel is called as ``kernel(q, k, v, causal=..., block_m=..., block_n=...)`` with torch tensors of
+    shape (batch, heads, seq, head_dim) in the config's format (bf16 / fp16), on the GPU (backend ``gpu``) or
+    the CPU, under :func:`gpu.interpreter.faithful` (backend ``faithful``); it must use the softmax scale
+    1/sqrt(head_dim) and return the output, or ``(out, m, l)`` with the row statistics ((batch, heads, seq),
+    in the plan's units: log2 units with ``plan.exp2``) as the emulator's ``return_stats`` gives them. The
+    emulator runs ``simfloat.attention.flash(q, k, v, plan=plan, block_m, block_n, causal)``; outputs are
+    compared in the plan's output format (float32 or the input format), m and l in float32.
+
+    Args:
+        kernel: the kernel's launcher, as above.
+        plan: a :class:`simfloat.attention.Plan` or preset name.
+        configs: a grid name of :func:`grid` or :class:`Config` objects; int8 configs are left out, and so
+            are flash configs of another input format than the plan's (by its name, ``<family>-<fmt>``).
+            Each config's ``out`` is set by the plan's output format.
+        backend: ``"auto"`` (the GPU if torch sees one), ``"gpu"`` or ``"faithful"``.
+        faithful_options: keyword arguments of :func:`gpu.interpreter.faithful` (backend ``faithful``).
+        log: called with one line per config.
+
+    Returns:
+        A :class:`KernelComparison` (``rows``, ``summary()``, ``table()``).
+
+    Raises:
+        ValueError: no config left (configs whose input format is not the plan's, or whose output format would
+            be neither float32 nor the input format, are left out), or a bad backend.
+        RuntimeError: the backend cannot run (see :func:`resolve_backend`).
+    """
+    import simfloat.attention as A
+
+    pl = A.plan(plan)
+    backend = resolve_backend(backend)
+    cfgs = grid(configs, int8=False) if isinstance(configs, str) else list(configs)
+    family, _, pfmt = pl.name.rstrip("*").partition("-")
+    chosen = []
+    for c in cfgs:
+        if c.kind != "flash" or (family in PLAN_FAMILIES and pfmt in FORMATS and c.fmt != pfmt):
+            continue
+        try:
+            chosen.append(dataclasses.replace(c, out=_out_kind(c.fmt, pl.out.fmt.name)))
+        except ValueError:  # an output format the kernel could not have for these inputs
+            continue
+    chosen = _dedupe(chosen)
+    if not chosen:
+        raise ValueError(f"compare_kernel: no flash config of plan {pl.name}'s input format among the configs "
+                         f"(its output format, {pl.out.fmt.name}, must be float32 or the input format)")
+    rows = []
+    for cfg in chosen:
+        row = _empty_row(cfg, backend)
+        row["plan"] = pl.name
+        try:
+            q, k, v = make_inputs(cfg)
+            ref = reference64(q, k, v, cfg.causal)
+            t0 = time.perf_counter()
+            kern = _run_user_kernel(kernel, cfg, q, k, v, backend, faithful_options or {})
+            row["kernel_s"] = round(time.perf_counter() - t0, 3)
+            t0 = time.perf_counter()
+            o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
+                              causal=cfg.causal, return_stats=True)
+            row["emulator_s"] = round(time.perf_counter() - t0, 3)
+            emu = {"out": o, "m": m, "l": l}
+            for name, x in (("kernel", kern["out"]), ("emulator", o)):
+                row[f"{name}_err_max"], row[f"{name}_err_rms"] = (f"{e:.3e}" for e in error_stats(x, ref))
+            compare_into(row, cfg, kern, emu)
+            row["status"] = "ok"
+        except Exception as exc:  # one failing config must not lose the others
+            row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
+        rows.append(row)
+        log(f"{row['id']}: {row['status']} out {row['bitwise_agreement']} m {row['m_agreement']} "
+            f"l {row['l_agreement']}")
+    return KernelComparison(pl.name, backend, rows)
+
+
+def _run_user_kernel(kernel: Callable[..., Any], cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                     backend: str, options: dict[str, Any]) -> dict[str, np.ndarray]:
+    import torch
+
+    device = "cuda" if backend == "gpu" else "cpu"
+    dt = _torch_dtype(cfg.fmt)
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v))
+    ctx: Any = contextlib.nullcontext()
+    if backend == "faithful":
+        from gpu.interpreter import faithful
+
+        ctx = faithful(**options)
+    with ctx:
+        res = kernel(tq, tk, tv, causal=cfg.causal, block_m=cfg.block_m, block_n=cfg.block_n)
+    if backend == "gpu":
+        torch.cuda.synchronize()
+    parts = res if isinstance(res, tuple) else (res,)
+    if len(parts) not in (1, 3):
+        raise ValueError(f"the kernel returned {len(parts)} values; expected out or (out, m, l)")
+    out = {key: t.float().cpu().numpy() for key, t in zip(("out", "m", "l"), parts, strict=False)}
+    if out["out"].shape != q.shape[:-1] + (v.shape[-1],):
+        raise ValueError(f"the kernel's output has shape {out['out'].shape}, expected {q.shape}")
     return out
 
 
@@ -980,6 +1187,7 @@ def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: 
 
     Raises:
         ValueError: an unknown family (known: :data:`PLAN_FAMILIES`) or none.
+        Interrupted: Ctrl-C (its results: env and the rows finished).
     """
     families = list(dict.fromkeys(families))
     if not families:
@@ -987,9 +1195,11 @@ def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: 
     for fam in families:
         if fam not in PLAN_FAMILIES:
             raise ValueError(f"unknown plan family {fam!r}; families: {', '.join(PLAN_FAMILIES)}")
+    from simfloat._interrupt import call_interruptibly
+
     env, items = load_fixtures(fix_dir)
     backend = f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
-    rows = []
+    rows: list[dict[str, Any]] = []
     for cfg, entry, arrays in items:
         if ids is not None and cfg.id not in ids:
             continue
@@ -998,7 +1208,10 @@ def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: 
                 row = _empty_row(cfg, backend, fam)
                 row["status"] = f"skipped: emulator cost > {max_cost:g} s"
             else:
-                row = compare_fixture(cfg, entry, arrays, backend, fam)
+                try:
+                    row = call_interruptibly(compare_fixture, cfg, entry, arrays, backend, fam)
+                except KeyboardInterrupt:
+                    raise Interrupted((env, rows), len(rows)) from None
             rows.append(row)
             log(f"{row['id']} {row['plan']}: {row['status']} out {row['bitwise_agreement']} out32 "
                 f"{row['out32_agreement']} m {row['m_agreement']} l {row['l_agreement']}")
@@ -1192,7 +1405,12 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         import simfloat
 
         families = args.plans or ["triton"]
-        env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, families=families, log=log)
+        stop = None
+        try:
+            env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, families=families, log=log)
+        except Interrupted as exc:
+            stop = exc
+            env, rows = exc.results
         env = dict(env, compared_on=environment("cpu"), simfloat=simfloat.__version__)
         table = agreement_table(rows)
         names = ", ".join(f"{f}-<fmt>" for f in families)
@@ -1206,6 +1424,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         with open(out_dir / "validation.md", "a") as f:
             f.write(f"\n## Bitwise agreement per config and plan family\n\n```\n{table}\n```\n")
         log(table)
+        if stop is not None:
+            print(f"validate: interrupted after {time.monotonic() - start:.1f} s: {len(rows)} comparisons "
+                  f"finished, kept in {out_dir / 'validation.csv'} and validation.md", file=sys.stderr)
+            return 130
         log(f"wrote {out_dir / 'validation.csv'} and validation.md")
         return 0
     backend = resolve_backend(args.backend)
@@ -1218,12 +1440,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     if emulate:
         import simfloat  # noqa: F401  (fail early and clearly if it is not importable)
     log(f"validate: {len(configs)} configs ({args.grid} grid), backend {backend}, {jobs} job(s)")
-    results = run_grid(configs, backend, jobs=jobs, emulate=emulate, record=args.record_fixtures is not None,
-                       deadline=deadline, log=log)
+    stop = None
+    try:
+        results = run_grid(configs, backend, jobs=jobs, emulate=emulate,
+                           record=args.record_fixtures is not None, deadline=deadline, log=log)
+    except Interrupted as exc:
+        stop = exc
+        results = exc.results
     rows = [r for r, _ in results]
     env = environment(backend)
     config = None
-    if backend == "faithful":
+    if backend == "faithful" and stop is None:  # an interrupted config may still be inside faithful()
         from gpu.interpreter import faithful, faithful_config
 
         with faithful():
@@ -1241,6 +1468,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     write_report(out_dir, rows, env, config, elapsed=elapsed,
                  title=f"Triton kernels ({where}) vs simfloat emulator, {args.grid} grid")
     s = summarize(rows)
+    if stop is not None:
+        print(f"validate: interrupted after {elapsed:.1f} s: {stop.finished} of {len(configs)} configs finished "
+              f"({s['bitwise_100']}/{s['compared']} compared bitwise identical), kept in "
+              f"{out_dir / 'validation.csv'} and validation.md"
+              + (f" and the fixtures in {args.record_fixtures}" if args.record_fixtures is not None else ""),
+              file=sys.stderr)
+        return 130
     log(f"{s['configs']} configs in {elapsed:.1f} s ({env['cpu_s']} CPU s): "
         f"{s['bitwise_100']}/{s['compared']} "
         f"bitwise identical, "
