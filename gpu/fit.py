@@ -564,57 +564,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _emulate_flash(cfg: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: str, out: str
-                   ) -> dict[str, np.ndarray]:
-    import simfloat.attention as A
-
-    pl = A.plan(f"{prefix}-{cfg.fmt}")
-    if out == "fp32":
-        pl = pl.replace(out="float32")
-    o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
-                      causal=cfg.causal, return_stats=True)
-    return {"out": o, "m": m, "l": l}
-
-
 def compare_plans(fix_dir: Path, prefixes: Sequence[str] = ("triton", "h200"), *,
                   max_cost: float | None = None, ids: Sequence[str] | None = None,
                   log: Callable[[str], None] = print) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Every flash fixture config against the emulator under each plan family (``triton-<fmt>``: sm90 dot
+    """Every fixture config against the emulator under each plan family (``triton-<fmt>``: sm90 dot
     presets, correctly rounded exp2, sequential l_ij; ``h200-<fmt>``: + the measured ex2.approx and tl.sum
-    order); int8 configs with gpu.validate's emulator. Rows: id, kind, fmt, blocks and, per prefix P,
-    ``P:out``, ``P:out32``, ``P:m``, ``P:l`` (bitwise agreement)."""
+    order); int8 configs with gpu.validate's int8 presets. Rows (:func:`gpu.validate.pivot`): id, kind, fmt,
+    blocks and, per prefix P, ``P:out``, ``P:out32``, ``P:m``, ``P:l`` (bitwise agreement).
+
+    Raises:
+        AssertionError: a config's regenerated inputs differ from the recorded ones, or a comparison failed.
+    """
     from gpu import validate as V
 
-    env, items = V.load_fixtures(fix_dir)
-    rows = []
-    for cfg, entry, arrays in items:
-        if ids is not None and cfg.id not in ids:
-            continue
-        if max_cost is not None and V.emulator_cost(cfg) > max_cost:
-            continue
-        q, k, v = V.make_inputs(cfg)
-        if V.input_crc(q, k, v) != int(entry["input_crc"]):
-            raise AssertionError(f"{cfg.id}: regenerated inputs differ from the recorded ones")
-        row: dict[str, Any] = {"id": cfg.id, "kind": cfg.kind, "fmt": cfg.fmt, "bm": cfg.block_m,
-                               "bn": cfg.block_n, "out_kind": cfg.out}
-        for prefix in prefixes if cfg.kind == "flash" else ("int8",):
-            if cfg.kind == "flash":
-                emu = _emulate_flash(cfg, q, k, v, prefix, cfg.out)
-                emu["out32"] = emu["out"] if cfg.out == "fp32" else _emulate_flash(cfg, q, k, v, prefix,
-                                                                                    "fp32")["out"]
-            else:
-                try:
-                    emu = V.run_emulator(cfg, q, k, v)
-                except V.EmulatorUnavailable:
-                    continue
-            r = V._empty_row(cfg, "fixtures")
-            V.compare_into(r, cfg, arrays, emu)
-            for key, col in (("out", "bitwise_agreement"), ("out32", "out32_agreement"),
-                             ("m", "m_agreement"), ("l", "l_agreement")):
-                row[f"{prefix}:{key}"] = r[col]
-        rows.append(row)
-        log(" ".join(f"{k_}={v_}" for k_, v_ in row.items()))
-    return env, rows
+    env, rows = V.compare_fixtures(fix_dir, max_cost=max_cost, families=prefixes, ids=ids, log=log)
+    bad = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
+    if bad:
+        raise AssertionError(f"fixture comparisons failed: {bad[:4]}")
+    rows = [r for r in rows if r["status"] == "ok"]
+    return env, V.pivot(rows)
 
 
 if __name__ == "__main__":

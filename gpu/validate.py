@@ -3,6 +3,7 @@
     python -m gpu.validate --out DIR [--grid full|ci|smoke] [--backend auto|gpu|faithful] [--jobs N]
     simfloat validate --out DIR ...                       (the same, through the CLI)
     python -m gpu.validate --out DIR --fixtures tests/fixtures/gpu/h200     (emulator vs recorded GPU outputs)
+    python -m gpu.validate --out DIR --fixtures tests/fixtures/gpu/h200 --plans triton,h200
 
 For every config of a grid (below) it runs
 
@@ -80,7 +81,16 @@ __all__ = [
     "write_fixtures",
     "load_fixtures",
     "compare_fixtures",
+    "agreement_table",
+    "agreement_summary",
+    "pivot",
+    "emulator_plan",
+    "plan_families",
+    "PLAN_FAMILIES",
     "check_args",
+    "Interrupted",
+    "KernelComparison",
+    "compare_kernel",
     "positive_int",
     "positive_seconds",
     "writable_dir",
@@ -94,6 +104,8 @@ SEQS = (64, 97, 256, 1000)
 HEAD_DIMS = (16, 64, 128)
 CAUSAL = (False, True)
 OUTS = ("fp32", "low")
+#: emulator plan families a flash config is compared under (``<family>-<fmt>`` presets)
+PLAN_FAMILIES = ("triton", "h200")
 INT8_VARIANTS = ("int8", "half-int8")
 #: queries are N(0, SPREAD^2): sharper softmax rows than N(0, 1), so that max / rescale paths are exercised
 SPREAD = 1.5
@@ -102,7 +114,7 @@ GRID_VERSION = 1
 
 FIELDS = (
     "id", "kind", "fmt", "variant", "row_sum", "seq", "head_dim", "heads", "block_m", "block_n", "causal",
-    "out", "seed", "backend", "status", "bitwise_agreement", "max_ulp", "out32_agreement", "out32_max_ulp",
+    "out", "seed", "backend", "plan", "status", "bitwise_agreement", "max_ulp", "out32_agreement", "out32_max_ulp",
     "out32_rel_diff",
     "m_agreement", "m_max_ulp", "l_agreement", "l_max_ulp", "kernel_err_max", "kernel_err_rms",
     "emulator_err_max", "emulator_err_rms", "kernel_s", "emulator_s",
@@ -452,17 +464,30 @@ def _int8_emulator() -> Callable[..., Any] | None:
     return fn
 
 
+def emulator_plan(cfg: Config, family: str = "triton") -> str:
+    """The emulator's preset for a config: ``<family>-<fmt>`` (flash; family ``triton`` or ``h200``), or the
+    int8 preset of the variant and row sum (int8-reference, int8-consistent, half-int8,
+    half-int8-consistent)."""
+    if cfg.kind == "flash":
+        if family not in PLAN_FAMILIES:
+            raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES)}")
+        return f"{family}-{cfg.fmt}"
+    return {("int8", "reference"): "int8-reference", ("int8", "consistent"): "int8-consistent",
+            ("half-int8", "reference"): "half-int8",
+            ("half-int8", "consistent"): "half-int8-consistent"}[cfg.variant, cfg.row_sum]
+
+
 def run_emulator(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                 out: str | None = None) -> dict[str, np.ndarray]:
-    """The emulator with the config's plan: ``out``, ``m``, ``l`` as float64 arrays. ``out`` overrides the
-    config's output ("fp32" or "low"). flash: ``simfloat.attention.flash`` with ``plan("triton-<fmt>")``;
-    int8: ``simfloat.attention.int8_flash`` with the preset int8-reference / int8-consistent / half-int8 /
-    half-int8-consistent (EmulatorUnavailable where it does not exist)."""
+                 out: str | None = None, family: str = "triton") -> dict[str, np.ndarray]:
+    """The emulator with the config's plan (:func:`emulator_plan`): ``out``, ``m``, ``l`` as float64 arrays.
+    ``out`` overrides the config's output ("fp32" or "low"). flash: ``simfloat.attention.flash`` with
+    ``plan("<family>-<fmt>")``; int8 (``family`` unused): ``simfloat.attention.int8_flash`` with the int8
+    preset (EmulatorUnavailable where it does not exist)."""
     out = cfg.out if out is None else out
     if cfg.kind == "flash":
         import simfloat.attention as A
 
-        pl = A.plan(f"triton-{cfg.fmt}")
+        pl = A.plan(emulator_plan(cfg, family))
         if out == "fp32":
             pl = pl.replace(out="float32")
         o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
@@ -473,9 +498,7 @@ def run_emulator(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
         raise EmulatorUnavailable("simfloat.attention.int8_flash does not exist (yet)")
     import inspect
 
-    plan = {("int8", "reference"): "int8-reference", ("int8", "consistent"): "int8-consistent",
-            ("half-int8", "reference"): "half-int8", ("half-int8", "consistent"): "half-int8-consistent"}
-    wanted = dict(plan=plan[cfg.variant, cfg.row_sum], block_m=cfg.block_m, block_n=cfg.block_n,
+    wanted = dict(plan=emulator_plan(cfg), block_m=cfg.block_m, block_n=cfg.block_n,
                   causal=cfg.causal, return_stats=True)
     params = inspect.signature(fn).parameters
     kwargs = {k_: v_ for k_, v_ in wanted.items() if k_ in params}
@@ -560,11 +583,12 @@ def out_format(cfg: Config, which: str | None = None) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _empty_row(cfg: Config, backend: str) -> dict[str, Any]:
+def _empty_row(cfg: Config, backend: str, family: str = "triton") -> dict[str, Any]:
     row: dict[str, Any] = {f: "" for f in FIELDS}
     d = cfg.as_dict()
     row.update({k: d[k] for k in FIELDS if k in d})
     row["backend"] = backend
+    row["plan"] = emulator_plan(cfg, family)
     return row
 
 
@@ -630,6 +654,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(backend: str, numba_threads: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the workers
     if backend == "faithful":
         os.environ["TRITON_INTERPRET"] = "1"
     _WORKER["backend"] = backend
@@ -645,12 +672,58 @@ def _worker_run(cfg_dict: dict[str, Any], emulate: bool, record: bool
     return validate_config(Config.from_dict(cfg_dict), _WORKER["backend"], emulate=emulate, record=record)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_grid` or :func:`compare_fixtures` (raised within a fraction of a second).
+
+    Attributes:
+        results: what the interrupted function would have returned, the configs not finished marked
+            ``skipped: interrupted``: run_grid's ``[(row, arrays)]``, compare_fixtures' ``(env, rows)``.
+        finished: the number of configs (compare_fixtures: rows) finished.
+    """
+
+    def __init__(self, results: Any, finished: int) -> None:
+        super().__init__(f"interrupted after {finished} finished")
+        self.results, self.finished = results, finished
+
+
 def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate: bool = True,
              record: bool = False, deadline: float | None = None,
              log: Callable[[str], None] = print) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
-    """Run every config (``jobs`` worker processes; 1: in this process). Configs not started before
-    ``deadline`` (a time.monotonic() value) are reported as skipped. Results come back in config order."""
+    """Run every config (``jobs`` worker processes; 1: in this process, on a thread of its own so that Ctrl-C
+    is seen at once). Configs not started before ``deadline`` (a time.monotonic() value) are reported as
+    skipped. Results come back in config order.
+
+    Raises:
+        Interrupted: Ctrl-C (the worker processes are terminated; the finished configs are in its results).
+    """
     results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]] = {}
+    try:
+        _run_grid(configs, backend, results, jobs=jobs, emulate=emulate, record=record, deadline=deadline,
+                  log=log)
+    except KeyboardInterrupt:
+        raise Interrupted(_in_order(configs, backend, results, "skipped: interrupted"), len(results)) from None
+    return _in_order(configs, backend, results, "skipped: time budget")
+
+
+def _in_order(configs: Sequence[Config], backend: str,
+              results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+              missing: str) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
+    out = []
+    for i, cfg in enumerate(configs):
+        if i in results:
+            out.append(results[i])
+        else:
+            row = _empty_row(cfg, backend)
+            row["status"] = missing
+            out.append((row, None))
+    return out
+
+
+def _run_grid(configs: Sequence[Config], backend: str,
+              results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]], *, jobs: int,
+              emulate: bool, record: bool, deadline: float | None, log: Callable[[str], None]) -> None:
+    from simfloat._interrupt import call_interruptibly
+
     n = len(configs)
 
     def done(i: int, res: tuple[dict[str, Any], dict[str, np.ndarray] | None]) -> None:
@@ -668,7 +741,7 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
         for i, cfg in enumerate(configs):
             if over():
                 break
-            done(i, validate_config(cfg, backend, emulate=emulate, record=record))
+            done(i, call_interruptibly(validate_config, cfg, backend, emulate=emulate, record=record))
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
@@ -677,11 +750,12 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
         threads = 1 if backend == "faithful" else 0
         ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
                                     initializer=_worker_init, initargs=(backend, threads))
+        stopped = False
         try:
             futs = {ex.submit(_worker_run, configs[i].as_dict(), emulate, record): i for i in order}
             pending = set(futs)
             while pending:
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
                 finished, pending = cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
                 for f in finished:
                     i = futs[f]
@@ -694,23 +768,177 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
                 if over() and pending:
                     log(f"time budget reached: {len(pending)} config(s) not finished")
                     break
+        except KeyboardInterrupt:
+            _stop_pool(ex)
+            stopped = True
+            raise
         finally:
-            procs = list(getattr(ex, "_processes", {}).values())
-            if over():
-                ex.shutdown(wait=False, cancel_futures=True)
-                for p in procs:  # workers this function started, still busy past the deadline
-                    with contextlib.suppress(Exception):
-                        p.terminate()
+            if stopped:
+                pass
+            elif over():
+                _stop_pool(ex)
             else:
                 ex.shutdown(wait=True)  # reaped: their CPU time shows in RUSAGE_CHILDREN
-    out = []
-    for i, cfg in enumerate(configs):
-        if i in results:
-            out.append(results[i])
-        else:
-            row = _empty_row(cfg, backend)
-            row["status"] = "skipped: time budget"
-            out.append((row, None))
+
+
+def _stop_pool(ex: Any) -> None:
+    """Cancel what has not started and terminate the workers this module started (still busy)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(timeout=2)
+
+
+# ----------------------------------------------------------------------------------------------------
+# a user's kernel against a plan
+# ----------------------------------------------------------------------------------------------------
+
+#: columns of :meth:`KernelComparison.table`
+KERNEL_COLUMNS = ("id", "status", "bitwise_agreement", "max_ulp", "m_agreement", "l_agreement",
+                  "kernel_err_max", "emulator_err_max")
+
+
+@dataclasses.dataclass
+class KernelComparison:
+    """What :func:`compare_kernel` found: one row per config (the fields of :data:`FIELDS`)."""
+
+    plan: str
+    backend: str
+    rows: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        """Configs compared, and the min and mean bitwise agreement of the output, m_i and l_i over them."""
+        done = [r for r in self.rows if r["status"] == "ok"]
+        out: dict[str, Any] = {"configs": len(self.rows), "compared": len(done)}
+        for name, field in (("out", "bitwise_agreement"), ("m", "m_agreement"), ("l", "l_agreement")):
+            vals = [float(r[field]) for r in done if r[field] != ""]
+            out[f"{name}_min"] = min(vals) if vals else None
+            out[f"{name}_mean"] = float(np.mean(vals)) if vals else None
+        return out
+
+    def table(self) -> str:
+        """The agreement table: one line per config, then the summary."""
+        lines = [" | ".join(KERNEL_COLUMNS)]
+        lines += [" | ".join(_fmt_cell(r.get(c, "")) for c in KERNEL_COLUMNS) for r in self.rows]
+        s = self.summary()
+        parts = [f"{n} min {s[n + '_min']:.6g} mean {s[n + '_mean']:.6g}" for n in ("out", "m", "l")
+                 if s[n + "_min"] is not None]
+        lines.append(f"{s['compared']} of {s['configs']} configs compared against plan {self.plan} "
+                     f"({self.backend}): " + "; ".join(parts))
+        return "\n".join(lines)
+
+
+def _out_kind(fmt: str, out_fmt: str) -> str:
+    if out_fmt == "float32":
+        return "fp32"
+    if out_fmt == {"bf16": "bfloat16", "fp16": "float16"}[fmt]:
+        return "low"
+    raise ValueError(f"compare_kernel compares outputs in float32 or the input format; the plan's output "
+                     f"format is {out_fmt} for {fmt} inputs")
+
+
+def compare_kernel(kernel: Callable[..., Any], plan: Any, configs: str | Sequence[Config] = "ci", *,
+                   backend: str = "auto", faithful_options: dict[str, Any] | None = None,
+                   log: Callable[[str], None] = print) -> KernelComparison:
+    """Run a flash-attention kernel of one's own and the emulator under ``plan`` on each config, bit for bit.
+
+    The kernel is called as ``kernel(q, k, v, causal=..., block_m=..., block_n=...)`` with torch tensors of
+    shape (batch, heads, seq, head_dim) in the config's format (bf16 / fp16), on the GPU (backend ``gpu``) or
+    the CPU, under :func:`gpu.interpreter.faithful` (backend ``faithful``); it must use the softmax scale
+    1/sqrt(head_dim) and return the output, or ``(out, m, l)`` with the row statistics ((batch, heads, seq),
+    in the plan's units: log2 units with ``plan.exp2``) as the emulator's ``return_stats`` gives them. The
+    emulator runs ``simfloat.attention.flash(q, k, v, plan=plan, block_m, block_n, causal)``; outputs are
+    compared in the plan's output format (float32 or the input format), m and l in float32.
+
+    Args:
+        kernel: the kernel's launcher, as above.
+        plan: a :class:`simfloat.attention.Plan` or preset name.
+        configs: a grid name of :func:`grid` or :class:`Config` objects; int8 configs are left out, and so
+            are flash configs of another input format than the plan's (by its name, ``<family>-<fmt>``).
+            Each config's ``out`` is set by the plan's output format.
+        backend: ``"auto"`` (the GPU if torch sees one), ``"gpu"`` or ``"faithful"``.
+        faithful_options: keyword arguments of :func:`gpu.interpreter.faithful` (backend ``faithful``).
+        log: called with one line per config.
+
+    Returns:
+        A :class:`KernelComparison` (``rows``, ``summary()``, ``table()``).
+
+    Raises:
+        ValueError: no config left (configs whose input format is not the plan's, or whose output format would
+            be neither float32 nor the input format, are left out), or a bad backend.
+        RuntimeError: the backend cannot run (see :func:`resolve_backend`).
+    """
+    import simfloat.attention as A
+
+    pl = A.plan(plan)
+    backend = resolve_backend(backend)
+    cfgs = grid(configs, int8=False) if isinstance(configs, str) else list(configs)
+    family, _, pfmt = pl.name.rstrip("*").partition("-")
+    chosen = []
+    for c in cfgs:
+        if c.kind != "flash" or (family in PLAN_FAMILIES and pfmt in FORMATS and c.fmt != pfmt):
+            continue
+        try:
+            chosen.append(dataclasses.replace(c, out=_out_kind(c.fmt, pl.out.fmt.name)))
+        except ValueError:  # an output format the kernel could not have for these inputs
+            continue
+    chosen = _dedupe(chosen)
+    if not chosen:
+        raise ValueError(f"compare_kernel: no flash config of plan {pl.name}'s input format among the configs "
+                         f"(its output format, {pl.out.fmt.name}, must be float32 or the input format)")
+    rows = []
+    for cfg in chosen:
+        row = _empty_row(cfg, backend)
+        row["plan"] = pl.name
+        try:
+            q, k, v = make_inputs(cfg)
+            ref = reference64(q, k, v, cfg.causal)
+            t0 = time.perf_counter()
+            kern = _run_user_kernel(kernel, cfg, q, k, v, backend, faithful_options or {})
+            row["kernel_s"] = round(time.perf_counter() - t0, 3)
+            t0 = time.perf_counter()
+            o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
+                              causal=cfg.causal, return_stats=True)
+            row["emulator_s"] = round(time.perf_counter() - t0, 3)
+            emu = {"out": o, "m": m, "l": l}
+            for name, x in (("kernel", kern["out"]), ("emulator", o)):
+                row[f"{name}_err_max"], row[f"{name}_err_rms"] = (f"{e:.3e}" for e in error_stats(x, ref))
+            compare_into(row, cfg, kern, emu)
+            row["status"] = "ok"
+        except Exception as exc:  # one failing config must not lose the others
+            row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
+        rows.append(row)
+        log(f"{row['id']}: {row['status']} out {row['bitwise_agreement']} m {row['m_agreement']} "
+            f"l {row['l_agreement']}")
+    return KernelComparison(pl.name, backend, rows)
+
+
+def _run_user_kernel(kernel: Callable[..., Any], cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                     backend: str, options: dict[str, Any]) -> dict[str, np.ndarray]:
+    import torch
+
+    device = "cuda" if backend == "gpu" else "cpu"
+    dt = _torch_dtype(cfg.fmt)
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v))
+    ctx: Any = contextlib.nullcontext()
+    if backend == "faithful":
+        from gpu.interpreter import faithful
+
+        ctx = faithful(**options)
+    with ctx:
+        res = kernel(tq, tk, tv, causal=cfg.causal, block_m=cfg.block_m, block_n=cfg.block_n)
+    if backend == "gpu":
+        torch.cuda.synchronize()
+    parts = res if isinstance(res, tuple) else (res,)
+    if len(parts) not in (1, 3):
+        raise ValueError(f"the kernel returned {len(parts)} values; expected out or (out, m, l)")
+    out = {key: t.float().cpu().numpy() for key, t in zip(("out", "m", "l"), parts, strict=False)}
+    if out["out"].shape != q.shape[:-1] + (v.shape[-1],):
+        raise ValueError(f"the kernel's output has shape {out['out'].shape}, expected {q.shape}")
     return out
 
 
@@ -919,10 +1147,11 @@ def fixture_dirs(root: Path) -> list[Path]:
                   if (p / "configs.json").is_file() and (p / "outputs.npz").is_file())
 
 
-def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str
-                    ) -> dict[str, Any]:
-    """One recorded GPU config against the emulator's hardware model."""
-    row = _empty_row(cfg, backend)
+def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str,
+                    family: str = "triton") -> dict[str, Any]:
+    """One recorded GPU config against the emulator under the ``<family>-<fmt>`` plan (int8 configs: the int8
+    preset, whatever the family)."""
+    row = _empty_row(cfg, backend, family)
     try:
         q, k, v = make_inputs(cfg)
         if input_crc(q, k, v) != int(entry["input_crc"]):
@@ -933,9 +1162,10 @@ def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.nda
                                                                  ""), entry.get("kernel_err_rms", "")
         row["kernel_s"] = entry.get("kernel_s", "")
         t0 = time.perf_counter()
-        emu = run_emulator(cfg, q, k, v)
+        emu = run_emulator(cfg, q, k, v, family=family)
         if cfg.kind == "flash":
-            emu["out32"] = emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32")["out"]
+            emu["out32"] = emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32",
+                                                                             family=family)["out"]
         row["emulator_s"] = round(time.perf_counter() - t0, 3)
         row["emulator_err_max"], row["emulator_err_rms"] = (f"{e:.3e}" for e in error_stats(emu["out"], ref))
         compare_into(row, cfg, arrays, emu)
@@ -947,23 +1177,113 @@ def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.nda
     return row
 
 
-def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None,
+def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: Sequence[str] = ("triton",),
+                     ids: Sequence[str] | None = None,
                      log: Callable[[str], None] = print) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Every fixture config of ``fix_dir`` against the emulator (configs whose emulator cost estimate,
-    :func:`emulator_cost`, exceeds ``max_cost`` seconds are skipped). Returns (env, rows)."""
+    """Every fixture config of ``fix_dir`` against the emulator, under each plan family of ``families``
+    (flash configs: one row per family, ``<family>-<fmt>``; int8 configs: one row, the int8 preset). Configs
+    whose emulator cost estimate (:func:`emulator_cost`) exceeds ``max_cost`` seconds are skipped (reported),
+    configs not in ``ids`` (when given) left out. Returns (env, rows); :func:`agreement_table` tabulates them.
+
+    Raises:
+        ValueError: an unknown family (known: :data:`PLAN_FAMILIES`) or none.
+        Interrupted: Ctrl-C (its results: env and the rows finished).
+    """
+    families = list(dict.fromkeys(families))
+    if not families:
+        raise ValueError("compare_fixtures needs at least one plan family")
+    for fam in families:
+        if fam not in PLAN_FAMILIES:
+            raise ValueError(f"unknown plan family {fam!r}; families: {', '.join(PLAN_FAMILIES)}")
+    from simfloat._interrupt import call_interruptibly
+
     env, items = load_fixtures(fix_dir)
     backend = f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
-    rows = []
+    rows: list[dict[str, Any]] = []
     for cfg, entry, arrays in items:
-        if max_cost is not None and emulator_cost(cfg) > max_cost:
-            row = _empty_row(cfg, backend)
-            row["status"] = f"skipped: emulator cost > {max_cost:g} s"
-        else:
-            row = compare_fixture(cfg, entry, arrays, backend)
-        rows.append(row)
-        log(f"{row['id']}: {row['status']} out {row['bitwise_agreement']} out32 {row['out32_agreement']} "
-            f"m {row['m_agreement']} l {row['l_agreement']}")
+        if ids is not None and cfg.id not in ids:
+            continue
+        for fam in families if cfg.kind == "flash" else families[:1]:
+            if max_cost is not None and emulator_cost(cfg) > max_cost:
+                row = _empty_row(cfg, backend, fam)
+                row["status"] = f"skipped: emulator cost > {max_cost:g} s"
+            else:
+                try:
+                    row = call_interruptibly(compare_fixture, cfg, entry, arrays, backend, fam)
+                except KeyboardInterrupt:
+                    raise Interrupted((env, rows), len(rows)) from None
+            rows.append(row)
+            log(f"{row['id']} {row['plan']}: {row['status']} out {row['bitwise_agreement']} out32 "
+                f"{row['out32_agreement']} m {row['m_agreement']} l {row['l_agreement']}")
     return env, rows
+
+
+#: (column suffix, row field) of :func:`agreement_table`: bitwise agreement of the config's output, the fp32
+#: output, m_i and l_i
+_AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m", "m_agreement"),
+               ("l", "l_agreement"))
+
+
+def _family_of(row: dict[str, Any]) -> str:
+    return str(row["plan"]).rsplit("-", 1)[0] if row["kind"] == "flash" else "int8"
+
+
+def pivot(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of :func:`compare_fixtures` as one row per config: ``id, kind, fmt, bm, bn, out_kind`` and, per
+    family F (``int8`` for the int8 presets), ``F:out``, ``F:out32``, ``F:m``, ``F:l`` (bitwise agreement; ""
+    where not compared)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        p = by_id.setdefault(r["id"], {"id": r["id"], "kind": r["kind"], "fmt": r["fmt"], "bm": r["block_m"],
+                                       "bn": r["block_n"], "out_kind": r["out"]})
+        fam = _family_of(r)
+        for suffix, field in _AGREEMENTS:
+            p[f"{fam}:{suffix}"] = r[field]
+        if str(r["status"]) != "ok":
+            p[f"{fam}:status"] = r["status"]
+    return list(by_id.values())
+
+
+def agreement_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per plan family: the number of configs compared and, over them, the min and mean bitwise agreement of
+    the low-precision outputs (configs with ``out == "low"``), the fp32 outputs, m_i and l_i."""
+    out = []
+    for fam in dict.fromkeys(_family_of(r) for r in rows):
+        done = [r for r in rows if _family_of(r) == fam and r["status"] == "ok"]
+        item: dict[str, Any] = {"family": fam, "configs": len(done)}
+        for name, field, sel in (("low", "bitwise_agreement", lambda r: r["out"] == "low"),
+                                 ("fp32", "out32_agreement", lambda r: True),
+                                 ("m", "m_agreement", lambda r: True), ("l", "l_agreement", lambda r: True)):
+            vals = [float(r[field]) for r in done if sel(r) and r[field] != ""]
+            item[f"{name}_min"] = min(vals) if vals else None
+            item[f"{name}_mean"] = float(np.mean(vals)) if vals else None
+        out.append(item)
+    return out
+
+
+def agreement_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The per-config table of :func:`compare_fixtures` rows (one line per config, the bitwise agreement of
+    out, out32, m and l under each plan family), then the per-family summary (:func:`agreement_summary`):
+    what ``simfloat validate --fixtures DIR --plans ...`` prints and tests/test_gpu_fixtures.py shows."""
+    piv = pivot(rows)
+    fams = list(dict.fromkeys(_family_of(r) for r in rows))
+    cols = ["id"] + [f"{f}:{s}" for f in fams for s, _ in _AGREEMENTS]
+    lines = [" | ".join(cols)]
+    for p in piv:
+        cells = [str(p.get(c, "")) for c in cols]
+        notes = [f"{f}: {p[f + ':status']}" for f in fams if f + ":status" in p]
+        lines.append(" | ".join(cells) + (f"  ({'; '.join(notes)})" if notes else ""))
+    lines += ["", "family | configs | low-precision output min (mean) | fp32 output min (mean) | m_i min (mean) "
+              "| l_i min (mean)"]
+
+    def cell(item: dict[str, Any], name: str) -> str:
+        lo, mean = item[f"{name}_min"], item[f"{name}_mean"]
+        return "-" if lo is None else f"{lo:.4f} ({mean:.4f})"
+
+    for item in agreement_summary(rows):
+        lines.append(f"{item['family']} | {item['configs']} | " + " | ".join(cell(item, n) for n in
+                                                                             ("low", "fp32", "m", "l")))
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -980,6 +1300,16 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
     return value
+
+
+def plan_families(text: str) -> list[str]:
+    """argparse type: comma-separated plan families of :data:`PLAN_FAMILIES`."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in PLAN_FAMILIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected plan families of {', '.join(PLAN_FAMILIES)} "
+                                         f"(comma-separated), got {text!r}")
+    return list(dict.fromkeys(names))
 
 
 def writable_dir(path: Path, option: str) -> None:
@@ -1025,8 +1355,12 @@ def check_args(args: argparse.Namespace) -> None:
         if args.no_emulator:
             raise ValueError("--no-emulator cannot be combined with --fixtures (it compares the emulator)")
         _check_fixture_dir(Path(args.fixtures))
-    elif args.max_cost is not None:
-        raise ValueError("--max-cost applies only with --fixtures")
+    else:
+        if args.max_cost is not None:
+            raise ValueError("--max-cost applies only with --fixtures")
+        if getattr(args, "plans", None) is not None:
+            raise ValueError("--plans applies only with --fixtures (against the interpreter only the "
+                             "triton-<fmt> plans are the kernel's model)")
     writable_dir(Path(args.out), "--out")
     if args.record_fixtures is not None:
         writable_dir(Path(args.record_fixtures), "--record-fixtures")
@@ -1050,6 +1384,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write fixtures (configs, seeds, kernel outputs, m_i, l_i, env) into DIR")
     p.add_argument("--fixtures", type=Path, metavar="DIR",
                    help="compare the emulator against recorded GPU fixtures in DIR (no kernel runs)")
+    p.add_argument("--plans", type=plan_families, default=None, metavar="FAMILY[,FAMILY...]",
+                   help="with --fixtures: emulator plan families to compare, comma-separated: triton "
+                        "(triton-<fmt>: sm90 dot models, correctly rounded exp2, sequential row sums), h200 "
+                        "(h200-<fmt>: + the H200's measured ex2.approx and tl.sum order); default triton")
     p.add_argument("--max-cost", type=positive_seconds, default=None,
                    help="with --fixtures: skip configs whose emulator cost estimate exceeds this (seconds)")
     p.add_argument("--budget-s", type=positive_seconds, default=None,
@@ -1069,14 +1407,30 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     if args.fixtures is not None:
         import simfloat
 
-        env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, log=log)
+        families = args.plans or ["triton"]
+        stop = None
+        try:
+            env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, families=families, log=log)
+        except Interrupted as exc:
+            stop = exc
+            env, rows = exc.results
         env = dict(env, compared_on=environment("cpu"), simfloat=simfloat.__version__)
+        table = agreement_table(rows)
+        names = ", ".join(f"{f}-<fmt>" for f in families)
         write_report(out_dir, rows, env, None, elapsed=time.monotonic() - start,
-                     title=f"Emulator (triton-<fmt> plans: sm90 tensor-core model, correctly rounded exp2, "
-                           f"sequential row sums) vs recorded {Path(args.fixtures).name} kernel outputs",
-                     notes=["Known inexact on a GPU: exp2 (ex2.approx.ftz.f32 is not correctly rounded), the "
-                            "row sum l_ij (a layout-dependent tree, not sequential) and the tensor-core "
-                            "accumulation model; m_i depends on the QK^T model alone."])
+                     title=f"Emulator ({names} plans) vs recorded {Path(args.fixtures).name} kernel outputs",
+                     notes=["triton-<fmt>: sm90 tensor-core model, correctly rounded exp2, sequential row "
+                            "sums: known inexact on a GPU in exp2 (ex2.approx.ftz.f32 is not correctly "
+                            "rounded) and the row sum l_ij (a layout-dependent tree); m_i depends on the QK^T "
+                            "model alone. h200-<fmt>: the same with the H200's measured ex2.approx and tl.sum "
+                            "order."])
+        with open(out_dir / "validation.md", "a") as f:
+            f.write(f"\n## Bitwise agreement per config and plan family\n\n```\n{table}\n```\n")
+        log(table)
+        if stop is not None:
+            print(f"validate: interrupted after {time.monotonic() - start:.1f} s: {len(rows)} comparisons "
+                  f"finished, kept in {out_dir / 'validation.csv'} and validation.md", file=sys.stderr)
+            return 130
         log(f"wrote {out_dir / 'validation.csv'} and validation.md")
         return 0
     backend = resolve_backend(args.backend)
@@ -1102,12 +1456,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     if emulate:
         import simfloat  # noqa: F401  (fail early and clearly if it is not importable)
     log(f"validate: {len(configs)} configs ({args.grid} grid), backend {backend}, {jobs} job(s)")
-    results = run_grid(configs, backend, jobs=jobs, emulate=emulate, record=args.record_fixtures is not None,
-                       deadline=deadline, log=log)
+    stop = None
+    try:
+        results = run_grid(configs, backend, jobs=jobs, emulate=emulate,
+                           record=args.record_fixtures is not None, deadline=deadline, log=log)
+    except Interrupted as exc:
+        stop = exc
+        results = exc.results
     rows = [r for r, _ in results]
     env = environment(backend)
     config = None
-    if backend == "faithful":
+    if backend == "faithful" and stop is None:  # an interrupted config may still be inside faithful()
         from gpu.interpreter import faithful, faithful_config
 
         with faithful():
@@ -1125,6 +1484,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     write_report(out_dir, rows, env, config, elapsed=elapsed,
                  title=f"Triton kernels ({where}) vs simfloat emulator, {args.grid} grid")
     s = summarize(rows)
+    if stop is not None:
+        print(f"validate: interrupted after {elapsed:.1f} s: {stop.finished} of {len(configs)} configs finished "
+              f"({s['bitwise_100']}/{s['compared']} compared bitwise identical), kept in "
+              f"{out_dir / 'validation.csv'} and validation.md"
+              + (f" and the fixtures in {args.record_fixtures}" if args.record_fixtures is not None else ""),
+              file=sys.stderr)
+        return 130
     log(f"{s['configs']} configs in {elapsed:.1f} s ({env['cpu_s']} CPU s): "
         f"{s['bitwise_100']}/{s['compared']} "
         f"bitwise identical, "

@@ -4,7 +4,9 @@ imported only when run, so ``simfloat --help`` stays fast."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -83,8 +85,11 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", type=_positive, help="heads (default 1)")
     p.add_argument("--kv-heads", type=_positive, help="key/value heads, dividing --heads (grouped-query "
                    "attention: query head h reads kv head h // (heads // kv_heads); default --heads)")
-    p.add_argument("--format", choices=("bf16", "fp16", "fp32"),
-                   help="input format; default plans triton-<format> and all-<format> (default bf16)")
+    p.add_argument("--format", choices=("bf16", "fp16", "fp32", "e4m3", "e5m2"),
+                   help="input format (the seeded inputs are rounded into it); default plans triton-<format> "
+                        "and all-<format> (fp8: triton-<format> against pytorch-fp16); default: the --plan "
+                        "presets' own input format, else bf16. A plan whose input format does not hold the "
+                        "inputs is warned about")
     p.add_argument("--plan", action="append", metavar="PLAN",
                    help="flash plan preset (repeatable; default triton-<format> and all-<format>)")
     p.add_argument("--baseline", action="append", metavar="[PLAN=]BASELINE",
@@ -138,13 +143,14 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
                     "under gpu.interpreter.faithful() on the CPU, and the emulator with the matching "
                     "triton-<fmt> plan, config by config; report bitwise agreement, ulp distances and errors "
                     "vs float64. "
-                    "--fixtures DIR compares the emulator with recorded GPU outputs instead.")
+                    "--fixtures DIR compares the emulator with recorded GPU outputs instead, under the "
+                    "plan families of --plans (triton, h200).")
     try:  # gpu.validate imports only numpy + stdlib; torch, triton, the kernels load when the command runs
         from gpu.validate import add_arguments
     except ImportError:  # reported by _validate when run
         p.add_argument("--out")
         for flag in ("--grid", "--backend", "--jobs", "--record-fixtures", "--fixtures", "--max-cost",
-                     "--budget-s"):
+                     "--budget-s", "--plans"):
             p.add_argument(flag)
         for flag in ("--no-int8", "--no-emulator"):
             p.add_argument(flag, action="store_true")
@@ -168,9 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``simfloat`` console script."""
+    """Entry point of the ``simfloat`` console script: the subcommand's exit status (130 after Ctrl-C, which
+    ``attribute`` and ``validate`` answer within a second or two, keeping what was finished on disk)."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C outside the work the subcommands keep: nothing to keep, no traceback
+        print(f"simfloat {args.command}: interrupted", file=sys.stderr, flush=True)
+        code = 130
+    if code == 130 and any(t.name.startswith("simfloat-job-") and t.is_alive() for t in threading.enumerate()):
+        # a kernel call still running on a job thread (simfloat._interrupt) cannot be stopped, and numba's
+        # parallel runtime would hold the exit until it returns: everything is written, so leave now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return code
 
 
 if __name__ == "__main__":

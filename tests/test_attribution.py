@@ -251,10 +251,12 @@ def test_flags_are_every_plan_field_but_the_ops():
     ops = set(FLASH_OPS) | {"softmax", "name"}
     assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops
     alt = dict(exp2=False, contract=False, normalization="per_step", lazy_threshold=1.0,
-               exp2_impl="correctly_rounded", sum_order="sequential")
+               exp2_impl="correctly_rounded", sum_order="sequential", exp_impl="tl.exp")
     assert set(alt) == set(FLAGS)  # a new flag needs a value here
-    p = plan("h200-bf16")
     for f, value in alt.items():
+        p = plan("h200-bf16")
+        if f == "exp_impl":  # tl.exp is what a kernel without exp2 calls
+            p = dataclasses.replace(p, exp2=False)
         q = dataclasses.replace(p, **{f: value})
         assert cache_key("flash", q) != cache_key("flash", p), f
         assert getattr(reference_plan(q), f) == value and getattr(isolation_plan(q, "p"), f) == value, f

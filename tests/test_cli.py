@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simfloat.cli import build_parser, main
@@ -65,7 +66,7 @@ def test_attribute_options(tmp_path, capsys):
     (["--head-dim", "x"], "positive integer"),
     (["--tiles", "64"], "BLOCK_MxBLOCK_N"),
     (["--tiles", "64x0"], "positive integer"),
-    (["--format", "e4m3"], "invalid choice"),
+    (["--format", "e3m2"], "invalid choice"),
     (["--dist", "cauchy"], "invalid choice"),
     (["--rows", "-3"], "positive integer"),
 ])
@@ -78,7 +79,7 @@ def test_bad_arguments_exit_2(argv, message, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--plan", "nope"], "unknown plan 'nope'"),
-    (["--plan", "triton-e4m3"], "--baseline triton-e4m3=<plan>"),
+    (["--plan", "triton-tf32"], "--baseline triton-tf32=<plan>"),
     (["--plan", "all-bf16", "--plan", "all-bf16"], "distinct"),
     (["--rows", "4", "--causal"], "--rows cannot be combined with --causal"),
     (["--baseline", "=x"], "FLASH_PLAN=BASELINE_PLAN"),
@@ -221,3 +222,65 @@ def test_validate_rejects_options_that_would_be_ignored(argv, message, tmp_path,
     argv = [str(tmp_path / a) if a in ("DIR", "R") else a for a in argv]
     assert main(["validate", "--out", str(tmp_path / "o"), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+class _Stop(RuntimeError):
+    pass
+
+
+def _capture_attribute(monkeypatch):
+    """Replace the job by one that records its inputs and stops (no kernel runs)."""
+    import simfloat.attribution
+
+    seen = {}
+
+    def record(q, k, v, plans, **kwargs):
+        seen.update(q=q, k=k, v=v, plans=plans, baseline=kwargs.get("baseline"))
+        raise _Stop
+
+    monkeypatch.setattr(simfloat.attribution, "attribute", record)
+    return seen
+
+
+def test_attribute_fp8_plan_gets_inputs_of_its_format(tmp_path, capsys, monkeypatch):
+    import simfloat as sf
+
+    seen = _capture_attribute(monkeypatch)
+    with pytest.raises(_Stop):
+        main(["attribute", "--quick", "--plan", "triton-e4m3", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert "rounded to e4m3" in out and "triton-e4m3->pytorch-fp16" in out, out
+    assert "warning" not in err, err
+    for name in "qkv":
+        x = seen[name]
+        assert np.array_equal(sf.round(x, "e4m3"), x), name
+    assert np.unique(seen["q"]).size > 10  # not all rounded to a few values by mistake
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_attribute_offers_fp8_formats(fmt, tmp_path, capsys, monkeypatch):
+    import simfloat as sf
+
+    seen = _capture_attribute(monkeypatch)
+    with pytest.raises(_Stop):
+        main(["attribute", "--quick", "--format", fmt, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"plans triton-{fmt}, all-{fmt}" in out and f"triton-{fmt}->pytorch-fp16" in out, out
+    assert np.array_equal(sf.round(seen["q"], fmt), seen["q"])
+
+
+def test_attribute_warns_when_inputs_are_not_values_of_the_plans_format(tmp_path, capsys, monkeypatch):
+    from simfloat.attribution.cli import not_representable
+
+    seen = _capture_attribute(monkeypatch)
+    with pytest.raises(_Stop):
+        main(["attribute", "--quick", "--plan", "triton-e4m3", "--plan", "triton-bf16", "--format", "bf16",
+              "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    bad = sum(not_representable(seen[n], "e4m3") for n in "qkv")
+    total = sum(seen[n].size for n in "qkv")
+    assert bad > 0
+    lines = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(lines) == 1, err  # triton-bf16 takes the bf16 inputs as they are: no warning for it
+    assert f"plan triton-e4m3 takes e4m3 inputs, but {bad} of the {total} values" in lines[0], err
+    assert "--format e4m3" in lines[0]

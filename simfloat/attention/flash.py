@@ -41,8 +41,9 @@ from simfloat.attention._build import check_engine, clamp_blocks
 from simfloat.attention._build import engine as build_engine
 from simfloat.attention._engine import flash_units
 from simfloat.attention._inputs import block, prepare
-from simfloat.attention._kernels import add, div, dot64, exp, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
+from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
+from simfloat.hardware import ex2_approx_f32
 from simfloat.trace import record
 
 __all__ = ["flash"]
@@ -56,6 +57,23 @@ S_M, S_L, S_ACC, S_OUT = range(4)
 @jit
 def _ex(x, pp):  # type: ignore[no-untyped-def]
     return math.exp2(x) if pp.exp2 else math.exp(x)
+
+
+_LOG2E = math.log2(math.e)
+
+
+@jit
+def _exp_op(x, o, pp):  # type: ignore[no-untyped-def]
+    """T7 / T9's exponential into op ``o``: exp2 (``pp.exp2``; ex2.approx.ftz with ``pp.ex2_tab``), tl.exp
+    (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed), else ``o(e**x)``."""
+    if pp.exp2:
+        return exp2_hw(x, o, pp.ex2_tab)
+    if pp.exp_tl:
+        t = mul(x, rnd(_LOG2E, o), o)
+        if pp.ex2_tab.size == 0:
+            return exp2(t, o)
+        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
+    return exp(x, o)
 
 
 @jit
@@ -143,7 +161,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
             if tr is not None:
                 record(tr[0], b, t, jt, SCALE, y - sj * pp.qk_scale, sj * pp.qk_scale)
                 record(tr[0], b, t, jt, SCALE, x - (y - m_sub), y - m_sub)
-        pj = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
+        pj = _exp_op(x, pp.exp, pp)
         if tr is not None:
             ex = _ex(x, pp)
             record(tr[0], b, t, jt, EXP, pj - ex, ex)
@@ -170,7 +188,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
             alpha = 0.0
         else:
             dm = sub(m_i, m_sub, pp.alpha)
-            alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
+            alpha = _exp_op(dm, pp.alpha, pp)
             if tr is not None:
                 record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
                 record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))
@@ -279,7 +297,7 @@ def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, bloc
             exp2) and the softmax denominator relative to it.
         engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._engine`) or ``"reference"``
             (the scalar kernels of this module, which also record traces); None: vector, reference when
-            tracing. Both give the same bits.
+            tracing or for ``plan.exp_impl="tl.exp"`` (reference only). Both give the same bits.
 
     Returns:
         (..., seq_q, head_dim_v) float64 array whose values are values of ``plan.out``'s format; with
@@ -290,6 +308,11 @@ def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, bloc
     """
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
+    if x.plan.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet)
+        if engine is not None:
+            raise ValueError("the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "
+                             "engine=None (which runs such plans on the reference engine)")
+        which = "reference"
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
     pp = x.plan.params(x.scale)
     n_lead, seq_q = x.q.shape[:2]

@@ -35,8 +35,9 @@ FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "pv", "nor
 BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
 _OPS = FLASH_OPS + ("softmax",)
 _DOTS = ("qk", "pv")
-_FLAGS = ("exp2", "contract", "normalization", "lazy_threshold", "exp2_impl", "sum_order")
+_FLAGS = ("exp2", "contract", "normalization", "lazy_threshold", "exp2_impl", "sum_order", "exp_impl")
 EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
+EXP_IMPLS = ("correctly_rounded", "tl.exp")  # tl.exp: exp2(op(x * op(log2 e))), as Triton lowers tl.exp
 SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.tl_sum_mma_f32 (tl.sum, mma layout)
 _BIG_CHUNK = 1 << 40  # one chunk: "accumulate, then round the result once into outer_fmt"
 
@@ -144,6 +145,7 @@ class PlanParams(NamedTuple):
     sm_scale: float  # baseline: the scale rounded into the scale op's format
     ex2_tab: np.ndarray  # flash exp/alpha exp2: empty = correctly rounded, else simfloat.hardware.ex2_table()
     sum_order: int  # flash l_ij: 0 sequential, 1 the H200's tl.sum order in the mma layout
+    exp_tl: bool = False  # flash exp/alpha without exp2: tl.exp's exp2(op(x * op(log2 e))) (reference engine)
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,10 @@ class Plan:
             :func:`simfloat.hardware.tl_sum_mma`).
         lazy_threshold: flash: rescale only if ``m_i(m_new - m_old) > lazy_threshold`` (exp/exp2 units of the
             scaled scores; the threshold is rounded into the m_i format); ``None`` always rescales.
+        exp_impl: flash without ``exp2``: ``"correctly_rounded"`` (e**x rounded once into the op's format) or
+            ``"tl.exp"`` (a kernel calling ``tl.exp``, which Triton lowers to ``ex2(x * log2e)``: the exp and
+            alpha ops compute ``op(exp2(op(x * op(log2 e))))``, with ``exp2_impl``'s exp2; the H200's without
+            flushing, as ex2.approx.f32). Plans with it run on the reference engine.
     """
 
     name: str
@@ -199,6 +205,7 @@ class Plan:
     lazy_threshold: float | None = None
     exp2_impl: str = "correctly_rounded"
     sum_order: str = "sequential"
+    exp_impl: str = "correctly_rounded"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -217,6 +224,11 @@ class Plan:
             raise ValueError(f"Plan.exp2_impl must be one of {EXP2_IMPLS}, got {self.exp2_impl!r}")
         if self.sum_order not in SUM_ORDERS:
             raise ValueError(f"Plan.sum_order must be one of {SUM_ORDERS}, got {self.sum_order!r}")
+        if self.exp_impl not in EXP_IMPLS:
+            raise ValueError(f"Plan.exp_impl must be one of {EXP_IMPLS}, got {self.exp_impl!r}")
+        if self.exp_impl == "tl.exp" and self.exp2:
+            raise ValueError("Plan.exp_impl='tl.exp' models tl.exp, which a plan with exp2=True never calls "
+                             "(it folds log2(e) into the scale and calls exp2): set exp2=False with it")
         t = self.lazy_threshold
         if t is not None:
             if isinstance(t, bool) or not isinstance(t, (int, float)):
@@ -275,7 +287,8 @@ class Plan:
         return (f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
                 f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
                 + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
-                + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "") + ")")
+                + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
+                + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "") + ")")
 
     def params(self, scale: float) -> PlanParams:
         """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it.
@@ -306,7 +319,7 @@ class Plan:
             acc_params(self.qk), acc_params(self.pv), *(op(n) for n in _OPS if n not in _DOTS),
             self.exp2, self.contract, self.normalization == "per_step", t is not None,
             threshold, qk_scale, qk_scale64, sm_scale, _ex2_tab(self.exp2_impl),
-            SUM_ORDERS.index(self.sum_order),
+            SUM_ORDERS.index(self.sum_order), self.exp_impl == "tl.exp",
         )
 
 

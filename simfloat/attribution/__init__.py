@@ -11,6 +11,7 @@ pandas is needed for the tables, matplotlib for ``Attribution.plot``, tqdm for p
 
 from simfloat.attribution._core import (
     METRICS,
+    AttributionInterrupted,
     attribute,
     default_block_ns,
     default_tiles,
@@ -31,6 +32,7 @@ __all__ = [
     "BASELINE_PAIRS",
     "METRICS",
     "Attribution",
+    "AttributionInterrupted",
     "ablation_plan",
     "attribute",
     "baseline_plan_for",

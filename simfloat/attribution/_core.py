@@ -6,11 +6,11 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import numpy as np
 
+from simfloat._interrupt import run_jobs
 from simfloat.attention import FLASH_OPS, Plan
 from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
@@ -27,7 +27,8 @@ from simfloat.attribution._plans import (
 from simfloat.attribution._result import Attribution
 from simfloat.trace import Tracer
 
-__all__ = ["METRICS", "attribute", "default_block_ns", "default_tiles", "deviation", "select_rows"]
+__all__ = ["METRICS", "AttributionInterrupted", "attribute", "default_block_ns", "default_tiles", "deviation",
+           "select_rows"]
 
 #: Deviation metrics of every table row (against the float64 golden output).
 METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
@@ -89,6 +90,21 @@ def select_rows(seq_q: int, rows: int | Sequence[int] | None) -> np.ndarray | No
     return np.unique(idx)
 
 
+class AttributionInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`attribute`'s kernel runs (a ``KeyboardInterrupt``, raised within a fraction of a
+    second: the runs go on daemon threads).
+
+    Attributes:
+        runs: one dict per finished run: ``kernel``, ``plan``, ``block_m``, ``block_n`` (flash), ``traced``,
+            ``seconds`` and, once the golden run is among them, its deviation from it (:data:`METRICS`).
+        total: the number of distinct runs the tables need.
+    """
+
+    def __init__(self, runs: list[dict[str, Any]], total: int) -> None:
+        super().__init__(f"interrupted after {len(runs)} of {total} kernel runs")
+        self.runs, self.total = runs, total
+
+
 class _Runner:
     """Collects the (kernel, plan, tiles) runs the tables need, deduplicated by what determines the output,
     then runs them once each."""
@@ -127,17 +143,33 @@ class _Runner:
         if not todo:
             return
         report, close = _progress(progress, len(todo))
-        try:
+        try:  # off the main thread (simfloat._interrupt), so that Ctrl-C stops at once
             report(0, len(todo))
-            self._one(todo[0])  # the golden run first: it checks the arguments before anything runs in parallel
+            run_jobs(self._one, todo[:1])  # the golden run first: it checks the arguments before the others
             report(1, len(todo))
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                futures = [pool.submit(self._one, j) for j in todo[1:]]
-                for done, f in enumerate(as_completed(futures), start=2):
-                    f.result()
-                    report(done, len(todo))
+            run_jobs(self._one, todo[1:], workers, on_done=lambda _, done: report(done + 1, len(todo)))
+        except KeyboardInterrupt:
+            raise AttributionInterrupted(self.finished(), len(self.jobs)) from None
         finally:
             close()
+
+    def finished(self) -> list[dict[str, Any]]:
+        """The runs finished so far, with their deviation from the golden (first) run once it is among them."""
+        jobs = list(self.jobs.values())
+        golden = jobs[0]["out"] if jobs and "seconds" in jobs[0] else None
+        out = []
+        for j in jobs:
+            if "seconds" not in j:
+                continue
+            row: dict[str, Any] = dict(kernel=j["kernel"], plan=j["plan"].name,
+                                       block_m=j["bm"] if j["kernel"] == "flash" else None,
+                                       block_n=j["bn"] if j["kernel"] == "flash" else None,
+                                       traced=j["rows"] is not None, seconds=round(j["seconds"], 3))
+            if golden is not None:
+                ref = golden if j["rows"] is None else golden[..., j["rows"], :]
+                row.update(deviation(j["out"], ref))
+            out.append(row)
+        return out
 
     def out(self, key: tuple[object, ...]) -> np.ndarray:
         return self.jobs[key]["out"]
@@ -255,6 +287,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     Raises:
         ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments (NaN or
             infinite values in q, k or v are named with their first index).
+        AttributionInterrupted: Ctrl-C during the kernel runs (a KeyboardInterrupt holding the finished runs).
     """
     pd = _need("pandas", "attribute")  # before any work: the tables are DataFrames
     plans = _plans(plan)

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ANALYSIS", "DEFAULTS", "QUICK", "inputs", "run"]
+__all__ = ["ANALYSIS", "DEFAULTS", "FORMATS", "QUICK", "input_format", "inputs", "not_representable", "run"]
+
+#: Input formats of ``--format`` (the seeded inputs are rounded into it).
+FORMATS = ("bf16", "fp16", "fp32", "e4m3", "e5m2")
+#: The fp16 baseline that stands in for an fp8 flash plan's (torch has no fp8 eager attention; fp8 values are
+#: fp16 values, so it computes on the same inputs).
+FP8_BASELINE = "pytorch-fp16"
+_FAMILIES = ("triton", "h200", "all", "pytorch")
 
 #: The embedded default job (seq 2048, head dim 128, bf16, triton-bf16 and all-bf16 vs their baselines).
 DEFAULTS = dict(seq=2048, head_dim=128, batch=1, heads=1, format="bf16", block_m=64, block_n=64, rows=None,
@@ -47,6 +54,24 @@ def inputs(shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dist: str, fmt: 
         return sf.round(x, fmt)
 
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
+
+
+def input_format(plan_name: str) -> str | None:
+    """The input format a preset-family plan takes (its kernel's q, k, v dtype), by its name: ``<f>`` for
+    ``triton-``/``h200-``/``all-``/``pytorch-<f>`` (``fp32`` for the tf32 kernel, which reads fp32 inputs),
+    also for plans derived from them (a trailing ``*``); None for ``fp64`` and other plans (any input)."""
+    family, _, fmt = plan_name.rstrip("*").partition("-")
+    if family not in _FAMILIES or not fmt:
+        return None
+    return "fp32" if fmt == "tf32" else fmt
+
+
+def not_representable(x: np.ndarray, fmt: str) -> int:
+    """How many values of ``x`` are not values of ``fmt`` (rounding them into it would change them)."""
+    import simfloat as sf
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        return int(np.count_nonzero(sf.round(x, fmt) != x))
 
 
 def _pick(args: argparse.Namespace, name: str) -> object:
@@ -138,6 +163,45 @@ class _Progress:
             self.bar.close()
 
 
+def _input_warnings(plans: list[str], fmt: str, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> list[str]:
+    """One line per plan whose input format (:func:`input_format`) does not hold the inputs (rounded to
+    ``fmt``): the emulator takes them as they are, while the plan's kernel would round them first."""
+    out = []
+    total = q.size + k.size + v.size
+    for p in plans:
+        want = input_format(p)
+        if want is None or want == fmt:
+            continue
+        bad = sum(not_representable(x, want) for x in (q, k, v))
+        if bad:
+            out.append(f"plan {p} takes {want} inputs, but {bad} of the {total} values of q, k, v ({fmt}) are "
+                       f"not {want} values: they are used as they are, where the kernel would round them "
+                       f"first; run the plan with --format {want}")
+    return out
+
+
+#: What an interrupted job keeps: its finished kernel runs and their deviations (written on Ctrl-C).
+PARTIAL = "partial_runs.csv"
+
+
+def _interrupted(stop: Any, out: Path, head: str, elapsed: float) -> int:
+    """Ctrl-C during the runs: keep the finished ones (``out/partial_runs.csv``), say so, exit status 130."""
+    import csv
+
+    path = out / PARTIAL
+    cols = ["kernel", "plan", "block_m", "block_n", "traced", "seconds", "max_abs", "mean_abs", "rms", "rel_rms"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(stop.runs)
+    what = (f"interrupted after {elapsed:.1f} s: {len(stop.runs)} of {stop.total} kernel runs finished, kept in "
+            f"{path} (each with its deviation from the golden output once that run is done); the tables need "
+            "all of them")
+    (out / "summary.txt").write_text(head + "\n" + what + "\n")
+    print(f"simfloat attribute: {what}", file=sys.stderr, flush=True)
+    return 130
+
+
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _check_analysis()
@@ -145,7 +209,11 @@ def _run(args: argparse.Namespace) -> int:
     seq_k = int(args.seq_k) if args.seq_k is not None else seq
     d = int(_pick(args, "head_dim"))  # type: ignore[call-overload]
     batch, heads = int(_pick(args, "batch")), int(_pick(args, "heads"))  # type: ignore[call-overload]
-    fmt = str(_pick(args, "format"))
+    fmt = args.format
+    if fmt is None and args.plan:  # the plans' own input format, when they agree on one
+        wanted = {f for f in map(input_format, args.plan) if f is not None}
+        fmt = wanted.pop() if len(wanted) == 1 else None
+    fmt = str(fmt if fmt is not None else _pick(args, "format"))
     plans = args.plan or [f"triton-{fmt}", f"all-{fmt}"]
     rows = args.rows if args.rows is not None else (None if args.causal else _pick(args, "rows"))
     if rows == "all":
@@ -160,6 +228,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.block_ns is None and max(block_ns) < seq_k:
         block_ns.append(seq_k)  # always include the single-step (one kv block) point
     baseline = _baseline_arg(args.baseline)
+    fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and p.startswith(("triton-",
+                                                                                                    "h200-"))}
+    if fp8 and baseline is None:
+        baseline = fp8
+    elif fp8 and isinstance(baseline, dict):
+        baseline = {**fp8, **baseline}
     from simfloat.attribution import baseline_plan_for
 
     pairs = {p: baseline_plan_for(p, baseline).name for p in plans}  # unknown plans and pairings stop here
@@ -178,6 +252,11 @@ def _run(args: argparse.Namespace) -> int:
             + ", ".join(f"{a}->{b}" for a, b in pairs.items()) + ")")
     print(head, flush=True)
     q, k, v = inputs(shape_q, shape_kv, args.dist, fmt, args.seed)
+    warnings = _input_warnings(plans, fmt, q, k, v)
+    for w in warnings:
+        print(f"simfloat attribute: warning: {w}", file=sys.stderr, flush=True)
+    if warnings:
+        head += "\n" + "\n".join(f"warning: {w}" for w in warnings)
     import simfloat.attribution  # looked up at call time (tests replace it)
 
     progress = _Progress()
@@ -186,6 +265,9 @@ def _run(args: argparse.Namespace) -> int:
                                              causal=args.causal, tiles=tiles, block_ns=block_ns, rows=rows,
                                              trace_rows=args.trace_rows, progress=progress,
                                              bounds=getattr(args, "bounds", False))
+    except simfloat.attribution.AttributionInterrupted as stop:
+        progress.close()
+        return _interrupted(stop, out, head, time.perf_counter() - t0)
     finally:
         progress.close()
     table = res.table()
