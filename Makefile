@@ -29,6 +29,7 @@ test-fast: $(VENV)/.full
 
 lint: $(VENV)/.full
 	$(BIN)/ruff check simfloat gpu tests experiments benchmarks
+	$(BIN)/ruff format --check simfloat gpu tests experiments benchmarks
 
 bench: $(VENV)/.full
 	$(BIN)/python benchmarks/bench_engine.py

@@ -68,10 +68,12 @@ def main(argv: list[str] | None = None) -> None:
 
     numba.set_num_threads(1)
     print("\nmatmul (one thread): M=128, K=1024, N=512")
-    for name, model, fmt in (("sm90 bf16", tensor_core("sm90", "bf16"), "bf16"),
-                             ("sm90 fp16", tensor_core("sm90", "fp16"), "fp16"),
-                             ("sm90 e4m3", tensor_core("sm90", "e4m3"), "e4m3"),
-                             ("sequential fp32", Sequential("float32"), "bf16")):
+    for name, model, fmt in (
+        ("sm90 bf16", tensor_core("sm90", "bf16"), "bf16"),
+        ("sm90 fp16", tensor_core("sm90", "fp16"), "fp16"),
+        ("sm90 e4m3", tensor_core("sm90", "e4m3"), "e4m3"),
+        ("sequential fp32", Sequential("float32"), "bf16"),
+    ):
         a = sf.round(g.standard_normal((128, 1024)), fmt)
         b = sf.round(g.standard_normal((1024, 512)), fmt)
         matmul(a[:4], b, acc=model)
@@ -105,8 +107,10 @@ def main(argv: list[str] | None = None) -> None:
 
     numba.set_num_threads(cores)
     t_all = _best(runs["triton-bf16"], args.repeats)
-    print(f"\ntriton-bf16 on {cores} threads: {t_all:.2f} s, speed-up {times['triton-bf16'] / t_all:.2f} "
-          f"({times['triton-bf16'] / t_all / cores:.2f} x cores)")
+    print(
+        f"\ntriton-bf16 on {cores} threads: {t_all:.2f} s, speed-up {times['triton-bf16'] / t_all:.2f} "
+        f"({times['triton-bf16'] / t_all / cores:.2f} x cores)"
+    )
 
     numba.set_num_threads(1)
     x = g.standard_normal(1 << 24).astype(np.float32)
@@ -114,8 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     sf.round(x[:1024], "e4m3", out=out[:1024])
     t_r = _best(lambda: sf.round(x, "e4m3", out=out), args.repeats)
     t_c = _best(lambda: np.copyto(out, x), args.repeats)
-    print(f"\nfloat32 -> e4m3 into out= (2**24 elements, one thread): {x.size / t_r / 1e9:.2f} G elem/s, "
-          f"{t_c / t_r:.2f}x np.copyto")
+    print(
+        f"\nfloat32 -> e4m3 into out= (2**24 elements, one thread): {x.size / t_r / 1e9:.2f} G elem/s, "
+        f"{t_c / t_r:.2f}x np.copyto"
+    )
 
 
 if __name__ == "__main__":

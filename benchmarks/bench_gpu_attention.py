@@ -29,27 +29,37 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ALL_KERNELS = ("int8", "half-int8", "fp8-e4m3", "fp16", "bf16")
 DEFAULT_KERNELS = ("int8", "half-int8", "fp16", "bf16")
-FIELDS = ("kernel", "includes_quant", "batch", "heads", "seq", "head_dim", "block_m", "block_n", "ms",
-          "tflops")
+FIELDS = ("kernel", "includes_quant", "batch", "heads", "seq", "head_dim", "block_m", "block_n", "ms", "tflops")
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="seq 1k and 4k only, shorter timing")
     p.add_argument("--csv", metavar="PATH", help="also write the results as CSV to PATH")
-    p.add_argument("--kernels", default=",".join(DEFAULT_KERNELS),
-                   help=f"comma-separated subset of {','.join(ALL_KERNELS)} (default: %(default)s)")
+    p.add_argument(
+        "--kernels",
+        default=",".join(DEFAULT_KERNELS),
+        help=f"comma-separated subset of {','.join(ALL_KERNELS)} (default: %(default)s)",
+    )
     p.add_argument("--seqs", help="comma-separated sequence lengths (default 1024,2048,4096,8192,16384)")
     p.add_argument("--head-dims", default="64,128", help="comma-separated head dims (default: %(default)s)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--block-m", type=int, help="override BLOCK_M for every kernel")
     p.add_argument("--block-n", type=int, help="override BLOCK_N for every kernel")
-    p.add_argument("--include-quant", action="store_true",
-                   help="also time INT8/FP8 including the on-device quantization of q, k, v")
-    p.add_argument("--time-budget", type=float, default=170.0,
-                   help="seconds; skip the remaining measurements once exceeded (default: %(default)s)")
+    p.add_argument(
+        "--include-quant",
+        action="store_true",
+        help="also time INT8/FP8 including the on-device quantization of q, k, v",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=170.0,
+        help="seconds; skip the remaining measurements once exceeded (default: %(default)s)",
+    )
     p.add_argument("--require-gpu", action="store_true", help="exit 1 (instead of 0) without a CUDA GPU")
     args = p.parse_args(argv)
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
@@ -87,16 +97,17 @@ def _make_runners(kernel, q16, k16, v16, block_m, block_n, include_quant, module
             v8, vs = int8_mod.quantize_per_tensor(v16)
         else:
             v8, vs = v16, None
-        runners = [(False, lambda: int8_mod.int8_attention_quantized(q8, qs, k8, ks, v8, vs, block_m=block_m,
-                                                                     block_n=block_n))]
+        runners = [
+            (False, lambda: int8_mod.int8_attention_quantized(q8, qs, k8, ks, v8, vs, block_m=block_m, block_n=block_n))
+        ]
         if include_quant:
-            runners.append((True, lambda: int8_mod.int8_attention(q16, k16, v16, variant=kernel,
-                                                                  block_m=block_m, block_n=block_n)))
+            runners.append(
+                (True, lambda: int8_mod.int8_attention(q16, k16, v16, variant=kernel, block_m=block_m, block_n=block_n))
+            )
         return runners
     if kernel == "fp8-e4m3":
         # fp8_attention quantizes internally; its kernel-only time is not separable through the public API
-        return [(True, lambda: fp8_mod.fp8_attention(q16, k16, v16, fmt="e4m3", block_m=block_m,
-                                                     block_n=block_n))]
+        return [(True, lambda: fp8_mod.fp8_attention(q16, k16, v16, fmt="e4m3", block_m=block_m, block_n=block_n))]
     raise ValueError(kernel)
 
 
@@ -118,6 +129,7 @@ def main(argv=None) -> int:
 
     from gpu import fp8_attention as fp8_mod
     from gpu import int8_attention as int8_mod
+
     try:
         from gpu.flash_attention import flash_attention
     except ImportError:
@@ -130,8 +142,10 @@ def main(argv=None) -> int:
 
     warmup, rep = (10, 30) if args.quick else (25, 100)
     name = torch.cuda.get_device_name()
-    print(f"# {name}, torch {torch.__version__}, triton {triton.__version__}; batch {args.batch}, "
-          f"heads {args.heads}, non-causal; do_bench median (warmup {warmup} ms, rep {rep} ms)")
+    print(
+        f"# {name}, torch {torch.__version__}, triton {triton.__version__}; batch {args.batch}, "
+        f"heads {args.heads}, non-causal; do_bench median (warmup {warmup} ms, rep {rep} ms)"
+    )
     print(f"{'kernel':<10} {'quant':>5} {'d':>4} {'seq':>6} {'blocks':>8} {'ms':>9} {'TFLOP/s':>8}")
     rows = []
     start = time.perf_counter()
@@ -141,27 +155,40 @@ def main(argv=None) -> int:
         block_m, block_n = _blocks(args, head_dim)
         for seq in args.seqs:
             gen = torch.Generator(device="cuda").manual_seed(seq + head_dim)
-            q16, k16, v16 = (torch.randn(b, h, seq, head_dim, device="cuda", dtype=torch.float16,
-                                         generator=gen) for _ in range(3))
+            q16, k16, v16 = (
+                torch.randn(b, h, seq, head_dim, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3)
+            )
             flops = 4.0 * b * h * seq * seq * head_dim
             for kernel in kernels:
                 if time.perf_counter() - start > args.time_budget:
                     skipped += 1
                     continue
-                for includes_quant, fn in _make_runners(kernel, q16, k16, v16, block_m, block_n,
-                                                        args.include_quant, modules):
+                for includes_quant, fn in _make_runners(
+                    kernel, q16, k16, v16, block_m, block_n, args.include_quant, modules
+                ):
                     ms = do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-                    row = dict(kernel=kernel, includes_quant=includes_quant, batch=b, heads=h, seq=seq,
-                               head_dim=head_dim, block_m=block_m, block_n=block_n, ms=round(ms, 4),
-                               tflops=round(flops / (ms * 1e-3) / 1e12, 2))
+                    row = dict(
+                        kernel=kernel,
+                        includes_quant=includes_quant,
+                        batch=b,
+                        heads=h,
+                        seq=seq,
+                        head_dim=head_dim,
+                        block_m=block_m,
+                        block_n=block_n,
+                        ms=round(ms, 4),
+                        tflops=round(flops / (ms * 1e-3) / 1e12, 2),
+                    )
                     rows.append(row)
-                    print(f"{kernel:<10} {'yes' if includes_quant else 'no':>5} {head_dim:>4} {seq:>6} "
-                          f"{f'{block_m}x{block_n}':>8} {ms:>9.3f} {row['tflops']:>8.1f}", flush=True)
+                    print(
+                        f"{kernel:<10} {'yes' if includes_quant else 'no':>5} {head_dim:>4} {seq:>6} "
+                        f"{f'{block_m}x{block_n}':>8} {ms:>9.3f} {row['tflops']:>8.1f}",
+                        flush=True,
+                    )
             del q16, k16, v16
             torch.cuda.empty_cache()
     total = time.perf_counter() - start
-    note = (f"; {skipped} kernel x shape point(s) skipped (--time-budget {args.time_budget:g} s)"
-            if skipped else "")
+    note = f"; {skipped} kernel x shape point(s) skipped (--time-budget {args.time_budget:g} s)" if skipped else ""
     print(f"# {len(rows)} measurements in {total:.1f} s{note}")
     if args.csv:
         with open(args.csv, "w", newline="") as f:

@@ -37,8 +37,10 @@ def main() -> None:
     a = ap.parse_args()
     g = np.random.default_rng(0)
     q, k, v = (sf.round(g.standard_normal((a.heads, a.seq, a.dim)), "bf16") for _ in range(3))
-    print(f"flash attention, {a.heads} heads x {a.seq} x {a.seq}, head_dim {a.dim}, causal={a.causal}, "
-          f"{numba.get_num_threads()} threads")
+    print(
+        f"flash attention, {a.heads} heads x {a.seq} x {a.seq}, head_dim {a.dim}, causal={a.causal}, "
+        f"{numba.get_num_threads()} threads"
+    )
     for name in a.plans.split(","):
         flash(q[:1, :64], k[:1, :64], v[:1, :64], plan=name)  # compile / load both variants
         flash(q[:1, :64], k[:1, :64], v[:1, :64], plan=name, trace=Tracer())

@@ -37,11 +37,18 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 FORMATS = ("bf16", "fp16", "fp32")
 PLACEMENTS = ("all", "state", "triton")
-FULL = dict(seqs=(256, 512, 1024, 2048, 4096), d=64, block=64, rows=None, tile_seq=2048, formats=FORMATS,
-            tiles=((16, 16), (32, 32), (64, 64), (128, 128), (256, 256), (64, 16), (16, 64), (128, 32),
-                   (32, 128)))
-SMOKE = dict(seqs=(32, 64), d=16, block=16, rows=None, tile_seq=64, formats=("bf16", "fp32"),
-             tiles=((8, 8), (16, 16), (32, 8)))
+FULL = dict(
+    seqs=(256, 512, 1024, 2048, 4096),
+    d=64,
+    block=64,
+    rows=None,
+    tile_seq=2048,
+    formats=FORMATS,
+    tiles=((16, 16), (32, 32), (64, 64), (128, 128), (256, 256), (64, 16), (16, 64), (128, 32), (32, 128)),
+)
+SMOKE = dict(
+    seqs=(32, 64), d=16, block=16, rows=None, tile_seq=64, formats=("bf16", "fp32"), tiles=((8, 8), (16, 16), (32, 8))
+)
 _BIG = 1 << 40  # one chunk: the tile's dot from zero, then one rounding into the accumulator's format
 
 
@@ -135,17 +142,32 @@ def run(cfg: dict, seed: int, workers: int, progress: bool) -> tuple:
         for fmt in cfg["formats"]:
             for pl in _placements(fmt):
                 fp, bp = plans(pl, fmt)
-                head = dict(format=fmt, placement=pl, seq=seq, flash_plan=fp.name, baseline_plan=bp.name,
-                            block_m=block, block_n=block, steps=-(-seq // block))
-                seq_rows.append(_row(head, dev(("flash", seq, fmt, pl, block, block)),
-                                     dev(("baseline", seq, fmt, pl))))
+                head = dict(
+                    format=fmt,
+                    placement=pl,
+                    seq=seq,
+                    flash_plan=fp.name,
+                    baseline_plan=bp.name,
+                    block_m=block,
+                    block_n=block,
+                    steps=-(-seq // block),
+                )
+                seq_rows.append(_row(head, dev(("flash", seq, fmt, pl, block, block)), dev(("baseline", seq, fmt, pl))))
     tile_rows = []
     for pl in _placements("bf16"):
         fp, bp = plans(pl, "bf16")
         b = dev(("baseline", ts, "bf16", pl))
         for bm, bn in cfg["tiles"]:
-            head = dict(format="bf16", placement=pl, seq=ts, flash_plan=fp.name, baseline_plan=bp.name,
-                        block_m=bm, block_n=bn, steps=-(-ts // bn))
+            head = dict(
+                format="bf16",
+                placement=pl,
+                seq=ts,
+                flash_plan=fp.name,
+                baseline_plan=bp.name,
+                block_m=bm,
+                block_n=bn,
+                steps=-(-ts // bn),
+            )
             tile_rows.append(_row(head, dev(("flash", ts, "bf16", pl, bm, bn)), b))
     return pd.DataFrame(seq_rows), pd.DataFrame(tile_rows)
 
@@ -177,12 +199,18 @@ def plot(seq_df: object, tile_df: object, path: Path, title: str) -> Path:
             g = seq_df[(seq_df["format"] == fmt) & (seq_df["placement"] == pl)]
             if not len(g):
                 continue
-            ax.plot(g["seq"], g["flash_max_abs"], marker="o", color=colors[pl],
-                    label=f"flash {g['flash_plan'].iat[0]}")
+            ax.plot(g["seq"], g["flash_max_abs"], marker="o", color=colors[pl], label=f"flash {g['flash_plan'].iat[0]}")
             if pl == "state":  # the same baseline (pytorch-<fmt>) as triton's: drawn once
                 continue
-            ax.plot(g["seq"], g["baseline_max_abs"], marker="s", mfc="none", ls=":", color=colors[pl],
-                    label=f"baseline {g['baseline_plan'].iat[0]}")
+            ax.plot(
+                g["seq"],
+                g["baseline_max_abs"],
+                marker="s",
+                mfc="none",
+                ls=":",
+                color=colors[pl],
+                label=f"baseline {g['baseline_plan'].iat[0]}",
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel(f"sequence length N ({seq_df['block_m'].iat[0]}x{seq_df['block_n'].iat[0]} tiles)")
@@ -225,15 +253,20 @@ def plot(seq_df: object, tile_df: object, path: Path, title: str) -> Path:
         xs = [labels.index(f"{bm}x{bn}") for bm, bn in zip(g["block_m"], g["block_n"], strict=True)]
         ax.plot(xs, g["flash_max_abs"], marker="o", ls="none", color=colors[pl], label=f"flash {pl}-bf16")
         if pl != "state":  # state's baseline is triton's
-            ax.axhline(g["baseline_max_abs"].iat[0], color=colors[pl], ls=":", lw=1,
-                       label=f"baseline {g['baseline_plan'].iat[0]}")
+            ax.axhline(
+                g["baseline_max_abs"].iat[0],
+                color=colors[pl],
+                ls=":",
+                lw=1,
+                label=f"baseline {g['baseline_plan'].iat[0]}",
+            )
     ax.set_xticks(range(len(labels)), labels, rotation=45)
     ax.set_yscale("log")
     ax.set_xlabel("tile block_m x block_n")
     ax.set_ylabel("max |O - O_fp64|")
     ax.set_title(f"bf16, N={int(tile_df['seq'].iat[0])}: deviation vs tiles")
     ax.legend(fontsize=7)
-    for extra in axes[0, len(fmts):]:
+    for extra in axes[0, len(fmts) :]:
         extra.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
@@ -245,8 +278,7 @@ def plot(seq_df: object, tile_df: object, path: Path, title: str) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="golden_flash_vs_baseline.py")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (seconds), for the test suite")
-    ap.add_argument("--out", type=Path, default=HERE / "results",
-                    help="output folder (default experiments/results)")
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="output folder (default experiments/results)")
     ap.add_argument("--rows", type=int, help="query rows evaluated per run, evenly spaced (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="kernel runs in parallel (default 2)")
@@ -260,9 +292,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     seq_df.to_csv(args.out / "golden_flash_vs_baseline.csv", index=False)
     tile_df.to_csv(args.out / "golden_tiles.csv", index=False)
     rows = cfg["rows"] or "all"
-    png = plot(seq_df, tile_df, args.out / "golden_flash_vs_baseline.png",
-               f"Flash vs baseline attention vs the fp64 golden output (N(0,1) inputs, d={cfg['d']}, "
-               f"{rows} query rows per run, seed {args.seed})")
+    png = plot(
+        seq_df,
+        tile_df,
+        args.out / "golden_flash_vs_baseline.png",
+        f"Flash vs baseline attention vs the fp64 golden output (N(0,1) inputs, d={cfg['d']}, "
+        f"{rows} query rows per run, seed {args.seed})",
+    )
     elapsed = time.perf_counter() - t0
     cols = ["format", "placement", "seq", "flash_max_abs", "baseline_max_abs", "ratio_max", "ratio_rms"]
     print(seq_df[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -69,7 +69,6 @@ UNSUPPORTED = {
 }
 
 
-
 class FaithfulNotImplementedError(NotImplementedError):
     """A floating-point operation (or dtype) that gpu.interpreter has no model for."""
 
@@ -78,8 +77,7 @@ RNE = "nearest_even"
 RTZ = "toward_zero"
 
 # cvt.rn.satfinite: overflow and infinities saturate to +-max, NaN stays NaN
-_SATFINITE = {name: FORMATS[name].replace(name=FORMATS[name].name + "-satfinite", overflow="saturate")
-              for name in FP8}
+_SATFINITE = {name: FORMATS[name].replace(name=FORMATS[name].name + "-satfinite", overflow="saturate") for name in FP8}
 
 
 def _fp8_codes(fmt: FloatFormat) -> np.ndarray:
@@ -89,8 +87,9 @@ def _fp8_codes(fmt: FloatFormat) -> np.ndarray:
     sign = (codes >> 7) & 1
     ex = (codes >> m) & ((1 << e) - 1)
     fr = codes & ((1 << m) - 1)
-    mag = np.where(ex == 0, np.ldexp(fr.astype(np.float64), fmt.emin - m),
-                   np.ldexp(1.0 + fr / float(1 << m), ex - fmt.bias))
+    mag = np.where(
+        ex == 0, np.ldexp(fr.astype(np.float64), fmt.emin - m), np.ldexp(1.0 + fr / float(1 << m), ex - fmt.bias)
+    )
     top = ex == (1 << e) - 1
     if fmt.nan == "ieee":
         mag = np.where(top & (fr == 0), np.inf, mag)

@@ -90,8 +90,7 @@ def _handle(values, name: str, dtype) -> TensorHandle:
 def _check_model_output(out, like: np.ndarray, what: str) -> np.ndarray:
     if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != like.shape:
         got = f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}".strip()
-        raise TypeError(f"faithful(): the {what} model must return a float32 ndarray of shape {like.shape}, "
-                        f"got {got}")
+        raise TypeError(f"faithful(): the {what} model must return a float32 ndarray of shape {like.shape}, got {got}")
     return out
 
 
@@ -211,8 +210,14 @@ def _fcmp(op, ordered: bool):
     return method
 
 
-_CMP_OPS = {"LT": np.less, "GT": np.greater, "LE": np.less_equal, "GE": np.greater_equal, "EQ": np.equal,
-            "NE": np.not_equal}
+_CMP_OPS = {
+    "LT": np.less,
+    "GT": np.greater,
+    "LE": np.less_equal,
+    "GE": np.greater_equal,
+    "EQ": np.equal,
+    "NE": np.not_equal,
+}
 FCMP = {f"create_fcmp{o}{k}": _fcmp(op, o == "O") for k, op in _CMP_OPS.items() for o in ("O", "U")}
 
 _EXACT_BINARY = (np.minimum, np.maximum, np.fmin, np.fmax)
@@ -421,8 +426,11 @@ def _convert(self, src, dst, mode: str, stock):
             if s_name == "fp64":
                 raise _unsupported("cast", f"fp64 -> {d_name}", "Triton cannot lower it for NVIDIA")
             if mode == RTZ and not (s_name == "fp32" and d_name == "fp8e5"):
-                raise _unsupported("cast with fp_downcast_rounding='rtz'", f"{s_name} -> {d_name}",
-                                   "Triton 3.9 cannot lower it for sm90; only fp32 -> fp8e5 has rtz")
+                raise _unsupported(
+                    "cast with fp_downcast_rounding='rtz'",
+                    f"{s_name} -> {d_name}",
+                    "Triton 3.9 cannot lower it for sm90; only fp32 -> fp8e5 has rtz",
+                )
         return TensorHandle(encode(vals, d_name, mode, c.fp8_overflow), dst)
     vals = ints_to_values(src.data, d_name)
     return TensorHandle(encode(vals, d_name, RNE, c.fp8_overflow), dst)
@@ -464,8 +472,12 @@ def acc_format(model) -> FloatFormat:
 
 def _fits(inner: FloatFormat, outer: FloatFormat) -> bool:
     tiny_in = inner.emin - inner.mantissa_bits
-    return (inner.mantissa_bits <= outer.mantissa_bits and inner.emax <= outer.emax
-            and inner.emin >= outer.emin and tiny_in >= outer.emin - outer.mantissa_bits)
+    return (
+        inner.mantissa_bits <= outer.mantissa_bits
+        and inner.emax <= outer.emax
+        and inner.emin >= outer.emin
+        and tiny_in >= outer.emin - outer.mantissa_bits
+    )
 
 
 def _dot_model(a_name: str, b_name: str, input_precision, max_num_imprecise_acc, k: int):
@@ -506,9 +518,12 @@ def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     d_name = ftype(d)
     key, model = _dot_model(a_name, b_name, input_precision, max_num_imprecise_acc, a.data.shape[-1])
     if d_name is None or not _fits(acc_format(model), _fmt(d_name)):
-        raise _unsupported("tl.dot", f"{a_name} x {b_name} -> {d_name}",
-                           f"the {key!r} model accumulates in {acc_format(model).name}; pass dot={{{key!r}: "
-                           f"<model with a {d_name} accumulator>}}")
+        raise _unsupported(
+            "tl.dot",
+            f"{a_name} x {b_name} -> {d_name}",
+            f"the {key!r} model accumulates in {acc_format(model).name}; pass dot={{{key!r}: "
+            f"<model with a {d_name} accumulator>}}",
+        )
     a64 = decode(a.data, a_name).astype(np.float64)
     b64 = decode(b.data, b_name).astype(np.float64)
     c64 = np.broadcast_to(decode(d.data, d_name).astype(np.float64), a64.shape[:-1] + b64.shape[-1:])
@@ -539,8 +554,9 @@ def reduce_sum(self, input):
         return _stock(ti.ReduceOps, "sum")(self, input)
     c = cfg()
     vals = decode(input.handle.data, name)
-    r = np.asarray(sops.sum(vals, _fmt(name), axis=self.axis, order=c.reduce_order, fan_in=c.reduce_fan_in,
-                            chunk=c.reduce_chunk))
+    r = np.asarray(
+        sops.sum(vals, _fmt(name), axis=self.axis, order=c.reduce_order, fan_in=c.reduce_fan_in, chunk=c.reduce_chunk)
+    )
     if self.keep_dims:
         r = np.expand_dims(r, self.axis) if self.axis is not None else r.reshape((1,) * vals.ndim)
     return self.to_tensor(to_storage(r, name), input.dtype)
@@ -566,8 +582,11 @@ def _needs_sequential(what: str, tensors) -> None:
     names = [ftype(t.handle) for t in tensors]
     floats = [n for n in names if n is not None]
     if floats and cfg().reduce_order != "sequential":
-        raise _unsupported(what, floats[0], f"only the sequential order is modelled; faithful(reduce_order="
-                                            f"{cfg().reduce_order!r}) asks for another")
+        raise _unsupported(
+            what,
+            floats[0],
+            f"only the sequential order is modelled; faithful(reduce_order={cfg().reduce_order!r}) asks for another",
+        )
 
 
 def generic_reduce(self, input):
@@ -652,10 +671,14 @@ _BUILDER = {
 
 def patch_table() -> list[tuple[object, str, object]]:
     """(owner, attribute, replacement) for every attribute present in the installed triton."""
-    table = [(ti.InterpreterBuilder, name, fn) for name, fn in _BUILDER.items()
-             if name in vars(ti.InterpreterBuilder)]
-    table += [(ti.ReduceOps, "sum", reduce_sum), (ti.ReduceOps, "min_max", reduce_min_max),
-              (ti.ReduceOps, "generic_reduce", generic_reduce), (ti.ScanOps, "cumsum", scan_cumsum),
-              (ti.ScanOps, "cumprod", scan_cumprod), (ti.ScanOps, "generic_scan", generic_scan),
-              (ti, "_convert_float", convert_float_guard)]
+    table = [(ti.InterpreterBuilder, name, fn) for name, fn in _BUILDER.items() if name in vars(ti.InterpreterBuilder)]
+    table += [
+        (ti.ReduceOps, "sum", reduce_sum),
+        (ti.ReduceOps, "min_max", reduce_min_max),
+        (ti.ReduceOps, "generic_reduce", generic_reduce),
+        (ti.ScanOps, "cumsum", scan_cumsum),
+        (ti.ScanOps, "cumprod", scan_cumprod),
+        (ti.ScanOps, "generic_scan", generic_scan),
+        (ti, "_convert_float", convert_float_guard),
+    ]
     return [(owner, name, fn) for owner, name, fn in table if hasattr(owner, name)]

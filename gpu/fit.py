@@ -78,7 +78,7 @@ def _variants(z: Any, kind: str) -> dict[str, dict[str, np.ndarray]]:
         if not key.startswith(kind + "_") or "__" not in key:
             continue
         name, field = key.split("__", 1)
-        out.setdefault(name[len(kind) + 1:], {})[field] = z[key]
+        out.setdefault(name[len(kind) + 1 :], {})[field] = z[key]
     return out
 
 
@@ -86,8 +86,10 @@ def _candidates(fmt: str) -> list[tuple[str, Any]]:
     from simfloat.accumulate import BlockFMA, Sequential
     from simfloat.formats import FloatFormat
 
-    cands: list[tuple[str, Any]] = [("sequential fp32 (FMA loop)", Sequential("float32")),
-                                    ("sm90 preset (exponent-sum alignment)", _preset(fmt))]
+    cands: list[tuple[str, Any]] = [
+        ("sequential fp32 (FMA loop)", Sequential("float32")),
+        ("sm90 preset (exponent-sum alignment)", _preset(fmt)),
+    ]
     modes = ("toward_zero", "nearest_even")
     if fmt in FP8:
         from simfloat.accumulate import fp8_mma_sync  # the M < 64 path: fp16 mma.sync, alternating k pairs
@@ -98,8 +100,12 @@ def _candidates(fmt: str) -> list[tuple[str, Any]]:
                 for mant in (13, 23):
                     out_fmt = FloatFormat(f"e8m{mant}", 8, mant) if mant != 23 else "float32"
                     for mode in modes:
-                        cands.append((f"BlockFMA({block}, F={f}, out e8m{mant}, {mode})",
-                                      BlockFMA(block, f, out_fmt=out_fmt, out_mode=mode)))
+                        cands.append(
+                            (
+                                f"BlockFMA({block}, F={f}, out e8m{mant}, {mode})",
+                                BlockFMA(block, f, out_fmt=out_fmt, out_mode=mode),
+                            )
+                        )
         return cands
     convs = ("toward_zero", "nearest_even", "nearest_away") if fmt == "tf32" else (None,)
     for block in (4, 8, 16, 32):
@@ -107,16 +113,19 @@ def _candidates(fmt: str) -> list[tuple[str, Any]]:
             for mode in modes:
                 for conv in convs:
                     kw = dict(input_fmt="tfloat32", input_mode=conv) if conv else {}
-                    cands.append((f"BlockFMA({block}, F={f}, {mode}{', tf32 ' + conv if conv else ''})",
-                                  BlockFMA(block, f, out_mode=mode, **kw)))
+                    cands.append(
+                        (
+                            f"BlockFMA({block}, F={f}, {mode}{', tf32 ' + conv if conv else ''})",
+                            BlockFMA(block, f, out_mode=mode, **kw),
+                        )
+                    )
     return cands
 
 
 def _preset(fmt: str) -> Any:
     from simfloat.accumulate import tensor_core
 
-    return tensor_core("sm90", {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "e4m3": "e4m3",
-                                "e5m2": "e5m2"}[fmt])
+    return tensor_core("sm90", {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2"}[fmt])
 
 
 def _predict(model: Any, a: np.ndarray, b: np.ndarray, c0: np.ndarray) -> np.ndarray:
@@ -125,8 +134,9 @@ def _predict(model: Any, a: np.ndarray, b: np.ndarray, c0: np.ndarray) -> np.nda
     return matmul(a, b, c0, acc=model)
 
 
-def fit_dot(name: str, v: dict[str, np.ndarray], *, coarse_rows: int = 768, top: int = 3,
-            log: Callable[[str], None] = print) -> dict[str, Any]:
+def fit_dot(
+    name: str, v: dict[str, np.ndarray], *, coarse_rows: int = 768, top: int = 3, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Best BlockFMA model for one dot variant (see the module docstring)."""
     fmt = name.split("_")[0]
     if "error" in v:
@@ -169,14 +179,20 @@ def fit_dot(name: str, v: dict[str, np.ndarray], *, coarse_rows: int = 768, top:
     per_family = {fams[f]: round(float(e[:, fam == f].mean()), 4) for f in np.unique(fam)}
     preset_score, _ = score(_preset(fmt), allrows)
     res = {
-        "variant": name, "mma": str(v["mma"][0]) if "mma" in v else "", "best": label,
-        "agreement": round(s, 5), "zero_acc": round(float(e[0].mean()), 5),
-        "designed_acc": round(float(e[1].mean()), 5), "per_family": per_family,
+        "variant": name,
+        "mma": str(v["mma"][0]) if "mma" in v else "",
+        "best": label,
+        "agreement": round(s, 5),
+        "zero_acc": round(float(e[0].mean()), 5),
+        "designed_acc": round(float(e[1].mean()), 5),
+        "per_family": per_family,
         "preset_sm90": round(preset_score, 5),
         "runners_up": [(lab, round(sc, 5)) for sc, lab, _, _ in best[1:]],
     }
-    log(f"dot {name}: best {label} {s:.4%} (zero acc {res['zero_acc']:.4f}, designed acc "
-        f"{res['designed_acc']:.4f}); sm90 preset {preset_score:.4%}; {res['mma']}")
+    log(
+        f"dot {name}: best {label} {s:.4%} (zero acc {res['zero_acc']:.4f}, designed acc "
+        f"{res['designed_acc']:.4f}); sm90 preset {preset_score:.4%}; {res['mma']}"
+    )
     return res
 
 
@@ -253,8 +269,13 @@ def fit_sum(name: str, v: dict[str, np.ndarray], log: Callable[[str], None] = pr
             tree = tree_from_lca(lca)
             entry["tree"] = _tree_str(tree)
             matches = []
-            for label, kw in (("sequential", {}), ("pairwise", {"fan_in": 2}), ("numpy", {}),
-                              ("chunked-8", {"chunk": 8}), ("chunked-16", {"chunk": 16})):
+            for label, kw in (
+                ("sequential", {}),
+                ("pairwise", {"fan_in": 2}),
+                ("numpy", {}),
+                ("chunked-8", {"chunk": 8}),
+                ("chunked-16", {"chunk": 16}),
+            ):
                 order = label.split("-")[0]
                 if order == "chunked":
                     kw = {"chunk": int(label.split("-")[1])}
@@ -267,9 +288,11 @@ def fit_sum(name: str, v: dict[str, np.ndarray], log: Callable[[str], None] = pr
         except ValueError as exc:
             entry["tree"] = f"not a tree: {exc}"
         res[layout] = entry
-        log(f"sum {name} {layout}: consistent over rows {consistent}; matches "
+        log(
+            f"sum {name} {layout}: consistent over rows {consistent}; matches "
             f"{entry.get('matches_simfloat_order')}; "
-            f"tree {entry['tree'][:160]}{'...' if len(entry['tree']) > 160 else ''}")
+            f"tree {entry['tree'][:160]}{'...' if len(entry['tree']) > 160 else ''}"
+        )
     return res
 
 
@@ -320,16 +343,25 @@ class Ex2Model:
     ulp)
     with s = shifts[top k bits of frac x] / 32 (int8, in 1/32 ulp)."""
 
-    def __init__(self, table: np.ndarray | None = None, shifts: np.ndarray | None = None, k: int = 0,
-                 frac_rounding: str = "trunc", ftz: bool = True) -> None:
+    def __init__(
+        self,
+        table: np.ndarray | None = None,
+        shifts: np.ndarray | None = None,
+        k: int = 0,
+        frac_rounding: str = "trunc",
+        ftz: bool = True,
+    ) -> None:
         self.table, self.shifts, self.k, self.frac_rounding, self.ftz = table, shifts, k, frac_rounding, ftz
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return ex2_approx(x, self)
 
     def save(self, path: Path) -> None:
-        arrays: dict[str, Any] = {"k": np.array([self.k]), "frac_rounding": np.array(self.frac_rounding),
-                                  "ftz": np.array([self.ftz])}
+        arrays: dict[str, Any] = {
+            "k": np.array([self.k]),
+            "frac_rounding": np.array(self.frac_rounding),
+            "ftz": np.array([self.ftz]),
+        }
         if self.table is not None:
             arrays["table"] = self.table
         if self.shifts is not None:
@@ -340,9 +372,13 @@ class Ex2Model:
 def load_ex2_model(path: Path) -> Ex2Model:
     """An :class:`Ex2Model` saved by ``python -m gpu.fit ... --save-ex2 PATH``."""
     with np.load(path) as z:
-        return Ex2Model(z["table"] if "table" in z.files else None,
-                        z["shifts"] if "shifts" in z.files else None,
-                        int(z["k"][0]), str(z["frac_rounding"]), bool(z["ftz"][0]))
+        return Ex2Model(
+            z["table"] if "table" in z.files else None,
+            z["shifts"] if "shifts" in z.files else None,
+            int(z["k"][0]),
+            str(z["frac_rounding"]),
+            bool(z["ftz"][0]),
+        )
 
 
 SHIFT_GRID = np.arange(-64, 33)  # candidate shifts, 1/32 ulp: [-2, +1] ulp
@@ -365,9 +401,14 @@ def _shift_fit(x: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
     _, fi = _split(x, "trunc")
     bucket = fi >> (23 - k)
     yb = y.view(np.uint32)
-    counts = np.stack([np.bincount(bucket,
-                                   weights=((ex + s / 32.0 * ulp).astype(np.float32).view(np.uint32) == yb),
-                                   minlength=2**k) for s in SHIFT_GRID])
+    counts = np.stack(
+        [
+            np.bincount(
+                bucket, weights=((ex + s / 32.0 * ulp).astype(np.float32).view(np.uint32) == yb), minlength=2**k
+            )
+            for s in SHIFT_GRID
+        ]
+    )
     return SHIFT_GRID[np.argmax(counts, axis=0)].astype(np.int8)
 
 
@@ -418,8 +459,7 @@ def _offsets_of(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return y.view(np.uint32).astype(np.int64) - ref.view(np.uint32).astype(np.int64)
 
 
-def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | None = None) -> dict[str,
-                                                                                                     Any]:
+def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | None = None) -> dict[str, Any]:
     """Offset statistics and ex2 models from exp-probe files (any of them may hold any segment)."""
     described = {seg["name"]: seg for z in zs if "segments" in z.files for seg in json.loads(str(z["segments"]))}
     segs: dict[str, tuple[np.ndarray, np.ndarray, dict[str, Any]]] = {}
@@ -433,10 +473,15 @@ def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | 
         ref = _cr(x, seg["fn"])
         d = y.view(np.uint32).astype(np.int64) - ref.view(np.uint32).astype(np.int64)
         vals, counts = np.unique(d, return_counts=True)
-        res["segments"][name] = {"n": int(x.size), "exact": round(float(np.mean(d == 0)), 5),
-                                 "offsets": {int(a): int(b) for a, b in zip(vals, counts, strict=True)}}
-        log(f"exp {name}: {x.size} inputs, correctly rounded {np.mean(d == 0):.2%}, offsets "
-            f"{res['segments'][name]['offsets']}")
+        res["segments"][name] = {
+            "n": int(x.size),
+            "exact": round(float(np.mean(d == 0)), 5),
+            "offsets": {int(a): int(b) for a, b in zip(vals, counts, strict=True)},
+        }
+        log(
+            f"exp {name}: {x.size} inputs, correctly rounded {np.mean(d == 0):.2%}, offsets "
+            f"{res['segments'][name]['offsets']}"
+        )
     model = None
     if "exp2_neg_binade" in segs:
         x, y, _ = segs["exp2_neg_binade"]
@@ -454,14 +499,15 @@ def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | 
                         xs, ys, _ = segs[name]
                         pred = m(xs)
                         big = np.abs(xs) >= 1
-                        scores[name] = {"|x|>=1": round(float(np.mean(pred[big] == ys[big])),
-                                                        6) if big.any() else None,
-                                        "|x|<1": round(float(np.mean(pred[~big] == ys[~big])), 6)
-                                        if (~big).any() else None}
+                        scores[name] = {
+                            "|x|>=1": round(float(np.mean(pred[big] == ys[big])), 6) if big.any() else None,
+                            "|x|<1": round(float(np.mean(pred[~big] == ys[~big])), 6) if (~big).any() else None,
+                        }
                 res["periodic"][rounding] = scores
                 log(f"exp2 periodic table model (fraction {rounding}): {scores}")
-            best = max(res["periodic"], key=lambda r: sum(v or 0 for s in res["periodic"][r].values()
-                                                           for v in s.values()))
+            best = max(
+                res["periodic"], key=lambda r: sum(v or 0 for s in res["periodic"][r].values() for v in s.values())
+            )
             model = Ex2Model(table=table, frac_rounding=best)
         # compact models: fitted on the even inputs of the binade, scored on the odd ones and on the sweep
         res["compact"] = {}
@@ -472,8 +518,7 @@ def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | 
             if "exp2_sweep" in segs:
                 xs, ys, _ = segs["exp2_sweep"]
                 sweep = float(np.mean(m(xs) == ys))
-            res["compact"][k] = {"held_out_binade": round(held, 5),
-                                 "sweep": None if sweep is None else round(sweep, 5)}
+            res["compact"][k] = {"held_out_binade": round(held, 5), "sweep": None if sweep is None else round(sweep, 5)}
             shown = "-" if sweep is None else f"{sweep:.4%}"
             log(f"exp2 compact model k={k}: held-out {held:.4%}, sweep {shown}")
         if model is None:
@@ -487,9 +532,10 @@ def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | 
             same = (pred.view(np.uint32) == ey.view(np.uint32)) | (np.isnan(pred) & np.isnan(ey))
             res["edges_model_agreement"] = round(float(np.mean(same)), 4)
         flush = ex < -126
-        res["edges"] = {"flushed_to_zero_below_-126": bool(np.all(ey[flush & np.isfinite(ex)] == 0)),
-                        "subnormal_inputs_give_1":
-                            bool(np.all(ey[(np.abs(ex) < 2.0**-126) & (ex != 0)] == 1.0))}
+        res["edges"] = {
+            "flushed_to_zero_below_-126": bool(np.all(ey[flush & np.isfinite(ex)] == 0)),
+            "subnormal_inputs_give_1": bool(np.all(ey[(np.abs(ex) < 2.0**-126) & (ex != 0)] == 1.0)),
+        }
         log(f"exp2 edges: {res['edges']}, model {res.get('edges_model_agreement')}")
     if save is not None and model is not None:
         model.save(save)
@@ -521,8 +567,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--save-ex2", type=Path, help="write the fitted ex2 model (npz) here")
     p.add_argument("--report", type=Path, help="write the results as JSON here")
     p.add_argument("--coarse-rows", type=positive_int, default=768, help="rows of the coarse dot-model search")
-    p.add_argument("--only", type=_fits, default=set(), metavar="FIT[,FIT...]",
-                   help=f"comma-separated: {','.join(_FITS)} (default all)")
+    p.add_argument(
+        "--only",
+        type=_fits,
+        default=set(),
+        metavar="FIT[,FIT...]",
+        help=f"comma-separated: {','.join(_FITS)} (default all)",
+    )
     args = p.parse_args(argv)
     only = args.only or set(_FITS)
     for path in args.inputs:
@@ -546,8 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (dots or sums or exp):
             p.error(f"{path}: neither probes (dot_*, sum_*) nor exp2 segments: not an output of gpu.gpu_run")
         if dots and "dot" in only:
-            report["dot"] = [fit_dot(name, v, coarse_rows=args.coarse_rows)
-                             for name, v in _variants(z, "dot").items()]
+            report["dot"] = [fit_dot(name, v, coarse_rows=args.coarse_rows) for name, v in _variants(z, "dot").items()]
         if sums and "sum" in only:
             report["sum"] = [fit_sum(name, v) for name, v in _variants(z, "sum").items()]
         if exp:
@@ -564,9 +614,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 
-def compare_plans(fix_dir: Path, prefixes: Sequence[str] = ("triton", "h200"), *,
-                  max_cost: float | None = None, ids: Sequence[str] | None = None,
-                  log: Callable[[str], None] = print) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def compare_plans(
+    fix_dir: Path,
+    prefixes: Sequence[str] = ("triton", "h200"),
+    *,
+    max_cost: float | None = None,
+    ids: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every fixture config against the emulator under each plan family (``triton-<fmt>``: sm90 dot
     presets, correctly rounded exp2, sequential l_ij; ``h200-<fmt>``: + the measured ex2.approx and tl.sum
     order); int8 configs with gpu.validate's int8 presets. Rows (:func:`gpu.validate.pivot`): id, kind, fmt,

@@ -102,9 +102,19 @@ _MAX_LAZY_THRESHOLD = 15.0
 
 
 @triton.jit
-def _online_softmax_tile(acc, l_i, m_i, q, k, v, valid, qk_scale,
-                         INPUT_PRECISION: tl.constexpr, LAZY_RESCALE: tl.constexpr,
-                         RESCALE_THRESHOLD: tl.constexpr):
+def _online_softmax_tile(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k,
+    v,
+    valid,
+    qk_scale,
+    INPUT_PRECISION: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+    RESCALE_THRESHOLD: tl.constexpr,
+):
     """One key tile of the FA2 online softmax: steps T2..T14 of the module docstring."""
     # T2, T3: raw scores, masked to -inf
     qk = tl.dot(q, k, input_precision=INPUT_PRECISION)
@@ -135,26 +145,43 @@ def _online_softmax_tile(acc, l_i, m_i, q, k, v, valid, qk_scale,
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vk, stride_vn,
-                    offs_m, offs_d, qk_scale, N_CTX_K, hi,
-                    BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                    LAZY_RESCALE: tl.constexpr, RESCALE_THRESHOLD: tl.constexpr):
+def _attn_fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kk,
+    stride_vk,
+    stride_vn,
+    offs_m,
+    offs_d,
+    qk_scale,
+    N_CTX_K,
+    hi,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+    RESCALE_THRESHOLD: tl.constexpr,
+):
     """Walk the key tiles [0, hi) left to right: T1 and the loop around _online_softmax_tile."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         key_ok = offs_n < N_CTX_K
         # T1: K^T tile (HEAD_DIM x BLOCK_N) and V tile (BLOCK_N x HEAD_DIM); keys past the end read as 0
-        k = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn,
-                    mask=key_ok[None, :], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vk + offs_d[None, :] * stride_vn,
-                    mask=key_ok[:, None], other=0.0)
+        k = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn, mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vk + offs_d[None, :] * stride_vn, mask=key_ok[:, None], other=0.0)
         valid = key_ok[None, :]
         if IS_CAUSAL:
             # top-left aligned: query i sees keys j <= i
             valid = valid & (offs_m[:, None] >= offs_n[None, :])
-        acc, l_i, m_i = _online_softmax_tile(acc, l_i, m_i, q, k, v, valid, qk_scale,
-                                             INPUT_PRECISION, LAZY_RESCALE, RESCALE_THRESHOLD)
+        acc, l_i, m_i = _online_softmax_tile(
+            acc, l_i, m_i, q, k, v, valid, qk_scale, INPUT_PRECISION, LAZY_RESCALE, RESCALE_THRESHOLD
+        )
     return acc, l_i, m_i
 
 
@@ -164,15 +191,42 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stri
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, Out, M, L, qk_scale,
-              stride_qz, stride_qh, stride_qm, stride_qk,
-              stride_kz, stride_kh, stride_kn, stride_kk,
-              stride_vz, stride_vh, stride_vk, stride_vn,
-              stride_oz, stride_oh, stride_om, stride_on,
-              H, GROUP, N_CTX_Q, N_CTX_K,
-              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              LAZY_RESCALE: tl.constexpr, RESCALE_THRESHOLD: tl.constexpr):
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    M,
+    L,
+    qk_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vk,
+    stride_vn,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_on,
+    H,
+    GROUP,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+    RESCALE_THRESHOLD: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -189,8 +243,7 @@ def _attn_fwd(Q, K, V, Out, M, L, qk_scale,
     row_ok = offs_m < N_CTX_Q
 
     # K1, K2
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-                mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -199,16 +252,38 @@ def _attn_fwd(Q, K, V, Out, M, L, qk_scale,
         hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
     else:
         hi = N_CTX_K
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vk,
-                                    stride_vn, offs_m, offs_d, qk_scale, N_CTX_K, hi,
-                                    BLOCK_N, IS_CAUSAL, INPUT_PRECISION, LAZY_RESCALE, RESCALE_THRESHOLD)
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kk,
+        stride_vk,
+        stride_vn,
+        offs_m,
+        offs_d,
+        qk_scale,
+        N_CTX_K,
+        hi,
+        BLOCK_N,
+        IS_CAUSAL,
+        INPUT_PRECISION,
+        LAZY_RESCALE,
+        RESCALE_THRESHOLD,
+    )
 
     # E1: deferred normalisation, guarded against l_i == 0, correctly rounded division
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = tl.math.div_rn(acc, l_safe[:, None])
     # E2
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-             out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
+        out.to(Out.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
     stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
     tl.store(M + stats_offs, m_i, mask=row_ok)
     tl.store(L + stats_offs, l_i, mask=row_ok)
@@ -228,8 +303,10 @@ def _check_interpreter_consistent():
     # if TRITON_INTERPRET=1 was set only afterwards, interpreted kernels fail inside tl.sum with
     # "Cannot call @triton.jit'd outside of the scope of a kernel".
     if type(tl.standard.sum).__name__ != "InterpretedFunction":
-        raise RuntimeError("TRITON_INTERPRET=1 was set after triton was imported; set it before the first "
-                           "`import triton` (e.g. at the top of tests/conftest.py)")
+        raise RuntimeError(
+            "TRITON_INTERPRET=1 was set after triton was imported; set it before the first "
+            "`import triton` (e.g. at the top of tests/conftest.py)"
+        )
 
 
 def _is_pow2(x: int) -> bool:
@@ -259,15 +336,20 @@ def _check_inputs(q, k, v):
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.device.type != "cuda" and not (q.device.type == "cpu" and _kernel_is_interpreted()):
-        hint = (" (CPU tensors need TRITON_INTERPRET=1 set before triton and gpu.flash_attention are "
-                "imported)" if q.device.type == "cpu" else "")
+        hint = (
+            " (CPU tensors need TRITON_INTERPRET=1 set before triton and gpu.flash_attention are imported)"
+            if q.device.type == "cpu"
+            else ""
+        )
         raise ValueError(f"q, k, v are on {q.device}; the kernel needs CUDA tensors{hint}")
     if q.device.type == "cpu":
         _check_interpreter_consistent()
     (bq, hq, _, dq), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
     if not (bq == bk == bv and hk == hv):
-        raise ValueError(f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)} (k and v: the same heads)")
+        raise ValueError(
+            f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} (k and v: the same heads)"
+        )
     kv_group(hq, hk)  # q heads a multiple of kv heads
     if sk != sv:
         raise ValueError(f"k and v must have the same sequence length, got {sk} and {sv}")
@@ -303,37 +385,42 @@ def _check_options(q, scale, out_dtype, lazy_rescale_threshold, input_precision)
         lazy, threshold = False, 0.0
     else:
         if isinstance(lazy_rescale_threshold, bool) or not isinstance(
-                lazy_rescale_threshold, (int, float, np.floating, np.integer)):
-            raise TypeError("lazy_rescale_threshold must be None or a real number (log2 units), got "
-                            f"{type(lazy_rescale_threshold).__name__}")
+            lazy_rescale_threshold, (int, float, np.floating, np.integer)
+        ):
+            raise TypeError(
+                "lazy_rescale_threshold must be None or a real number (log2 units), got "
+                f"{type(lazy_rescale_threshold).__name__}"
+            )
         threshold = float(lazy_rescale_threshold)
         if not (0.0 <= threshold <= _MAX_LAZY_THRESHOLD):
-            raise ValueError(f"lazy_rescale_threshold must be in [0, {_MAX_LAZY_THRESHOLD:g}] (log2 units; "
-                             f"P can reach 2**threshold and must fit fp16), got {threshold}")
+            raise ValueError(
+                f"lazy_rescale_threshold must be in [0, {_MAX_LAZY_THRESHOLD:g}] (log2 units; "
+                f"P can reach 2**threshold and must fit fp16), got {threshold}"
+            )
         lazy = True
 
     if q.dtype == torch.float32:
         precision = "tf32" if input_precision is None else input_precision
         if precision not in ("tf32", "ieee"):
-            raise ValueError(f"input_precision must be 'tf32' or 'ieee' for float32 inputs, "
-                             f"got {precision!r}")
+            raise ValueError(f"input_precision must be 'tf32' or 'ieee' for float32 inputs, got {precision!r}")
     else:
         if input_precision is not None:
-            raise ValueError(f"input_precision only applies to float32 inputs (got {input_precision!r} with "
-                             f"{q.dtype} inputs)")
+            raise ValueError(
+                f"input_precision only applies to float32 inputs (got {input_precision!r} with {q.dtype} inputs)"
+            )
         precision = "ieee"  # ignored by tl.dot for 16-bit operands; products are exact anyway
     return qk_scale, out_dtype, lazy, threshold, precision
 
 
-def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale_threshold,
-            input_precision):
+def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale_threshold, input_precision):
     _check_inputs(q, k, v)
     block_m = _check_block("block_m", block_m)
     block_n = _check_block("block_n", block_n)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    qk_scale, out_dtype, lazy, threshold, precision = _check_options(q, scale, out_dtype,
-                                                                     lazy_rescale_threshold, input_precision)
+    qk_scale, out_dtype, lazy, threshold, precision = _check_options(
+        q, scale, out_dtype, lazy_rescale_threshold, input_precision
+    )
 
     batch, heads, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
@@ -345,16 +432,42 @@ def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale
 
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
     _attn_fwd[grid](
-        q, k, v, out, m, l, qk_scale,
-        q.stride(0), q.stride(1), q.stride(2), q.stride(3),
-        k.stride(0), k.stride(1), k.stride(2), k.stride(3),
-        v.stride(0), v.stride(1), v.stride(2), v.stride(3),
-        out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        heads, heads // k.shape[1], seq_q, seq_k,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        IS_CAUSAL=bool(causal), INPUT_PRECISION=precision,
-        LAZY_RESCALE=lazy, RESCALE_THRESHOLD=threshold,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        q,
+        k,
+        v,
+        out,
+        m,
+        l,
+        qk_scale,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        q.stride(3),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        k.stride(3),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        v.stride(3),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        out.stride(3),
+        heads,
+        heads // k.shape[1],
+        seq_q,
+        seq_k,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=bool(causal),
+        INPUT_PRECISION=precision,
+        LAZY_RESCALE=lazy,
+        RESCALE_THRESHOLD=threshold,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
     return out, m, l
 
@@ -364,8 +477,20 @@ def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale
 # ----------------------------------------------------------------------------------------------------
 
 
-def flash_attention(q, k, v, *, causal=False, scale=None, block_m=64, block_n=64, out_dtype=None,
-                    return_stats=False, lazy_rescale_threshold=None, input_precision=None):
+def flash_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    scale=None,
+    block_m=64,
+    block_n=64,
+    out_dtype=None,
+    return_stats=False,
+    lazy_rescale_threshold=None,
+    input_precision=None,
+):
     """softmax(scale * q @ k^T [causal mask]) @ v with the Triton FA2 forward kernel.
 
     Args:
@@ -386,9 +511,18 @@ def flash_attention(q, k, v, *, causal=False, scale=None, block_m=64, block_n=64
     Returns:
         out, or (out, m, l) when return_stats.
     """
-    out, m, l = _launch(q, k, v, causal=causal, scale=scale, block_m=block_m, block_n=block_n,  # noqa: E741
-                        out_dtype=out_dtype, lazy_rescale_threshold=lazy_rescale_threshold,
-                        input_precision=input_precision)
+    out, m, l = _launch(  # noqa: E741
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        block_m=block_m,
+        block_n=block_n,
+        out_dtype=out_dtype,
+        lazy_rescale_threshold=lazy_rescale_threshold,
+        input_precision=input_precision,
+    )
     if return_stats:
         return out, m, l
     return out

@@ -128,20 +128,38 @@ def _fp8_softmax_tile(acc, l_i, m_i, q, k, v, v_scale, valid, s_scale, V_SCALE_P
 
 
 @triton.jit
-def _fp8_attn_inner(acc, l_i, m_i, q, qs_scale, k_base, v_base, ks_base, vs_base,
-                    stride_kn, stride_kk, stride_vk, stride_vn, stride_ksb, stride_vsb,
-                    offs_m, offs_d, N_CTX_K, hi,
-                    BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, V_SCALE_PER_TILE: tl.constexpr):
+def _fp8_attn_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    qs_scale,
+    k_base,
+    v_base,
+    ks_base,
+    vs_base,
+    stride_kn,
+    stride_kk,
+    stride_vk,
+    stride_vn,
+    stride_ksb,
+    stride_vsb,
+    offs_m,
+    offs_d,
+    N_CTX_K,
+    hi,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    V_SCALE_PER_TILE: tl.constexpr,
+):
     """Walk the key tiles [0, hi) left to right: T1, T2 and the loop around _fp8_softmax_tile."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         key_ok = offs_n < N_CTX_K
         # T1 (the block-scale strides are 0 for per-tensor scaling)
-        k = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn,
-                    mask=key_ok[None, :], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vk + offs_d[None, :] * stride_vn,
-                    mask=key_ok[:, None], other=0.0)
+        k = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn, mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vk + offs_d[None, :] * stride_vn, mask=key_ok[:, None], other=0.0)
         tile = start_n // BLOCK_N
         k_scale = tl.load(ks_base + tile * stride_ksb)
         v_scale = tl.load(vs_base + tile * stride_vsb)
@@ -160,17 +178,52 @@ def _fp8_attn_inner(acc, l_i, m_i, q, qs_scale, k_base, v_base, ks_base, vs_base
 
 
 @triton.jit
-def _fp8_attn_fwd(Q, K, V, QS, KS, VS, Out, M, L, qk_scale,
-                  stride_qz, stride_qh, stride_qm, stride_qk,
-                  stride_kz, stride_kh, stride_kn, stride_kk,
-                  stride_vz, stride_vh, stride_vk, stride_vn,
-                  stride_qsz, stride_qsh, stride_qsb,
-                  stride_ksz, stride_ksh, stride_ksb,
-                  stride_vsz, stride_vsh, stride_vsb,
-                  stride_oz, stride_oh, stride_om, stride_on,
-                  H, GROUP, N_CTX_Q, N_CTX_K,
-                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  IS_CAUSAL: tl.constexpr, PER_BLOCK: tl.constexpr):
+def _fp8_attn_fwd(
+    Q,
+    K,
+    V,
+    QS,
+    KS,
+    VS,
+    Out,
+    M,
+    L,
+    qk_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vk,
+    stride_vn,
+    stride_qsz,
+    stride_qsh,
+    stride_qsb,
+    stride_ksz,
+    stride_ksh,
+    stride_ksb,
+    stride_vsz,
+    stride_vsh,
+    stride_vsb,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_on,
+    H,
+    GROUP,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PER_BLOCK: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -189,8 +242,7 @@ def _fp8_attn_fwd(Q, K, V, QS, KS, VS, Out, M, L, qk_scale,
     row_ok = offs_m < N_CTX_Q
 
     # K1, K2
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-                mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
     q_scale = tl.load(QS + off_z * stride_qsz + off_h * stride_qsh + start_m * stride_qsb)
     qs_scale = qk_scale * q_scale
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
@@ -201,9 +253,30 @@ def _fp8_attn_fwd(Q, K, V, QS, KS, VS, Out, M, L, qk_scale,
         hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
     else:
         hi = N_CTX_K
-    acc, l_i, m_i = _fp8_attn_inner(acc, l_i, m_i, q, qs_scale, k_base, v_base, ks_base, vs_base,
-                                    stride_kn, stride_kk, stride_vk, stride_vn, stride_ksb, stride_vsb,
-                                    offs_m, offs_d, N_CTX_K, hi, BLOCK_N, IS_CAUSAL, PER_BLOCK)
+    acc, l_i, m_i = _fp8_attn_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        qs_scale,
+        k_base,
+        v_base,
+        ks_base,
+        vs_base,
+        stride_kn,
+        stride_kk,
+        stride_vk,
+        stride_vn,
+        stride_ksb,
+        stride_vsb,
+        offs_m,
+        offs_d,
+        N_CTX_K,
+        hi,
+        BLOCK_N,
+        IS_CAUSAL,
+        PER_BLOCK,
+    )
 
     # E1: per-tensor V descale, once
     if not PER_BLOCK:
@@ -211,8 +284,11 @@ def _fp8_attn_fwd(Q, K, V, QS, KS, VS, Out, M, L, qk_scale,
     # E2
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = tl.math.div_rn(acc, l_safe[:, None])
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-             out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
+        out.to(Out.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
     stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
     tl.store(M + stats_offs, m_i, mask=row_ok)
     tl.store(L + stats_offs, l_i, mask=row_ok)
@@ -228,8 +304,9 @@ def _check_fmt(fmt, device):
     if device.type == "cuda" and fmt == "e4m3":
         cap = torch.cuda.get_device_capability(device)
         if cap < (8, 9):
-            raise ValueError(f"fmt='e4m3' (float8e4nv) needs compute capability >= 8.9, the device has "
-                             f"{cap[0]}.{cap[1]}")
+            raise ValueError(
+                f"fmt='e4m3' (float8e4nv) needs compute capability >= 8.9, the device has {cap[0]}.{cap[1]}"
+            )
     return FP8_FORMATS[fmt]
 
 
@@ -262,14 +339,24 @@ def quantize_fp8(x, *, fmt="e4m3", group=None, kmajor=False):
         raise TypeError(f"group must be None or an int, got {type(group).__name__}")
     elif group < 1:
         raise ValueError(f"group must be >= 1, got {group}")
-    out = (_empty_kmajor(x.shape, dtype, x.device) if kmajor
-           else torch.empty(x.shape, dtype=dtype, device=x.device))
+    out = _empty_kmajor(x.shape, dtype, x.device) if kmajor else torch.empty(x.shape, dtype=dtype, device=x.device)
     scale = _quantize_groups(x, out, group, fp8_max, False)
     return out, scale
 
 
-def fp8_attention(q, k, v, *, fmt="e4m3", scaling="per-tensor", block_m=64, block_n=64, causal=False,
-                  sm_scale=None, return_stats=False):
+def fp8_attention(
+    q,
+    k,
+    v,
+    *,
+    fmt="e4m3",
+    scaling="per-tensor",
+    block_m=64,
+    block_n=64,
+    causal=False,
+    sm_scale=None,
+    return_stats=False,
+):
     """softmax(sm_scale * q @ k^T [causal mask]) @ v with FP8 Q, K, V and P (FlashAttention-3 style).
 
     Args:
@@ -300,8 +387,7 @@ def fp8_attention(q, k, v, *, fmt="e4m3", scaling="per-tensor", block_m=64, bloc
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share a dtype")
     _check_device([q, k, v], "q, k, v", "gpu.fp8_attention")
     _check_attention_shapes(q, k, v)
-    block_m, block_n, causal, qk_scale = _check_common_options(q, sm_scale, block_m, block_n, causal,
-                                                               return_stats)
+    block_m, block_n, causal, qk_scale = _check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
     _check_fmt(fmt, q.device)
     per_block = _check_choice("scaling", scaling, _SCALINGS) == "per-block"
 
@@ -318,17 +404,50 @@ def fp8_attention(q, k, v, *, fmt="e4m3", scaling="per-tensor", block_m=64, bloc
         block_stride = (lambda s: s.stride(2)) if per_block else (lambda s: 0)
         grid = (triton.cdiv(seq_q, block_m), batch * heads)
         _fp8_attn_fwd[grid](
-            q8, k8, v8, qs, ks, vs, out, m, l, qk_scale,
-            q8.stride(0), q8.stride(1), q8.stride(2), q8.stride(3),
-            k8.stride(0), k8.stride(1), k8.stride(2), k8.stride(3),
-            v8.stride(0), v8.stride(1), v8.stride(2), v8.stride(3),
-            qs.stride(0), qs.stride(1), block_stride(qs),
-            ks.stride(0), ks.stride(1), block_stride(ks),
-            vs.stride(0), vs.stride(1), block_stride(vs),
-            out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-            heads, heads // k.shape[1], seq_q, seq_k,
-            HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-            IS_CAUSAL=causal, PER_BLOCK=per_block,
+            q8,
+            k8,
+            v8,
+            qs,
+            ks,
+            vs,
+            out,
+            m,
+            l,
+            qk_scale,
+            q8.stride(0),
+            q8.stride(1),
+            q8.stride(2),
+            q8.stride(3),
+            k8.stride(0),
+            k8.stride(1),
+            k8.stride(2),
+            k8.stride(3),
+            v8.stride(0),
+            v8.stride(1),
+            v8.stride(2),
+            v8.stride(3),
+            qs.stride(0),
+            qs.stride(1),
+            block_stride(qs),
+            ks.stride(0),
+            ks.stride(1),
+            block_stride(ks),
+            vs.stride(0),
+            vs.stride(1),
+            block_stride(vs),
+            out.stride(0),
+            out.stride(1),
+            out.stride(2),
+            out.stride(3),
+            heads,
+            heads // k.shape[1],
+            seq_q,
+            seq_k,
+            HEAD_DIM=head_dim,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            IS_CAUSAL=causal,
+            PER_BLOCK=per_block,
             num_warps=NUM_WARPS,
         )
     return (out, m, l) if return_stats else out

@@ -54,15 +54,35 @@ __all__ = ["main", "OUT_FILES", "DEFAULT_MAX_FILE_MIB", "DEFAULT_MAX_TOTAL_MIB",
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the files this job writes into --out, most important first
-OUT_FILES = ("log.txt", "summary.json", "fixtures.tar", "probes.npz", "exp2.npz", "isa.tar.xz", "speed.csv",
-             "exp2_binades.npz")
+OUT_FILES = (
+    "log.txt",
+    "summary.json",
+    "fixtures.tar",
+    "probes.npz",
+    "exp2.npz",
+    "isa.tar.xz",
+    "speed.csv",
+    "exp2_binades.npz",
+)
 #: defaults of --max-file-mib and --max-total-mib
 DEFAULT_MAX_FILE_MIB = 16.0
 DEFAULT_MAX_TOTAL_MIB = 64.0
 #: the parts --skip can name
 PARTS = ("isa", "validate", "dot", "sum", "exp", "speed")
-SPEED_FIELDS = ("part", "kernel", "batch", "heads", "seq", "head_dim", "causal", "block_m", "block_n", "ms",
-                "tflops", "note")
+SPEED_FIELDS = (
+    "part",
+    "kernel",
+    "batch",
+    "heads",
+    "seq",
+    "head_dim",
+    "causal",
+    "block_m",
+    "block_n",
+    "ms",
+    "tflops",
+    "note",
+)
 
 
 class Log:
@@ -106,9 +126,9 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
         if kind == "validate":
             from gpu import validate
 
-            res: Any = validate.validate_config(validate.Config.from_dict(payload),
-                                                "faithful" if smoke else "gpu",
-                                                emulate=False, record=True)
+            res: Any = validate.validate_config(
+                validate.Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
+            )
         elif kind == "dot":
             from gpu import probes
 
@@ -117,8 +137,9 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
             from gpu import probes
 
             # under the interpreter, a pairwise tree makes gpu.fit's tree inference non-trivial
-            res = probes.sum_variant(*payload, device=device,
-                                     faithful_kwargs={"reduce_order": "pairwise"} if smoke else None)
+            res = probes.sum_variant(
+                *payload, device=device, faithful_kwargs={"reduce_order": "pairwise"} if smoke else None
+            )
         else:
             raise ValueError(kind)
         return kind, key, res, time.perf_counter() - t0, ""
@@ -126,17 +147,23 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
         return kind, key, None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"[:1000]
 
 
-def _run_pool(tasks: list[tuple[str, Any, Any]], jobs: int, smoke: bool, deadline: float, log: Log,
-              while_waiting: Callable[[], None] | None = None) -> list[tuple[str, Any, Any, float, str]]:
+def _run_pool(
+    tasks: list[tuple[str, Any, Any]],
+    jobs: int,
+    smoke: bool,
+    deadline: float,
+    log: Log,
+    while_waiting: Callable[[], None] | None = None,
+) -> list[tuple[str, Any, Any, float, str]]:
     """Run tasks on ``jobs`` spawned workers until ``deadline``; ``while_waiting`` runs in this process
     meanwhile. Unfinished tasks come back with error 'skipped: time budget'."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
     results: list[tuple[str, Any, Any, float, str]] = []
-    ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                                initializer=_init_worker,
-                                initargs=(smoke,))
+    ex = cf.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(smoke,)
+    )
     futs = {ex.submit(_task, *t): t for t in tasks}
     try:
         if while_waiting is not None:
@@ -146,8 +173,9 @@ def _run_pool(tasks: list[tuple[str, Any, Any]], jobs: int, smoke: bool, deadlin
                 log("main-process part failed:\n" + traceback.format_exc())
         pending = set(futs)
         while pending and time.monotonic() < deadline:
-            done, pending = cf.wait(pending, timeout=max(0.0, deadline - time.monotonic()),
-                                    return_when=cf.FIRST_COMPLETED)
+            done, pending = cf.wait(
+                pending, timeout=max(0.0, deadline - time.monotonic()), return_when=cf.FIRST_COMPLETED
+            )
             for f in done:
                 try:
                     r = f.result()
@@ -217,8 +245,9 @@ def _tar(path: Path, src: Path, arc_root: str, mode: str) -> int:
     return path.stat().st_size
 
 
-def check_out_dir(out: Path, max_file_bytes: int, max_total_bytes: int,
-                  log: Callable[[str], None] = print) -> list[str]:
+def check_out_dir(
+    out: Path, max_file_bytes: int, max_total_bytes: int, log: Callable[[str], None] = print
+) -> list[str]:
     """Hold the job's files in ``out`` (those of :data:`OUT_FILES`; nothing else there is touched) to the
     bounds: a file above ``max_file_bytes`` is removed, then the least important ones until the rest fit in
     ``max_total_bytes``. Returns the problems (also logged)."""
@@ -235,8 +264,9 @@ def check_out_dir(out: Path, max_file_bytes: int, max_total_bytes: int,
     total = 0
     for p, size in kept:  # most important first
         if total + size > max_total_bytes:
-            problems.append(f"{p.name}: {size} bytes would take the total past --max-total-mib "
-                            f"({max_total_bytes} bytes): removed")
+            problems.append(
+                f"{p.name}: {size} bytes would take the total past --max-total-mib ({max_total_bytes} bytes): removed"
+            )
             p.unlink()
             continue
         total += size
@@ -304,27 +334,69 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
         rows.append(row)
         w.writerow(row)
         f.flush()
-        log(f"speed {row['part']} {row['kernel']} seq {row['seq']} d {row['head_dim']} "
+        log(
+            f"speed {row['part']} {row['kernel']} seq {row['seq']} d {row['head_dim']} "
             f"causal {row['causal']}: "
-            f"{row['ms']} ms, {row['tflops']} TFLOP/s {row['note']}")
+            f"{row['ms']} ms, {row['tflops']} TFLOP/s {row['note']}"
+        )
 
-    def measure(part: str, kernel: str, fn: Callable[[], Any], b: int, h: int, s: int, d: int, causal: bool,
-                bm: Any, bn: Any) -> None:
+    def measure(
+        part: str, kernel: str, fn: Callable[[], Any], b: int, h: int, s: int, d: int, causal: bool, bm: Any, bn: Any
+    ) -> None:
         if time.monotonic() > deadline:
-            emit(dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal,
-                      block_m=bm,
-                      block_n=bn, ms="", tflops="", note="skipped: time budget"))
+            emit(
+                dict(
+                    part=part,
+                    kernel=kernel,
+                    batch=b,
+                    heads=h,
+                    seq=s,
+                    head_dim=d,
+                    causal=causal,
+                    block_m=bm,
+                    block_n=bn,
+                    ms="",
+                    tflops="",
+                    note="skipped: time budget",
+                )
+            )
             return
         try:
             ms = timer(fn)
             flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-            emit(dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal,
-                      block_m=bm,
-                      block_n=bn, ms=round(ms, 4), tflops=round(flops / (ms * 1e-3) / 1e12, 2), note=""))
+            emit(
+                dict(
+                    part=part,
+                    kernel=kernel,
+                    batch=b,
+                    heads=h,
+                    seq=s,
+                    head_dim=d,
+                    causal=causal,
+                    block_m=bm,
+                    block_n=bn,
+                    ms=round(ms, 4),
+                    tflops=round(flops / (ms * 1e-3) / 1e12, 2),
+                    note="",
+                )
+            )
         except Exception as exc:
-            emit(dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal,
-                      block_m=bm,
-                      block_n=bn, ms="", tflops="", note=f"error: {type(exc).__name__}: {exc}"[:200]))
+            emit(
+                dict(
+                    part=part,
+                    kernel=kernel,
+                    batch=b,
+                    heads=h,
+                    seq=s,
+                    head_dim=d,
+                    causal=causal,
+                    block_m=bm,
+                    block_n=bn,
+                    ms="",
+                    tflops="",
+                    note=f"error: {type(exc).__name__}: {exc}"[:200],
+                )
+            )
 
     try:
         with ctx:
@@ -335,13 +407,22 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
             for s in seqs:
                 b = 1 if smoke else max(1, 16384 // s)
                 g = torch.Generator(device=device).manual_seed(s)
-                q, k, v = (torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, generator=g)
-                           for _ in range(3))
+                q, k, v = (
+                    torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, generator=g) for _ in range(3)
+                )
                 for causal in (False, True):
-                    measure("flash-vs-sdpa", "triton-bf16",
-                            lambda q=q, k=k, v=v, c=causal: flash_attention(q, k, v, causal=c, block_m=bm,
-                                                                           block_n=bn),
-                            b, heads, s, d, causal, bm, bn)
+                    measure(
+                        "flash-vs-sdpa",
+                        "triton-bf16",
+                        lambda q=q, k=k, v=v, c=causal: flash_attention(q, k, v, causal=c, block_m=bm, block_n=bn),
+                        b,
+                        heads,
+                        s,
+                        d,
+                        causal,
+                        bm,
+                        bn,
+                    )
                     if not smoke:
                         from torch.nn.attention import SDPBackend, sdpa_kernel
                         from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -356,22 +437,34 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
             from gpu import fp8_attention, int8_attention
 
             modules = (int8_attention, fp8_attention, flash_attention)
-            for d in ((32,) if smoke else (128, 64)):
+            for d in (32,) if smoke else (128, 64):
                 bm, bn = bench._blocks(types.SimpleNamespace(block_m=None, block_n=None), d)
-                for s in ((64,) if smoke else (1024, 4096, 16384)):
+                for s in (64,) if smoke else (1024, 4096, 16384):
                     b, heads = (1, 1) if smoke else (max(1, 16384 // s), 16)
                     g = torch.Generator(device=device).manual_seed(s + d)
-                    q16, k16, v16 = (torch.randn(b, heads, s, d, device=device, dtype=torch.float16,
-                                                 generator=g)
-                                     for _ in range(3))
+                    q16, k16, v16 = (
+                        torch.randn(b, heads, s, d, device=device, dtype=torch.float16, generator=g) for _ in range(3)
+                    )
                     for kernel in ("fp16", "int8", "half-int8"):
                         try:
                             runners = bench._make_runners(kernel, q16, k16, v16, bm, bn, False, modules)
                         except Exception as exc:
-                            emit(dict(part="int8-vs-fp16", kernel=kernel, batch=b, heads=heads, seq=s,
-                                      head_dim=d,
-                                      causal=False, block_m=bm, block_n=bn, ms="", tflops="",
-                                      note=f"error: {type(exc).__name__}: {exc}"[:200]))
+                            emit(
+                                dict(
+                                    part="int8-vs-fp16",
+                                    kernel=kernel,
+                                    batch=b,
+                                    heads=heads,
+                                    seq=s,
+                                    head_dim=d,
+                                    causal=False,
+                                    block_m=bm,
+                                    block_n=bn,
+                                    ms="",
+                                    tflops="",
+                                    note=f"error: {type(exc).__name__}: {exc}"[:200],
+                                )
+                            )
                             continue
                         for _, fn in runners:
                             measure("int8-vs-fp16", kernel, fn, b, heads, s, d, False, bm, bn)
@@ -392,12 +485,16 @@ def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(work / "isa_cache")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    cmd = [sys.executable, "-m", "gpu.probes", "isa", "--out", str(work / "isa"), "--budget-s",
-           f"{budget:.0f}"]
+    cmd = [sys.executable, "-m", "gpu.probes", "isa", "--out", str(work / "isa"), "--budget-s", f"{budget:.0f}"]
     if smoke:
         cmd.append("--compile-only")
-    return subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=open(work / "isa.log", "w"),  # noqa: SIM115
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        cmd,
+        cwd=str(ROOT),
+        env=env,
+        stdout=open(work / "isa.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _parts(text: str) -> set[str]:
@@ -425,27 +522,57 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m gpu.gpu_run", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
-    p.add_argument("--budget-s", type=positive_seconds, default=230.0,
-                   help="total seconds, from process start (default 230; the last 8, 3 with --cpu-smoke, are "
-                        "kept for the final check)")
-    p.add_argument("--cpu-smoke", action="store_true",
-                   help="no GPU: tiny sizes under the faithful interpreter (TRITON_INTERPRET=1)")
-    p.add_argument("--jobs", type=positive_int, default=None,
-                   help="worker processes (default: CPU count - 2, 2..14; 2 with --cpu-smoke)")
-    p.add_argument("--grid", default=None, choices=("full", "ci", "smoke"),
-                   help="validation grid (default: full; smoke with --cpu-smoke)")
-    p.add_argument("--skip", type=_parts, default=set(), metavar="PART[,PART...]",
-                   help=f"comma-separated parts to skip: {','.join(PARTS)}")
-    p.add_argument("--max-file-mib", type=_mib, default=DEFAULT_MAX_FILE_MIB,
-                   help=f"largest file the job leaves in --out, in MiB (default {DEFAULT_MAX_FILE_MIB:g})")
-    p.add_argument("--max-total-mib", type=_mib, default=DEFAULT_MAX_TOTAL_MIB,
-                   help=f"most the job leaves in --out in all, in MiB (default {DEFAULT_MAX_TOTAL_MIB:g})")
+    p.add_argument(
+        "--budget-s",
+        type=positive_seconds,
+        default=230.0,
+        help="total seconds, from process start (default 230; the last 8, 3 with --cpu-smoke, are "
+        "kept for the final check)",
+    )
+    p.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="no GPU: tiny sizes under the faithful interpreter (TRITON_INTERPRET=1)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        help="worker processes (default: CPU count - 2, 2..14; 2 with --cpu-smoke)",
+    )
+    p.add_argument(
+        "--grid",
+        default=None,
+        choices=("full", "ci", "smoke"),
+        help="validation grid (default: full; smoke with --cpu-smoke)",
+    )
+    p.add_argument(
+        "--skip",
+        type=_parts,
+        default=set(),
+        metavar="PART[,PART...]",
+        help=f"comma-separated parts to skip: {','.join(PARTS)}",
+    )
+    p.add_argument(
+        "--max-file-mib",
+        type=_mib,
+        default=DEFAULT_MAX_FILE_MIB,
+        help=f"largest file the job leaves in --out, in MiB (default {DEFAULT_MAX_FILE_MIB:g})",
+    )
+    p.add_argument(
+        "--max-total-mib",
+        type=_mib,
+        default=DEFAULT_MAX_TOTAL_MIB,
+        help=f"most the job leaves in --out in all, in MiB (default {DEFAULT_MAX_TOTAL_MIB:g})",
+    )
     args = p.parse_args(argv)
     smoke = bool(args.cpu_smoke)
     reserve = 3.0 if smoke else 8.0  # time left for packing and the final check
     if args.budget_s <= reserve:
-        p.error(f"argument --budget-s: {args.budget_s:g} s leaves no time: the last {reserve:g} s are kept for "
-                "the final check")
+        p.error(
+            f"argument --budget-s: {args.budget_s:g} s leaves no time: the last {reserve:g} s are kept for "
+            "the final check"
+        )
     skip: set[str] = args.skip
     out: Path = args.out
     try:
@@ -458,8 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     budget = float(args.budget_s)
     end = START + budget - reserve
     work = Path(tempfile.mkdtemp(prefix="gpu_run_"))
-    summary: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "parts": {},
-                               "limits": dict(file_bytes=max_file, total_bytes=max_total)}
+    summary: dict[str, Any] = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "parts": {},
+        "limits": dict(file_bytes=max_file, total_bytes=max_total),
+    }
 
     def save_summary() -> None:
         summary["elapsed_s"] = round(time.monotonic() - START, 1)
@@ -476,8 +606,9 @@ def main(argv: list[str] | None = None) -> int:
             summary["parts"].setdefault(name, {}).update(status="ok", seconds=round(time.monotonic() - t0, 1))
             return res
         except Exception as exc:
-            summary["parts"].setdefault(name, {}).update(status=f"error: {type(exc).__name__}: {exc}"[:500],
-                                                         seconds=round(time.monotonic() - t0, 1))
+            summary["parts"].setdefault(name, {}).update(
+                status=f"error: {type(exc).__name__}: {exc}"[:500], seconds=round(time.monotonic() - t0, 1)
+            )
             log(f"part {name} failed:\n{traceback.format_exc()}")
             return None
         finally:
@@ -501,9 +632,11 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("no CUDA device visible to torch; use --cpu-smoke on a CPU")
         env = validate.environment("faithful" if smoke else "gpu")
         summary["env"] = env
-        log(f"env: {env.get('gpu', 'CPU')} driver {env.get('driver')} CUDA {env.get('cuda')} "
+        log(
+            f"env: {env.get('gpu', 'CPU')} driver {env.get('driver')} CUDA {env.get('cuda')} "
             f"torch {env['torch']} "
-            f"triton {env['triton']} numpy {env['numpy']}")
+            f"triton {env['triton']} numpy {env['numpy']}"
+        )
         return env
 
     env = part("env", env_part)
@@ -531,11 +664,11 @@ def main(argv: list[str] | None = None) -> int:
     if "validate" not in skip:
         tasks += [("validate", c.id, c.as_dict()) for c in configs[:n_pairs]]
     if "dot" not in skip:
-        tasks += [("dot", "_".join(map(str, v)), v)
-                  for v in (probes.DOT_SMOKE_VARIANTS if smoke else probes.DOT_VARIANTS)]
+        tasks += [
+            ("dot", "_".join(map(str, v)), v) for v in (probes.DOT_SMOKE_VARIANTS if smoke else probes.DOT_VARIANTS)
+        ]
     if "sum" not in skip:
-        tasks += [("sum", f"{v[0]}_{v[1]}",
-                   v) for v in (probes.SUM_SMOKE_VARIANTS if smoke else probes.SUM_VARIANTS)]
+        tasks += [("sum", f"{v[0]}_{v[1]}", v) for v in (probes.SUM_SMOKE_VARIANTS if smoke else probes.SUM_VARIANTS)]
     if "validate" not in skip:
         tasks += [("validate", c.id, c.as_dict()) for c in configs[n_pairs:]]
     exp_arrays: dict[str, np.ndarray] = {}
@@ -546,23 +679,26 @@ def main(argv: list[str] | None = None) -> int:
             return
         t0 = time.monotonic()
         try:
-            exp_arrays.update(probes.exp_probe(device="cpu" if smoke else "cuda", smoke=smoke,
-                                               deadline=pool_deadline,
-                                               log=log))
+            exp_arrays.update(
+                probes.exp_probe(device="cpu" if smoke else "cuda", smoke=smoke, deadline=pool_deadline, log=log)
+            )
             summary["parts"]["exp"] = {"status": "ok", "seconds": round(time.monotonic() - t0, 1)}
         except Exception as exc:
             summary["parts"]["exp"] = {"status": f"error: {type(exc).__name__}: {exc}"[:500]}
             log("exp probe failed:\n" + traceback.format_exc())
 
     log(f"pool: {len(tasks)} tasks on {jobs} workers until t={pool_deadline - START:.0f} s")
-    results = part("pool", lambda: _run_pool(tasks, jobs, smoke, pool_deadline, log,
-                                             while_waiting=exp_part)) or []
+    results = part("pool", lambda: _run_pool(tasks, jobs, smoke, pool_deadline, log, while_waiting=exp_part)) or []
     by_kind: dict[str, list] = {"validate": [], "dot": [], "sum": []}
     for r in results:
         by_kind[r[0]].append(r)
-    summary["parts"]["pool"] = dict(summary["parts"].get("pool", {}), **{
-        k: {"ok": sum(1 for r in v if not r[4]), "failed": [f"{r[1]}: {r[4]}" for r in v if r[4]]}
-        for k, v in by_kind.items()})
+    summary["parts"]["pool"] = dict(
+        summary["parts"].get("pool", {}),
+        **{
+            k: {"ok": sum(1 for r in v if not r[4]), "failed": [f"{r[1]}: {r[4]}" for r in v if r[4]]}
+            for k, v in by_kind.items()
+        },
+    )
     save_summary()
 
     # 4. pack
@@ -581,10 +717,8 @@ def main(argv: list[str] | None = None) -> int:
         env_f = dict(env, recorded_by="gpu.gpu_run", smoke=smoke)
         n = validate.write_fixtures(fix, res, configs, env_f)
         size = _tar(out / "fixtures.tar", fix, slug, "w")
-        summary["parts"]["fixtures"] = {"configs": n, "of": len(configs), "bytes": size,
-                                        "rows": [r[0] for r in res]}
-        log(f"fixtures.tar: {n}/{len(configs)} configs, {size / 2**20:.2f} MiB "
-            "(extract into tests/fixtures/gpu/)")
+        summary["parts"]["fixtures"] = {"configs": n, "of": len(configs), "bytes": size, "rows": [r[0] for r in res]}
+        log(f"fixtures.tar: {n}/{len(configs)} configs, {size / 2**20:.2f} MiB (extract into tests/fixtures/gpu/)")
 
     if "validate" not in skip:
         part("fixtures", pack_fixtures)
@@ -599,8 +733,9 @@ def main(argv: list[str] | None = None) -> int:
                 for k, a in res.items():
                     arrays[f"{kind}_{key}__{k}"] = a
                 arrays[f"{kind}_{key}__seconds"] = np.array([secs])
-        arrays["meta"] = np.array(json.dumps({"smoke": smoke, "keep_cols": probes.KEEP_COLS,
-                                              "sum_m": probes.SUM_M, "env": env}, default=str))
+        arrays["meta"] = np.array(
+            json.dumps({"smoke": smoke, "keep_cols": probes.KEEP_COLS, "sum_m": probes.SUM_M, "env": env}, default=str)
+        )
         size = _savez(out / "probes.npz", arrays)
         log(f"probes.npz: {size / 2**20:.2f} MiB")
 
@@ -622,8 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(work / "isa.log", isa_dir / "isa.log")
         if (isa_dir / "isa.json").exists():
             facts = json.loads((isa_dir / "isa.json").read_text())
-            summary["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts.get("kernels",
-                                                                                        {}).items()}
+            summary["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts.get("kernels", {}).items()}
             log(f"isa: {json.dumps(summary['isa'])}")
         size = _tar(out / "isa.tar.xz", isa_dir, "isa", "w:xz")
         log(f"isa.tar.xz: {size / 2**20:.2f} MiB")
@@ -649,4 +783,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     with contextlib.suppress(BrokenPipeError):
         sys.exit(main())
-

@@ -164,8 +164,21 @@ def _quantize_values(x, scale, QMAX: tl.constexpr, IS_INT: tl.constexpr):
 
 
 @triton.jit
-def _int8_softmax_tile(acc, l_i, m_i, q, q_scale, k, k_scale, v, v_scale, valid, qk_scale,
-                       FULL_INT8: tl.constexpr, ROW_SUM_QUANTIZED: tl.constexpr):
+def _int8_softmax_tile(
+    acc,
+    l_i,
+    m_i,
+    q,
+    q_scale,
+    k,
+    k_scale,
+    v,
+    v_scale,
+    valid,
+    qk_scale,
+    FULL_INT8: tl.constexpr,
+    ROW_SUM_QUANTIZED: tl.constexpr,
+):
     """One key tile of the online softmax: steps T2..T20 of the module docstring."""
     # T2..T5: exact integer scores, dequantized row scale first, then column scale
     s = tl.dot(q, k).to(tl.float32)
@@ -206,11 +219,31 @@ def _int8_softmax_tile(acc, l_i, m_i, q, q_scale, k, k_scale, v, v_scale, valid,
 
 
 @triton.jit
-def _int8_attn_inner(acc, l_i, m_i, q, q_scale, v_scale, k_base, ks_base, v_base,
-                     stride_kn, stride_kk, stride_ksn, stride_vk, stride_vn,
-                     offs_m, offs_d, qk_scale, N_CTX_K, hi,
-                     BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, FULL_INT8: tl.constexpr,
-                     ROW_SUM_QUANTIZED: tl.constexpr):
+def _int8_attn_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    q_scale,
+    v_scale,
+    k_base,
+    ks_base,
+    v_base,
+    stride_kn,
+    stride_kk,
+    stride_ksn,
+    stride_vk,
+    stride_vn,
+    offs_m,
+    offs_d,
+    qk_scale,
+    N_CTX_K,
+    hi,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    FULL_INT8: tl.constexpr,
+    ROW_SUM_QUANTIZED: tl.constexpr,
+):
     """Walk the key tiles [0, hi) left to right: T1 and the loop around _int8_softmax_tile."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(0, hi, BLOCK_N):
@@ -218,17 +251,16 @@ def _int8_attn_inner(acc, l_i, m_i, q, q_scale, v_scale, k_base, ks_base, v_base
         key_ok = offs_n < N_CTX_K
         # T1: K^T tile (HEAD_DIM x BLOCK_N), per-key scales, V tile (BLOCK_N x HEAD_DIM); keys past the
         # end read as 0
-        k = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn,
-                    mask=key_ok[None, :], other=0)
+        k = tl.load(k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn, mask=key_ok[None, :], other=0)
         k_scale = tl.load(ks_base + offs_n * stride_ksn, mask=key_ok, other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vk + offs_d[None, :] * stride_vn,
-                    mask=key_ok[:, None], other=0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vk + offs_d[None, :] * stride_vn, mask=key_ok[:, None], other=0)
         valid = key_ok[None, :]
         if IS_CAUSAL:
             # top-left aligned: query i sees keys j <= i
             valid = valid & (offs_m[:, None] >= offs_n[None, :])
-        acc, l_i, m_i = _int8_softmax_tile(acc, l_i, m_i, q, q_scale, k, k_scale, v, v_scale, valid,
-                                           qk_scale, FULL_INT8, ROW_SUM_QUANTIZED)
+        acc, l_i, m_i = _int8_softmax_tile(
+            acc, l_i, m_i, q, q_scale, k, k_scale, v, v_scale, valid, qk_scale, FULL_INT8, ROW_SUM_QUANTIZED
+        )
     return acc, l_i, m_i
 
 
@@ -238,10 +270,20 @@ def _int8_attn_inner(acc, l_i, m_i, q, q_scale, v_scale, k_base, ks_base, v_base
 
 
 @triton.jit
-def _quantize_per_token_kernel(X, XQ, S,
-                               stride_xm, stride_xk, stride_qm, stride_qk, stride_sm,
-                               N_ROWS, D,
-                               BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+def _quantize_per_token_kernel(
+    X,
+    XQ,
+    S,
+    stride_xm,
+    stride_xk,
+    stride_qm,
+    stride_qk,
+    stride_sm,
+    N_ROWS,
+    D,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """Per-token symmetric INT8: BLOCK_R rows of a (N_ROWS, D) matrix per program (Q1..Q6)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.arange(0, BLOCK_D)
@@ -254,19 +296,35 @@ def _quantize_per_token_kernel(X, XQ, S,
     # Q3..Q6
     scale = _scale_from_amax(amax, 127.0)
     y = _quantize_values(x, scale[:, None], 127.0, True)
-    tl.store(XQ + offs_r64[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-             y.to(XQ.dtype.element_ty), mask=mask)
+    tl.store(XQ + offs_r64[:, None] * stride_qm + offs_d[None, :] * stride_qk, y.to(XQ.dtype.element_ty), mask=mask)
     tl.store(S + offs_r64 * stride_sm, scale, mask=offs_r < N_ROWS)
 
 
 @triton.jit
-def _quantize_groups_kernel(X, XQ, S,
-                            stride_xz, stride_xh, stride_xm, stride_xk,
-                            stride_qz, stride_qh, stride_qm, stride_qk,
-                            stride_sz, stride_sh, stride_sg,
-                            H, N_CTX, D, GROUP,
-                            QMAX: tl.constexpr, IS_INT: tl.constexpr,
-                            BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _quantize_groups_kernel(
+    X,
+    XQ,
+    S,
+    stride_xz,
+    stride_xh,
+    stride_xm,
+    stride_xk,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_sz,
+    stride_sh,
+    stride_sg,
+    H,
+    N_CTX,
+    D,
+    GROUP,
+    QMAX: tl.constexpr,
+    IS_INT: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """One scale per GROUP consecutive tokens (x all of head_dim) of one (batch, head): Q1..Q6.
 
     GROUP = seq gives one scale per (batch, head) ("per-tensor"); GROUP = BLOCK gives one scale per
@@ -289,8 +347,9 @@ def _quantize_groups_kernel(X, XQ, S,
     for t0 in range(t_lo, t_hi, BLOCK_T):
         offs_t = t0 + offs_t0
         mask = (offs_t < t_hi)[:, None] & d_ok[None, :]
-        x = tl.load(x_base + offs_t[:, None].to(tl.int64) * stride_xm + offs_d[None, :] * stride_xk,
-                    mask=mask, other=0.0)
+        x = tl.load(
+            x_base + offs_t[:, None].to(tl.int64) * stride_xm + offs_d[None, :] * stride_xk, mask=mask, other=0.0
+        )
         amax_tile = tl.maximum(amax_tile, tl.abs(x.to(tl.float32)))
     amax = tl.max(tl.max(amax_tile, 1), 0)
     # Q3
@@ -299,26 +358,65 @@ def _quantize_groups_kernel(X, XQ, S,
     for t0 in range(t_lo, t_hi, BLOCK_T):
         offs_t = t0 + offs_t0
         mask = (offs_t < t_hi)[:, None] & d_ok[None, :]
-        x = tl.load(x_base + offs_t[:, None].to(tl.int64) * stride_xm + offs_d[None, :] * stride_xk,
-                    mask=mask, other=0.0)
+        x = tl.load(
+            x_base + offs_t[:, None].to(tl.int64) * stride_xm + offs_d[None, :] * stride_xk, mask=mask, other=0.0
+        )
         y = _quantize_values(x.to(tl.float32), scale, QMAX, IS_INT)
-        tl.store(q_base + offs_t[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk,
-                 y.to(XQ.dtype.element_ty), mask=mask)
+        tl.store(
+            q_base + offs_t[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk,
+            y.to(XQ.dtype.element_ty),
+            mask=mask,
+        )
     tl.store(S + off_z * stride_sz + off_h * stride_sh + g * stride_sg, scale)
 
 
 @triton.jit
-def _int8_attn_fwd(Q, QS, K, KS, V, VS, Out, M, L, qk_scale,
-                   stride_qz, stride_qh, stride_qm, stride_qk,
-                   stride_qsz, stride_qsh, stride_qsm,
-                   stride_kz, stride_kh, stride_kn, stride_kk,
-                   stride_ksz, stride_ksh, stride_ksn,
-                   stride_vz, stride_vh, stride_vk, stride_vn,
-                   stride_vsz, stride_vsh,
-                   stride_oz, stride_oh, stride_om, stride_on,
-                   H, GROUP, N_CTX_Q, N_CTX_K,
-                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, FULL_INT8: tl.constexpr, ROW_SUM_QUANTIZED: tl.constexpr):
+def _int8_attn_fwd(
+    Q,
+    QS,
+    K,
+    KS,
+    V,
+    VS,
+    Out,
+    M,
+    L,
+    qk_scale,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_qsz,
+    stride_qsh,
+    stride_qsm,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_ksz,
+    stride_ksh,
+    stride_ksn,
+    stride_vz,
+    stride_vh,
+    stride_vk,
+    stride_vn,
+    stride_vsz,
+    stride_vsh,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_on,
+    H,
+    GROUP,
+    N_CTX_Q,
+    N_CTX_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    FULL_INT8: tl.constexpr,
+    ROW_SUM_QUANTIZED: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -337,8 +435,7 @@ def _int8_attn_fwd(Q, QS, K, KS, V, VS, Out, M, L, qk_scale,
     row_ok = offs_m < N_CTX_Q
 
     # K1, K2
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-                mask=row_ok[:, None], other=0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0)
     q_scale = tl.load(qs_base + offs_m * stride_qsm, mask=row_ok, other=0.0)
     v_scale = tl.load(VS + off_z * stride_vsz + off_hkv * stride_vsh)  # half-int8: a placeholder, unused
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
@@ -349,17 +446,41 @@ def _int8_attn_fwd(Q, QS, K, KS, V, VS, Out, M, L, qk_scale,
         hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
     else:
         hi = N_CTX_K
-    acc, l_i, m_i = _int8_attn_inner(acc, l_i, m_i, q, q_scale, v_scale, k_base, ks_base, v_base,
-                                     stride_kn, stride_kk, stride_ksn, stride_vk, stride_vn,
-                                     offs_m, offs_d, qk_scale, N_CTX_K, hi,
-                                     BLOCK_N, IS_CAUSAL, FULL_INT8, ROW_SUM_QUANTIZED)
+    acc, l_i, m_i = _int8_attn_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        q_scale,
+        v_scale,
+        k_base,
+        ks_base,
+        v_base,
+        stride_kn,
+        stride_kk,
+        stride_ksn,
+        stride_vk,
+        stride_vn,
+        offs_m,
+        offs_d,
+        qk_scale,
+        N_CTX_K,
+        hi,
+        BLOCK_N,
+        IS_CAUSAL,
+        FULL_INT8,
+        ROW_SUM_QUANTIZED,
+    )
 
     # E1: deferred normalisation, guarded against l_i == 0, correctly rounded division
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = tl.math.div_rn(acc, l_safe[:, None])
     # E2
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-             out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
+        out.to(Out.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
     stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
     tl.store(M + stats_offs, m_i, mask=row_ok)
     tl.store(L + stats_offs, l_i, mask=row_ok)
@@ -393,8 +514,7 @@ def _check_device(tensors, names: str, module: str = "gpu.int8_attention"):
         raise ValueError(f"{names} must be on one device, got {', '.join(str(t.device) for t in tensors)}")
     device = tensors[0].device
     if device.type != "cuda" and not (device.type == "cpu" and _kernel_is_interpreted()):
-        hint = (f" (CPU tensors need TRITON_INTERPRET=1 set before {module} is imported)"
-                if device.type == "cpu" else "")
+        hint = f" (CPU tensors need TRITON_INTERPRET=1 set before {module} is imported)" if device.type == "cpu" else ""
         raise ValueError(f"{names} are on {device}; the kernel needs CUDA tensors{hint}")
 
 
@@ -430,9 +550,18 @@ def quantize_per_token(x):
         block_d = triton.next_power_of_2(d)
         block_r = max(1, min(64, 4096 // block_d))
         _quantize_per_token_kernel[(triton.cdiv(rows, block_r),)](
-            x2, xq, scale,
-            x2.stride(0), x2.stride(1), xq.stride(0), xq.stride(1), scale.stride(0),
-            rows, d, BLOCK_R=block_r, BLOCK_D=block_d,
+            x2,
+            xq,
+            scale,
+            x2.stride(0),
+            x2.stride(1),
+            xq.stride(0),
+            xq.stride(1),
+            scale.stride(0),
+            rows,
+            d,
+            BLOCK_R=block_r,
+            BLOCK_D=block_d,
         )
     return xq.reshape(x.shape), scale.reshape(x.shape[:-1])
 
@@ -451,12 +580,28 @@ def _quantize_groups(x4, out, group: int, qmax: float, is_int: bool):
     block_d = triton.next_power_of_2(d)
     block_t = max(1, min(triton.next_power_of_2(group), 4096 // block_d, 64))
     _quantize_groups_kernel[(n_groups, b * h)](
-        x4, out, scale,
-        x4.stride(0), x4.stride(1), x4.stride(2), x4.stride(3),
-        out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        scale.stride(0), scale.stride(1), scale.stride(2),
-        h, s, d, group,
-        QMAX=qmax, IS_INT=is_int, BLOCK_T=block_t, BLOCK_D=block_d,
+        x4,
+        out,
+        scale,
+        x4.stride(0),
+        x4.stride(1),
+        x4.stride(2),
+        x4.stride(3),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        out.stride(3),
+        scale.stride(0),
+        scale.stride(1),
+        scale.stride(2),
+        h,
+        s,
+        d,
+        group,
+        QMAX=qmax,
+        IS_INT=is_int,
+        BLOCK_T=block_t,
+        BLOCK_D=block_d,
     )
     return scale
 
@@ -487,16 +632,17 @@ def quantize_per_tensor(x):
 def _check_attention_shapes(q, k, v):
     (bq, hq, _, dq), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
     if not (bq == bk == bv and hk == hv):
-        raise ValueError(f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)} (k and v: the same heads)")
+        raise ValueError(
+            f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} (k and v: the same heads)"
+        )
     kv_group(hq, hk)  # q heads a multiple of kv heads
     if sk != sv:
         raise ValueError(f"k and v must have the same sequence length, got {sk} and {sv}")
     if not (dq == dk == dv):
         raise ValueError(f"head_dim must agree: q {dq}, k {dk}, v {dv}")
     if not (_is_pow2(dq) and 32 <= dq <= 256):
-        raise ValueError(f"head_dim must be a power of two in [32, 256] (8-bit tl.dot needs K >= 32), "
-                         f"got {dq}")
+        raise ValueError(f"head_dim must be a power of two in [32, 256] (8-bit tl.dot needs K >= 32), got {dq}")
     if sk < 1:
         raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
 
@@ -544,17 +690,49 @@ def _launch(q8, qs, k8, ks, v, vs, *, block_m, block_n, causal, qk_scale, row_su
         vs_strides = (vs.stride(0), vs.stride(1))
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
     _int8_attn_fwd[grid](
-        q8, qs, k8, ks, v, vs, out, m, l, qk_scale,
-        q8.stride(0), q8.stride(1), q8.stride(2), q8.stride(3),
-        qs.stride(0), qs.stride(1), qs.stride(2),
-        k8.stride(0), k8.stride(1), k8.stride(2), k8.stride(3),
-        ks.stride(0), ks.stride(1), ks.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), v.stride(3),
+        q8,
+        qs,
+        k8,
+        ks,
+        v,
+        vs,
+        out,
+        m,
+        l,
+        qk_scale,
+        q8.stride(0),
+        q8.stride(1),
+        q8.stride(2),
+        q8.stride(3),
+        qs.stride(0),
+        qs.stride(1),
+        qs.stride(2),
+        k8.stride(0),
+        k8.stride(1),
+        k8.stride(2),
+        k8.stride(3),
+        ks.stride(0),
+        ks.stride(1),
+        ks.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        v.stride(3),
         *vs_strides,
-        out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        heads, heads // k8.shape[1], seq_q, seq_k,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        IS_CAUSAL=causal, FULL_INT8=full, ROW_SUM_QUANTIZED=(row_sum == "consistent"),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        out.stride(3),
+        heads,
+        heads // k8.shape[1],
+        seq_q,
+        seq_k,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=causal,
+        FULL_INT8=full,
+        ROW_SUM_QUANTIZED=(row_sum == "consistent"),
         num_warps=NUM_WARPS,
     )
     return out, m, l
@@ -565,8 +743,21 @@ def _launch(q8, qs, k8, ks, v, vs, *, block_m, block_n, causal, qk_scale, row_su
 # ----------------------------------------------------------------------------------------------------
 
 
-def int8_attention_quantized(q_int8, q_scale, k_int8, k_scale, v, v_scale=None, *, block_m=64, block_n=64,
-                             causal=False, row_sum="reference", sm_scale=None, return_stats=False):
+def int8_attention_quantized(
+    q_int8,
+    q_scale,
+    k_int8,
+    k_scale,
+    v,
+    v_scale=None,
+    *,
+    block_m=64,
+    block_n=64,
+    causal=False,
+    row_sum="reference",
+    sm_scale=None,
+    return_stats=False,
+):
     """The attention kernel on already quantized inputs (what :func:`int8_attention` runs after
     quantizing). The variant follows v's dtype: int8 v (with its fp32 v_scale of shape (batch, heads))
     runs "int8"; float16 v (v_scale None) runs "half-int8".
@@ -581,8 +772,7 @@ def int8_attention_quantized(q_int8, q_scale, k_int8, k_scale, v, v_scale=None, 
         out fp16 (batch, heads, seq_q, head_dim), or (out, m, l) when return_stats (fp32 (batch, heads,
         seq_q): running maximum in log2 units and the softmax denominator relative to it).
     """
-    for name, t in (("q_int8", q_int8), ("q_scale", q_scale), ("k_int8", k_int8), ("k_scale", k_scale),
-                    ("v", v)):
+    for name, t in (("q_int8", q_int8), ("q_scale", q_scale), ("k_int8", k_int8), ("k_scale", k_scale), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     for name, t in (("q_int8", q_int8), ("k_int8", k_int8), ("v", v)):
@@ -607,21 +797,43 @@ def int8_attention_quantized(q_int8, q_scale, k_int8, k_scale, v, v_scale=None, 
         if v_scale is not None:
             raise ValueError("v_scale must be None for float16 v (the half-int8 variant)")
     else:
-        raise TypeError(f"v has dtype {v.dtype}; expected torch.int8 (int8 variant) or torch.float16 "
-                        "(half-int8 variant)")
+        raise TypeError(
+            f"v has dtype {v.dtype}; expected torch.int8 (int8 variant) or torch.float16 (half-int8 variant)"
+        )
     tensors = [q_int8, q_scale, k_int8, k_scale, v] + ([v_scale] if v_scale is not None else [])
     _check_device(tensors, "all inputs")
     _check_attention_shapes(q_int8, k_int8, v)
-    block_m, block_n, causal, qk_scale = _check_common_options(q_int8, sm_scale, block_m, block_n, causal,
-                                                               return_stats)
+    block_m, block_n, causal, qk_scale = _check_common_options(q_int8, sm_scale, block_m, block_n, causal, return_stats)
     _check_choice("row_sum", row_sum, _ROW_SUMS)
-    out, m, l = _launch(q_int8, q_scale, k_int8, k_scale, v, v_scale, block_m=block_m,  # noqa: E741
-                        block_n=block_n, causal=causal, qk_scale=qk_scale, row_sum=row_sum)
+    out, m, l = _launch(  # noqa: E741
+        q_int8,
+        q_scale,
+        k_int8,
+        k_scale,
+        v,
+        v_scale,
+        block_m=block_m,
+        block_n=block_n,
+        causal=causal,
+        qk_scale=qk_scale,
+        row_sum=row_sum,
+    )
     return (out, m, l) if return_stats else out
 
 
-def int8_attention(q, k, v, *, block_m=64, block_n=64, causal=False, variant="int8", row_sum="reference",
-                   sm_scale=None, return_stats=False):
+def int8_attention(
+    q,
+    k,
+    v,
+    *,
+    block_m=64,
+    block_n=64,
+    causal=False,
+    variant="int8",
+    row_sum="reference",
+    sm_scale=None,
+    return_stats=False,
+):
     """softmax(sm_scale * q @ k^T [causal mask]) @ v with INT8 operands (INT-FlashAttention).
 
     Quantizes its inputs as the reference does (module docstring Q1..Q6): q and k per token, v per
@@ -666,5 +878,17 @@ def int8_attention(q, k, v, *, block_m=64, block_n=64, causal=False, variant="in
         vs = _quantize_groups(v, v8, v.shape[2], INT8_MAX, True)[..., 0]
     else:
         v8, vs = v.to(torch.float16), None
-    return int8_attention_quantized(q8, qs, k8, ks, v8, vs, block_m=block_m, block_n=block_n, causal=causal,
-                                    row_sum=row_sum, sm_scale=sm_scale, return_stats=return_stats)
+    return int8_attention_quantized(
+        q8,
+        qs,
+        k8,
+        ks,
+        v8,
+        vs,
+        block_m=block_m,
+        block_n=block_n,
+        causal=causal,
+        row_sum=row_sum,
+        sm_scale=sm_scale,
+        return_stats=return_stats,
+    )

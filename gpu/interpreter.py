@@ -205,13 +205,14 @@ def _resolve_dots(dot: Any, arch: str) -> dict:
             raise ValueError(f"faithful(dot=...): unknown keys {unknown}; known: {', '.join(DOT_KEYS)}")
         given = dict(dot)
     else:
-        raise TypeError("faithful(dot=...) takes None, an accumulation model (Sequential, BlockFMA, "
-                        f"Chunked) or a mapping {{key: model}} with keys {', '.join(DOT_KEYS)}; "
-                        f"got {type(dot).__name__}")
+        raise TypeError(
+            "faithful(dot=...) takes None, an accumulation model (Sequential, BlockFMA, "
+            f"Chunked) or a mapping {{key: model}} with keys {', '.join(DOT_KEYS)}; "
+            f"got {type(dot).__name__}"
+        )
     for k, m in given.items():
         if not isinstance(m, models):
-            raise TypeError(f"faithful(dot=...)[{k!r}] must be Sequential, BlockFMA or Chunked, got "
-                            f"{type(m).__name__}")
+            raise TypeError(f"faithful(dot=...)[{k!r}] must be Sequential, BlockFMA or Chunked, got {type(m).__name__}")
         acc_params(m)  # validates the model
     dots.update(given)
     return dots
@@ -224,8 +225,10 @@ def _check_fn(name: str, value: Any) -> Any:
         return ex2_approx
     if value == "correctly_rounded" or (callable(value) and not isinstance(value, str)):
         return value
-    raise ValueError(f"faithful({name}=...) must be 'correctly_rounded' or a callable taking float32 "
-                     f"ndarray(s) and returning a float32 ndarray; got {value!r}")
+    raise ValueError(
+        f"faithful({name}=...) must be 'correctly_rounded' or a callable taking float32 "
+        f"ndarray(s) and returning a float32 ndarray; got {value!r}"
+    )
 
 
 def _check_int(name: str, value: Any, lo: int) -> int:
@@ -244,24 +247,32 @@ def _check_environment() -> str:
     m = re.match(r"(\d+)\.(\d+)", version)
     if m is None or (int(m.group(1)), int(m.group(2))) not in SUPPORTED_TRITON:
         supported = " and ".join(f"{a}.{b}.x" for a, b in SUPPORTED_TRITON)
-        raise RuntimeError(f"gpu.interpreter.faithful() supports triton {supported}; the installed triton is "
-                           f"{version}. Its interpreter internals may differ: install a supported version or "
-                           "check gpu/INTERPRETER_NOTES.md against the new source first.")
+        raise RuntimeError(
+            f"gpu.interpreter.faithful() supports triton {supported}; the installed triton is "
+            f"{version}. Its interpreter internals may differ: install a supported version or "
+            "check gpu/INTERPRETER_NOTES.md against the new source first."
+        )
     import triton.language as tl
 
-    fix = ("set TRITON_INTERPRET=1 before triton is first imported (export it in the shell, or put "
-           "os.environ.setdefault('TRITON_INTERPRET', '1') at the top of the script or tests/conftest.py)")
+    fix = (
+        "set TRITON_INTERPRET=1 before triton is first imported (export it in the shell, or put "
+        "os.environ.setdefault('TRITON_INTERPRET', '1') at the top of the script or tests/conftest.py)"
+    )
     if type(tl.standard.sum).__name__ != "InterpretedFunction":
-        raise RuntimeError("faithful(): TRITON_INTERPRET=1 did not take effect -- triton was imported "
-                           f"without it, so kernels compile for a GPU instead of running in the interpreter; "
-                           f"{fix}")
+        raise RuntimeError(
+            "faithful(): TRITON_INTERPRET=1 did not take effect -- triton was imported "
+            f"without it, so kernels compile for a GPU instead of running in the interpreter; "
+            f"{fix}"
+        )
     knobs = getattr(triton, "knobs", None)
-    interpret = (getattr(knobs.runtime, "interpret", None) if knobs is not None else None)
+    interpret = getattr(knobs.runtime, "interpret", None) if knobs is not None else None
     if interpret is None:
         interpret = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
     if not interpret:
-        raise RuntimeError(f"faithful(): TRITON_INTERPRET is not set now, so kernels decorated from here on "
-                           f"would not be interpreted; {fix}")
+        raise RuntimeError(
+            f"faithful(): TRITON_INTERPRET is not set now, so kernels decorated from here on "
+            f"would not be interpreted; {fix}"
+        )
     return version
 
 
@@ -357,17 +368,23 @@ def faithful(
     if not isinstance(ftz, bool):
         raise TypeError(f"faithful(ftz=...) must be a bool, got {type(ftz).__name__}")
     if reduce_order not in ORDERS:
-        raise ValueError(f"faithful(reduce_order=...) must be one of {', '.join(ORDERS)}, "
-                         f"got {reduce_order!r}")
+        raise ValueError(f"faithful(reduce_order=...) must be one of {', '.join(ORDERS)}, got {reduce_order!r}")
     if fp8_overflow not in _FP8_OVERFLOW:
         raise ValueError(f"faithful(fp8_overflow=...) must be 'satfinite' or 'ieee', got {fp8_overflow!r}")
-    fns = {name: _check_fn(name, value) for name, value in
-           (("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("div", div))}
+    fns = {
+        name: _check_fn(name, value)
+        for name, value in (("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("div", div))
+    }
     config = _Config(
-        dot=_resolve_dots(dot, arch), arch=arch, ftz=ftz, reduce_order=reduce_order,
+        dot=_resolve_dots(dot, arch),
+        arch=arch,
+        ftz=ftz,
+        reduce_order=reduce_order,
         reduce_fan_in=_check_int("reduce_fan_in", reduce_fan_in, 2),
-        reduce_chunk=_check_int("reduce_chunk", reduce_chunk, 1), fp8_overflow=fp8_overflow,
-        triton_version=_check_environment(), **fns,
+        reduce_chunk=_check_int("reduce_chunk", reduce_chunk, 1),
+        fp8_overflow=fp8_overflow,
+        triton_version=_check_environment(),
+        **fns,
     )
     from gpu import _interp_ops
 

@@ -74,11 +74,22 @@ __all__ = [
 #: (dtype, BLOCK_M, N, K): the shapes of tl.dot(q, k) (BLOCK_M x BLOCK_N x HEAD_DIM) and tl.dot(p, v)
 #: (BLOCK_M x HEAD_DIM x BLOCK_N) in the flash kernels.
 DOT_VARIANTS = (
-    ("bf16", 64, 64, 64), ("bf16", 128, 64, 64), ("bf16", 64, 128, 128), ("bf16", 128, 128, 128),
-    ("bf16", 16, 16, 16), ("bf16", 16, 64, 64), ("bf16", 32, 32, 128), ("bf16", 64, 16, 16),
-    ("fp16", 64, 64, 64), ("fp16", 16, 16, 64), ("fp16", 128, 128, 128),
-    ("tf32", 64, 64, 64), ("tf32", 16, 16, 16),
-    ("e4m3", 64, 64, 64), ("e4m3", 64, 64, 128), ("e4m3", 16, 32, 32),
+    ("bf16", 64, 64, 64),
+    ("bf16", 128, 64, 64),
+    ("bf16", 64, 128, 128),
+    ("bf16", 128, 128, 128),
+    ("bf16", 16, 16, 16),
+    ("bf16", 16, 64, 64),
+    ("bf16", 32, 32, 128),
+    ("bf16", 64, 16, 16),
+    ("fp16", 64, 64, 64),
+    ("fp16", 16, 16, 64),
+    ("fp16", 128, 128, 128),
+    ("tf32", 64, 64, 64),
+    ("tf32", 16, 16, 16),
+    ("e4m3", 64, 64, 64),
+    ("e4m3", 64, 64, 128),
+    ("e4m3", 16, 32, 32),
     ("e5m2", 64, 64, 64),
 )
 DOT_SMOKE_VARIANTS = (("bf16", 16, 16, 32), ("tf32", 16, 16, 16), ("e4m3", 16, 16, 32))
@@ -135,8 +146,13 @@ def to_format(x: np.ndarray, fmt: str) -> np.ndarray:
 def _torch_dtype(fmt: str) -> Any:
     import torch
 
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
-            "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
+    return {
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "tf32": torch.float32,
+        "e4m3": torch.float8_e4m3fn,
+        "e5m2": torch.float8_e5m2,
+    }[fmt]
 
 
 def _bits(t: Any) -> np.ndarray:
@@ -197,8 +213,9 @@ def dot_designs(fmt: str, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray
         r = np.zeros(k)
         r[0] = big
         pos = rng.choice(np.arange(1, k), size=min(3, k - 1), replace=False)
-        r[pos] = rng.choice([-1.0, 1.0], size=pos.size) * big * 2.0 ** rng.integers(rel[0] - 4, rel[0] + 1,
-                                                                                   size=pos.size)
+        r[pos] = (
+            rng.choice([-1.0, 1.0], size=pos.size) * big * 2.0 ** rng.integers(rel[0] - 4, rel[0] + 1, size=pos.size)
+        )
         add("round", r)
     for _ in range(128):
         add("random", rng.standard_normal(k))
@@ -235,8 +252,23 @@ def dot_b_columns(fmt: str, k: int, n: int, seed: int = 0) -> np.ndarray:
 
 def dot_c0(m: int, n: int) -> np.ndarray:
     """The designed incoming accumulator of launch 1 (fp32 values)."""
-    vals = np.array([1.0, -1.0, 1.0 + 2.0**-23, 2.0**-30, 2.0**20, 0.75 + 2.0**-24, -3.0 - 2.0**-22, 2.0**-10,
-                     1.0 - 2.0**-24, 12345.678, -0.1, 2.0**30], dtype=np.float32)
+    vals = np.array(
+        [
+            1.0,
+            -1.0,
+            1.0 + 2.0**-23,
+            2.0**-30,
+            2.0**20,
+            0.75 + 2.0**-24,
+            -3.0 - 2.0**-22,
+            2.0**-10,
+            1.0 - 2.0**-24,
+            12345.678,
+            -0.1,
+            2.0**30,
+        ],
+        dtype=np.float32,
+    )
     i = np.arange(m)[:, None]
     j = np.arange(n)[None, :]
     return vals[(i * 7 + j) % vals.size].astype(np.float32)
@@ -287,8 +319,16 @@ def _mma_instructions(compiled: Any) -> str:
     return " ".join(found)
 
 
-def dot_variant(fmt: str, bm: int, bn: int, k: int, *, device: str = "cuda", max_rows: int | None = None,
-                faithful_kwargs: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+def dot_variant(
+    fmt: str,
+    bm: int,
+    bn: int,
+    k: int,
+    *,
+    device: str = "cuda",
+    max_rows: int | None = None,
+    faithful_kwargs: dict[str, Any] | None = None,
+) -> dict[str, np.ndarray]:
     """Run the dot probe for one (format, BLOCK_M, N, K); arrays keyed without a prefix (see module doc)."""
     import torch
 
@@ -377,8 +417,9 @@ def _sum_kernel() -> Any:
     return _KERNELS["sum"]
 
 
-def sum_variant(bm: int, bn: int, *, device: str = "cuda",
-                faithful_kwargs: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+def sum_variant(
+    bm: int, bn: int, *, device: str = "cuda", faithful_kwargs: dict[str, Any] | None = None
+) -> dict[str, np.ndarray]:
     """Run the sum probe for one (BLOCK_M, BLOCK_N): outputs ``y_mma`` (a tile produced by tl.dot, in its
     accumulator layout) and ``y_blocked`` (a loaded fp32 tile), one per design row (:func:`sum_design`)."""
     import torch
@@ -397,8 +438,7 @@ def sum_variant(bm: int, bn: int, *, device: str = "cuda",
         yb = torch.empty(t * bm, dtype=torch.float32, device=device)
         kern[(t,)](da, eye, dx, ym, yb, BM=bm, BN=bn, num_warps=4)
         y_mma, y_blk = ym.cpu().numpy()[:r], yb.cpu().numpy()[:r]
-    return {"y_mma": y_mma.astype(np.float32), "y_blocked": y_blk.astype(np.float32),
-            "shape": np.array([bm, bn])}
+    return {"y_mma": y_mma.astype(np.float32), "y_blocked": y_blk.astype(np.float32), "shape": np.array([bm, bn])}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -434,10 +474,39 @@ def segment_size(seg: dict[str, Any]) -> int:
 
 def exp_edges() -> np.ndarray:
     """Edge inputs stored with raw outputs."""
-    v = [0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, -1.1754942e-38, 1.17549435e-38, -1.17549435e-38,
-         2.0**-140, -(2.0**-140), 2.0**-126, -(2.0**-126), np.inf, -np.inf, np.nan, 127.0, 127.99999, 128.0,
-         200.0, 88.0, 88.7, 89.0, -87.0, -103.0, -104.0, 1e-8, -1e-8, 2.0**-24, -(2.0**-24), 2.0**-25,
-         -(2.0**-25)]
+    v = [
+        0.0,
+        -0.0,
+        1e-45,
+        -1e-45,
+        1.1754942e-38,
+        -1.1754942e-38,
+        1.17549435e-38,
+        -1.17549435e-38,
+        2.0**-140,
+        -(2.0**-140),
+        2.0**-126,
+        -(2.0**-126),
+        np.inf,
+        -np.inf,
+        np.nan,
+        127.0,
+        127.99999,
+        128.0,
+        200.0,
+        88.0,
+        88.7,
+        89.0,
+        -87.0,
+        -103.0,
+        -104.0,
+        1e-8,
+        -1e-8,
+        2.0**-24,
+        -(2.0**-24),
+        2.0**-25,
+        -(2.0**-25),
+    ]
     flush = -np.linspace(120.0, 155.0, 701)  # exp2 results from normal through subnormal to zero
     tiny = -(2.0 ** -np.arange(30.0, 150.0, 0.5))  # below the sweep: exp2 ~ 1
     sub = -(np.arange(1, 65, dtype=np.float64) * 2.0**-149)
@@ -479,8 +548,7 @@ def _apply(x_dev: Any, fn: str, device: str, faithful_kwargs: dict[str, Any] | N
 AMB_TOL = 2.0**-20
 
 
-def _offsets(x_dev: Any, y_dev: Any, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                        np.ndarray]:
+def _offsets(x_dev: Any, y_dev: Any, fn: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """int8 ulp offsets of y from the correctly rounded fn(x) (float64 on the device, then rn to fp32), and
     (amb_idx, amb_bits, clip_idx, clip_bits) where the offset is not trustworthy / does not fit."""
     import torch
@@ -501,13 +569,24 @@ def _offsets(x_dev: Any, y_dev: Any, fn: str) -> tuple[np.ndarray, np.ndarray, n
     amb_idx = torch.nonzero(amb).flatten()
     clip_idx = torch.nonzero(clip).flatten()
     ybits = y_dev.view(torch.int32)
-    return (off.cpu().numpy(), amb_idx.cpu().numpy(), ybits[amb_idx].cpu().numpy().view(np.uint32),
-            clip_idx.cpu().numpy(), ybits[clip_idx].cpu().numpy().view(np.uint32))
+    return (
+        off.cpu().numpy(),
+        amb_idx.cpu().numpy(),
+        ybits[amb_idx].cpu().numpy().view(np.uint32),
+        clip_idx.cpu().numpy(),
+        ybits[clip_idx].cpu().numpy().view(np.uint32),
+    )
 
 
-def exp_probe(*, device: str = "cuda", smoke: bool = False, chunk: int = 1 << 24,
-              deadline: float | None = None, faithful_kwargs: dict[str, Any] | None = None,
-              log: Callable[[str], None] = print) -> dict[str, np.ndarray]:
+def exp_probe(
+    *,
+    device: str = "cuda",
+    smoke: bool = False,
+    chunk: int = 1 << 24,
+    deadline: float | None = None,
+    faithful_kwargs: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, np.ndarray]:
     """Run every segment of :func:`exp_segments` and the edges; arrays keyed ``<segment>_<field>``."""
     import torch
 
@@ -525,8 +604,13 @@ def exp_probe(*, device: str = "cuda", smoke: bool = False, chunk: int = 1 << 24
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             if device == "cuda":
-                mags = torch.arange(seg["lo"] + start * seg["stride"], seg["lo"] + stop * seg["stride"],
-                                    seg["stride"], dtype=torch.int64, device="cuda")
+                mags = torch.arange(
+                    seg["lo"] + start * seg["stride"],
+                    seg["lo"] + stop * seg["stride"],
+                    seg["stride"],
+                    dtype=torch.int64,
+                    device="cuda",
+                )
                 bits = mags | (int(seg["sign"]) << 31)
                 bits = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
                 x = bits.view(torch.float32)
@@ -546,10 +630,12 @@ def exp_probe(*, device: str = "cuda", smoke: bool = False, chunk: int = 1 << 24
         out[f"{name}_clip_idx"] = np.concatenate(clips).astype(np.int64)
         out[f"{name}_clip_y"] = np.concatenate(clip_y).astype(np.uint32)
         o = out[f"{name}_off"]
-        log(f"exp probe {name}: {n} inputs in {time.perf_counter() - t0:.1f} s; offsets "
+        log(
+            f"exp probe {name}: {n} inputs in {time.perf_counter() - t0:.1f} s; offsets "
             f"{dict(zip(*np.unique(o, return_counts=True), strict=True))}, "
             f"amb {out[f'{name}_amb_idx'].size}, "
-            f"clip {out[f'{name}_clip_idx'].size}")
+            f"clip {out[f'{name}_clip_idx'].size}"
+        )
     edges = exp_edges()
     for fn in ("exp2", "exp"):
         x = torch.from_numpy(edges).to(device)
@@ -648,7 +734,7 @@ def isa_facts(ptx: str, sass: str) -> dict[str, Any]:
             if not m:
                 continue
             src = m.group(1).strip("-|")
-            for prev in reversed(lines[max(0, i - 40):i]):
+            for prev in reversed(lines[max(0, i - 40) : i]):
                 pm = re.search(r"\s([A-Z][A-Z0-9_.]*)\s+(R\d+)\s*,", prev)
                 if pm and pm.group(2) == src:
                     feeders[pm.group(1)] = feeders.get(pm.group(1), 0) + 1
@@ -669,13 +755,20 @@ def isa_facts(ptx: str, sass: str) -> dict[str, Any]:
         }
     p = facts["ptx"]
     facts["summary"] = {
-        "exp2_instruction": ("ex2.approx.ftz.f32" if p["ex2.approx.ftz.f32"] else
-                             "ex2.approx.f32" if p["ex2.approx.f32"] else "none"),
+        "exp2_instruction": (
+            "ex2.approx.ftz.f32" if p["ex2.approx.ftz.f32"] else "ex2.approx.f32" if p["ex2.approx.f32"] else "none"
+        ),
         "qk_scale_minus_m_is_fma": bool(facts["ex2_input_defined_by"].get("fma.rn.f32", 0)),
-        "division": ("div.rn.f32" if p["div.rn.f32"] else "div.full.f32" if p["div.full.f32"] else
-                     "div.approx" if p["div.approx.f32"] else "none"),
-        "mma": "wgmma" if any(s.startswith("wgmma") for s in p["mma"]) else
-               ("mma.sync" if p["mma"] else "none"),
+        "division": (
+            "div.rn.f32"
+            if p["div.rn.f32"]
+            else "div.full.f32"
+            if p["div.full.f32"]
+            else "div.approx"
+            if p["div.approx.f32"]
+            else "none"
+        ),
+        "mma": "wgmma" if any(s.startswith("wgmma") for s in p["mma"]) else ("mma.sync" if p["mma"] else "none"),
     }
     return facts
 
@@ -725,16 +818,31 @@ def _compile_spec(spec: tuple, capability: int = 90) -> tuple[str, bytes]:
 
         fn = fa._attn_fwd
         ptrs = {"Q": f"*{fmt}", "K": f"*{fmt}", "V": f"*{fmt}", "Out": f"*{fmt}", "M": "*fp32", "L": "*fp32"}
-        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=False, INPUT_PRECISION="ieee",
-                      LAZY_RESCALE=False, RESCALE_THRESHOLD=0.0)
+        consts = dict(
+            HEAD_DIM=d,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            IS_CAUSAL=False,
+            INPUT_PRECISION="ieee",
+            LAZY_RESCALE=False,
+            RESCALE_THRESHOLD=0.0,
+        )
     else:
         import gpu.int8_attention as ia
 
         fn = ia._int8_attn_fwd
-        ptrs = {"Q": "*i8", "QS": "*fp32", "K": "*i8", "KS": "*fp32", "V": "*i8", "VS": "*fp32",
-                "Out": "*fp16", "M": "*fp32", "L": "*fp32"}
-        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=False, FULL_INT8=True,
-                      ROW_SUM_QUANTIZED=False)
+        ptrs = {
+            "Q": "*i8",
+            "QS": "*fp32",
+            "K": "*i8",
+            "KS": "*fp32",
+            "V": "*i8",
+            "VS": "*fp32",
+            "Out": "*fp16",
+            "M": "*fp32",
+            "L": "*fp32",
+        }
+        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=False, FULL_INT8=True, ROW_SUM_QUANTIZED=False)
     sig = {}
     for name in inspect.signature(fn.fn).parameters:
         if name in consts:
@@ -745,13 +853,21 @@ def _compile_spec(spec: tuple, capability: int = 90) -> tuple[str, bytes]:
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
-    kernel = triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", capability, 32),
-                            options=dict(num_warps=4, num_stages=2))
+    kernel = triton.compile(
+        ASTSource(fn, sig, constexprs=consts),
+        target=GPUTarget("cuda", capability, 32),
+        options=dict(num_warps=4, num_stages=2),
+    )
     return kernel.asm["ptx"], kernel.asm.get("cubin", b"")
 
 
-def isa_probe(out_dir: Path, *, compile_only: bool | None = None, deadline: float | None = None,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+def isa_probe(
+    out_dir: Path,
+    *,
+    compile_only: bool | None = None,
+    deadline: float | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """PTX/SASS of :data:`ISA_SPECS` into ``out_dir`` (``<label>.ptx``, ``<label>.sass``) and the facts
     (returned and written as ``isa.json``). Must run in a process where TRITON_INTERPRET is unset and
     TRITON_CACHE_DIR points to a fresh directory (the GPU path reads the compiled kernels back from it)."""
@@ -763,9 +879,11 @@ def isa_probe(out_dir: Path, *, compile_only: bool | None = None, deadline: floa
     gpu = torch.cuda.is_available() if compile_only is None else not compile_only
     cache = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
     seen: set[Path] = set(cache.rglob("*.ptx")) if cache.exists() else set()
-    result: dict[str, Any] = {"triton": triton.__version__,
-                              "mode": "launch" if gpu else "cross-compile sm_90",
-                              "kernels": {}}
+    result: dict[str, Any] = {
+        "triton": triton.__version__,
+        "mode": "launch" if gpu else "cross-compile sm_90",
+        "kernels": {},
+    }
     for spec in ISA_SPECS:
         label = spec[0]
         if deadline is not None and time.monotonic() > deadline:
@@ -786,8 +904,7 @@ def isa_probe(out_dir: Path, *, compile_only: bool | None = None, deadline: floa
             if sass:
                 (out_dir / f"{label}.sass").write_text(sass)
             facts = isa_facts(ptx, sass)
-            facts["spec"] = dict(zip(("label", "kind", "fmt", "block_m", "block_n", "head_dim"), spec,
-                                     strict=True))
+            facts["spec"] = dict(zip(("label", "kind", "fmt", "block_m", "block_n", "head_dim"), spec, strict=True))
             result["kernels"][label] = facts
             log(f"isa {label}: {facts['summary']} ({time.perf_counter() - t0:.1f} s)")
         except Exception as exc:
@@ -819,18 +936,17 @@ def main(argv: list[str] | None = None) -> int:
 
     device = "cuda" if torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET") else "cpu"
     if device == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        print("no GPU: set TRITON_INTERPRET=1 to run the probe under the faithful interpreter",
-              file=sys.stderr)
+        print("no GPU: set TRITON_INTERPRET=1 to run the probe under the faithful interpreter", file=sys.stderr)
         return 2
     arrays: dict[str, np.ndarray] = {}
     if args.probe == "exp":
         arrays = exp_probe(device=device, smoke=args.smoke, deadline=deadline)
     elif args.probe == "dot":
-        for v in (DOT_SMOKE_VARIANTS if args.smoke else DOT_VARIANTS):
+        for v in DOT_SMOKE_VARIANTS if args.smoke else DOT_VARIANTS:
             res = dot_variant(*v, device=device, max_rows=64 if args.smoke else None)
             arrays.update({f"dot_{'_'.join(map(str, v))}__{k}": a for k, a in res.items()})
     else:
-        for v in (SUM_SMOKE_VARIANTS if args.smoke else SUM_VARIANTS):
+        for v in SUM_SMOKE_VARIANTS if args.smoke else SUM_VARIANTS:
             res = sum_variant(*v, device=device)
             arrays.update({f"sum_{v[0]}_{v[1]}__{k}": a for k, a in res.items()})
     np.savez_compressed(args.out / f"{args.probe}.npz", **arrays)

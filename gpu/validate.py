@@ -113,11 +113,37 @@ SPREAD = 1.5
 GRID_VERSION = 1
 
 FIELDS = (
-    "id", "kind", "fmt", "variant", "row_sum", "seq", "head_dim", "heads", "block_m", "block_n", "causal",
-    "out", "seed", "backend", "plan", "status", "bitwise_agreement", "max_ulp", "out32_agreement", "out32_max_ulp",
+    "id",
+    "kind",
+    "fmt",
+    "variant",
+    "row_sum",
+    "seq",
+    "head_dim",
+    "heads",
+    "block_m",
+    "block_n",
+    "causal",
+    "out",
+    "seed",
+    "backend",
+    "plan",
+    "status",
+    "bitwise_agreement",
+    "max_ulp",
+    "out32_agreement",
+    "out32_max_ulp",
     "out32_rel_diff",
-    "m_agreement", "m_max_ulp", "l_agreement", "l_max_ulp", "kernel_err_max", "kernel_err_rms",
-    "emulator_err_max", "emulator_err_rms", "kernel_s", "emulator_s",
+    "m_agreement",
+    "m_max_ulp",
+    "l_agreement",
+    "l_max_ulp",
+    "kernel_err_max",
+    "kernel_err_rms",
+    "emulator_err_max",
+    "emulator_err_rms",
+    "kernel_s",
+    "emulator_s",
 )
 
 
@@ -156,8 +182,10 @@ class Config:
     @property
     def id(self) -> str:
         kind = self.kind if self.kind == "flash" else f"{self.variant}-{self.row_sum[:3]}"
-        return (f"{kind}-{self.fmt}-s{self.seq}-d{self.head_dim}-m{self.block_m}n{self.block_n}-"
-                f"{'causal' if self.causal else 'full'}-{self.out}-h{self.heads}")
+        return (
+            f"{kind}-{self.fmt}-s{self.seq}-d{self.head_dim}-m{self.block_m}n{self.block_n}-"
+            f"{'causal' if self.causal else 'full'}-{self.out}-h{self.heads}"
+        )
 
     @property
     def seed(self) -> int:
@@ -241,8 +269,9 @@ def _all_values(dims: Sequence[Sequence[Any]], make: Callable[..., Config]) -> l
     uncovered = {(i, v) for i, vals in enumerate(dims) for v in vals}
     chosen = []
     while uncovered:
-        best = max(range(len(cands)),
-                   key=lambda i: (len({(j, x) for j, x in enumerate(cands[i])} & uncovered) / costs[i], -i))
+        best = max(
+            range(len(cands)), key=lambda i: (len({(j, x) for j, x in enumerate(cands[i])} & uncovered) / costs[i], -i)
+        )
         chosen.append(make(*cands[best]))
         uncovered -= {(j, x) for j, x in enumerate(cands[best])}
     return chosen
@@ -259,8 +288,10 @@ def _int8_configs(small: bool) -> list[Config]:
     ]
     if small:
         rows = [rows[0], rows[1]]
-    return [Config("int8", "fp16", s, d, bm, bn, c, "low", variant=var, row_sum=rs, heads=_heads(s))
-            for var, rs, s, d, bm, bn, c in rows]
+    return [
+        Config("int8", "fp16", s, d, bm, bn, c, "low", variant=var, row_sum=rs, heads=_heads(s))
+        for var, rs, s, d, bm, bn, c in rows
+    ]
 
 
 def _dedupe(configs: Iterable[Config]) -> list[Config]:
@@ -279,20 +310,23 @@ def grid(name: str = "full", *, int8: bool = True) -> list[Config]:
     dims = (FORMATS, BLOCKS, BLOCKS, SEQS, HEAD_DIMS, CAUSAL, OUTS)
     if name == "full":
         pairs = _all_pairs(dims, _flash)
-        factorial = [_flash(f, bm, bn, 97, 16, c, OUTS[(i + j + int(c)) % 2])
-                     for f in FORMATS for i, bm in enumerate(BLOCKS) for j, bn in enumerate(BLOCKS)
-                     for c in CAUSAL]
-        stress = [_flash("fp16", 16, 16, 256, 128, True, "fp32"),
-                  _flash("bf16", 64, 32, 1000, 64, True, "low")]
+        factorial = [
+            _flash(f, bm, bn, 97, 16, c, OUTS[(i + j + int(c)) % 2])
+            for f in FORMATS
+            for i, bm in enumerate(BLOCKS)
+            for j, bn in enumerate(BLOCKS)
+            for c in CAUSAL
+        ]
+        stress = [_flash("fp16", 16, 16, 256, 128, True, "fp32"), _flash("bf16", 64, 32, 1000, 64, True, "low")]
         configs = pairs + factorial + stress + (_int8_configs(False) if int8 else [])
     elif name == "ci":
         configs = _all_values(dims, _flash) + [_flash("fp16", 32, 16, 97, 64, True, "fp32")]
         configs += _int8_configs(True) if int8 else []
     elif name == "smoke":
         configs = [_flash("bf16", 16, 16, 40, 16, True, "fp32"), _flash("fp16", 32, 16, 33, 16, False, "low")]
-        configs += [Config("int8", "fp16", 40, 32, 16, 32, False, "low", variant="int8",
-                           row_sum="reference")] \
-            if int8 else []
+        configs += (
+            [Config("int8", "fp16", 40, 32, 16, 32, False, "low", variant="int8", row_sum="reference")] if int8 else []
+        )
     else:
         raise ValueError(f"unknown grid {name!r}; known: full, ci, smoke")
     return _dedupe(configs)
@@ -322,8 +356,7 @@ def make_inputs(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     q = rng.standard_normal(cfg.shape) * SPREAD
     k = rng.standard_normal(cfg.shape)
     v = rng.standard_normal(cfg.shape)
-    return tuple(round_to_format(x.astype(np.float32), cfg.fmt) for x in (q, k,
-                                                                          v))  # type: ignore[return-value]
+    return tuple(round_to_format(x.astype(np.float32), cfg.fmt) for x in (q, k, v))  # type: ignore[return-value]
 
 
 def input_crc(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
@@ -365,7 +398,7 @@ def _cuda_available() -> bool:
 
 
 def resolve_backend(backend: str = "auto") -> str:
-    """"gpu" or "faithful"; prepares TRITON_INTERPRET accordingly (before triton is imported)."""
+    """ "gpu" or "faithful"; prepares TRITON_INTERPRET accordingly (before triton is imported)."""
     if backend == "auto":
         backend = "gpu" if (not _env_interpret() and _cuda_available()) else "faithful"
     if backend not in ("gpu", "faithful"):
@@ -375,23 +408,26 @@ def resolve_backend(backend: str = "auto") -> str:
             import triton.language as tl
 
             if type(tl.standard.sum).__name__ != "InterpretedFunction":
-                raise RuntimeError("the faithful backend needs TRITON_INTERPRET=1 before triton is first "
-                                   "imported; "
-                                   "triton is already imported without it in this process (run "
-                                   "`TRITON_INTERPRET=1 python -m gpu.validate ...`)")
+                raise RuntimeError(
+                    "the faithful backend needs TRITON_INTERPRET=1 before triton is first "
+                    "imported; "
+                    "triton is already imported without it in this process (run "
+                    "`TRITON_INTERPRET=1 python -m gpu.validate ...`)"
+                )
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         if _env_interpret():
             raise RuntimeError("backend 'gpu' but TRITON_INTERPRET is set: unset it to run compiled kernels")
         if not _cuda_available():
-            raise RuntimeError("backend 'gpu' needs torch with a CUDA device (torch.cuda.is_available() is "
-                               "False)")
+            raise RuntimeError("backend 'gpu' needs torch with a CUDA device (torch.cuda.is_available() is False)")
     try:
         import torch  # noqa: F401
         import triton  # noqa: F401
     except ImportError as exc:
-        raise RuntimeError(f"running the Triton kernels needs torch and triton ({exc}); install the 'gpu' "
-                           "extra: pip install -e '.[gpu]'") from exc
+        raise RuntimeError(
+            f"running the Triton kernels needs torch and triton ({exc}); install the 'gpu' "
+            "extra: pip install -e '.[gpu]'"
+        ) from exc
     return backend
 
 
@@ -401,8 +437,9 @@ def _torch_dtype(fmt: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[fmt]
 
 
-def run_kernel(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, backend: str,
-               fp32_too: bool = False) -> dict[str, np.ndarray]:
+def run_kernel(
+    cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, backend: str, fp32_too: bool = False
+) -> dict[str, np.ndarray]:
     """The Triton kernel on the inputs. Returns float32 numpy arrays: ``out`` (in the config's output
     format), ``out32`` (the fp32 output, when ``cfg.out == "fp32"`` or ``fp32_too``), ``m``, ``l``."""
     import torch
@@ -426,9 +463,16 @@ def run_kernel(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, back
 
             outs = ["fp32"] if cfg.out == "fp32" else (["low", "fp32"] if fp32_too else ["low"])
             for which in outs:
-                o, m, l = flash_attention(tq, tk, tv, causal=cfg.causal, block_m=cfg.block_m,  # noqa: E741
-                                          block_n=cfg.block_n, return_stats=True,
-                                          out_dtype=torch.float32 if which == "fp32" else dt)
+                o, m, l = flash_attention(  # noqa: E741
+                    tq,
+                    tk,
+                    tv,
+                    causal=cfg.causal,
+                    block_m=cfg.block_m,
+                    block_n=cfg.block_n,
+                    return_stats=True,
+                    out_dtype=torch.float32 if which == "fp32" else dt,
+                )
                 if which == cfg.out:
                     res["out"], res["m"], res["l"] = host(o), host(m), host(l)
                 if which == "fp32":
@@ -436,9 +480,17 @@ def run_kernel(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, back
         else:
             from gpu.int8_attention import int8_attention
 
-            o, m, l = int8_attention(tq, tk, tv, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
-                                     causal=cfg.causal, variant=cfg.variant, row_sum=cfg.row_sum,
-                                     return_stats=True)
+            o, m, l = int8_attention(  # noqa: E741
+                tq,
+                tk,
+                tv,
+                block_m=cfg.block_m,
+                block_n=cfg.block_n,
+                causal=cfg.causal,
+                variant=cfg.variant,
+                row_sum=cfg.row_sum,
+                return_stats=True,
+            )
             res["out"], res["m"], res["l"] = host(o), host(m), host(l)
     if backend == "gpu":
         torch.cuda.synchronize()
@@ -472,13 +524,17 @@ def emulator_plan(cfg: Config, family: str = "triton") -> str:
         if family not in PLAN_FAMILIES:
             raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES)}")
         return f"{family}-{cfg.fmt}"
-    return {("int8", "reference"): "int8-reference", ("int8", "consistent"): "int8-consistent",
-            ("half-int8", "reference"): "half-int8",
-            ("half-int8", "consistent"): "half-int8-consistent"}[cfg.variant, cfg.row_sum]
+    return {
+        ("int8", "reference"): "int8-reference",
+        ("int8", "consistent"): "int8-consistent",
+        ("half-int8", "reference"): "half-int8",
+        ("half-int8", "consistent"): "half-int8-consistent",
+    }[cfg.variant, cfg.row_sum]
 
 
-def run_emulator(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                 out: str | None = None, family: str = "triton") -> dict[str, np.ndarray]:
+def run_emulator(
+    cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: str | None = None, family: str = "triton"
+) -> dict[str, np.ndarray]:
     """The emulator with the config's plan (:func:`emulator_plan`): ``out``, ``m``, ``l`` as float64 arrays.
     ``out`` overrides the config's output ("fp32" or "low"). flash: ``simfloat.attention.flash`` with
     ``plan("<family>-<fmt>")``; int8 (``family`` unused): ``simfloat.attention.int8_flash`` with the int8
@@ -490,22 +546,34 @@ def run_emulator(cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
         pl = A.plan(emulator_plan(cfg, family))
         if out == "fp32":
             pl = pl.replace(out="float32")
-        o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
-                          causal=cfg.causal, return_stats=True)
+        o, m, l = A.flash(  # noqa: E741
+            q,
+            k,
+            v,
+            plan=pl,
+            block_m=cfg.block_m,
+            block_n=cfg.block_n,
+            causal=cfg.causal,
+            return_stats=True,
+        )
         return {"out": o, "m": m, "l": l}
     fn = _int8_emulator()
     if fn is None:
         raise EmulatorUnavailable("simfloat.attention.int8_flash does not exist (yet)")
     import inspect
 
-    wanted = dict(plan=emulator_plan(cfg), block_m=cfg.block_m, block_n=cfg.block_n,
-                  causal=cfg.causal, return_stats=True)
+    wanted = dict(
+        plan=emulator_plan(cfg), block_m=cfg.block_m, block_n=cfg.block_n, causal=cfg.causal, return_stats=True
+    )
     params = inspect.signature(fn).parameters
     kwargs = {k_: v_ for k_, v_ in wanted.items() if k_ in params}
     r = fn(q, k, v, **kwargs)
     if isinstance(r, tuple) and len(r) >= 3:
-        return {"out": np.asarray(r[0], dtype=np.float64), "m": np.asarray(r[1], dtype=np.float64),
-                "l": np.asarray(r[2], dtype=np.float64)}
+        return {
+            "out": np.asarray(r[0], dtype=np.float64),
+            "m": np.asarray(r[1], dtype=np.float64),
+            "l": np.asarray(r[2], dtype=np.float64),
+        }
     return {"out": np.asarray(r, dtype=np.float64)}
 
 
@@ -592,8 +660,7 @@ def _empty_row(cfg: Config, backend: str, family: str = "triton") -> dict[str, A
     return row
 
 
-def compare_into(row: dict[str, Any], cfg: Config, kernel: dict[str, np.ndarray],
-                 emu: dict[str, np.ndarray]) -> None:
+def compare_into(row: dict[str, Any], cfg: Config, kernel: dict[str, np.ndarray], emu: dict[str, np.ndarray]) -> None:
     """Fill the agreement columns of ``row`` from kernel and emulator outputs (either may lack out32)."""
     agree, ulp = agreement(kernel["out"], emu["out"], out_format(cfg))
     row["bitwise_agreement"], row["max_ulp"] = round(agree, 6), ulp
@@ -610,8 +677,9 @@ def compare_into(row: dict[str, Any], cfg: Config, kernel: dict[str, np.ndarray]
             row[f"{key}_agreement"], row[f"{key}_max_ulp"] = round(a, 6), u
 
 
-def validate_config(cfg: Config, backend: str, *, emulate: bool = True, record: bool = False
-                    ) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+def validate_config(
+    cfg: Config, backend: str, *, emulate: bool = True, record: bool = False
+) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
     """Run one config: kernel, emulator (unless ``emulate`` is False), float64 reference. Returns the CSV row
     and, with ``record``, the kernel's arrays for a fixture (out, out32, m, l as float32)."""
     row = _empty_row(cfg, backend)
@@ -624,8 +692,11 @@ def validate_config(cfg: Config, backend: str, *, emulate: bool = True, record: 
         ref = reference64(q, k, v, cfg.causal)
         row["kernel_err_max"], row["kernel_err_rms"] = (f"{e:.3e}" for e in error_stats(kern["out"], ref))
         if record:
-            arrays = {key: np.asarray(val, dtype=np.float32) for key, val in kern.items()
-                      if not (key == "out32" and cfg.out == "fp32")}  # the same launch: stored once
+            arrays = {
+                key: np.asarray(val, dtype=np.float32)
+                for key, val in kern.items()
+                if not (key == "out32" and cfg.out == "fp32")
+            }  # the same launch: stored once
             arrays["crc"] = np.array([input_crc(q, k, v)], dtype=np.uint32)
         status = "ok"
         if emulate:
@@ -635,8 +706,7 @@ def validate_config(cfg: Config, backend: str, *, emulate: bool = True, record: 
                 if cfg.out == "fp32" and cfg.kind == "flash":
                     emu["out32"] = emu["out"]
                 row["emulator_s"] = round(time.perf_counter() - t0, 3)
-                row["emulator_err_max"], row["emulator_err_rms"] = (
-                    f"{e:.3e}" for e in error_stats(emu["out"], ref))
+                row["emulator_err_max"], row["emulator_err_rms"] = (f"{e:.3e}" for e in error_stats(emu["out"], ref))
                 compare_into(row, cfg, kern, emu)
             except EmulatorUnavailable as exc:
                 status = f"kernel only: {exc}"
@@ -667,8 +737,9 @@ def _worker_init(backend: str, numba_threads: int) -> None:
             numba.set_num_threads(numba_threads)
 
 
-def _worker_run(cfg_dict: dict[str, Any], emulate: bool, record: bool
-                ) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+def _worker_run(
+    cfg_dict: dict[str, Any], emulate: bool, record: bool
+) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
     return validate_config(Config.from_dict(cfg_dict), _WORKER["backend"], emulate=emulate, record=record)
 
 
@@ -686,9 +757,16 @@ class Interrupted(KeyboardInterrupt):
         self.results, self.finished = results, finished
 
 
-def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate: bool = True,
-             record: bool = False, deadline: float | None = None,
-             log: Callable[[str], None] = print) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
+def run_grid(
+    configs: Sequence[Config],
+    backend: str,
+    *,
+    jobs: int = 1,
+    emulate: bool = True,
+    record: bool = False,
+    deadline: float | None = None,
+    log: Callable[[str], None] = print,
+) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
     """Run every config (``jobs`` worker processes; 1: in this process, on a thread of its own so that Ctrl-C
     is seen at once). Configs not started before ``deadline`` (a time.monotonic() value) are reported as
     skipped. Results come back in config order.
@@ -698,16 +776,18 @@ def run_grid(configs: Sequence[Config], backend: str, *, jobs: int = 1, emulate:
     """
     results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]] = {}
     try:
-        _run_grid(configs, backend, results, jobs=jobs, emulate=emulate, record=record, deadline=deadline,
-                  log=log)
+        _run_grid(configs, backend, results, jobs=jobs, emulate=emulate, record=record, deadline=deadline, log=log)
     except KeyboardInterrupt:
         raise Interrupted(_in_order(configs, backend, results, "skipped: interrupted"), len(results)) from None
     return _in_order(configs, backend, results, "skipped: time budget")
 
 
-def _in_order(configs: Sequence[Config], backend: str,
-              results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
-              missing: str) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
+def _in_order(
+    configs: Sequence[Config],
+    backend: str,
+    results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    missing: str,
+) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
     out = []
     for i, cfg in enumerate(configs):
         if i in results:
@@ -719,9 +799,17 @@ def _in_order(configs: Sequence[Config], backend: str,
     return out
 
 
-def _run_grid(configs: Sequence[Config], backend: str,
-              results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]], *, jobs: int,
-              emulate: bool, record: bool, deadline: float | None, log: Callable[[str], None]) -> None:
+def _run_grid(
+    configs: Sequence[Config],
+    backend: str,
+    results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    *,
+    jobs: int,
+    emulate: bool,
+    record: bool,
+    deadline: float | None,
+    log: Callable[[str], None],
+) -> None:
     from simfloat._interrupt import call_interruptibly
 
     n = len(configs)
@@ -730,9 +818,11 @@ def _run_grid(configs: Sequence[Config], backend: str,
         results[i] = res
         row = res[0]
         agree = row["bitwise_agreement"]
-        log(f"[{len(results)}/{n}] {row['id']}: {row['status']}"
+        log(
+            f"[{len(results)}/{n}] {row['id']}: {row['status']}"
             + (f", out {agree}, m {row['m_agreement']}, l {row['l_agreement']}" if agree != "" else "")
-            + f" ({row['kernel_s']} s + {row['emulator_s'] or 0} s)")
+            + f" ({row['kernel_s']} s + {row['emulator_s'] or 0} s)"
+        )
 
     def over() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -748,8 +838,9 @@ def _run_grid(configs: Sequence[Config], backend: str,
 
         order = sorted(range(n), key=lambda i: -estimated_cost(configs[i]))  # longest first
         threads = 1 if backend == "faithful" else 0
-        ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                                    initializer=_worker_init, initargs=(backend, threads))
+        ex = cf.ProcessPoolExecutor(
+            max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(backend, threads)
+        )
         stopped = False
         try:
             futs = {ex.submit(_worker_run, configs[i].as_dict(), emulate, record): i for i in order}
@@ -798,8 +889,16 @@ def _stop_pool(ex: Any) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 #: columns of :meth:`KernelComparison.table`
-KERNEL_COLUMNS = ("id", "status", "bitwise_agreement", "max_ulp", "m_agreement", "l_agreement",
-                  "kernel_err_max", "emulator_err_max")
+KERNEL_COLUMNS = (
+    "id",
+    "status",
+    "bitwise_agreement",
+    "max_ulp",
+    "m_agreement",
+    "l_agreement",
+    "kernel_err_max",
+    "emulator_err_max",
+)
 
 
 @dataclasses.dataclass
@@ -825,10 +924,15 @@ class KernelComparison:
         lines = [" | ".join(KERNEL_COLUMNS)]
         lines += [" | ".join(_fmt_cell(r.get(c, "")) for c in KERNEL_COLUMNS) for r in self.rows]
         s = self.summary()
-        parts = [f"{n} min {s[n + '_min']:.6g} mean {s[n + '_mean']:.6g}" for n in ("out", "m", "l")
-                 if s[n + "_min"] is not None]
-        lines.append(f"{s['compared']} of {s['configs']} configs compared against plan {self.plan} "
-                     f"({self.backend}): " + "; ".join(parts))
+        parts = [
+            f"{n} min {s[n + '_min']:.6g} mean {s[n + '_mean']:.6g}"
+            for n in ("out", "m", "l")
+            if s[n + "_min"] is not None
+        ]
+        lines.append(
+            f"{s['compared']} of {s['configs']} configs compared against plan {self.plan} "
+            f"({self.backend}): " + "; ".join(parts)
+        )
         return "\n".join(lines)
 
 
@@ -837,13 +941,21 @@ def _out_kind(fmt: str, out_fmt: str) -> str:
         return "fp32"
     if out_fmt == {"bf16": "bfloat16", "fp16": "float16"}[fmt]:
         return "low"
-    raise ValueError(f"compare_kernel compares outputs in float32 or the input format; the plan's output "
-                     f"format is {out_fmt} for {fmt} inputs")
+    raise ValueError(
+        f"compare_kernel compares outputs in float32 or the input format; the plan's output "
+        f"format is {out_fmt} for {fmt} inputs"
+    )
 
 
-def compare_kernel(kernel: Callable[..., Any], plan: Any, configs: str | Sequence[Config] = "ci", *,
-                   backend: str = "auto", faithful_options: dict[str, Any] | None = None,
-                   log: Callable[[str], None] = print) -> KernelComparison:
+def compare_kernel(
+    kernel: Callable[..., Any],
+    plan: Any,
+    configs: str | Sequence[Config] = "ci",
+    *,
+    backend: str = "auto",
+    faithful_options: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> KernelComparison:
     """Run a flash-attention kernel of one's own and the emulator under ``plan`` on each config, bit for bit.
 
     The kernel is called as ``kernel(q, k, v, causal=..., block_m=..., block_n=...)`` with torch tensors of
@@ -888,8 +1000,10 @@ def compare_kernel(kernel: Callable[..., Any], plan: Any, configs: str | Sequenc
             continue
     chosen = _dedupe(chosen)
     if not chosen:
-        raise ValueError(f"compare_kernel: no flash config of plan {pl.name}'s input format among the configs "
-                         f"(its output format, {pl.out.fmt.name}, must be float32 or the input format)")
+        raise ValueError(
+            f"compare_kernel: no flash config of plan {pl.name}'s input format among the configs "
+            f"(its output format, {pl.out.fmt.name}, must be float32 or the input format)"
+        )
     rows = []
     for cfg in chosen:
         row = _empty_row(cfg, backend)
@@ -901,8 +1015,16 @@ def compare_kernel(kernel: Callable[..., Any], plan: Any, configs: str | Sequenc
             kern = _run_user_kernel(kernel, cfg, q, k, v, backend, faithful_options or {})
             row["kernel_s"] = round(time.perf_counter() - t0, 3)
             t0 = time.perf_counter()
-            o, m, l = A.flash(q, k, v, plan=pl, block_m=cfg.block_m, block_n=cfg.block_n,  # noqa: E741
-                              causal=cfg.causal, return_stats=True)
+            o, m, l = A.flash(  # noqa: E741
+                q,
+                k,
+                v,
+                plan=pl,
+                block_m=cfg.block_m,
+                block_n=cfg.block_n,
+                causal=cfg.causal,
+                return_stats=True,
+            )
             row["emulator_s"] = round(time.perf_counter() - t0, 3)
             emu = {"out": o, "m": m, "l": l}
             for name, x in (("kernel", kern["out"]), ("emulator", o)):
@@ -912,13 +1034,21 @@ def compare_kernel(kernel: Callable[..., Any], plan: Any, configs: str | Sequenc
         except Exception as exc:  # one failing config must not lose the others
             row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
         rows.append(row)
-        log(f"{row['id']}: {row['status']} out {row['bitwise_agreement']} m {row['m_agreement']} "
-            f"l {row['l_agreement']}")
+        log(
+            f"{row['id']}: {row['status']} out {row['bitwise_agreement']} m {row['m_agreement']} l {row['l_agreement']}"
+        )
     return KernelComparison(pl.name, backend, rows)
 
 
-def _run_user_kernel(kernel: Callable[..., Any], cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                     backend: str, options: dict[str, Any]) -> dict[str, np.ndarray]:
+def _run_user_kernel(
+    kernel: Callable[..., Any],
+    cfg: Config,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    backend: str,
+    options: dict[str, Any],
+) -> dict[str, np.ndarray]:
     import torch
 
     device = "cuda" if backend == "gpu" else "cpu"
@@ -960,8 +1090,12 @@ def _driver_version() -> str:
 
     if shutil.which("nvidia-smi"):
         try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=20)
+            r = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             if r.returncode == 0 and r.stdout.strip():
                 return r.stdout.strip().splitlines()[0]
         except Exception:
@@ -980,8 +1114,7 @@ def gpu_slug(name: str) -> str:
     """'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA A100-SXM4-40GB' -> 'a100'."""
     import re
 
-    words = [w for w in re.split(r"[^A-Za-z0-9]+", name.lower()) if w and w not in ("nvidia", "geforce",
-                                                                                    "tesla")]
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", name.lower()) if w and w not in ("nvidia", "geforce", "tesla")]
     return words[0] if words else "gpu"
 
 
@@ -1008,10 +1141,15 @@ def environment(backend: str) -> dict[str, Any]:
         import torch
 
         props = torch.cuda.get_device_properties(0)
-        env.update(gpu=torch.cuda.get_device_name(0), gpu_slug=gpu_slug(torch.cuda.get_device_name(0)),
-                   capability=".".join(map(str, torch.cuda.get_device_capability(0))),
-                   sm_count=props.multi_processor_count, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                   cuda=torch.version.cuda, driver=_driver_version())
+        env.update(
+            gpu=torch.cuda.get_device_name(0),
+            gpu_slug=gpu_slug(torch.cuda.get_device_name(0)),
+            capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+            sm_count=props.multi_processor_count,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+            driver=_driver_version(),
+        )
     return env
 
 
@@ -1032,14 +1170,23 @@ def _fmt_cell(v: Any) -> str:
     return str(v)
 
 
-MD_COLUMNS = ("id", "status", "bitwise_agreement", "max_ulp", "m_agreement", "l_agreement", "kernel_err_max",
-              "emulator_err_max", "kernel_s", "emulator_s")
+MD_COLUMNS = (
+    "id",
+    "status",
+    "bitwise_agreement",
+    "max_ulp",
+    "m_agreement",
+    "l_agreement",
+    "kernel_err_max",
+    "emulator_err_max",
+    "kernel_s",
+    "emulator_s",
+)
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     def agreed(r: dict[str, Any]) -> bool:
-        vals = [r[k] for k in ("bitwise_agreement", "out32_agreement", "m_agreement",
-                               "l_agreement") if r[k] != ""]
+        vals = [r[k] for k in ("bitwise_agreement", "out32_agreement", "m_agreement", "l_agreement") if r[k] != ""]
         return bool(vals) and all(float(x) == 1.0 for x in vals)
 
     compared = [r for r in rows if r["bitwise_agreement"] != ""]
@@ -1050,14 +1197,20 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "kernel_only": sum(1 for r in rows if str(r["status"]).startswith("kernel only")),
         "errors": sum(1 for r in rows if str(r["status"]).startswith("error")),
         "skipped": sum(1 for r in rows if str(r["status"]).startswith("skipped")),
-        "mean_out_agreement": (float(np.mean([float(r["bitwise_agreement"]) for r in compared]))
-                               if compared else None),
+        "mean_out_agreement": (float(np.mean([float(r["bitwise_agreement"]) for r in compared])) if compared else None),
     }
 
 
-def write_report(out_dir: Path, rows: Sequence[dict[str, Any]], env: dict[str, Any],
-                 config: dict[str,
-                              Any] | None, *, title: str, elapsed: float, notes: Sequence[str] = ()) -> None:
+def write_report(
+    out_dir: Path,
+    rows: Sequence[dict[str, Any]],
+    env: dict[str, Any],
+    config: dict[str, Any] | None,
+    *,
+    title: str,
+    elapsed: float,
+    notes: Sequence[str] = (),
+) -> None:
     """validation.csv and validation.md."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "validation.csv", "w", newline="") as f:
@@ -1066,16 +1219,23 @@ def write_report(out_dir: Path, rows: Sequence[dict[str, Any]], env: dict[str, A
         for r in rows:
             w.writerow({k: r.get(k, "") for k in FIELDS})
     s = summarize(rows)
-    lines = [f"# {title}", "",
-             f"{s['configs']} configs in {elapsed:.1f} s: {s['compared']} compared with the emulator, "
-             f"{s['bitwise_100']} of them bitwise identical in every output (out, fp32 out, m_i, l_i); "
-             f"{s['kernel_only']} kernel only, {s['errors']} errors, {s['skipped']} skipped.", ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"{s['configs']} configs in {elapsed:.1f} s: {s['compared']} compared with the emulator, "
+        f"{s['bitwise_100']} of them bitwise identical in every output (out, fp32 out, m_i, l_i); "
+        f"{s['kernel_only']} kernel only, {s['errors']} errors, {s['skipped']} skipped.",
+        "",
+    ]
     lines += [f"* {n}" for n in notes]
     if notes:
         lines.append("")
-    lines += ["Columns: `bitwise_agreement` / `max_ulp`: the config's output (fp32 or the input format) "
-              "kernel vs emulator; `m_agreement`, `l_agreement`: the stats m_i, l_i (fp32); `*_err_max`: max "
-              "|output - float64 reference|. All columns are in validation.csv.", ""]
+    lines += [
+        "Columns: `bitwise_agreement` / `max_ulp`: the config's output (fp32 or the input format) "
+        "kernel vs emulator; `m_agreement`, `l_agreement`: the stats m_i, l_i (fp32); `*_err_max`: max "
+        "|output - float64 reference|. All columns are in validation.csv.",
+        "",
+    ]
     lines.append("| " + " | ".join(MD_COLUMNS) + " |")
     lines.append("|" + "---|" * len(MD_COLUMNS))
     for r in rows:
@@ -1091,8 +1251,12 @@ def write_report(out_dir: Path, rows: Sequence[dict[str, Any]], env: dict[str, A
 # ----------------------------------------------------------------------------------------------------
 
 
-def write_fixtures(fix_dir: Path, results: Sequence[tuple[dict[str, Any], dict[str, np.ndarray] | None]],
-                   configs: Sequence[Config], env: dict[str, Any]) -> int:
+def write_fixtures(
+    fix_dir: Path,
+    results: Sequence[tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    configs: Sequence[Config],
+    env: dict[str, Any],
+) -> int:
     """Write env.json, configs.json and outputs.npz (compressed) under ``fix_dir``; returns the number of
     configs recorded. Inputs are not stored: they are regenerated from each config's seed (CRC32 checked)."""
     fix_dir.mkdir(parents=True, exist_ok=True)
@@ -1108,19 +1272,23 @@ def write_fixtures(fix_dir: Path, results: Sequence[tuple[dict[str, Any], dict[s
         for key, val in arr.items():
             arrays[f"{cfg.id}__{key}"] = val
         entry = cfg.as_dict()
-        entry.update(input_crc=crc, kernel_err_max=row["kernel_err_max"],
-                     kernel_err_rms=row["kernel_err_rms"],
-                     kernel_s=row["kernel_s"], arrays=sorted(arr))
+        entry.update(
+            input_crc=crc,
+            kernel_err_max=row["kernel_err_max"],
+            kernel_err_rms=row["kernel_err_rms"],
+            kernel_s=row["kernel_s"],
+            arrays=sorted(arr),
+        )
         entries.append(entry)
     (fix_dir / "env.json").write_text(json.dumps(env, indent=1, default=str) + "\n")
-    (fix_dir / "configs.json").write_text(json.dumps({"grid_version": GRID_VERSION, "spread": SPREAD,
-                                                      "configs": entries}, indent=1) + "\n")
+    (fix_dir / "configs.json").write_text(
+        json.dumps({"grid_version": GRID_VERSION, "spread": SPREAD, "configs": entries}, indent=1) + "\n"
+    )
     np.savez_compressed(fix_dir / "outputs.npz", **arrays)
     return len(entries)
 
 
-def load_fixtures(fix_dir: Path) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str,
-                                                                                                  np.ndarray]]]]:
+def load_fixtures(fix_dir: Path) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str, np.ndarray]]]]:
     """(env, [(config, entry, arrays)]) from a fixture directory written by :func:`write_fixtures`."""
     fix_dir = Path(fix_dir)
     env = json.loads((fix_dir / "env.json").read_text())
@@ -1143,12 +1311,12 @@ def fixture_dirs(root: Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir()
-                  if (p / "configs.json").is_file() and (p / "outputs.npz").is_file())
+    return sorted(p for p in root.iterdir() if (p / "configs.json").is_file() and (p / "outputs.npz").is_file())
 
 
-def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str,
-                    family: str = "triton") -> dict[str, Any]:
+def compare_fixture(
+    cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str, family: str = "triton"
+) -> dict[str, Any]:
     """One recorded GPU config against the emulator under the ``<family>-<fmt>`` plan (int8 configs: the int8
     preset, whatever the family)."""
     row = _empty_row(cfg, backend, family)
@@ -1158,14 +1326,14 @@ def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.nda
             row["status"] = "error: regenerated inputs differ from the recorded ones (CRC32)"
             return row
         ref = reference64(q, k, v, cfg.causal)
-        row["kernel_err_max"], row["kernel_err_rms"] = entry.get("kernel_err_max",
-                                                                 ""), entry.get("kernel_err_rms", "")
+        row["kernel_err_max"], row["kernel_err_rms"] = entry.get("kernel_err_max", ""), entry.get("kernel_err_rms", "")
         row["kernel_s"] = entry.get("kernel_s", "")
         t0 = time.perf_counter()
         emu = run_emulator(cfg, q, k, v, family=family)
         if cfg.kind == "flash":
-            emu["out32"] = emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32",
-                                                                             family=family)["out"]
+            emu["out32"] = (
+                emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32", family=family)["out"]
+            )
         row["emulator_s"] = round(time.perf_counter() - t0, 3)
         row["emulator_err_max"], row["emulator_err_rms"] = (f"{e:.3e}" for e in error_stats(emu["out"], ref))
         compare_into(row, cfg, arrays, emu)
@@ -1177,9 +1345,14 @@ def compare_fixture(cfg: Config, entry: dict[str, Any], arrays: dict[str, np.nda
     return row
 
 
-def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: Sequence[str] = ("triton",),
-                     ids: Sequence[str] | None = None,
-                     log: Callable[[str], None] = print) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def compare_fixtures(
+    fix_dir: Path,
+    *,
+    max_cost: float | None = None,
+    families: Sequence[str] = ("triton",),
+    ids: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every fixture config of ``fix_dir`` against the emulator, under each plan family of ``families``
     (flash configs: one row per family, ``<family>-<fmt>``; int8 configs: one row, the int8 preset). Configs
     whose emulator cost estimate (:func:`emulator_cost`) exceeds ``max_cost`` seconds are skipped (reported),
@@ -1213,15 +1386,16 @@ def compare_fixtures(fix_dir: Path, *, max_cost: float | None = None, families: 
                 except KeyboardInterrupt:
                     raise Interrupted((env, rows), len(rows)) from None
             rows.append(row)
-            log(f"{row['id']} {row['plan']}: {row['status']} out {row['bitwise_agreement']} out32 "
-                f"{row['out32_agreement']} m {row['m_agreement']} l {row['l_agreement']}")
+            log(
+                f"{row['id']} {row['plan']}: {row['status']} out {row['bitwise_agreement']} out32 "
+                f"{row['out32_agreement']} m {row['m_agreement']} l {row['l_agreement']}"
+            )
     return env, rows
 
 
 #: (column suffix, row field) of :func:`agreement_table`: bitwise agreement of the config's output, the fp32
 #: output, m_i and l_i
-_AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m", "m_agreement"),
-               ("l", "l_agreement"))
+_AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m", "m_agreement"), ("l", "l_agreement"))
 
 
 def _family_of(row: dict[str, Any]) -> str:
@@ -1234,8 +1408,17 @@ def pivot(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     where not compared)."""
     by_id: dict[str, dict[str, Any]] = {}
     for r in rows:
-        p = by_id.setdefault(r["id"], {"id": r["id"], "kind": r["kind"], "fmt": r["fmt"], "bm": r["block_m"],
-                                       "bn": r["block_n"], "out_kind": r["out"]})
+        p = by_id.setdefault(
+            r["id"],
+            {
+                "id": r["id"],
+                "kind": r["kind"],
+                "fmt": r["fmt"],
+                "bm": r["block_m"],
+                "bn": r["block_n"],
+                "out_kind": r["out"],
+            },
+        )
         fam = _family_of(r)
         for suffix, field in _AGREEMENTS:
             p[f"{fam}:{suffix}"] = r[field]
@@ -1251,9 +1434,12 @@ def agreement_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for fam in dict.fromkeys(_family_of(r) for r in rows):
         done = [r for r in rows if _family_of(r) == fam and r["status"] == "ok"]
         item: dict[str, Any] = {"family": fam, "configs": len(done)}
-        for name, field, sel in (("low", "bitwise_agreement", lambda r: r["out"] == "low"),
-                                 ("fp32", "out32_agreement", lambda r: True),
-                                 ("m", "m_agreement", lambda r: True), ("l", "l_agreement", lambda r: True)):
+        for name, field, sel in (
+            ("low", "bitwise_agreement", lambda r: r["out"] == "low"),
+            ("fp32", "out32_agreement", lambda r: True),
+            ("m", "m_agreement", lambda r: True),
+            ("l", "l_agreement", lambda r: True),
+        ):
             vals = [float(r[field]) for r in done if sel(r) and r[field] != ""]
             item[f"{name}_min"] = min(vals) if vals else None
             item[f"{name}_mean"] = float(np.mean(vals)) if vals else None
@@ -1273,16 +1459,19 @@ def agreement_table(rows: Sequence[dict[str, Any]]) -> str:
         cells = [str(p.get(c, "")) for c in cols]
         notes = [f"{f}: {p[f + ':status']}" for f in fams if f + ":status" in p]
         lines.append(" | ".join(cells) + (f"  ({'; '.join(notes)})" if notes else ""))
-    lines += ["", "family | configs | low-precision output min (mean) | fp32 output min (mean) | m_i min (mean) "
-              "| l_i min (mean)"]
+    lines += [
+        "",
+        "family | configs | low-precision output min (mean) | fp32 output min (mean) | m_i min (mean) | l_i min (mean)",
+    ]
 
     def cell(item: dict[str, Any], name: str) -> str:
         lo, mean = item[f"{name}_min"], item[f"{name}_mean"]
         return "-" if lo is None else f"{lo:.4f} ({mean:.4f})"
 
     for item in agreement_summary(rows):
-        lines.append(f"{item['family']} | {item['configs']} | " + " | ".join(cell(item, n) for n in
-                                                                             ("low", "fp32", "m", "l")))
+        lines.append(
+            f"{item['family']} | {item['configs']} | " + " | ".join(cell(item, n) for n in ("low", "fp32", "m", "l"))
+        )
     return "\n".join(lines)
 
 
@@ -1307,8 +1496,9 @@ def plan_families(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [n for n in names if n not in PLAN_FAMILIES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected plan families of {', '.join(PLAN_FAMILIES)} "
-                                         f"(comma-separated), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected plan families of {', '.join(PLAN_FAMILIES)} (comma-separated), got {text!r}"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -1359,8 +1549,10 @@ def check_args(args: argparse.Namespace) -> None:
         if args.max_cost is not None:
             raise ValueError("--max-cost applies only with --fixtures")
         if getattr(args, "plans", None) is not None:
-            raise ValueError("--plans applies only with --fixtures (against the interpreter only the "
-                             "triton-<fmt> plans are the kernel's model)")
+            raise ValueError(
+                "--plans applies only with --fixtures (against the interpreter only the "
+                "triton-<fmt> plans are the kernel's model)"
+            )
     writable_dir(Path(args.out), "--out")
     if args.record_fixtures is not None:
         writable_dir(Path(args.record_fixtures), "--record-fixtures")
@@ -1368,30 +1560,61 @@ def check_args(args: argparse.Namespace) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory (validation.csv, validation.md)")
-    p.add_argument("--grid", default="full", choices=("full", "ci", "smoke"),
-                   help="config grid (default full)")
-    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "faithful"),
-                   help="auto: the GPU if torch sees CUDA (and TRITON_INTERPRET is unset), else the faithful "
-                        "CPU interpreter")
-    p.add_argument("--jobs", type=positive_int, default=None,
-                   help="worker processes (default: CPU count, at most 8 on the interpreter, 12 on a GPU)")
+    p.add_argument("--grid", default="full", choices=("full", "ci", "smoke"), help="config grid (default full)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "gpu", "faithful"),
+        help="auto: the GPU if torch sees CUDA (and TRITON_INTERPRET is unset), else the faithful CPU interpreter",
+    )
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        help="worker processes (default: CPU count, at most 8 on the interpreter, 12 on a GPU)",
+    )
     p.add_argument("--no-int8", action="store_true", help="leave out the int8 configs")
-    p.add_argument("--pass", dest="passes", default="forward", choices=("forward", "backward", "both"),
-                   help="forward kernels (default), the backward kernels (gpu.validate_bwd: backward.csv/md) "
-                        "or both")
+    p.add_argument(
+        "--pass",
+        dest="passes",
+        default="forward",
+        choices=("forward", "backward", "both"),
+        help="forward kernels (default), the backward kernels (gpu.validate_bwd: backward.csv/md) or both",
+    )
     p.add_argument("--no-emulator", action="store_true", help="run the kernels only (GPU fixture recording)")
-    p.add_argument("--record-fixtures", type=Path, metavar="DIR",
-                   help="also write fixtures (configs, seeds, kernel outputs, m_i, l_i, env) into DIR")
-    p.add_argument("--fixtures", type=Path, metavar="DIR",
-                   help="compare the emulator against recorded GPU fixtures in DIR (no kernel runs)")
-    p.add_argument("--plans", type=plan_families, default=None, metavar="FAMILY[,FAMILY...]",
-                   help="with --fixtures: emulator plan families to compare, comma-separated: triton "
-                        "(triton-<fmt>: sm90 dot models, correctly rounded exp2, sequential row sums), h200 "
-                        "(h200-<fmt>: + the H200's measured ex2.approx and tl.sum order); default triton")
-    p.add_argument("--max-cost", type=positive_seconds, default=None,
-                   help="with --fixtures: skip configs whose emulator cost estimate exceeds this (seconds)")
-    p.add_argument("--budget-s", type=positive_seconds, default=None,
-                   help="time budget in seconds; configs not started by then are reported as skipped")
+    p.add_argument(
+        "--record-fixtures",
+        type=Path,
+        metavar="DIR",
+        help="also write fixtures (configs, seeds, kernel outputs, m_i, l_i, env) into DIR",
+    )
+    p.add_argument(
+        "--fixtures",
+        type=Path,
+        metavar="DIR",
+        help="compare the emulator against recorded GPU fixtures in DIR (no kernel runs)",
+    )
+    p.add_argument(
+        "--plans",
+        type=plan_families,
+        default=None,
+        metavar="FAMILY[,FAMILY...]",
+        help="with --fixtures: emulator plan families to compare, comma-separated: triton "
+        "(triton-<fmt>: sm90 dot models, correctly rounded exp2, sequential row sums), h200 "
+        "(h200-<fmt>: + the H200's measured ex2.approx and tl.sum order); default triton",
+    )
+    p.add_argument(
+        "--max-cost",
+        type=positive_seconds,
+        default=None,
+        help="with --fixtures: skip configs whose emulator cost estimate exceeds this (seconds)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=positive_seconds,
+        default=None,
+        help="time budget in seconds; configs not started by then are reported as skipped",
+    )
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
@@ -1417,19 +1640,30 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         env = dict(env, compared_on=environment("cpu"), simfloat=simfloat.__version__)
         table = agreement_table(rows)
         names = ", ".join(f"{f}-<fmt>" for f in families)
-        write_report(out_dir, rows, env, None, elapsed=time.monotonic() - start,
-                     title=f"Emulator ({names} plans) vs recorded {Path(args.fixtures).name} kernel outputs",
-                     notes=["triton-<fmt>: sm90 tensor-core model, correctly rounded exp2, sequential row "
-                            "sums: known inexact on a GPU in exp2 (ex2.approx.ftz.f32 is not correctly "
-                            "rounded) and the row sum l_ij (a layout-dependent tree); m_i depends on the QK^T "
-                            "model alone. h200-<fmt>: the same with the H200's measured ex2.approx and tl.sum "
-                            "order."])
+        write_report(
+            out_dir,
+            rows,
+            env,
+            None,
+            elapsed=time.monotonic() - start,
+            title=f"Emulator ({names} plans) vs recorded {Path(args.fixtures).name} kernel outputs",
+            notes=[
+                "triton-<fmt>: sm90 tensor-core model, correctly rounded exp2, sequential row "
+                "sums: known inexact on a GPU in exp2 (ex2.approx.ftz.f32 is not correctly "
+                "rounded) and the row sum l_ij (a layout-dependent tree); m_i depends on the QK^T "
+                "model alone. h200-<fmt>: the same with the H200's measured ex2.approx and tl.sum "
+                "order."
+            ],
+        )
         with open(out_dir / "validation.md", "a") as f:
             f.write(f"\n## Bitwise agreement per config and plan family\n\n```\n{table}\n```\n")
         log(table)
         if stop is not None:
-            print(f"validate: interrupted after {time.monotonic() - start:.1f} s: {len(rows)} comparisons "
-                  f"finished, kept in {out_dir / 'validation.csv'} and validation.md", file=sys.stderr)
+            print(
+                f"validate: interrupted after {time.monotonic() - start:.1f} s: {len(rows)} comparisons "
+                f"finished, kept in {out_dir / 'validation.csv'} and validation.md",
+                file=sys.stderr,
+            )
             return 130
         log(f"wrote {out_dir / 'validation.csv'} and validation.md")
         return 0
@@ -1439,12 +1673,14 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         from gpu.validate_bwd import run_backward
 
         bwd_deadline = None if args.budget_s is None else start + float(args.budget_s)
-        bwd_rows = run_backward(out_dir, args.grid, backend, emulate=not args.no_emulator, deadline=bwd_deadline,
-                                log=log)
-        bwd_failed = backend == "faithful" and not args.no_emulator and any(r["status"] != "bitwise"
-                                                                            for r in bwd_rows)
-        log(f"backward: {sum(r['status'] == 'bitwise' for r in bwd_rows)}/{len(bwd_rows)} bitwise; wrote "
-            f"{out_dir / 'backward.csv'}")
+        bwd_rows = run_backward(
+            out_dir, args.grid, backend, emulate=not args.no_emulator, deadline=bwd_deadline, log=log
+        )
+        bwd_failed = backend == "faithful" and not args.no_emulator and any(r["status"] != "bitwise" for r in bwd_rows)
+        log(
+            f"backward: {sum(r['status'] == 'bitwise' for r in bwd_rows)}/{len(bwd_rows)} bitwise; wrote "
+            f"{out_dir / 'backward.csv'}"
+        )
         if args.passes == "backward":
             return 1 if bwd_failed else 0
     configs = grid(args.grid, int8=not args.no_int8)
@@ -1458,8 +1694,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     log(f"validate: {len(configs)} configs ({args.grid} grid), backend {backend}, {jobs} job(s)")
     stop = None
     try:
-        results = run_grid(configs, backend, jobs=jobs, emulate=emulate,
-                           record=args.record_fixtures is not None, deadline=deadline, log=log)
+        results = run_grid(
+            configs,
+            backend,
+            jobs=jobs,
+            emulate=emulate,
+            record=args.record_fixtures is not None,
+            deadline=deadline,
+            log=log,
+        )
     except Interrupted as exc:
         stop = exc
         results = exc.results
@@ -1481,20 +1724,30 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         n = write_fixtures(args.record_fixtures, results, configs, env)
         log(f"recorded {n} fixture configs in {args.record_fixtures}")
     where = "GPU" if backend == "gpu" else "faithful CPU interpreter"
-    write_report(out_dir, rows, env, config, elapsed=elapsed,
-                 title=f"Triton kernels ({where}) vs simfloat emulator, {args.grid} grid")
+    write_report(
+        out_dir,
+        rows,
+        env,
+        config,
+        elapsed=elapsed,
+        title=f"Triton kernels ({where}) vs simfloat emulator, {args.grid} grid",
+    )
     s = summarize(rows)
     if stop is not None:
-        print(f"validate: interrupted after {elapsed:.1f} s: {stop.finished} of {len(configs)} configs finished "
-              f"({s['bitwise_100']}/{s['compared']} compared bitwise identical), kept in "
-              f"{out_dir / 'validation.csv'} and validation.md"
-              + (f" and the fixtures in {args.record_fixtures}" if args.record_fixtures is not None else ""),
-              file=sys.stderr)
+        print(
+            f"validate: interrupted after {elapsed:.1f} s: {stop.finished} of {len(configs)} configs finished "
+            f"({s['bitwise_100']}/{s['compared']} compared bitwise identical), kept in "
+            f"{out_dir / 'validation.csv'} and validation.md"
+            + (f" and the fixtures in {args.record_fixtures}" if args.record_fixtures is not None else ""),
+            file=sys.stderr,
+        )
         return 130
-    log(f"{s['configs']} configs in {elapsed:.1f} s ({env['cpu_s']} CPU s): "
+    log(
+        f"{s['configs']} configs in {elapsed:.1f} s ({env['cpu_s']} CPU s): "
         f"{s['bitwise_100']}/{s['compared']} "
         f"bitwise identical, "
-        f"{s['kernel_only']} kernel only, {s['errors']} errors, {s['skipped']} skipped; wrote {out_dir}")
+        f"{s['kernel_only']} kernel only, {s['errors']} errors, {s['skipped']} skipped; wrote {out_dir}"
+    )
     if backend == "faithful" and emulate and (s["bitwise_100"] != s["compared"] or s["errors"]):
         return 1
     return 1 if bwd_failed else 0

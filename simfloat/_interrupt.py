@@ -23,8 +23,9 @@ R = TypeVar("R")
 POLL_S = 0.1
 
 
-def run_jobs(fn: Callable[[T], R], items: Iterable[T], workers: int = 1,
-             on_done: Callable[[int, int], None] | None = None) -> list[R]:
+def run_jobs(
+    fn: Callable[[T], R], items: Iterable[T], workers: int = 1, on_done: Callable[[int, int], None] | None = None
+) -> list[R]:
     """``[fn(item) for item in items]``, ``workers`` calls at a time on daemon threads.
 
     Args:

@@ -76,7 +76,6 @@ def _check_fields(model: object, formats: tuple[str, ...], modes: tuple[str, ...
             raise type(err)(f"{cls}.{name}: {err}") from None
 
 
-
 @dataclass(frozen=True)
 class Sequential:
     """``c = round_fmt(c + a[k]*b[k])`` for k in order.
@@ -136,8 +135,9 @@ class BlockFMA:
             raise ValueError(f"BlockFMA.fraction_bits must be an int in 1..45, got {self.fraction_bits!r}")
         if self.align not in ("product", "exponent_sum"):
             raise ValueError(f"BlockFMA.align must be 'product' or 'exponent_sum', got {self.align!r}")
-        if self.operand_emin is not None and (isinstance(self.operand_emin, bool)
-                                              or not isinstance(self.operand_emin, int)):
+        if self.operand_emin is not None and (
+            isinstance(self.operand_emin, bool) or not isinstance(self.operand_emin, int)
+        ):
             raise TypeError(f"BlockFMA.operand_emin must be an int or None, got {self.operand_emin!r}")
         _check_fields(self, ("out_fmt", "input_fmt"), ("out_mode", "input_mode"))
 
@@ -204,8 +204,10 @@ class Interleaved:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Interleaved.{name} must be a positive int, got {value!r}")
         if self.chunk % self.inner.block or self.inner.block % self.group:
-            raise ValueError(f"Interleaved needs inner.block ({self.inner.block}) to divide chunk ({self.chunk}) "
-                             f"and group ({self.group}) to divide inner.block")
+            raise ValueError(
+                f"Interleaved needs inner.block ({self.inner.block}) to divide chunk ({self.chunk}) "
+                f"and group ({self.group}) to divide inner.block"
+            )
 
     def order(self, k: int) -> np.ndarray:
         """The permutation of range(k) in the order the steps read it.
@@ -327,22 +329,47 @@ def acc_params(model: Model) -> AccParams:
         prod = _format(model.product_fmt) if model.product_fmt is not None else acc
         inp = _format(model.input_fmt) if model.input_fmt is not None else acc
         return AccParams(
-            0, acc.params, int(mode_code(model.mode)), model.product_fmt is not None, prod.params,
-            model.input_fmt is not None, inp.params, int(mode_code(model.input_mode)), 1, 0, chunk,
-            outer.params, int(outer_mode), False, -1074,
+            0,
+            acc.params,
+            int(mode_code(model.mode)),
+            model.product_fmt is not None,
+            prod.params,
+            model.input_fmt is not None,
+            inp.params,
+            int(mode_code(model.input_mode)),
+            1,
+            0,
+            chunk,
+            outer.params,
+            int(outer_mode),
+            False,
+            -1074,
         )
     if isinstance(model, BlockFMA):
         acc = _format(model.out_fmt)
         inp = _format(model.input_fmt) if model.input_fmt is not None else acc
         return AccParams(
-            1, acc.params, int(mode_code(model.out_mode)), False, acc.params,
-            model.input_fmt is not None, inp.params, int(mode_code(model.input_mode)), model.block,
-            model.fraction_bits, chunk, outer.params, int(outer_mode), model.align == "exponent_sum",
+            1,
+            acc.params,
+            int(mode_code(model.out_mode)),
+            False,
+            acc.params,
+            model.input_fmt is not None,
+            inp.params,
+            int(mode_code(model.input_mode)),
+            model.block,
+            model.fraction_bits,
+            chunk,
+            outer.params,
+            int(outer_mode),
+            model.align == "exponent_sum",
             model.operand_emin if model.operand_emin is not None else -1074,
         )
     if isinstance(model, Interleaved):
-        raise TypeError("an Interleaved model reorders k; matmul and dot apply it, the njit kernels take "
-                        "Sequential, BlockFMA or Chunked (use its inner model on operands in Interleaved.order)")
+        raise TypeError(
+            "an Interleaved model reorders k; matmul and dot apply it, the njit kernels take "
+            "Sequential, BlockFMA or Chunked (use its inner model on operands in Interleaved.order)"
+        )
     raise TypeError(f"accumulation model must be Sequential, BlockFMA or Chunked, got {type(model).__name__}")
 
 
@@ -523,8 +550,9 @@ def _as_float_array(x: object, name: str) -> np.ndarray:
     return x.astype(np.float64, copy=False)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Model | Interleaved,
-           engine: str = "vector") -> np.ndarray:
+def matmul(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, acc: Model | Interleaved, engine: str = "vector"
+) -> np.ndarray:
     """Emulated ``c + a @ b`` under an accumulation model.
 
     Args:

@@ -71,52 +71,91 @@ def _rows(text: str) -> int | str:
 
 def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "attribute", help="the main job: where flash attention's deviation from fp64 comes from (per op, per "
-                          "tile size, per rescaling step; flash vs baseline); table + PNG + CSVs",
+        "attribute",
+        help="the main job: where flash attention's deviation from fp64 comes from (per op, per "
+        "tile size, per rescaling step; flash vs baseline); table + PNG + CSVs",
         description="Attribute flash attention's deviation from the fp64 golden output (fp64 baseline "
-                    "attention) to ops (isolation: only that op low-precision; ablation: only that op fp64), "
-                    "tile sizes and rescaling steps, and compare flash with baseline attention. Default: seq "
-                    "2048, head dim 128, N(0,1) inputs rounded to bf16, plans triton-bf16 and all-bf16, every "
-                    "query row.")
+        "attention) to ops (isolation: only that op low-precision; ablation: only that op fp64), "
+        "tile sizes and rescaling steps, and compare flash with baseline attention. Default: seq "
+        "2048, head dim 128, N(0,1) inputs rounded to bf16, plans triton-bf16 and all-bf16, every "
+        "query row.",
+    )
     p.add_argument("--seq", type=_positive, help="query sequence length (default 2048)")
     p.add_argument("--seq-k", type=_positive, help="key sequence length (default: --seq)")
     p.add_argument("--head-dim", type=_positive, help="head dimension (default 128)")
     p.add_argument("--batch", type=_positive, help="batch size (default 1)")
     p.add_argument("--heads", type=_positive, help="heads (default 1)")
-    p.add_argument("--kv-heads", type=_positive, help="key/value heads, dividing --heads (grouped-query "
-                   "attention: query head h reads kv head h // (heads // kv_heads); default --heads)")
-    p.add_argument("--format", choices=("bf16", "fp16", "fp32", "e4m3", "e5m2"),
-                   help="input format (the seeded inputs are rounded into it); default plans triton-<format> "
-                        "and all-<format> (fp8: triton-<format> against pytorch-fp16); default: the --plan "
-                        "presets' own input format, else bf16. A plan whose input format does not hold the "
-                        "inputs is warned about")
-    p.add_argument("--plan", action="append", metavar="PLAN",
-                   help="flash plan preset (repeatable; default triton-<format> and all-<format>)")
-    p.add_argument("--baseline", action="append", metavar="[PLAN=]BASELINE",
-                   help="baseline plan for the comparison: one for all plans, or PLAN=BASELINE (repeatable); "
-                        "default triton-<f> and h200-<f> -> pytorch-<f>, all-<f> -> all-<f>")
+    p.add_argument(
+        "--kv-heads",
+        type=_positive,
+        help="key/value heads, dividing --heads (grouped-query "
+        "attention: query head h reads kv head h // (heads // kv_heads); default --heads)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("bf16", "fp16", "fp32", "e4m3", "e5m2"),
+        help="input format (the seeded inputs are rounded into it); default plans triton-<format> "
+        "and all-<format> (fp8: triton-<format> against pytorch-fp16); default: the --plan "
+        "presets' own input format, else bf16. A plan whose input format does not hold the "
+        "inputs is warned about",
+    )
+    p.add_argument(
+        "--plan",
+        action="append",
+        metavar="PLAN",
+        help="flash plan preset (repeatable; default triton-<format> and all-<format>)",
+    )
+    p.add_argument(
+        "--baseline",
+        action="append",
+        metavar="[PLAN=]BASELINE",
+        help="baseline plan for the comparison: one for all plans, or PLAN=BASELINE (repeatable); "
+        "default triton-<f> and h200-<f> -> pytorch-<f>, all-<f> -> all-<f>",
+    )
     p.add_argument("--block-m", type=_positive, help="query rows per tile (default 64)")
     p.add_argument("--block-n", type=_positive, help="keys per tile (default 64)")
-    p.add_argument("--tiles", type=_tile, nargs="+", metavar="MxN",
-                   help="tile study grid (default 32x64 128x64 64x128 128x128)")
-    p.add_argument("--block-ns", type=_positive, nargs="+", metavar="N",
-                   help="block_n values of the rescaling-steps study (default 16 32 64 128 256 and seq_k)")
-    p.add_argument("--rows", type=_rows, metavar="R|all",
-                   help="query rows evaluated, evenly spaced (default: all)")
-    p.add_argument("--trace-rows", type=_trace_rows, default=64, metavar="R|all",
-                   help="query rows of the traced run (per-kv-block tables; the scalar reference engine): R "
-                        "evenly spaced of the evaluated rows, the first R with --causal (default 64)")
-    p.add_argument("--dist", choices=("normal", "uniform", "outlier"), default="normal",
-                   help="inputs: N(0,1); U[0,1); N(0,1)+N(0,100)*Bernoulli(0.001) (default normal)")
+    p.add_argument(
+        "--tiles", type=_tile, nargs="+", metavar="MxN", help="tile study grid (default 32x64 128x64 64x128 128x128)"
+    )
+    p.add_argument(
+        "--block-ns",
+        type=_positive,
+        nargs="+",
+        metavar="N",
+        help="block_n values of the rescaling-steps study (default 16 32 64 128 256 and seq_k)",
+    )
+    p.add_argument("--rows", type=_rows, metavar="R|all", help="query rows evaluated, evenly spaced (default: all)")
+    p.add_argument(
+        "--trace-rows",
+        type=_trace_rows,
+        default=64,
+        metavar="R|all",
+        help="query rows of the traced run (per-kv-block tables; the scalar reference engine): R "
+        "evenly spaced of the evaluated rows, the first R with --causal (default 64)",
+    )
+    p.add_argument(
+        "--dist",
+        choices=("normal", "uniform", "outlier"),
+        default="normal",
+        help="inputs: N(0,1); U[0,1); N(0,1)+N(0,100)*Bernoulli(0.001) (default normal)",
+    )
     p.add_argument("--seed", type=_nonnegative, default=0, help="input seed (default 0)")
     p.add_argument("--out", default="simfloat-out", help="output folder (default ./simfloat-out)")
     p.add_argument("--causal", action="store_true", help="top-left aligned causal mask")
     p.add_argument("--quick", action="store_true", help="small sizes (seq 80, head dim 16, 2 heads): seconds")
-    p.add_argument("--pass", dest="passes", choices=("forward", "backward", "both"), default="forward",
-                   help="attribute the forward output (default), the backward's gradients dQ/dK/dV "
-                        "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles) or both")
-    p.add_argument("--bounds", action="store_true",
-                   help="add the error bounds (simfloat.bounds) next to the measured errors: bounds.csv")
+    p.add_argument(
+        "--pass",
+        dest="passes",
+        choices=("forward", "backward", "both"),
+        default="forward",
+        help="attribute the forward output (default), the backward's gradients dQ/dK/dV "
+        "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles) or both",
+    )
+    p.add_argument(
+        "--bounds",
+        action="store_true",
+        help="add the error bounds (simfloat.bounds) next to the measured errors: bounds.csv",
+    )
     p.set_defaults(func=_attribute)
 
 
@@ -124,9 +163,11 @@ def _validate(args: argparse.Namespace) -> int:
     try:
         from gpu import validate
     except ImportError as exc:
-        print("simfloat validate: needs the gpu/ package of the simfloat source tree (run it from a "
-              f"checkout, e.g. `pip install -e '.[gpu]'`), and torch + triton to run the kernels: {exc}",
-              file=sys.stderr)
+        print(
+            "simfloat validate: needs the gpu/ package of the simfloat source tree (run it from a "
+            f"checkout, e.g. `pip install -e '.[gpu]'`), and torch + triton to run the kernels: {exc}",
+            file=sys.stderr,
+        )
         return 2
     try:
         return validate.run(args)
@@ -137,20 +178,30 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "validate", help="cross-validate the Triton kernels (GPU, or the faithful CPU interpreter) against "
-                         "the emulator over a grid of configs; validation.csv + validation.md",
+        "validate",
+        help="cross-validate the Triton kernels (GPU, or the faithful CPU interpreter) against "
+        "the emulator over a grid of configs; validation.csv + validation.md",
         description="Run gpu/flash_attention.py (and the int8 kernels) on the GPU if torch sees one, else "
-                    "under gpu.interpreter.faithful() on the CPU, and the emulator with the matching "
-                    "triton-<fmt> plan, config by config; report bitwise agreement, ulp distances and errors "
-                    "vs float64. "
-                    "--fixtures DIR compares the emulator with recorded GPU outputs instead, under the "
-                    "plan families of --plans (triton, h200).")
+        "under gpu.interpreter.faithful() on the CPU, and the emulator with the matching "
+        "triton-<fmt> plan, config by config; report bitwise agreement, ulp distances and errors "
+        "vs float64. "
+        "--fixtures DIR compares the emulator with recorded GPU outputs instead, under the "
+        "plan families of --plans (triton, h200).",
+    )
     try:  # gpu.validate imports only numpy + stdlib; torch, triton, the kernels load when the command runs
         from gpu.validate import add_arguments
     except ImportError:  # reported by _validate when run
         p.add_argument("--out")
-        for flag in ("--grid", "--backend", "--jobs", "--record-fixtures", "--fixtures", "--max-cost",
-                     "--budget-s", "--plans"):
+        for flag in (
+            "--grid",
+            "--backend",
+            "--jobs",
+            "--record-fixtures",
+            "--fixtures",
+            "--max-cost",
+            "--budget-s",
+            "--plans",
+        ):
             p.add_argument(flag)
         for flag in ("--no-int8", "--no-emulator"):
             p.add_argument(flag, action="store_true")
@@ -162,8 +213,9 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simfloat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="round a value in every format and mode; a dot product under several "
-                                       "accumulation models")
+    demo = sub.add_parser(
+        "demo", help="round a value in every format and mode; a dot product under several accumulation models"
+    )
     demo.add_argument("--value", type=float, default=0.1, help="value to round (default 0.1)")
     demo.add_argument("--k", type=_positive, default=4096, help="dot-product length (default 4096)")
     demo.add_argument("--seed", type=_nonnegative, default=0, help="seed of the dot product's inputs (default 0)")

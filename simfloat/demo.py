@@ -35,8 +35,10 @@ def _dot_table(k: int, seed: int) -> list[str]:
         "tensor core sm80 (8, F=24)": tensor_core("sm80", "bf16"),
         "tensor core sm90 (16, F=25)": tensor_core("sm90", "bf16"),
     }
-    lines = [f"dot product of {k} bf16 x bf16 products (seed {seed}); exact value {float(exact):.12g}",
-             f"{'accumulation':<30}{'result':>20}{'abs error':>14}{'rel error':>12}"]
+    lines = [
+        f"dot product of {k} bf16 x bf16 products (seed {seed}); exact value {float(exact):.12g}",
+        f"{'accumulation':<30}{'result':>20}{'abs error':>14}{'rel error':>12}",
+    ]
     for label, model in models.items():
         r = dot(a, b, acc=model)
         err = abs(Fraction(r) - exact)

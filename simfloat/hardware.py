@@ -29,8 +29,16 @@ import numpy as np
 
 from simfloat._jit import bits_f32, bits_f64, f32_bits, jit
 
-__all__ = ["ex2_table", "ex2_approx_f32", "ex2_approx", "exp_approx", "tl_sum_mma", "tl_sum_mma_f32",
-           "tl_sum_mma_array", "TWO23"]
+__all__ = [
+    "ex2_table",
+    "ex2_approx_f32",
+    "ex2_approx",
+    "exp_approx",
+    "tl_sum_mma",
+    "tl_sum_mma_f32",
+    "tl_sum_mma_array",
+    "TWO23",
+]
 
 TWO23 = 8388608
 _DATA = Path(__file__).resolve().parent / "data" / "ex2_h200.bin.xz"

@@ -633,8 +633,10 @@ def _real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool 
             with np.errstate(invalid="ignore"):
                 return x.astype(np.float32), [], True
         if x.dtype not in (np.float32, np.float64):
-            raise TypeError(f"{name} must have dtype float32 or float64 (or float16, or an ml_dtypes bfloat16, "
-                            f"float8_*, float6_* or float4_* dtype, widened exactly to float32), got {x.dtype}")
+            raise TypeError(
+                f"{name} must have dtype float32 or float64 (or float16, or an ml_dtypes bfloat16, "
+                f"float8_*, float6_* or float4_* dtype, widened exactly to float32), got {x.dtype}"
+            )
         return x, [], x.dtype == np.float32
     if isinstance(x, (np.float32, np.float64)):
         return np.asarray(x), [], isinstance(x, np.float32)

@@ -69,8 +69,9 @@ class Tracer:
         """Forget all runs."""
         self._runs.clear()
 
-    def _start(self, kernel: str, plan: str, ops: tuple[str, ...], n_lead: int, n_qt: int, n_kv: int,
-               **meta: object) -> tuple[np.ndarray, np.ndarray]:
+    def _start(
+        self, kernel: str, plan: str, ops: tuple[str, ...], n_lead: int, n_qt: int, n_kv: int, **meta: object
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Allocate the record arrays of a new run: local (lead, q tile, kv block + epilogue, op, stat) and
         state (lead, q tile, kv block + epilogue, state, stat). Called by the kernels."""
         local = np.zeros((n_lead, n_qt, n_kv + 1, len(ops), _NSTAT))
@@ -93,22 +94,40 @@ class Tracer:
             lead, qt, kv, idx = np.nonzero(arr[..., 2] > 0)
             sel = arr[lead, qt, kv, idx]
             n_kv = arr.shape[2] - 1
-            parts.append(pd.DataFrame({
-                "run": r,
-                "kernel": run["kernel"],
-                "plan": run["plan"],
-                names_of: pd.Categorical(np.asarray(names, dtype=object)[idx], categories=list(names)),
-                "lead": lead,
-                "q_tile": qt,
-                "kv_block": np.where(kv == n_kv, -1, kv),
-                "max_abs": sel[:, 0],
-                "sum_sq": sel[:, 1],
-                "count": sel[:, 2].astype(np.int64),
-                "ref_max": sel[:, 3],
-            }))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "run": r,
+                        "kernel": run["kernel"],
+                        "plan": run["plan"],
+                        names_of: pd.Categorical(np.asarray(names, dtype=object)[idx], categories=list(names)),
+                        "lead": lead,
+                        "q_tile": qt,
+                        "kv_block": np.where(kv == n_kv, -1, kv),
+                        "max_abs": sel[:, 0],
+                        "sum_sq": sel[:, 1],
+                        "count": sel[:, 2].astype(np.int64),
+                        "ref_max": sel[:, 3],
+                    }
+                )
+            )
         if not parts:
-            return pd.DataFrame(columns=["run", "kernel", "plan", names_of, "lead", "q_tile", "kv_block",
-                                         "max_abs", "sum_sq", "count", "ref_max", "rms"])
+            return pd.DataFrame(
+                columns=[
+                    "run",
+                    "kernel",
+                    "plan",
+                    names_of,
+                    "lead",
+                    "q_tile",
+                    "kv_block",
+                    "max_abs",
+                    "sum_sq",
+                    "count",
+                    "ref_max",
+                    "rms",
+                ]
+            )
         df = pd.concat(parts, ignore_index=True)
         if df[names_of].dtype != "category":  # runs of different kernels: the union of op names
             df[names_of] = df[names_of].astype(str)
@@ -127,8 +146,9 @@ class Tracer:
     @staticmethod
     def _summary(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         g = df.groupby(keys, observed=True, sort=True)
-        out = g.agg(max_abs=("max_abs", "max"), sum_sq=("sum_sq", "sum"), count=("count", "sum"),
-                    ref_max=("ref_max", "max"))
+        out = g.agg(
+            max_abs=("max_abs", "max"), sum_sq=("sum_sq", "sum"), count=("count", "sum"), ref_max=("ref_max", "max")
+        )
         out["rms"] = np.sqrt(out["sum_sq"] / out["count"])
         with np.errstate(divide="ignore", invalid="ignore"):
             out["rel_max"] = out["max_abs"] / out["ref_max"]

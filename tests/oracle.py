@@ -241,9 +241,7 @@ def _finish(neg: bool, k: int, q: int, mode: str, s: Spec) -> float:
     """The rounded magnitude k * 2**q with overflow and flush-to-zero applied, signed."""
     # compare k * 2**q with the largest finite value max_sig * 2**max_exp
     if (k << max(q - s.max_exp, 0)) > (s.max_sig << max(s.max_exp - q, 0)):
-        away = (
-            mode in ("nearest_even", "nearest_away") or (mode == "up" and not neg) or (mode == "down" and neg)
-        )
+        away = mode in ("nearest_even", "nearest_away") or (mode == "up" and not neg) or (mode == "down" and neg)
         return _policy(neg, s) if away else _signed(neg, s.max_sig, s.max_exp, s)
     if not s.subnormals and k != 0 and (k << max(q - s.emin, 0)) < (1 << max(s.emin - q, 0)):
         k = 0  # a subnormal result flushes to zero

@@ -68,8 +68,13 @@ def test_fp32_matches_torch_sdpa(name):
     q, k, v = _inputs((2, 2), 80, 120, 64, fmt="fp32", seed=5)
     for causal in (False, True):
         o = baseline(q, k, v, plan=name, causal=causal)
-        t = torch.nn.functional.scaled_dot_product_attention(
-            *(torch.from_numpy(x.astype(np.float32)) for x in (q, k, v)), is_causal=causal).double().numpy()
+        t = (
+            torch.nn.functional.scaled_dot_product_attention(
+                *(torch.from_numpy(x.astype(np.float32)) for x in (q, k, v)), is_causal=causal
+            )
+            .double()
+            .numpy()
+        )
         np.testing.assert_allclose(o, t, rtol=0, atol=2e-5 * np.abs(t).max())
 
 
@@ -103,13 +108,16 @@ def test_deterministic_across_thread_counts():
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("args,err", [
-    (dict(q=np.ones((4, 8), dtype=np.float16)), TypeError),
-    (dict(k=np.ones((5, 9))), ValueError),
-    (dict(plan="triton-bogus"), ValueError),
-    (dict(causal=1), TypeError),
-    (dict(scale=0.0), ValueError),
-])
+@pytest.mark.parametrize(
+    "args,err",
+    [
+        (dict(q=np.ones((4, 8), dtype=np.float16)), TypeError),
+        (dict(k=np.ones((5, 9))), ValueError),
+        (dict(plan="triton-bogus"), ValueError),
+        (dict(causal=1), TypeError),
+        (dict(scale=0.0), ValueError),
+    ],
+)
 def test_bad_arguments(args, err):
     kw = dict(q=np.ones((4, 8)), k=np.ones((5, 8)), v=np.ones((5, 8)), plan="fp64")
     kw.update(args)

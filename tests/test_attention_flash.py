@@ -191,6 +191,7 @@ def _rel(a, b):
 
 # -- float64: exact attention ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tile", [16, 32, 64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq_q,seq_k", [(97, 97), (257, 97), (97, 257)])
@@ -217,10 +218,16 @@ def test_fp64_sweep_long(tile, causal, seq):
     assert _rel(o, exact_attention(q, k, v, causal)) <= 1e-13
 
 
-@pytest.mark.parametrize("variant", [
-    dict(exp2=True), dict(contract=True), dict(normalization="per_step"), dict(lazy_threshold=4.0),
-    dict(exp2=True, contract=True, normalization="per_step", lazy_threshold=2.0),
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(exp2=True),
+        dict(contract=True),
+        dict(normalization="per_step"),
+        dict(lazy_threshold=4.0),
+        dict(exp2=True, contract=True, normalization="per_step", lazy_threshold=2.0),
+    ],
+)
 def test_fp64_variants_are_exact_attention(variant):
     q, k, v = _inputs((3,), 70, 150, 16, dv=24, seed=5)
     for causal in (False, True):
@@ -256,8 +263,7 @@ def test_single_op_plan_matches_numpy_dataflow_bitwise(op, variant):
         assert not np.array_equal(got, flash(q, k, v, plan=base, block_m=bm, block_n=bn, causal=causal))
 
 
-@pytest.mark.parametrize("name", ["triton-bf16", "triton-fp16", "triton-tf32", "triton-e4m3", "all-bf16",
-                                  "all-e5m2"])
+@pytest.mark.parametrize("name", ["triton-bf16", "triton-fp16", "triton-tf32", "triton-e4m3", "all-bf16", "all-e5m2"])
 def test_preset_matches_numpy_dataflow_bitwise(name):
     fmt = {"tf32": "fp32"}.get(name.split("-")[1], name.split("-")[1])
     q, k, v = _inputs((), 50, 70, 32, fmt=fmt, seed=13)
@@ -268,14 +274,20 @@ def test_preset_matches_numpy_dataflow_bitwise(name):
 
 # -- fp32 against torch ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_all_fp32_matches_torch_sdpa(causal):
     torch = pytest.importorskip("torch")
     q, k, v = _inputs((2, 3), 97, 130, 64, fmt="fp32", seed=17)
     q, k, v = (x.astype(np.float32) for x in (q, k, v))
     o = flash(q, k, v, plan="all-fp32", causal=causal, block_m=32, block_n=64)
-    t = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(x.astype(np.float32)) for x in (q, k, v)), is_causal=causal).double().numpy()
+    t = (
+        torch.nn.functional.scaled_dot_product_attention(
+            *(torch.from_numpy(x.astype(np.float32)) for x in (q, k, v)), is_causal=causal
+        )
+        .double()
+        .numpy()
+    )
     np.testing.assert_allclose(o, t, rtol=0, atol=2e-5 * np.abs(t).max())
     assert _rel(o, exact_attention(q, k, v, causal)) < 1e-5
 
@@ -290,6 +302,7 @@ def test_low_precision_errors_are_plausible():
 
 
 # -- determinism, stats, edge cases ----------------------------------------------------------------------
+
 
 def test_deterministic_across_thread_counts():
     q, k, v = _inputs((4, 3), 100, 90, 16, fmt="bf16", seed=23)
@@ -329,26 +342,29 @@ def test_output_values_are_in_the_output_format():
     np.testing.assert_array_equal(o8, sf.round(o8, "e4m3"))
 
 
-@pytest.mark.parametrize("args,err", [
-    (dict(q=[[1.0]]), TypeError),
-    (dict(q=np.ones((4, 8), dtype=np.int32)), TypeError),
-    (dict(q=np.ones(8)), ValueError),
-    (dict(q=np.ones((4, 7))), ValueError),
-    (dict(k=np.ones((0, 8)), v=np.ones((0, 8))), ValueError),
-    (dict(v=np.ones((6, 8))), ValueError),
-    (dict(q=np.ones((3, 4, 8)), k=np.ones((2, 5, 8)), v=np.ones((2, 5, 8))), ValueError),
-    (dict(block_m=0), ValueError),
-    (dict(block_n=2.0), TypeError),
-    (dict(block_m=True), TypeError),
-    (dict(causal="yes"), TypeError),
-    (dict(scale=-1.0), ValueError),
-    (dict(scale=float("nan")), ValueError),
-    (dict(scale="0.1"), TypeError),
-    (dict(plan="nope"), ValueError),
-    (dict(plan=3), TypeError),
-    (dict(trace=object()), TypeError),
-    (dict(plan=plan("fp64").replace(scale="e4m3"), scale=1e-9), ValueError),
-])
+@pytest.mark.parametrize(
+    "args,err",
+    [
+        (dict(q=[[1.0]]), TypeError),
+        (dict(q=np.ones((4, 8), dtype=np.int32)), TypeError),
+        (dict(q=np.ones(8)), ValueError),
+        (dict(q=np.ones((4, 7))), ValueError),
+        (dict(k=np.ones((0, 8)), v=np.ones((0, 8))), ValueError),
+        (dict(v=np.ones((6, 8))), ValueError),
+        (dict(q=np.ones((3, 4, 8)), k=np.ones((2, 5, 8)), v=np.ones((2, 5, 8))), ValueError),
+        (dict(block_m=0), ValueError),
+        (dict(block_n=2.0), TypeError),
+        (dict(block_m=True), TypeError),
+        (dict(causal="yes"), TypeError),
+        (dict(scale=-1.0), ValueError),
+        (dict(scale=float("nan")), ValueError),
+        (dict(scale="0.1"), TypeError),
+        (dict(plan="nope"), ValueError),
+        (dict(plan=3), TypeError),
+        (dict(trace=object()), TypeError),
+        (dict(plan=plan("fp64").replace(scale="e4m3"), scale=1e-9), ValueError),
+    ],
+)
 def test_bad_arguments(args, err):
     kw = dict(q=np.ones((4, 8)), k=np.ones((5, 8)), v=np.ones((5, 8)), plan="fp64")
     kw.update(args)

@@ -53,8 +53,15 @@ def test_triton_fp32_and_tf32():
 
 
 def test_replace_forms():
-    pl = plan("fp64").replace(exp="bf16", p=("fp16", "rz"), out=OpSpec(sf.float8_e4m3fn, "nearest_away"),
-                              qk=BlockFMA(16, 25), pv="bf16", lazy_threshold=3, exp2=True)
+    pl = plan("fp64").replace(
+        exp="bf16",
+        p=("fp16", "rz"),
+        out=OpSpec(sf.float8_e4m3fn, "nearest_away"),
+        qk=BlockFMA(16, 25),
+        pv="bf16",
+        lazy_threshold=3,
+        exp2=True,
+    )
     assert pl.exp == OpSpec(sf.bfloat16)
     assert pl.p == OpSpec(sf.float16, sf.RoundingMode.TOWARD_ZERO)
     assert pl.out.mode == sf.RoundingMode.NEAREST_AWAY
@@ -66,22 +73,25 @@ def test_replace_forms():
     assert "exp=bfloat16" in str(pl)
 
 
-@pytest.mark.parametrize("changes,err,match", [
-    (dict(expp="bf16"), ValueError, "qk, scale, exp"),
-    (dict(exp=BlockFMA(16, 25)), TypeError, "accumulation models"),
-    (dict(exp=3), TypeError, "exp"),
-    (dict(qk=1.0), TypeError, "qk"),
-    (dict(exp="bogus"), ValueError, "unknown format"),
-    (dict(exp=("bf16", "sideways")), ValueError, "rounding mode"),
-    (dict(exp=("bf16", "stochastic")), ValueError, "stochastic"),
-    (dict(qk=Sequential("bf16", mode="stochastic")), ValueError, "stochastic"),
-    (dict(qk=Chunked(4, BlockFMA(16, 25, out_mode="sr"))), ValueError, "stochastic"),
-    (dict(exp2=1), TypeError, "exp2"),
-    (dict(normalization="lazy"), ValueError, "normalization"),
-    (dict(lazy_threshold=-1.0), ValueError, "lazy_threshold"),
-    (dict(lazy_threshold="1"), TypeError, "lazy_threshold"),
-    (dict(name=5), TypeError, "name"),
-])
+@pytest.mark.parametrize(
+    "changes,err,match",
+    [
+        (dict(expp="bf16"), ValueError, "qk, scale, exp"),
+        (dict(exp=BlockFMA(16, 25)), TypeError, "accumulation models"),
+        (dict(exp=3), TypeError, "exp"),
+        (dict(qk=1.0), TypeError, "qk"),
+        (dict(exp="bogus"), ValueError, "unknown format"),
+        (dict(exp=("bf16", "sideways")), ValueError, "rounding mode"),
+        (dict(exp=("bf16", "stochastic")), ValueError, "stochastic"),
+        (dict(qk=Sequential("bf16", mode="stochastic")), ValueError, "stochastic"),
+        (dict(qk=Chunked(4, BlockFMA(16, 25, out_mode="sr"))), ValueError, "stochastic"),
+        (dict(exp2=1), TypeError, "exp2"),
+        (dict(normalization="lazy"), ValueError, "normalization"),
+        (dict(lazy_threshold=-1.0), ValueError, "lazy_threshold"),
+        (dict(lazy_threshold="1"), TypeError, "lazy_threshold"),
+        (dict(name=5), TypeError, "name"),
+    ],
+)
 def test_validation(changes, err, match):
     with pytest.raises(err, match=match):
         plan("fp64").replace(**changes)
@@ -109,15 +119,18 @@ def test_qk_scale_is_the_kernels_host_computation():
         plan("all-e4m3").params(1e-6)
 
 
-@pytest.mark.parametrize("name,changes,kernel", [
-    ("triton-bf16", dict(softmax="bf16"), "flash"),
-    ("h200-fp16", dict(softmax="fp16", out="fp32"), "flash"),
-    ("triton-bf16*", dict(softmax="bf16"), "flash"),
-    ("pytorch-bf16", dict(exp="bf16"), "baseline"),
-    ("pytorch-bf16", dict(l_i="bf16", out="fp32"), "baseline"),
-    ("pytorch-fp16", dict(p="bf16"), "baseline"),
-    ("pytorch-fp16", dict(exp2=True), "baseline"),
-])
+@pytest.mark.parametrize(
+    "name,changes,kernel",
+    [
+        ("triton-bf16", dict(softmax="bf16"), "flash"),
+        ("h200-fp16", dict(softmax="fp16", out="fp32"), "flash"),
+        ("triton-bf16*", dict(softmax="bf16"), "flash"),
+        ("pytorch-bf16", dict(exp="bf16"), "baseline"),
+        ("pytorch-bf16", dict(l_i="bf16", out="fp32"), "baseline"),
+        ("pytorch-fp16", dict(p="bf16"), "baseline"),
+        ("pytorch-fp16", dict(exp2=True), "baseline"),
+    ],
+)
 def test_replace_rejects_what_the_plans_kernel_never_uses(name, changes, kernel):
     pl = plan(name.rstrip("*"))
     if name.endswith("*"):

@@ -93,8 +93,9 @@ def test_isolated_p_quantizer_matches_numpy():
     ref = (codes @ v.astype(np.float64)) / 127 / p.sum(-1, keepdims=True)
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-13)
     cons = int8_flash(q, k, v, plan=plan.replace(row_sum="consistent"), block_n=128)
-    np.testing.assert_allclose(cons, (codes @ v.astype(np.float64)) / codes.sum(-1, keepdims=True),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        cons, (codes @ v.astype(np.float64)) / codes.sum(-1, keepdims=True), rtol=1e-12, atol=1e-13
+    )
 
 
 def test_p_quantizer_fused_and_unfused_agree_on_every_fp16_probability():
@@ -126,14 +127,17 @@ def test_isolated_fp8_quantizers_match_numpy():
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("quant, kw", [
-    (Quant("int", "per-channel", pre="float32"), {}),
-    (Quant("int", "per-block", pre="float32"), {"group": 7}),
-    (Quant("int", "per-token", "nearest_away"), {}),
-    (Quant("int", "per-token", "toward_zero", qmax=63), {}),
-    (Quant("float", "per-tensor", fmt="float8_e5m2", pre="float32"), {}),
-    (Quant("float", "unscaled", fmt="float8_e5m2"), {}),
-])
+@pytest.mark.parametrize(
+    "quant, kw",
+    [
+        (Quant("int", "per-channel", pre="float32"), {}),
+        (Quant("int", "per-block", pre="float32"), {"group": 7}),
+        (Quant("int", "per-token", "nearest_away"), {}),
+        (Quant("int", "per-token", "toward_zero", qmax=63), {}),
+        (Quant("float", "per-tensor", fmt="float8_e5m2", pre="float32"), {}),
+        (Quant("float", "unscaled", fmt="float8_e5m2"), {}),
+    ],
+)
 def test_quantize_matches_numpy(quant, kw):
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((2, 30, 8)) * 3).astype(np.float32)
@@ -187,8 +191,10 @@ def test_consistent_row_sum_gives_constant_v_exactly():
 def test_int8_error_is_modest_and_half_int8_is_closer():
     q, k, v = _inputs(150, 64, seed=6)
     ref = _attn64(q, k, v)
-    errs = {p: np.sqrt(np.mean((int8_flash(q, k, v, plan=p) - ref) ** 2))
-            for p in ("int8-reference", "int8-consistent", "half-int8")}
+    errs = {
+        p: np.sqrt(np.mean((int8_flash(q, k, v, plan=p) - ref) ** 2))
+        for p in ("int8-reference", "int8-consistent", "half-int8")
+    }
     assert all(1e-4 < e < 1e-2 for e in errs.values()), errs
     assert errs["half-int8"] < errs["int8-reference"]
 
@@ -211,8 +217,9 @@ def test_float_flash_preset_equals_flash_bitwise(fmt):
 
 def test_fp64_plan_is_attention():
     q, k, v = _inputs(50, 16, seed=8)
-    np.testing.assert_allclose(int8_flash(q, k, v, plan="fp64", block_n=16, causal=True),
-                               _attn64(q, k, v, causal=True), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(
+        int8_flash(q, k, v, plan="fp64", block_n=16, causal=True), _attn64(q, k, v, causal=True), rtol=1e-13, atol=1e-14
+    )
 
 
 def test_incoherent_rotation_is_exact_in_fp64():
@@ -233,8 +240,11 @@ def test_incoherent_rotation_is_exact_in_fp64():
 
 def test_block_dot_fast_path_equals_dot_acc():
     rng = np.random.default_rng(10)
-    for fmt, model in (("float8_e4m3fn", tensor_core("sm90", "e4m3")),
-                       ("float16", tensor_core("sm90", "fp16")), ("bfloat16", tensor_core("sm90", "bf16"))):
+    for fmt, model in (
+        ("float8_e4m3fn", tensor_core("sm90", "e4m3")),
+        ("float16", tensor_core("sm90", "fp16")),
+        ("bfloat16", tensor_core("sm90", "bf16")),
+    ):
         from simfloat import round as sround
 
         ap = acc_params(model)
@@ -255,10 +265,15 @@ def test_fast_scalar_ops_equal_general_ops():
     # values on fp16 grid midpoints and products landing on them
     mid = (np.arange(2048, 4096, dtype=np.float64) + 0.5) * 2.0**-10
     x = np.concatenate([x, mid, mid * 3, np.ldexp(mid, -20), [0.0, -0.0, 1e-45, 65520.0, 7e4]])
-    y = np.concatenate([y, np.ones(len(mid)), np.full(len(mid), 1 / 3), np.ones(len(mid)),
-                        [1.0, 2.0, 1.0, 1.0, 1.0]])
-    for fname, mode in (("float16", 0), ("float32", 0), ("bfloat16", 0), ("float8_e4m3fn", 0), ("float16", 2),
-                        ("float32", 2)):
+    y = np.concatenate([y, np.ones(len(mid)), np.full(len(mid), 1 / 3), np.ones(len(mid)), [1.0, 2.0, 1.0, 1.0, 1.0]])
+    for fname, mode in (
+        ("float16", 0),
+        ("float32", 0),
+        ("bfloat16", 0),
+        ("float8_e4m3fn", 0),
+        ("float16", 2),
+        ("float32", 2),
+    ):
         o = OpParams(sformat(fname).params, mode)
 
         def same(u, w):
@@ -313,8 +328,18 @@ def test_isolate_and_ablate():
 
 def test_presets_and_plan_str():
     table = quant_presets()
-    for name in ("int8-reference", "int8-consistent", "half-int8", "fp8-e4m3", "fp8-e5m2-block",
-                 "fp8-e5m2-unscaled", "fp16-flash", "bf16-flash", "int8-reference-fp64", "fp64"):
+    for name in (
+        "int8-reference",
+        "int8-consistent",
+        "half-int8",
+        "fp8-e4m3",
+        "fp8-e5m2-block",
+        "fp8-e5m2-unscaled",
+        "fp16-flash",
+        "bf16-flash",
+        "int8-reference-fp64",
+        "fp64",
+    ):
         assert isinstance(table[name], QuantPlan)
     text = str(quant_plan("int8-reference"))
     for op in QUANT_OPS:

@@ -45,8 +45,9 @@ def qkv():
 @pytest.fixture(scope="module")
 def res(qkv):
     q, k, v = qkv
-    return attribute(q, k, v, ["triton-bf16", "all-bf16"], block_m=BM, block_n=BN, tiles=[(8, 16), (16, 32)],
-                     block_ns=[8, 16, 97])
+    return attribute(
+        q, k, v, ["triton-bf16", "all-bf16"], block_m=BM, block_n=BN, tiles=[(8, 16), (16, 32)], block_ns=[8, 16, 97]
+    )
 
 
 def _golden(q, k, v, causal=False):
@@ -76,8 +77,7 @@ def test_isolation_row_equals_direct_flash_call(res, qkv, name, op):
     row = res.isolation.set_index(["plan", "op"]).loc[(name, op)]
     for m in METRICS:
         assert row[m] == want[m], m
-    assert row["entry"] == ("bf16" if op in ("p", "out") or name == "all-bf16" and op == "l_i"
-                            else row["entry"])
+    assert row["entry"] == ("bf16" if op in ("p", "out") or name == "all-bf16" and op == "l_i" else row["entry"])
 
 
 def test_ablation_row_equals_direct_flash_call(res, qkv):
@@ -120,8 +120,11 @@ def test_table_shapes(res):
     assert list(res.isolation["op"][:12]) == list(FLASH_OPS) + ["all"]
     t = res.tiles
     assert list(zip(t["plan"], t["block_m"], t["block_n"], t["steps"], strict=True)) == [
-        ("triton-bf16", 8, 16, 7), ("triton-bf16", 16, 32, 4),
-        ("all-bf16", 8, 16, 7), ("all-bf16", 16, 32, 4)]
+        ("triton-bf16", 8, 16, 7),
+        ("triton-bf16", 16, 32, 4),
+        ("all-bf16", 8, 16, 7),
+        ("all-bf16", 16, 32, 4),
+    ]
     s = res.steps
     assert list(s["block_n"]) == [8, 16, 97] * 2 and list(s["steps"]) == [13, 7, 1] * 2
     assert set(s["block_m"]) == {BM}
@@ -150,12 +153,27 @@ def test_by_block(res):
 
 def test_outputs(res, tmp_path):
     text = res.table()
-    for s in ("flash vs baseline", "triton-bf16", "pytorch-bf16", "rescaling steps", "tiles", "per op",
-              "all-bf16 max_abs", "all-bf16 rms"):
+    for s in (
+        "flash vs baseline",
+        "triton-bf16",
+        "pytorch-bf16",
+        "rescaling steps",
+        "tiles",
+        "per op",
+        "all-bf16 max_abs",
+        "all-bf16 rms",
+    ):
         assert s in text
     paths = res.to_csv(tmp_path / "csv")
-    assert {p.name for p in paths} == {"isolation.csv", "ablation.csv", "tiles.csv", "steps.csv",
-                                       "flash_vs_baseline.csv", "by_block.csv", "state_by_block.csv"}
+    assert {p.name for p in paths} == {
+        "isolation.csv",
+        "ablation.csv",
+        "tiles.csv",
+        "steps.csv",
+        "flash_vs_baseline.csv",
+        "by_block.csv",
+        "state_by_block.csv",
+    }
     back = pd.read_csv(tmp_path / "csv" / "isolation.csv")
     assert list(back.columns) == list(res.isolation.columns)
     png = res.plot(tmp_path / "a.png")
@@ -165,8 +183,7 @@ def test_outputs(res, tmp_path):
 
 def test_rows_subset_is_exact(qkv):
     q, k, v = qkv
-    r = attribute(q, k, v, "triton-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), rows=5,
-                  trace=False)
+    r = attribute(q, k, v, "triton-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), rows=5, trace=False)
     rows = select_rows(64, 5)
     assert list(rows) == [0, 16, 32, 47, 63] and r.meta["rows"] == 5
     full = flash(q, k, v, plan="triton-bf16", block_m=BM, block_n=BN)
@@ -179,8 +196,19 @@ def test_rows_subset_is_exact(qkv):
 
 def test_causal_and_baseline_override(qkv):
     q, k, v = qkv
-    r = attribute(q[:, :40], k[:, :40], v[:, :40], "triton-bf16", baseline="all-bf16", block_m=BM, block_n=BN,
-                  causal=True, ops=["out"], tiles=[(8, 8)], block_ns=[8])
+    r = attribute(
+        q[:, :40],
+        k[:, :40],
+        v[:, :40],
+        "triton-bf16",
+        baseline="all-bf16",
+        block_m=BM,
+        block_n=BN,
+        causal=True,
+        ops=["out"],
+        tiles=[(8, 8)],
+        block_ns=[8],
+    )
     assert list(r.flash_vs_baseline["kernel_plan"]) == ["triton-bf16", "all-bf16"]
     out = flash(q[:, :40], k[:, :40], v[:, :40], plan="triton-bf16", block_m=8, block_n=8, causal=True)
     assert r.tiles["max_abs"][0] == deviation(out, _golden(q[:, :40], k[:, :40], v[:, :40], True))["max_abs"]
@@ -241,8 +269,9 @@ def test_bad_arguments(qkv):
 def test_plan_names_do_not_matter_for_dedup(qkv):
     q, k, v = qkv
     same = dataclasses.replace(plan("triton-bf16"), name="mine")
-    r = attribute(q, k, v, [same], baseline="pytorch-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(),
-                  block_ns=(), trace=False)
+    r = attribute(
+        q, k, v, [same], baseline="pytorch-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), trace=False
+    )
     # golden, main, reference, baseline, isolation(p), ablation(p): six distinct runs
     assert r.meta["runs"] == 6 and r.flash_vs_baseline["plan"][0] == "mine"
 
@@ -250,8 +279,15 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
 def test_flags_are_every_plan_field_but_the_ops():
     ops = set(FLASH_OPS) | {"softmax", "name"}
     assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops
-    alt = dict(exp2=False, contract=False, normalization="per_step", lazy_threshold=1.0,
-               exp2_impl="correctly_rounded", sum_order="sequential", exp_impl="tl.exp")
+    alt = dict(
+        exp2=False,
+        contract=False,
+        normalization="per_step",
+        lazy_threshold=1.0,
+        exp2_impl="correctly_rounded",
+        sum_order="sequential",
+        exp_impl="tl.exp",
+    )
     assert set(alt) == set(FLAGS)  # a new flag needs a value here
     for f, value in alt.items():
         p = plan("h200-bf16")
@@ -268,8 +304,19 @@ def test_h200_plan_is_not_taken_for_its_triton_twin():
     q, k, v = _inputs(seq_q=8, seq_k=24, lead=(1,), fmt="tf32")
     names = ("triton-tf32", "h200-tf32")
     gold = _golden(q, k, v)
-    r = attribute(q, k, v, list(names), baseline="fp64", block_m=BM, block_n=BN, ops=["exp", "l_i"], tiles=(),
-                  block_ns=(), trace=False)
+    r = attribute(
+        q,
+        k,
+        v,
+        list(names),
+        baseline="fp64",
+        block_m=BM,
+        block_n=BN,
+        ops=["exp", "l_i"],
+        tiles=(),
+        block_ns=(),
+        trace=False,
+    )
     fvb = r.flash_vs_baseline.set_index(["plan", "kernel"])
     iso = r.isolation.set_index(["plan", "op"])
     got = {}
@@ -321,8 +368,19 @@ def test_progress_callback_starts_before_the_first_run(qkv, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(core, "_baseline_kernel", spy)
-    r = attribute(q, k, v, "all-bf16", block_m=BM, block_n=BN, ops=["p"], tiles=(), block_ns=(), trace=False,
-                  progress=lambda done, total: calls.append((done, total)))
+    r = attribute(
+        q,
+        k,
+        v,
+        "all-bf16",
+        block_m=BM,
+        block_n=BN,
+        ops=["p"],
+        tiles=(),
+        block_ns=(),
+        trace=False,
+        progress=lambda done, total: calls.append((done, total)),
+    )
     n = r.meta["runs"]
     assert ran[0] == [(0, n)]  # told before the golden run started
     assert [c[0] for c in calls] == list(range(n + 1)) and {c[1] for c in calls} == {n}

@@ -31,22 +31,73 @@ def test_attribute_quick_end_to_end(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["attribute", "--quick", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    for s in ("flash vs baseline", "triton-bf16", "pytorch-bf16", "all-bf16", "per op",
-              "rescaling steps", "wall time", "wrote"):
+    for s in (
+        "flash vs baseline",
+        "triton-bf16",
+        "pytorch-bf16",
+        "all-bf16",
+        "per op",
+        "rescaling steps",
+        "wall time",
+        "wrote",
+    ):
         assert s in text, s
     names = {p.name for p in out.iterdir()}
-    assert {"attribution.png", "summary.txt", "isolation.csv", "ablation.csv", "tiles.csv", "steps.csv",
-            "flash_vs_baseline.csv", "by_block.csv", "state_by_block.csv"} <= names
+    assert {
+        "attribution.png",
+        "summary.txt",
+        "isolation.csv",
+        "ablation.csv",
+        "tiles.csv",
+        "steps.csv",
+        "flash_vs_baseline.csv",
+        "by_block.csv",
+        "state_by_block.csv",
+    } <= names
     assert (out / "attribution.png").read_bytes()[:4] == b"\x89PNG"
     assert "flash vs baseline" in (out / "summary.txt").read_text()
 
 
 def test_attribute_options(tmp_path, capsys):
     out = tmp_path / "o"
-    argv = ["attribute", "--quick", "--seq", "40", "--seq-k", "56", "--head-dim", "8", "--batch", "2",
-            "--heads", "1", "--format", "fp16", "--plan", "triton-fp16", "--baseline", "triton-fp16=all-fp16",
-            "--block-m", "8", "--block-n", "16", "--tiles", "8x8", "16x32", "--block-ns", "8", "56",
-            "--dist", "outlier", "--seed", "3", "--rows", "5", "--out", str(out)]
+    argv = [
+        "attribute",
+        "--quick",
+        "--seq",
+        "40",
+        "--seq-k",
+        "56",
+        "--head-dim",
+        "8",
+        "--batch",
+        "2",
+        "--heads",
+        "1",
+        "--format",
+        "fp16",
+        "--plan",
+        "triton-fp16",
+        "--baseline",
+        "triton-fp16=all-fp16",
+        "--block-m",
+        "8",
+        "--block-n",
+        "16",
+        "--tiles",
+        "8x8",
+        "16x32",
+        "--block-ns",
+        "8",
+        "56",
+        "--dist",
+        "outlier",
+        "--seed",
+        "3",
+        "--rows",
+        "5",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "triton-fp16->all-fp16" in text and "5 of 40 query rows" in text
@@ -56,20 +107,43 @@ def test_attribute_options(tmp_path, capsys):
     assert list(steps["block_n"]) == [8, 56] and list(steps["steps"]) == [7, 1]
     tiles = pd.read_csv(out / "tiles.csv")
     assert list(zip(tiles["block_m"], tiles["block_n"], strict=True)) == [(8, 8), (16, 32)]
-    assert main(["attribute", "--quick", "--causal", "--dist", "uniform", "--seq", "24", "--tiles", "8x8",
-                 "--block-ns", "8", "--plan", "all-bf16", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "attribute",
+                "--quick",
+                "--causal",
+                "--dist",
+                "uniform",
+                "--seq",
+                "24",
+                "--tiles",
+                "8x8",
+                "--block-ns",
+                "8",
+                "--plan",
+                "all-bf16",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "causal" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--seq", "0"], "positive integer"),
-    (["--head-dim", "x"], "positive integer"),
-    (["--tiles", "64"], "BLOCK_MxBLOCK_N"),
-    (["--tiles", "64x0"], "positive integer"),
-    (["--format", "e3m2"], "invalid choice"),
-    (["--dist", "cauchy"], "invalid choice"),
-    (["--rows", "-3"], "positive integer"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seq", "0"], "positive integer"),
+        (["--head-dim", "x"], "positive integer"),
+        (["--tiles", "64"], "BLOCK_MxBLOCK_N"),
+        (["--tiles", "64x0"], "positive integer"),
+        (["--format", "e3m2"], "invalid choice"),
+        (["--dist", "cauchy"], "invalid choice"),
+        (["--rows", "-3"], "positive integer"),
+    ],
+)
 def test_bad_arguments_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["attribute", *argv])
@@ -77,14 +151,17 @@ def test_bad_arguments_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--plan", "nope"], "unknown plan 'nope'"),
-    (["--plan", "triton-tf32"], "--baseline triton-tf32=<plan>"),
-    (["--plan", "all-bf16", "--plan", "all-bf16"], "distinct"),
-    (["--rows", "4", "--causal"], "--rows cannot be combined with --causal"),
-    (["--baseline", "=x"], "FLASH_PLAN=BASELINE_PLAN"),
-    (["--baseline", "all-bf16", "--baseline", "a=b"], "not both"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--plan", "nope"], "unknown plan 'nope'"),
+        (["--plan", "triton-tf32"], "--baseline triton-tf32=<plan>"),
+        (["--plan", "all-bf16", "--plan", "all-bf16"], "distinct"),
+        (["--rows", "4", "--causal"], "--rows cannot be combined with --causal"),
+        (["--baseline", "=x"], "FLASH_PLAN=BASELINE_PLAN"),
+        (["--baseline", "all-bf16", "--baseline", "a=b"], "not both"),
+    ],
+)
 def test_bad_values_give_clear_errors(argv, message, tmp_path, capsys):
     assert main(["attribute", "--quick", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
@@ -156,13 +233,16 @@ def test_attribute_without_the_analysis_extra_says_what_to_install(tmp_path, cap
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--jobs", "-2"], "--jobs: expected a positive integer, got -2"),
-    (["--jobs", "0"], "--jobs: expected a positive integer, got 0"),
-    (["--budget-s", "0"], "--budget-s: expected a positive number of seconds, got 0"),
-    (["--budget-s", "nan"], "--budget-s: expected a positive number of seconds, got nan"),
-    (["--max-cost", "-1"], "--max-cost: expected a positive number of seconds, got -1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--jobs", "-2"], "--jobs: expected a positive integer, got -2"),
+        (["--jobs", "0"], "--jobs: expected a positive integer, got 0"),
+        (["--budget-s", "0"], "--budget-s: expected a positive number of seconds, got 0"),
+        (["--budget-s", "nan"], "--budget-s: expected a positive number of seconds, got nan"),
+        (["--max-cost", "-1"], "--max-cost: expected a positive number of seconds, got -1"),
+    ],
+)
 def test_validate_rejects_nonsense_numbers(argv, message, tmp_path, capsys, monkeypatch):
     V = _validate_module()
     monkeypatch.setattr(V, "compare_fixtures", _no_work)
@@ -175,9 +255,11 @@ def test_validate_rejects_nonsense_numbers(argv, message, tmp_path, capsys, monk
 
 
 def test_demo_and_attribute_reject_nonsense_numbers(capsys):
-    for argv, message in ((["demo", "--k", "-2"], "--k: expected a positive integer"),
-                          (["demo", "--k", "0"], "--k: expected a positive integer"),
-                          (["attribute", "--seed", "-1"], "--seed: expected a non-negative integer")):
+    for argv, message in (
+        (["demo", "--k", "-2"], "--k: expected a positive integer"),
+        (["demo", "--k", "0"], "--k: expected a positive integer"),
+        (["attribute", "--seed", "-1"], "--seed: expected a non-negative integer"),
+    ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
@@ -197,13 +279,14 @@ def test_validate_checks_its_paths_before_any_work(case, tmp_path, capsys, monke
     (fixtures / "h200").mkdir()
     for name in ("env.json", "configs.json", "outputs.npz"):
         (fixtures / "h200" / name).write_text("")
-    argv = {"out under a file": ["--out", str(blocker / "out"), "--fixtures", str(fixtures / "h200")],
-            "record under a file": ["--out", str(tmp_path / "o"), "--record-fixtures", str(blocker / "r")],
-            "no fixtures": ["--out", str(tmp_path / "o"), "--fixtures", str(fixtures)]}[case]
+    argv = {
+        "out under a file": ["--out", str(blocker / "out"), "--fixtures", str(fixtures / "h200")],
+        "record under a file": ["--out", str(tmp_path / "o"), "--record-fixtures", str(blocker / "r")],
+        "no fixtures": ["--out", str(tmp_path / "o"), "--fixtures", str(fixtures)],
+    }[case]
     assert main(["validate", *argv]) == 2
     err = capsys.readouterr().err
-    want = {"out under a file": "--out", "record under a file": "--record-fixtures",
-            "no fixtures": "--fixtures"}[case]
+    want = {"out under a file": "--out", "record under a file": "--record-fixtures", "no fixtures": "--fixtures"}[case]
     assert f"validate: error: {want}" in err, err
     if case == "no fixtures":
         assert "configs.json" in err and str(fixtures / "h200") in err  # the folder it probably meant
@@ -211,10 +294,13 @@ def test_validate_checks_its_paths_before_any_work(case, tmp_path, capsys, monke
         assert "Not a directory" in err or "not a folder" in err, err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--fixtures", "DIR", "--record-fixtures", "R"], "--record-fixtures cannot be combined with --fixtures"),
-    (["--max-cost", "5"], "--max-cost applies only with --fixtures"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--fixtures", "DIR", "--record-fixtures", "R"], "--record-fixtures cannot be combined with --fixtures"),
+        (["--max-cost", "5"], "--max-cost applies only with --fixtures"),
+    ],
+)
 def test_validate_rejects_options_that_would_be_ignored(argv, message, tmp_path, capsys, monkeypatch):
     V = _validate_module()
     monkeypatch.setattr(V, "compare_fixtures", _no_work)
@@ -274,8 +360,20 @@ def test_attribute_warns_when_inputs_are_not_values_of_the_plans_format(tmp_path
 
     seen = _capture_attribute(monkeypatch)
     with pytest.raises(_Stop):
-        main(["attribute", "--quick", "--plan", "triton-e4m3", "--plan", "triton-bf16", "--format", "bf16",
-              "--out", str(tmp_path)])
+        main(
+            [
+                "attribute",
+                "--quick",
+                "--plan",
+                "triton-e4m3",
+                "--plan",
+                "triton-bf16",
+                "--format",
+                "bf16",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     err = capsys.readouterr().err
     bad = sum(not_representable(seen[n], "e4m3") for n in "qkv")
     total = sum(seen[n].size for n in "qkv")

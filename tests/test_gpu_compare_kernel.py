@@ -19,8 +19,20 @@ pytestmark = pytest.mark.triton
 
 
 @triton.jit
-def _exp_flash_kernel(Q, K, V, Out, M, L, seq, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def _exp_flash_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    M,
+    L,
+    seq,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     base = tl.program_id(1) * seq * HEAD_DIM
@@ -45,8 +57,9 @@ def _exp_flash_kernel(Q, K, V, Out, M, L, seq, sm_scale, HEAD_DIM: tl.constexpr,
         acc = tl.dot(p.to(V.dtype.element_ty), v, acc * alpha[:, None])
         m_i = m_new
     o = acc / l_i[:, None]
-    tl.store(Out + base + rows[:, None] * HEAD_DIM + dims[None, :], o.to(Out.dtype.element_ty),
-             mask=rows[:, None] < seq)
+    tl.store(
+        Out + base + rows[:, None] * HEAD_DIM + dims[None, :], o.to(Out.dtype.element_ty), mask=rows[:, None] < seq
+    )
     stats = tl.program_id(1) * seq + rows
     tl.store(M + stats, m_i, mask=rows < seq)
     tl.store(L + stats, l_i, mask=rows < seq)
@@ -59,16 +72,19 @@ def exp_flash(q, k, v, *, causal, block_m, block_n):
     m = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)  # noqa: E741
     grid = (triton.cdiv(n, block_m), b * h)
-    _exp_flash_kernel[grid](q, k, v, o, m, l, n, 1.0 / math.sqrt(d), HEAD_DIM=d, BLOCK_M=block_m,
-                            BLOCK_N=block_n, CAUSAL=causal)
+    _exp_flash_kernel[grid](
+        q, k, v, o, m, l, n, 1.0 / math.sqrt(d), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal
+    )
     return o, m, l
 
 
 #: the kernel's numerics as a plan: triton-bf16's formats, no exp2 folding, no FMA contraction, tl.exp
 TL_EXP = plan("triton-bf16").replace(name="exp-flash-bf16", exp2=False, contract=False, exp_impl="tl.exp")
-CONFIGS = [Config("flash", "bf16", 97, 16, 32, 16, False, "low"),
-           Config("flash", "bf16", 64, 32, 16, 32, True, "low"),
-           Config("flash", "bf16", 40, 16, 64, 64, False, "low")]
+CONFIGS = [
+    Config("flash", "bf16", 97, 16, 32, 16, False, "low"),
+    Config("flash", "bf16", 64, 32, 16, 32, True, "low"),
+    Config("flash", "bf16", 40, 16, 64, 64, False, "low"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +115,7 @@ def test_without_the_tl_exp_option_no_plan_reproduces_the_row_sums():
 
 def test_compare_kernel_checks_the_plan_and_configs():
     with pytest.raises(ValueError, match="no flash config"):
-        compare_kernel(exp_flash, TL_EXP, [Config("flash", "fp16", 40, 16, 16, 16, False, "low")],
-                       backend="faithful")
+        compare_kernel(exp_flash, TL_EXP, [Config("flash", "fp16", 40, 16, 16, 16, False, "low")], backend="faithful")
     with pytest.raises(ValueError, match="exp2=True never calls"):
         plan("triton-bf16").replace(exp_impl="tl.exp")
 
@@ -117,8 +132,7 @@ def test_tl_exp_plans_run_on_the_reference_engine():
         flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, engine="vector")
     auto = flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, return_stats=True)
     ref = flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, return_stats=True, engine="reference")
-    plain = flash(q, k, v, plan=TL_EXP.replace(exp_impl="correctly_rounded"), block_m=16, block_n=16,
-                  return_stats=True)
+    plain = flash(q, k, v, plan=TL_EXP.replace(exp_impl="correctly_rounded"), block_m=16, block_n=16, return_stats=True)
     for a, b in zip(auto, ref, strict=True):
         assert np.array_equal(a, b)
     assert not np.array_equal(auto[2], plain[2])  # the row sums l differ: the option changes the exp

@@ -42,9 +42,12 @@ OUT_REL_MAX = 1e-3
 MAX_COST = None if os.environ.get("SIMFLOAT_FIXTURES_FULL") else 2.0
 
 if not DIRS:
-    pytest.skip(f"no GPU fixtures in {FIXTURES}: record them on a GPU with "
-                "`python -m gpu.gpu_run --out $OUT` and "
-                "extract its fixtures.tar there (README: Cross-validation)", allow_module_level=True)
+    pytest.skip(
+        f"no GPU fixtures in {FIXTURES}: record them on a GPU with "
+        "`python -m gpu.gpu_run --out $OUT` and "
+        "extract its fixtures.tar there (README: Cross-validation)",
+        allow_module_level=True,
+    )
 
 
 def _table(rows):
@@ -58,10 +61,14 @@ def _table(rows):
 @pytest.fixture(scope="module", params=DIRS, ids=[d.name for d in DIRS])
 def compared(request):
     env, rows = V.compare_fixtures(request.param, max_cost=MAX_COST, log=lambda m: None)
-    print(f"\n{request.param.name}: {env.get('gpu')} driver {env.get('driver')} CUDA {env.get('cuda')} torch "
-          f"{env.get('torch')} triton {env.get('triton')}")
-    print("KNOWN INEXACT on a GPU: l_i and the fp32 output (ex2.approx exp2, tree row sums, P.V tensor-core "
-          "model); m_i (flash) depends on the QK^T tensor-core model only; int8 m_i is exact.")
+    print(
+        f"\n{request.param.name}: {env.get('gpu')} driver {env.get('driver')} CUDA {env.get('cuda')} torch "
+        f"{env.get('torch')} triton {env.get('triton')}"
+    )
+    print(
+        "KNOWN INEXACT on a GPU: l_i and the fp32 output (ex2.approx exp2, tree row sums, P.V tensor-core "
+        "model); m_i (flash) depends on the QK^T tensor-core model only; int8 m_i is exact."
+    )
     print(_table(rows))
     return request.param, env, rows
 
@@ -73,8 +80,9 @@ def test_fixtures_match_the_kernel_sources(compared):
     for name, sha in (env.get("kernel_sha256") or {}).items():
         now = V._sha256(root / name)
         if sha and now != sha:
-            pytest.xfail(f"{name} changed since {path.name}'s fixtures were recorded (sha {sha} -> {now}); "
-                         "re-record them")
+            pytest.xfail(
+                f"{name} changed since {path.name}'s fixtures were recorded (sha {sha} -> {now}); re-record them"
+            )
 
 
 def test_inputs_regenerate(compared):
@@ -97,10 +105,11 @@ def test_emulator_hardware_model_agreement(compared):
         # int8 low outputs: 0.46-0.9998 on the H200 fixtures (the int8 emulator's exp2 / row sums are the
         # correctly rounded, sequential ones; see README "GPU validation (H200)"): reported, not asserted
         if r["out"] == "low" and r["kind"] == "flash":
-            assert r["bitwise_agreement"] >= LOW_MIN, (r["id"], "low-precision output",
-                                                       r["bitwise_agreement"])
-    mean = {k: float(np.mean([r[k] for r in done if r[k] != ""])) for k in
-            ("m_agreement", "l_agreement", "bitwise_agreement")}
+            assert r["bitwise_agreement"] >= LOW_MIN, (r["id"], "low-precision output", r["bitwise_agreement"])
+    mean = {
+        k: float(np.mean([r[k] for r in done if r[k] != ""]))
+        for k in ("m_agreement", "l_agreement", "bitwise_agreement")
+    }
     print(f"mean agreement over {len(done)} configs: {mean}")
 
 
@@ -113,8 +122,7 @@ def test_emulator_stays_close_to_the_gpu(compared):
 
 @pytest.fixture(scope="module", params=DIRS, ids=[d.name for d in DIRS])
 def plans_compared(request):
-    _, rows = V.compare_fixtures(request.param, families=("triton", "h200"), max_cost=MAX_COST,
-                                 log=lambda m: None)
+    _, rows = V.compare_fixtures(request.param, families=("triton", "h200"), max_cost=MAX_COST, log=lambda m: None)
     print("\n" + V.agreement_table(rows))  # what `simfloat validate --fixtures DIR --plans triton,h200` prints
     errors = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
     assert not errors, errors
@@ -127,11 +135,12 @@ def test_cli_reproduces_the_h200_plans_table(tmp_path, capsys):
     from simfloat.cli import main
 
     fix = DIRS[0]
-    assert main(["validate", "--out", str(tmp_path), "--fixtures", str(fix), "--plans", "h200",
-                 "--max-cost", "0.02"]) == 0
+    assert (
+        main(["validate", "--out", str(tmp_path), "--fixtures", str(fix), "--plans", "h200", "--max-cost", "0.02"]) == 0
+    )
     out = capsys.readouterr().out
     assert "id | h200:out | h200:out32 | h200:m | h200:l" in out, out
-    summary = out[out.index("family | configs"):].splitlines()[1]
+    summary = out[out.index("family | configs") :].splitlines()[1]
     n = int(summary.split(" | ")[1])
     assert summary.startswith("h200 | ") and n >= 3, summary
     low, *rest = summary.split(" | ")[2:]

@@ -20,8 +20,10 @@ triton = pytest.importorskip("triton")
 from gpu.flash_attention import LOG2E, flash_attention  # noqa: E402
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
-    raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
-                       "plugin); set it at the top of tests/conftest.py")
+    raise RuntimeError(
+        "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
+        "plugin); set it at the top of tests/conftest.py"
+    )
 
 pytestmark = pytest.mark.triton
 
@@ -66,14 +68,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype,causal,seq_q,seq_k,head_dim,block_m,block_n", CASES,
-                         ids=[f"{str(c[0])[6:]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}-d{c[4]}"
-                              f"-b{c[5]}x{c[6]}" for c in CASES])
+@pytest.mark.parametrize(
+    "dtype,causal,seq_q,seq_k,head_dim,block_m,block_n",
+    CASES,
+    ids=[f"{str(c[0])[6:]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}-d{c[4]}-b{c[5]}x{c[6]}" for c in CASES],
+)
 def test_matches_float64_reference(dtype, causal, seq_q, seq_k, head_dim, block_m, block_n):
     q, k, v = _inputs(1, 2, seq_q, seq_k, head_dim, dtype)
     ref = _reference(q, k, v, causal)
-    out32 = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n,
-                            out_dtype=torch.float32)
+    out32 = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n, out_dtype=torch.float32)
     assert out32.dtype == torch.float32 and out32.shape == q.shape
     assert torch.isfinite(out32).all()
     if dtype == torch.float16:
@@ -103,8 +106,7 @@ def test_fp32_ieee_is_tight_and_handles_non_contiguous_inputs():
 def test_stats_are_log2_max_and_denominator(causal):
     q, k, v = _inputs(1, 2, 97, 70, 32, torch.float16, seed=1, spread=2.0)
     scale = 0.2
-    out, m, denom = flash_attention(q, k, v, causal=causal, scale=scale, block_m=32, block_n=16,
-                                return_stats=True)
+    out, m, denom = flash_attention(q, k, v, causal=causal, scale=scale, block_m=32, block_n=16, return_stats=True)
     assert m.shape == denom.shape == (1, 2, 97)
     assert m.dtype == denom.dtype == torch.float32
     qk_scale = _qk_scale(scale)
@@ -123,8 +125,7 @@ def test_stats_are_log2_max_and_denominator(causal):
 def test_lazy_rescale_threshold_zero_is_bitwise_always_rescale():
     q, k, v = _inputs(1, 2, 70, 97, 32, torch.float16, seed=2, spread=2.0)
     eager = flash_attention(q, k, v, causal=True, block_m=32, block_n=16, return_stats=True)
-    lazy = flash_attention(q, k, v, causal=True, block_m=32, block_n=16, return_stats=True,
-                           lazy_rescale_threshold=0.0)
+    lazy = flash_attention(q, k, v, causal=True, block_m=32, block_n=16, return_stats=True, lazy_rescale_threshold=0.0)
     for a, b in zip(eager, lazy, strict=True):
         assert torch.equal(a, b)
 
@@ -135,8 +136,9 @@ def test_lazy_rescale_keeps_stale_max_within_threshold():
     ramp = torch.linspace(0.5, 1.5, 130)[None, None, :, None]
     k = (k.float() * ramp).half()
     threshold = 4.0
-    out, m, denom = flash_attention(q, k, v, block_m=32, block_n=16, return_stats=True,
-                                lazy_rescale_threshold=threshold, out_dtype=torch.float32)
+    out, m, denom = flash_attention(
+        q, k, v, block_m=32, block_n=16, return_stats=True, lazy_rescale_threshold=threshold, out_dtype=torch.float32
+    )
     _, m_eager, _ = flash_attention(q, k, v, block_m=32, block_n=16, return_stats=True)
     torch.testing.assert_close(out.double(), _reference(q, k, v, False), rtol=0, atol=2e-3)
     assert torch.all(m <= m_eager) and torch.all(m_eager - m <= threshold)
@@ -192,8 +194,7 @@ def test_compiles_for_sm90_with_the_documented_instructions(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         if "ptxas" in proc.stderr or ("nvidia" in proc.stderr.lower() and "not found" in proc.stderr):
             pytest.skip("triton's NVIDIA toolchain is unavailable here: " + proc.stderr[-300:])
@@ -227,8 +228,13 @@ def _bad_cases():
         ("mixed_device", (q, k.to("meta"), v), {}, ValueError, "one device"),
         ("batch", (q, torch.cat([k, k]), torch.cat([v, v])), {}, ValueError, "batch and kv heads must agree"),
         ("kv_heads_k_v", (q, k, v[:, :1]), {}, ValueError, "batch and kv heads must agree"),
-        ("kv_heads_3", (torch.cat([q, q[:, :1]], 1), k, v), {}, ValueError,
-         "q has 3 heads and k has 2: grouped-query attention needs"),
+        (
+            "kv_heads_3",
+            (torch.cat([q, q[:, :1]], 1), k, v),
+            {},
+            ValueError,
+            "q has 3 heads and k has 2: grouped-query attention needs",
+        ),
         ("kv_heads_more", (q[:, :1], k, v), {}, ValueError, "q has 1 head and k has 2"),
         ("kv_seq", (q, k, v[:, :, :5]), {}, ValueError, "same sequence length"),
         ("head_dim_mismatch", (q, k, torch.cat([v, v], -1)), {}, ValueError, "head_dim must agree"),
@@ -250,8 +256,13 @@ def _bad_cases():
         ("lazy_16", (q, k, v), {"lazy_rescale_threshold": 16}, ValueError, "lazy_rescale_threshold"),
         ("lazy_str", (q, k, v), {"lazy_rescale_threshold": "8"}, TypeError, "lazy_rescale_threshold"),
         ("precision_fp16", (q, k, v), {"input_precision": "ieee"}, ValueError, "only applies to float32"),
-        ("precision_tf32x3", (q.float(), k.float(), v.float()), {"input_precision": "tf32x3"}, ValueError,
-         "'tf32' or 'ieee'"),
+        (
+            "precision_tf32x3",
+            (q.float(), k.float(), v.float()),
+            {"input_precision": "tf32x3"},
+            ValueError,
+            "'tf32' or 'ieee'",
+        ),
     ]
 
 

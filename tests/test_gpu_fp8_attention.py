@@ -93,7 +93,7 @@ def _ref_fp8_attention(q, k, v, *, fmt, per_block, block_m, block_n, causal, sm_
     rows = torch.arange(seq_q)[:, None]
     for n0 in range(0, seq_k, block_n):
         n1 = min(n0 + block_n, seq_k)
-        s_scale = (qs_scale * ks[:, :, n0:n0 + 1])[..., None]  # T2
+        s_scale = (qs_scale * ks[:, :, n0 : n0 + 1])[..., None]  # T2
         s = q8 @ k8[:, :, n0:n1].transpose(-1, -2)  # T3
         if causal:
             s = s.masked_fill(torch.arange(n0, n1)[None, :] > rows, float("-inf"))  # T4
@@ -106,7 +106,7 @@ def _ref_fp8_attention(q, k, v, *, fmt, per_block, block_m, block_n, causal, sm_
         acc = acc * alpha[..., None]
         pv = cast(p, dtype).float() @ v8[:, :, n0:n1]  # T10, T11
         if per_block:
-            acc = _fma32(pv, vs[:, :, n0:n0 + 1, None], acc)
+            acc = _fma32(pv, vs[:, :, n0 : n0 + 1, None], acc)
         else:
             acc = acc + pv
         m = m_new
@@ -119,8 +119,7 @@ def _ref_fp8_attention(q, k, v, *, fmt, per_block, block_m, block_n, causal, sm_
 def _reference64(q, k, v, causal):
     s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
-        s = s.masked_fill(torch.arange(k.shape[2])[None, :] > torch.arange(q.shape[2])[:, None],
-                          float("-inf"))
+        s = s.masked_fill(torch.arange(k.shape[2])[None, :] > torch.arange(q.shape[2])[:, None], float("-inf"))
     return torch.softmax(s, dim=-1) @ v.double()
 
 
@@ -175,16 +174,36 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fmt,scaling,causal,seq_q,seq_k,head_dim,block_m,block_n", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{'causal' if c[2] else 'full'}-{c[3]}x{c[4]}-d{c[5]}"
-                              f"-b{c[6]}x{c[7]}" for c in CASES])
+@pytest.mark.parametrize(
+    "fmt,scaling,causal,seq_q,seq_k,head_dim,block_m,block_n",
+    CASES,
+    ids=[f"{c[0]}-{c[1]}-{'causal' if c[2] else 'full'}-{c[3]}x{c[4]}-d{c[5]}-b{c[6]}x{c[7]}" for c in CASES],
+)
 def test_matches_step_by_step_model(fmt, scaling, causal, seq_q, seq_k, head_dim, block_m, block_n):
     q, k, v = _inputs(1, 2, seq_q, seq_k, head_dim, seed=seq_q + seq_k)
-    out, m, l = fp8_attention(q, k, v, fmt=fmt, scaling=scaling, causal=causal,  # noqa: E741
-                              block_m=block_m, block_n=block_n, return_stats=True)
-    r_out, r_m, r_l = _ref_fp8_attention(q, k, v, fmt=fmt, per_block=scaling == "per-block",
-                                         block_m=block_m, block_n=block_n, causal=causal,
-                                         sm_scale=1 / math.sqrt(head_dim), cast=_triton_cast)
+    out, m, l = fp8_attention(  # noqa: E741
+        q,
+        k,
+        v,
+        fmt=fmt,
+        scaling=scaling,
+        causal=causal,
+        block_m=block_m,
+        block_n=block_n,
+        return_stats=True,
+    )
+    r_out, r_m, r_l = _ref_fp8_attention(
+        q,
+        k,
+        v,
+        fmt=fmt,
+        per_block=scaling == "per-block",
+        block_m=block_m,
+        block_n=block_n,
+        causal=causal,
+        sm_scale=1 / math.sqrt(head_dim),
+        cast=_triton_cast,
+    )
     assert out.dtype == torch.float16 and out.shape == q.shape and torch.isfinite(out).all()
     # fp32 matmul / sum orders and exp2 differ by ulps (numpy vs torch); an ulp can move a P across an
     # fp8 rounding boundary (e4m3: 1/16 relative), so the comparison is close, not bitwise.
@@ -205,8 +224,18 @@ def test_scheme_accuracy_with_correct_rounding(fmt, max_err, mean_err, scaling):
     """The scheme itself (torch model with correctly rounded fp8 casts, as on a GPU) vs float64. Causal: the
     first rows average few values of V, so their error is V's own fp8 rounding (e4m3: 2**-4 relative)."""
     q, k, v = _inputs(1, 2, 257, 257, 64, seed=3)
-    out, _, _ = _ref_fp8_attention(q, k, v, fmt=fmt, per_block=scaling == "per-block", block_m=64,
-                                   block_n=64, causal=True, sm_scale=1 / 8, cast=_torch_cast)
+    out, _, _ = _ref_fp8_attention(
+        q,
+        k,
+        v,
+        fmt=fmt,
+        per_block=scaling == "per-block",
+        block_m=64,
+        block_n=64,
+        causal=True,
+        sm_scale=1 / 8,
+        cast=_torch_cast,
+    )
     err = (out.double() - _reference64(q, k, v, True)).abs()
     assert err.max() < max_err and err.mean() < mean_err
 

@@ -99,8 +99,7 @@ def _reference64(q, k, v, causal, sm_scale=None):
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = q.double() @ k.double().transpose(-1, -2)
     if causal:
-        s = s.masked_fill(torch.arange(k.shape[2])[None, :] > torch.arange(q.shape[2])[:, None],
-                          float("-inf"))
+        s = s.masked_fill(torch.arange(k.shape[2])[None, :] > torch.arange(q.shape[2])[:, None], float("-inf"))
     return torch.softmax(sm_scale * s, dim=-1) @ v.double()
 
 
@@ -113,8 +112,9 @@ def _reference64(q, k, v, causal, sm_scale=None):
 @pytest.mark.parametrize("shape", [(2, 3, 97, 64), (5, 7, 48), (33,)], ids=["4d", "3d-d48", "1d"])
 def test_quantize_per_token_is_bitwise_torch(dtype, shape):
     g = torch.Generator().manual_seed(10)
-    x = (torch.randn(shape, generator=g) * torch.exp2(torch.randint(-6, 6, shape[:-1] + (1,),
-                                                                     generator=g).float())).to(dtype)
+    x = (torch.randn(shape, generator=g) * torch.exp2(torch.randint(-6, 6, shape[:-1] + (1,), generator=g).float())).to(
+        dtype
+    )
     xq, scale = quantize_per_token(x)
     rq, rscale = _ref_quantize(x, (-1,))
     assert xq.dtype == torch.int8 and xq.shape == x.shape
@@ -177,8 +177,18 @@ CASES = [
 
 
 def _model_matches(q, k, v, *, variant, row_sum, causal, block_m, block_n, sm_scale=None):
-    out, m, l = int8_attention(q, k, v, variant=variant, row_sum=row_sum, causal=causal,  # noqa: E741
-                               block_m=block_m, block_n=block_n, sm_scale=sm_scale, return_stats=True)
+    out, m, l = int8_attention(  # noqa: E741
+        q,
+        k,
+        v,
+        variant=variant,
+        row_sum=row_sum,
+        causal=causal,
+        block_m=block_m,
+        block_n=block_n,
+        sm_scale=sm_scale,
+        return_stats=True,
+    )
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     q8, qs = _ref_quantize(q, (-1,))
     k8, ks = _ref_quantize(k, (-1,))
@@ -186,8 +196,9 @@ def _model_matches(q, k, v, *, variant, row_sum, causal, block_m, block_n, sm_sc
         v8, vs = _ref_quantize(v, (-2, -1))
     else:
         v8, vs = v.half(), None
-    r_out, r_m, r_l = _ref_int8_attention(q8, qs, k8, ks, v8, vs, causal=causal, block_n=block_n,
-                                          row_sum=row_sum, sm_scale=sm_scale)
+    r_out, r_m, r_l = _ref_int8_attention(
+        q8, qs, k8, ks, v8, vs, causal=causal, block_n=block_n, row_sum=row_sum, sm_scale=sm_scale
+    )
     assert out.dtype == torch.float16 and out.shape == q.shape
     assert torch.isfinite(out).all()
     # The maxima are exact functions of exact integer scores and two rn multiplies.
@@ -201,20 +212,20 @@ def _model_matches(q, k, v, *, variant, row_sum, causal, block_m, block_n, sm_sc
     return out
 
 
-@pytest.mark.parametrize("variant,row_sum,causal,seq_q,seq_k,head_dim,block_m,block_n", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{'causal' if c[2] else 'full'}-{c[3]}x{c[4]}-d{c[5]}"
-                              f"-b{c[6]}x{c[7]}" for c in CASES])
+@pytest.mark.parametrize(
+    "variant,row_sum,causal,seq_q,seq_k,head_dim,block_m,block_n",
+    CASES,
+    ids=[f"{c[0]}-{c[1]}-{'causal' if c[2] else 'full'}-{c[3]}x{c[4]}-d{c[5]}-b{c[6]}x{c[7]}" for c in CASES],
+)
 def test_matches_step_by_step_model(variant, row_sum, causal, seq_q, seq_k, head_dim, block_m, block_n):
     q, k, v = _inputs(1, 2, seq_q, seq_k, head_dim, seed=seq_q + seq_k)
-    _model_matches(q, k, v, variant=variant, row_sum=row_sum, causal=causal, block_m=block_m,
-                   block_n=block_n)
+    _model_matches(q, k, v, variant=variant, row_sum=row_sum, causal=causal, block_m=block_m, block_n=block_n)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_other_input_dtypes_and_sm_scale(dtype):
     q, k, v = _inputs(2, 1, 70, 70, 32, dtype=dtype, seed=5, spread=2.0)
-    _model_matches(q, k, v, variant="int8", row_sum="reference", causal=True, block_m=32, block_n=32,
-                   sm_scale=0.3)
+    _model_matches(q, k, v, variant="int8", row_sum="reference", causal=True, block_m=32, block_n=32, sm_scale=0.3)
 
 
 def test_prequantized_entry_point_is_the_same_kernel():
@@ -284,8 +295,13 @@ def _bad_cases():
         ("mixed_device", (q, k.to("meta"), v), {}, ValueError, "one device"),
         ("batch", (q, torch.cat([k, k]), torch.cat([v, v])), {}, ValueError, "batch and kv heads must agree"),
         ("kv_heads_k_v", (q, k, v[:, :1]), {}, ValueError, "batch and kv heads must agree"),
-        ("kv_heads_3", (torch.cat([q, q[:, :1]], 1), k, v), {}, ValueError,
-         "q has 3 heads and k has 2: grouped-query attention needs"),
+        (
+            "kv_heads_3",
+            (torch.cat([q, q[:, :1]], 1), k, v),
+            {},
+            ValueError,
+            "q has 3 heads and k has 2: grouped-query attention needs",
+        ),
         ("kv_heads_more", (q[:, :1], k, v), {}, ValueError, "q has 1 head and k has 2"),
         ("kv_seq", (q, k, v[:, :, :5]), {}, ValueError, "same sequence length"),
         ("head_dim_mismatch", (q, k, torch.cat([v, v], -1)), {}, ValueError, "head_dim must agree"),

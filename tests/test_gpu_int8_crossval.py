@@ -46,8 +46,10 @@ def _assert_bitwise(kernel, emulated):
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         if not same.all():
             idx = np.argwhere(~same)[0]
-            pytest.fail(f"{name}: {same.mean():.4%} bitwise equal; first mismatch at {tuple(idx)}: kernel "
-                        f"{a[tuple(idx)]!r}, emulator {b[tuple(idx)]!r}")
+            pytest.fail(
+                f"{name}: {same.mean():.4%} bitwise equal; first mismatch at {tuple(idx)}: kernel "
+                f"{a[tuple(idx)]!r}, emulator {b[tuple(idx)]!r}"
+            )
 
 
 INT8_CASES = [
@@ -67,12 +69,18 @@ def test_int8_kernel_equals_emulator_bitwise(case):
     sq, sk, d, bm, bn, causal, variant, row_sum, dtype = case
     q, k, v = _inputs(sq, sk, d, dtype, seed=sq + sk + d + bm + bn)
     with faithful():
-        kernel = int8_attention(q, k, v, block_m=bm, block_n=bn, causal=causal, variant=variant,
-                                row_sum=row_sum, return_stats=True)
-    plan = {("int8", "reference"): "int8-reference", ("int8", "consistent"): "int8-consistent",
-            ("half-int8", "reference"): "half-int8", ("half-int8", "consistent"): "half-int8-consistent"}
-    emulated = int8_flash(_np(q), _np(k), _np(v), plan=plan[variant, row_sum], block_m=bm, block_n=bn,
-                          causal=causal, return_stats=True)
+        kernel = int8_attention(
+            q, k, v, block_m=bm, block_n=bn, causal=causal, variant=variant, row_sum=row_sum, return_stats=True
+        )
+    plan = {
+        ("int8", "reference"): "int8-reference",
+        ("int8", "consistent"): "int8-consistent",
+        ("half-int8", "reference"): "half-int8",
+        ("half-int8", "consistent"): "half-int8-consistent",
+    }
+    emulated = int8_flash(
+        _np(q), _np(k), _np(v), plan=plan[variant, row_sum], block_m=bm, block_n=bn, causal=causal, return_stats=True
+    )
     _assert_bitwise(kernel, emulated)
 
 
@@ -105,18 +113,19 @@ def test_fp8_kernel_equals_emulator_bitwise(case):
     sq, sk, d, bm, bn, causal, fmt, scaling = case
     q, k, v = _inputs(sq, sk, d, torch.float16, seed=sq * 3 + sk + d + bm + bn, spread=2.0)
     with faithful():
-        kernel = fp8_attention(q, k, v, fmt=fmt, scaling=scaling, block_m=bm, block_n=bn, causal=causal,
-                               return_stats=True)
-    emulated = fp8_flash(_np(q), _np(k), _np(v), fmt=fmt, scaling=scaling, block_m=bm, block_n=bn,
-                         causal=causal, return_stats=True)
+        kernel = fp8_attention(
+            q, k, v, fmt=fmt, scaling=scaling, block_m=bm, block_n=bn, causal=causal, return_stats=True
+        )
+    emulated = fp8_flash(
+        _np(q), _np(k), _np(v), fmt=fmt, scaling=scaling, block_m=bm, block_n=bn, causal=causal, return_stats=True
+    )
     _assert_bitwise(kernel, emulated)
 
 
 def test_quantizers_equal_the_kernels_bitwise():
     """Q1..Q6 / F1..F4: the Triton quantization kernels (faithful) and simfloat.attention.quantize."""
     g = torch.Generator().manual_seed(11)
-    x = (torch.randn(1, 2, 97, 64, generator=g)
-         * torch.exp2(torch.randint(-8, 8, (1, 2, 97, 1), generator=g))).half()
+    x = (torch.randn(1, 2, 97, 64, generator=g) * torch.exp2(torch.randint(-8, 8, (1, 2, 97, 1), generator=g))).half()
     x[0, 0, 5] = 0.0  # an all-zero token: scale 1.0
     xn = _np(x)
     with faithful():

@@ -34,8 +34,10 @@ from gpu.interpreter import (  # noqa: E402
 from simfloat.accumulate import Chunked, Sequential, matmul, tensor_core  # noqa: E402
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
-    raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
-                       "plugin); set it at the top of tests/conftest.py")
+    raise RuntimeError(
+        "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
+        "plugin); set it at the top of tests/conftest.py"
+    )
 
 pytestmark = pytest.mark.triton
 
@@ -179,9 +181,29 @@ def _fp32_probe_values(rng, n=4096) -> np.ndarray:
     sub = (rng.standard_normal(256) * 2.0**-130).astype(np.float32)  # fp32 subnormals
     small = (rng.standard_normal(256) * 2.0**-128).astype(np.float32)
     fp16_ties = (np.arange(1, 1024, dtype=np.float32) + np.float32(0.5)) * np.float32(2**-10)
-    big = np.array([3.3895e38, 3.4e38, 3.389531e38, 65504, 65519.99, 65520, 1e6, -1e6,
-                    np.finfo(np.float32).max, np.inf, -np.inf, 0.0, -0.0, 2.0**-149, -(2.0**-149), 2.0**-133,
-                    2.0**-134, 3 * 2.0**-135], dtype=np.float32)
+    big = np.array(
+        [
+            3.3895e38,
+            3.4e38,
+            3.389531e38,
+            65504,
+            65519.99,
+            65520,
+            1e6,
+            -1e6,
+            np.finfo(np.float32).max,
+            np.inf,
+            -np.inf,
+            0.0,
+            -0.0,
+            2.0**-149,
+            -(2.0**-149),
+            2.0**-133,
+            2.0**-134,
+            3 * 2.0**-135,
+        ],
+        dtype=np.float32,
+    )
     return np.concatenate([x, ties16, normal, sub, small, fp16_ties, big]).astype(np.float32)
 
 
@@ -216,8 +238,7 @@ def test_fp16_dot_and_the_accumulator_operand_enter_the_model():
     y = torch.empty(16, 16, dtype=torch.float32)
     with faithful():
         _dot_acc_kernel[(1,)](a, b, acc, y, 16, 16, 32, -1)
-    want = matmul(a.double().numpy(), b.double().numpy(), acc.double().numpy(),
-                  acc=tensor_core("sm90", "fp16"))
+    want = matmul(a.double().numpy(), b.double().numpy(), acc.double().numpy(), acc=tensor_core("sm90", "fp16"))
     np.testing.assert_array_equal(y.numpy(), want)
 
 
@@ -304,8 +325,9 @@ def test_fp32_to_fp16_cast(rounding):
     with faithful():
         got = _run_cast(torch.from_numpy(x), torch.float16, rounding).numpy()
     mode = "toward_zero" if rounding == "rtz" else "nearest_even"
-    np.testing.assert_array_equal(got.view(np.uint16), simfloat.round(x, "fp16", mode).astype(np.float16)
-                                  .view(np.uint16))
+    np.testing.assert_array_equal(
+        got.view(np.uint16), simfloat.round(x, "fp16", mode).astype(np.float16).view(np.uint16)
+    )
     if rounding is None:
         with np.errstate(over="ignore"):
             np.testing.assert_array_equal(got.view(np.uint16), x.astype(np.float16).view(np.uint16))
@@ -326,9 +348,29 @@ def test_fp32_to_fp8_casts_are_rne_with_the_chosen_overflow(fmt):
     codes = np.arange(256, dtype=np.uint8).view(mdt).astype(np.float64)
     pos = np.unique(codes[np.isfinite(codes) & (codes > 0)])
     mids = (pos[:-1] + pos[1:]) / 2
-    x = np.concatenate([rng.standard_normal(2048) * 4, rng.standard_normal(512) * fmax, mids, -mids,
-                        [fmax * 1.2, -fmax * 1.2, 1e30, np.inf, -np.inf, 0.0, -0.0, pos[0] / 4, pos[0] * 0.75,
-                         7.841033, 0.0166015625, 0.00146484375, 470.0]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.standard_normal(2048) * 4,
+            rng.standard_normal(512) * fmax,
+            mids,
+            -mids,
+            [
+                fmax * 1.2,
+                -fmax * 1.2,
+                1e30,
+                np.inf,
+                -np.inf,
+                0.0,
+                -0.0,
+                pos[0] / 4,
+                pos[0] * 0.75,
+                7.841033,
+                0.0166015625,
+                0.00146484375,
+                470.0,
+            ],
+        ]
+    ).astype(np.float32)
     xt = torch.from_numpy(x)
     with faithful(fp8_overflow="ieee"):
         ieee = _codes8(_run_cast(xt, tdt))
@@ -371,8 +413,7 @@ def test_fp8_rtz_casts():
 def test_fp64_and_int_to_bf16_casts_round_the_value():
     """Stock: astype(uint16) of the value (1.5 -> bits 0x0001). Now the value is rounded once."""
     with faithful():
-        y64 = _run_cast(torch.tensor([1.5, -2.75, 1 + 2.0**-8 + 2.0**-40, 3.0e38], dtype=torch.float64),
-                        torch.bfloat16)
+        y64 = _run_cast(torch.tensor([1.5, -2.75, 1 + 2.0**-8 + 2.0**-40, 3.0e38], dtype=torch.float64), torch.bfloat16)
         yi = _run_cast(torch.tensor([3, -7, 257, 2**24 + 1], dtype=torch.int32), torch.bfloat16)
         # 2**60 + 2**52 + 1: just above a bf16 midpoint; via float64 it would be a tie rounding down
         yl = _run_cast(torch.tensor([2**60 + 2**52 + 1, -(2**60 + 2**52)], dtype=torch.int64), torch.bfloat16)
@@ -414,8 +455,9 @@ def test_fma_rounds_once():
     y = torch.empty(256, dtype=torch.float32)
     with faithful():
         _fma_kernel[(1,)](*(torch.from_numpy(v) for v in (xa, xb, xc)), y, 256)
-    want = [_rn32(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r))) for p, q, r in zip(xa, xb, xc,
-                                                                                                    strict=True)]
+    want = [
+        _rn32(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r))) for p, q, r in zip(xa, xb, xc, strict=True)
+    ]
     np.testing.assert_array_equal(y.numpy(), np.array(want, dtype=np.float32))
 
 
@@ -435,7 +477,7 @@ def test_bf16_elementwise_arithmetic_neg_and_compare():
     assert y[:4].tolist() == [-1.0, 1.0, -0.25, 2.0]
     assert lt[:4].tolist() == [0, 1, 1, 1]
     rng = np.random.default_rng(10)
-    a64, b64 = (rng.standard_normal((2, 1024)) * np.exp2(rng.integers(-6, 6, (2, 1024))))
+    a64, b64 = rng.standard_normal((2, 1024)) * np.exp2(rng.integers(-6, 6, (2, 1024)))
     a = torch.from_numpy(a64).to(bf)
     b = torch.from_numpy(b64).to(bf)
     ad, bd = a.double().numpy(), b.double().numpy()
@@ -506,8 +548,9 @@ def test_exp2_model_hook_and_ftz():
 def test_log_log2_sqrt_and_division():
     rng = np.random.default_rng(12)
     x = np.abs(rng.standard_normal(512) * np.exp2(rng.integers(-60, 60, 512))).astype(np.float32)
-    x = np.concatenate([x, np.exp2(np.arange(-149, 128)).astype(np.float32), np.full(232, 1.5),
-                        [1.0, 0.0, np.inf]]).astype(np.float32)  # 1024 values
+    x = np.concatenate(
+        [x, np.exp2(np.arange(-149, 128)).astype(np.float32), np.full(232, 1.5), [1.0, 0.0, np.inf]]
+    ).astype(np.float32)  # 1024 values
     with faithful():
         lg = _unary(x, "log")
         lg2 = _unary(x, "log2")
@@ -578,8 +621,7 @@ def test_sum_uses_the_selected_order(order):
         assert np.any(got != np.sum(x, axis=1))
 
 
-@pytest.mark.parametrize("faithful_interpreter", [{"reduce_order": "pairwise", "reduce_fan_in": 4}],
-                         indirect=True)
+@pytest.mark.parametrize("faithful_interpreter", [{"reduce_order": "pairwise", "reduce_fan_in": 4}], indirect=True)
 def test_bf16_sum_max_argmax_under_the_fixture(faithful_interpreter):  # noqa: F811
     """Stock: bf16 sum adds bit patterns. Now every partial sum is rounded to bf16 (add.bf16)."""
     assert faithful_interpreter["reduce_fan_in"] == 4
@@ -615,8 +657,16 @@ def test_bf16_flash_attention_runs_faithfully():
     scores = scores.masked_fill(torch.arange(70)[None, :] > torch.arange(40)[:, None], float("-inf"))
     ref = torch.softmax(scores, -1) @ v.double()
     torch.testing.assert_close(out.double(), ref, rtol=0, atol=2e-2)
-    e, em, el = flash(q.double().numpy(), k.double().numpy(), v.double().numpy(), plan="triton-bf16",
-                      block_m=16, block_n=32, causal=True, return_stats=True)
+    e, em, el = flash(
+        q.double().numpy(),
+        k.double().numpy(),
+        v.double().numpy(),
+        plan="triton-bf16",
+        block_m=16,
+        block_n=32,
+        causal=True,
+        return_stats=True,
+    )
     np.testing.assert_array_equal(out.double().numpy(), e)
     np.testing.assert_array_equal(m.double().numpy(), em)
     np.testing.assert_array_equal(l.double().numpy(), el)
@@ -672,8 +722,13 @@ def test_entry_checks(monkeypatch):
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 did not take effect"), faithful():
         pass
     monkeypatch.undo()
-    for bad in ({"reduce_order": "tree"}, {"dot": {"bf17": Sequential()}}, {"exp2": "fast"}, {"arch": "sm70"},
-                {"fp8_overflow": "wrap"}):
+    for bad in (
+        {"reduce_order": "tree"},
+        {"dot": {"bf17": Sequential()}},
+        {"exp2": "fast"},
+        {"arch": "sm70"},
+        {"fp8_overflow": "wrap"},
+    ):
         with pytest.raises(ValueError), faithful(**bad):
             pass
     assert faithful_config() is None

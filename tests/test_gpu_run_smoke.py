@@ -30,9 +30,14 @@ def smoke_out(tmp_path_factory):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     # the budget bounds the job; it must leave room for a cold numba cache (the vector engine compiles for a
     # few minutes the first time), after which the job takes about a minute
-    proc = subprocess.run([sys.executable, "-m", "gpu.gpu_run", "--out", str(out), "--cpu-smoke",
-                           "--budget-s", "600"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu.gpu_run", "--out", str(out), "--cpu-smoke", "--budget-s", "600"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -41,12 +46,12 @@ def test_outputs_and_limits(smoke_out):
     files = sorted(p for p in smoke_out.rglob("*") if p.is_file())
     names = {p.name for p in files}
     assert names <= set(gpu_run.OUT_FILES)
-    assert {"log.txt", "summary.json", "fixtures.tar", "probes.npz", "exp2.npz", "isa.tar.xz",
-            "speed.csv"} <= names
+    assert {"log.txt", "summary.json", "fixtures.tar", "probes.npz", "exp2.npz", "isa.tar.xz", "speed.csv"} <= names
     summary = json.loads((smoke_out / "summary.json").read_text())
     limits = summary["limits"]  # the defaults of --max-file-mib / --max-total-mib
-    assert limits == dict(file_bytes=int(gpu_run.DEFAULT_MAX_FILE_MIB * 2**20),
-                          total_bytes=int(gpu_run.DEFAULT_MAX_TOTAL_MIB * 2**20))
+    assert limits == dict(
+        file_bytes=int(gpu_run.DEFAULT_MAX_FILE_MIB * 2**20), total_bytes=int(gpu_run.DEFAULT_MAX_TOTAL_MIB * 2**20)
+    )
     assert all(p.stat().st_size <= limits["file_bytes"] for p in files)
     assert sum(p.stat().st_size for p in files) <= limits["total_bytes"]
     assert summary["out_check"] == []
@@ -90,7 +95,7 @@ def test_fit_recovers_the_interpreter_models(smoke_out):
         assert res["agreement"] == 1.0 and res["preset_sm90"] == 1.0, res
         # the interpreter runs the sm90 presets (exponent-sum alignment): the fit must single them out
         assert res["best"] == "sm90 preset (exponent-sum alignment)", (name, res["best"])
-    (name, v), = fit._variants(z, "sum").items()
+    ((name, v),) = fit._variants(z, "sum").items()
     res = fit.fit_sum(name, v, log=lambda m: None)
     for layout in ("y_mma", "y_blocked"):
         assert res[layout]["rows_consistent"] and "pairwise" in res[layout]["matches_simfloat_order"]
@@ -141,14 +146,17 @@ def test_check_out_dir_bounds_only_the_jobs_files(tmp_path):
     assert len(problems) == 2 and problems[0].startswith("exp2.npz") and problems[1].startswith("speed.csv")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--jobs", "-2"], "--jobs: expected a positive integer, got -2"),
-    (["--budget-s", "0"], "--budget-s: expected a positive number of seconds, got 0"),
-    (["--budget-s", "5"], "leaves no time"),
-    (["--skip", "isa,nope"], "unknown part(s) nope"),
-    (["--max-file-mib", "0"], "--max-file-mib: expected a positive size in MiB, got 0"),
-    (["--max-total-mib", "inf"], "--max-total-mib: expected a positive size in MiB, got inf"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--jobs", "-2"], "--jobs: expected a positive integer, got -2"),
+        (["--budget-s", "0"], "--budget-s: expected a positive number of seconds, got 0"),
+        (["--budget-s", "5"], "leaves no time"),
+        (["--skip", "isa,nope"], "unknown part(s) nope"),
+        (["--max-file-mib", "0"], "--max-file-mib: expected a positive size in MiB, got 0"),
+        (["--max-total-mib", "inf"], "--max-total-mib: expected a positive size in MiB, got inf"),
+    ],
+)
 def test_bad_options_exit_2_before_any_work(argv, message, tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
@@ -166,9 +174,11 @@ def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path
     assert {"dot", "sum", "exp", "isa"} <= set(json.loads(report.read_text()))
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(3), y=np.zeros(3))
-    for argv, message in (([str(other)], "not an output of gpu.gpu_run"),
-                          ([str(tmp_path / "missing.npz")], "no such file"),
-                          ([files[0], "--only", "flash"], "unknown fit(s) flash")):
+    for argv, message in (
+        ([str(other)], "not an output of gpu.gpu_run"),
+        ([str(tmp_path / "missing.npz")], "no such file"),
+        ([files[0], "--only", "flash"], "unknown fit(s) flash"),
+    ):
         with pytest.raises(SystemExit) as exc:
             fit.main(argv)
         assert exc.value.code == 2 and message in capsys.readouterr().err, argv
@@ -184,6 +194,5 @@ def test_fit_exp_reads_split_exp2_files(smoke_out, tmp_path):
     np.savez(tmp_path / "exp2.npz", **{k: v for k, v in z.items() if k not in binade})
     np.savez(tmp_path / "exp2_binades.npz", **{k: z[k] for k in binade})  # as older splits: no description
     whole = fit.fit_exp([np.load(smoke_out / "exp2.npz")], log=lambda m: None)
-    split = fit.fit_exp([np.load(tmp_path / "exp2.npz"), np.load(tmp_path / "exp2_binades.npz")],
-                        log=lambda m: None)
+    split = fit.fit_exp([np.load(tmp_path / "exp2.npz"), np.load(tmp_path / "exp2_binades.npz")], log=lambda m: None)
     assert split["segments"] == whole["segments"]

@@ -24,8 +24,10 @@ import triton.language as tl  # noqa: E402
 from triton_kernels import _cast_kernel, _cast_rounding_kernel, _fma_kernel  # noqa: E402
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
-    raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
-                       "plugin); set it at the top of tests/conftest.py")
+    raise RuntimeError(
+        "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module or "
+        "plugin); set it at the top of tests/conftest.py"
+    )
 
 pytestmark = pytest.mark.triton
 
@@ -216,14 +218,17 @@ def test_fp32_to_fp8_rounding_is_wrong(fmt):
 
 def test_fp32_to_e4m3_examples():
     mdt = ml_dtypes.float8_e4m3fn
-    x = np.array([
-        7.841033,        # rounds up to 8.0; carry lost (odd exponent) -> 4.0
-        0.0166015625,    # tie between 0.015625 (even) and 0.017578125 -> rounds away
-        0.00146484375,   # 0.75 * smallest subnormal -> truncated to 0
-        np.inf,          # -> 256.0 (exponent clamped, mantissa bits kept)
-        np.nan,          # -> 384.0
-        470.0,           # above max 448 -> NaN code 0x7f (GPU satfinite would give 448)
-    ], dtype=np.float32)
+    x = np.array(
+        [
+            7.841033,  # rounds up to 8.0; carry lost (odd exponent) -> 4.0
+            0.0166015625,  # tie between 0.015625 (even) and 0.017578125 -> rounds away
+            0.00146484375,  # 0.75 * smallest subnormal -> truncated to 0
+            np.inf,  # -> 256.0 (exponent clamped, mantissa bits kept)
+            np.nan,  # -> 384.0
+            470.0,  # above max 448 -> NaN code 0x7f (GPU satfinite would give 448)
+        ],
+        dtype=np.float32,
+    )
     got = _fp8_value(_cast(torch.from_numpy(x), torch.float8_e4m3fn), mdt)
     assert got[:5].tolist() == [4.0, 0.017578125, 0.0, 256.0, 384.0]
     assert np.isnan(got[5])

@@ -20,8 +20,13 @@ from gpu import validate as V  # noqa: E402
 # ----------------------------------------------------------------------------------------------------
 
 DIMS = {
-    "fmt": V.FORMATS, "block_m": V.BLOCKS, "block_n": V.BLOCKS, "seq": V.SEQS, "head_dim": V.HEAD_DIMS,
-    "causal": V.CAUSAL, "out": V.OUTS,
+    "fmt": V.FORMATS,
+    "block_m": V.BLOCKS,
+    "block_n": V.BLOCKS,
+    "seq": V.SEQS,
+    "head_dim": V.HEAD_DIMS,
+    "causal": V.CAUSAL,
+    "out": V.OUTS,
 }
 
 

@@ -29,14 +29,26 @@ class _Job:
     """A ``python -m simfloat.cli`` subprocess whose stdout and stderr are collected as they come."""
 
     def __init__(self, args: list[str], cwd: Path) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TRITON_INTERPRET="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        self.proc = subprocess.Popen([sys.executable, "-m", "simfloat.cli", *args], cwd=cwd, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            TRITON_INTERPRET="1",
+            PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "simfloat.cli", *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.out: list[str] = []
         self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(s, b), daemon=True)
-                         for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        self._readers = [
+            threading.Thread(target=self._read, args=(s, b), daemon=True)
+            for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
         for t in self._readers:
             t.start()
 
@@ -56,8 +68,10 @@ class _Job:
         while not ready(*self.text()):
             if self.proc.poll() is not None:
                 out, err = self.text()
-                pytest.fail(f"the job ended (status {self.proc.returncode}) before it could be interrupted:\n"
-                            f"{out[-2000:]}\n{err[-2000:]}")
+                pytest.fail(
+                    f"the job ended (status {self.proc.returncode}) before it could be interrupted:\n"
+                    f"{out[-2000:]}\n{err[-2000:]}"
+                )
             if time.monotonic() - t0 > START_S:
                 self.proc.kill()
                 pytest.fail("the job did not get going in time")
@@ -87,8 +101,22 @@ def _runs_done(err: str) -> tuple[int, int]:
 def test_ctrl_c_stops_attribute_and_keeps_the_finished_runs(tmp_path):
     # all-bf16 (every op rounded to bf16) at seq 2048: about a second per kernel run, some 35 runs
     out_dir = tmp_path / "out"
-    job = _Job(["attribute", "--seq", "2048", "--head-dim", "64", "--plan", "all-bf16", "--trace-rows", "4",
-                "--out", str(out_dir)], tmp_path)
+    job = _Job(
+        [
+            "attribute",
+            "--seq",
+            "2048",
+            "--head-dim",
+            "64",
+            "--plan",
+            "all-bf16",
+            "--trace-rows",
+            "4",
+            "--out",
+            str(out_dir),
+        ],
+        tmp_path,
+    )
     job.wait_for(lambda out, err: _runs_done(err)[0] >= 3)
     dt = job.interrupt()
     out, err = job.text()
@@ -115,8 +143,7 @@ def test_ctrl_c_stops_validate_and_keeps_the_finished_configs(jobs, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     out_dir = tmp_path / "rep"
-    job = _Job(["validate", "--grid", "ci", "--backend", "faithful", "--jobs", jobs, "--out", str(out_dir)],
-               tmp_path)
+    job = _Job(["validate", "--grid", "ci", "--backend", "faithful", "--jobs", jobs, "--out", str(out_dir)], tmp_path)
     job.wait_for(lambda out, err: re.search(r"^\[1/\d+\]", out, re.M) is not None)
     dt = job.interrupt()
     out, err = job.text()

@@ -279,9 +279,7 @@ def run_op(op: str, fmt, mode: int, a, b=None, c=None) -> np.ndarray:
     """The op through the library's element drivers, with stochastic rounding pinned to one random word."""
     a = np.ascontiguousarray(a, dtype=np.float64)
     out = np.empty(a.size)
-    m, rb = (
-        (6, np.uint64(0)) if mode == SR_AWAY else (6, U64MAX) if mode == SR_TRUNC else (mode, np.uint64(0))
-    )
+    m, rb = (6, np.uint64(0)) if mode == SR_AWAY else (6, U64MAX) if mode == SR_TRUNC else (mode, np.uint64(0))
     if op == "fma":
         b, c = np.ascontiguousarray(b, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64)
         _api._fma_driver(a, b, c, out, fmt.params, m, rb, True)
@@ -393,9 +391,7 @@ def test_ln2_constant() -> None:
 def test_double_double_accuracy(fn: str) -> None:
     rng = np.random.default_rng(1)
     if fn == "log":
-        xs = np.concatenate(
-            [np.exp(rng.uniform(-700, 700, 400)), 1 + rng.uniform(-1e-3, 1e-3, 300), [5e-324]]
-        )
+        xs = np.concatenate([np.exp(rng.uniform(-700, 700, 400)), 1 + rng.uniform(-1e-3, 1e-3, 300), [5e-324]])
         xs = np.concatenate([xs, 1 + np.ldexp(rng.integers(-20, 20, 100).astype(float), -52)])
         xs = xs[xs != 1.0]
     elif fn == "exp":
@@ -411,9 +407,7 @@ def test_double_double_accuracy(fn: str) -> None:
                 ref = mpmath.log(mpmath.mpf(float(x)))
             else:
                 h, lo, k = (ops.exp_dd if fn == "exp" else ops.exp2_dd)(float(x))
-                ref = (
-                    mpmath.exp(mpmath.mpf(float(x))) if fn == "exp" else mpmath.power(2, mpmath.mpf(float(x)))
-                )
+                ref = mpmath.exp(mpmath.mpf(float(x))) if fn == "exp" else mpmath.power(2, mpmath.mpf(float(x)))
             got = (mpmath.mpf(h) + mpmath.mpf(lo)) * mpmath.mpf(2) ** k
             assert abs(lo) <= math.ulp(h) / 2
             worst = max(worst, float(abs(got - ref) / abs(ref)))
@@ -447,9 +441,7 @@ def test_binary_random_and_near_ties(op: str) -> None:
         b = np.concatenate([near_values(rng, fmt, 300), random_doubles(rng, 200)])
         if op in ("add", "sub"):  # cancellation: b close to +-a
             b[:100] = -a[:100] * (1 + np.ldexp(rng.integers(-8, 8, 100).astype(float), -52))
-            b[100:150] = np.ldexp(np.sign(a[100:150]), -fmt.mantissa_bits - 1) * np.abs(
-                a[100:150]
-            )  # exact ties
+            b[100:150] = np.ldexp(np.sign(a[100:150]), -fmt.mantissa_bits - 1) * np.abs(a[100:150])  # exact ties
         if op == "mul":  # products landing on midpoints: a = 1 + 2**-k, b = 1 + 2**-j
             k = rng.integers(1, fmt.mantissa_bits + 2, 100)
             a[:100] = 1 + np.ldexp(1.0, -k)
@@ -685,9 +677,7 @@ def test_transcendental_sampled(fn: str) -> None:
     rng = np.random.default_rng(21)
     x = _unary_inputs(rng).tolist()
     for name in ("bfloat16", "float16", "float8_e4m3fn", "float32", "tfloat32"):
-        check(
-            fn, name, (x,), modes=(0, 1, 2, 3, 4, 5, SR_AWAY, SR_TRUNC) if name != "float32" else (0, 3, 4, 5)
-        )
+        check(fn, name, (x,), modes=(0, 1, 2, 3, 4, 5, SR_AWAY, SR_TRUNC) if name != "float32" else (0, 3, 4, 5))
 
 
 @pytest.mark.parametrize("fn", UNARY_T)
@@ -697,9 +687,7 @@ def test_transcendental_extreme_ranges(fn: str) -> None:
     if fn == "exp":
         x = np.concatenate([rng.uniform(700, 712, 100), rng.uniform(-746, -700, 100)])
     elif fn == "exp2":
-        x = np.concatenate(
-            [rng.uniform(1015, 1025, 100), rng.uniform(-1100, -1010, 100), np.arange(-1080, -1070)]
-        )
+        x = np.concatenate([rng.uniform(1015, 1025, 100), rng.uniform(-1100, -1010, 100), np.arange(-1080, -1070)])
     else:
         x = np.concatenate(
             [np.ldexp(rng.uniform(1, 2, 100), -1074 + rng.integers(0, 60, 100)), [1.7976931348623157e308]]
@@ -764,14 +752,10 @@ def test_api_matches_scalar_workers_and_broadcasts() -> None:
         assert got.shape == (3, 4) and got.dtype == np.float64
         assert_same(got, want, op)
     got = ops.fma(a, b, 1.0, "fp16", RoundingMode.UP)
-    assert_same(
-        got, run_op("fma", get_format("fp16"), 3, a.ravel(), np.tile(b, 3), np.ones(12)).reshape(3, 4), "fma"
-    )
+    assert_same(got, run_op("fma", get_format("fp16"), 3, a.ravel(), np.tile(b, 3), np.ones(12)).reshape(3, 4), "fma")
     for fn in ("sqrt", "exp", "exp2", "log"):
         x = np.abs(a)
-        assert_same(
-            getattr(ops, fn)(x, "e4m3"), run_op(fn, get_format("e4m3"), 0, x.ravel()).reshape(3, 4), fn
-        )
+        assert_same(getattr(ops, fn)(x, "e4m3"), run_op(fn, get_format("e4m3"), 0, x.ravel()).reshape(3, 4), fn)
 
 
 def test_api_dtypes() -> None:

@@ -53,9 +53,7 @@ def assert_same(x: np.ndarray, got: np.ndarray, exp: np.ndarray, what: str) -> N
     bad = (got.view(u) != exp.view(u)) & ~(np.isnan(got) & np.isnan(exp))
     if bad.any():
         idx = np.flatnonzero(bad)[:6]
-        rows = ", ".join(
-            f"x={float(x.flat[i])!r}: got {float(got.flat[i])!r} want {float(exp.flat[i])!r}" for i in idx
-        )
+        rows = ", ".join(f"x={float(x.flat[i])!r}: got {float(got.flat[i])!r} want {float(exp.flat[i])!r}" for i in idx)
         raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} differ; {rows}")
 
 
@@ -140,9 +138,7 @@ def _points(fmt: FloatFormat, full: bool, per_binade: int = 128) -> tuple[np.nda
     max_value = float(s.max)
     top_q = math.ldexp(1.0, s.max_exp)  # quantum of the top binade
     mids = v[:-1] + (v[1:] - v[:-1]) / 2  # exact: the quantum is at least 4x coarser than float64's
-    mids = np.concatenate(
-        [mids, [max_value + top_q / 2]]
-    )  # the midpoint above max (unbounded exponent range)
+    mids = np.concatenate([mids, [max_value + top_q / 2]])  # the midpoint above max (unbounded exponent range)
     small = math.ldexp(1.0, s.emin - s.mbits)
     edges = [
         max_value + top_q,
@@ -273,9 +269,7 @@ def test_against_oracle_wide_formats_more_values(fmt: FloatFormat) -> None:
 
 
 def test_float64_format_is_identity_on_float64() -> None:
-    x = np.array(
-        [0.0, -0.0, 5e-324, -5e-324, 1.0, np.nextafter(1.0, 2), 1e308, -np.inf, np.inf, np.nan, 2.0**-1022]
-    )
+    x = np.array([0.0, -0.0, 5e-324, -5e-324, 1.0, np.nextafter(1.0, 2), 1e308, -np.inf, np.inf, np.nan, 2.0**-1022])
     for mode in ALL_MODES:
         assert_same(x, simfloat.round(x, "fp64", mode, seed=0), x, f"float64 {mode}")
         with np.errstate(over="ignore"):
@@ -389,11 +383,7 @@ def test_every_float32_bit_pattern_matches_ml_dtypes() -> None:
                     half16.copy_(torch.from_numpy(x))
                     codes = half16.numpy().view(np.uint16)
                 else:
-                    list(
-                        pool.map(
-                            lambda lohi, d=dst: ml_cast(d, *lohi), [(0, chunk // 2), (chunk // 2, chunk)]
-                        )
-                    )
+                    list(pool.map(lambda lohi, d=dst: ml_cast(d, *lohi), [(0, chunk // 2), (chunk // 2, chunk)]))
                     codes = dst.view(f"u{dst.itemsize}")
                 t2 = time.perf_counter()
                 table, table_nan = tables[name]
@@ -979,12 +969,7 @@ def _two_sum(a: float, b: float) -> tuple[float, float]:
 def _sum_pairs(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     n = 1500
     a = rng.standard_normal(n) * np.ldexp(1.0, rng.integers(-20, 20, n))
-    b = (
-        a
-        * np.ldexp(1.0, -rng.integers(1, 70, n))
-        * np.where(rng.random(n) < 0.5, -1, 1)
-        * (1 + rng.random(n))
-    )
+    b = a * np.ldexp(1.0, -rng.integers(1, 70, n)) * np.where(rng.random(n) < 0.5, -1, 1) * (1 + rng.random(n))
     pa, pb = [], []
     for k in (-1022, -1000, -130, -126, -20, -1, 0, 1, 7, 15, 100, 1000, 1023):
         p2 = math.ldexp(1.0, k)
@@ -1108,12 +1093,8 @@ def test_power_of_two_with_negative_tail() -> None:
                     )
     # the tie one quarter-ulp below a power of two goes to the even neighbour (2**k) in float64
     assert round_exact(1.0, sticky(1.0, -(2.0**-54)), p64, 0, np.uint64(0)) == 1.0
-    assert (
-        round_exact(1.0, sticky(1.0, -(2.0**-54)), p64, int(RoundingMode.DOWN), np.uint64(0)) == 1 - 2.0**-53
-    )
-    assert (
-        round_exact(1.0, sticky(1.0, -(2.0**-54)), p64, int(RoundingMode.ODD), np.uint64(0)) == 1 - 2.0**-53
-    )
+    assert round_exact(1.0, sticky(1.0, -(2.0**-54)), p64, int(RoundingMode.DOWN), np.uint64(0)) == 1 - 2.0**-53
+    assert round_exact(1.0, sticky(1.0, -(2.0**-54)), p64, int(RoundingMode.ODD), np.uint64(0)) == 1 - 2.0**-53
 
 
 def test_round_scalar_matches_round() -> None:

@@ -30,16 +30,16 @@ def test_traced_equals_untraced_bitwise(name, variant):
         a, b = flash(q, k, v, **kw), flash(q, k, v, trace=Tracer(), **kw)
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
-        np.testing.assert_array_equal(baseline(q, k, v, plan=pl, causal=causal),
-                                      baseline(q, k, v, plan=pl, causal=causal, trace=Tracer()))
+        np.testing.assert_array_equal(
+            baseline(q, k, v, plan=pl, causal=causal), baseline(q, k, v, plan=pl, causal=causal, trace=Tracer())
+        )
 
 
 @pytest.mark.parametrize("variant", range(3))
 def test_fp64_has_no_error_anywhere(variant):
     q, k, v = _inputs()
     tr = Tracer()
-    flash(q, k, v, plan=plan("fp64").replace(**_VARIANTS[variant]), block_m=16, block_n=16, causal=True,
-          trace=tr)
+    flash(q, k, v, plan=plan("fp64").replace(**_VARIANTS[variant]), block_m=16, block_n=16, causal=True, trace=tr)
     baseline(q, k, v, plan="fp64", trace=tr)
     loc, dev = tr.local_errors(), tr.state_deviation()
     assert set(loc["op"]) == set(FLASH_OPS) | set(BASELINE_OPS)

@@ -360,8 +360,16 @@ def flash_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-
     bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
     seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
-    sc = FlashScratch(np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros((bm, dv)),
-                      np.empty(bm), np.empty(bm), work(max(bn, dv)))
+    sc = FlashScratch(
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros(bn),
+        np.zeros((bm, dv)),
+        np.empty(bm),
+        np.empty(bm),
+        work(max(bn, dv)),
+    )
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
@@ -410,7 +418,7 @@ def baseline_units(lo, hi, xs, out, eng):  # type: ignore[no-untyped-def]
             n = min(width, jv - lo_c)
             if n <= 0:
                 break
-            sv = s[lo_c:lo_c + width]
+            sv = s[lo_c : lo_c + width]
             for j in range(n):
                 sv[j] = 0.0
             row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[b * n_ch + c], xs.ekt[b * n_ch + c], sv, n, eng.qk, w)

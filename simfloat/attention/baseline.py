@@ -120,8 +120,17 @@ def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr):  # type: ignore[no-un
                     record(tr[1], b, t, 1, S_OUT, y - sh, sh)
 
 
-def baseline(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, causal: bool = False,
-             scale: float | None = None, trace: object = None, engine: str | None = None) -> np.ndarray:
+def baseline(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    plan: Plan | str,
+    causal: bool = False,
+    scale: float | None = None,
+    trace: object = None,
+    engine: str | None = None,
+) -> np.ndarray:
     """Emulated standard attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
     Args:
@@ -158,8 +167,9 @@ def baseline(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, c
         return out.reshape(x.lead + (seq_q, dv))
     tr = None
     if x.trace is not None:
-        tr = x.trace._start("baseline", x.plan.name, BASELINE_OPS, n_lead, n_qt, 1, lead=x.lead,
-                            causal=x.causal, scale=x.scale)
+        tr = x.trace._start(
+            "baseline", x.plan.name, BASELINE_OPS, n_lead, n_qt, 1, lead=x.lead, causal=x.causal, scale=x.scale
+        )
     if n_lead * n_qt > 0:
         run_rows(_units, n_lead * n_qt, x.q, x.k, x.v, out, pp, int(x.causal), x.scale, tr)
     return out.reshape(x.lead + (seq_q, dv))

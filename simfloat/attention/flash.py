@@ -218,7 +218,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
         if tr is not None:
             record(tr[0], b, t, jt, P, y - p[jj], p[jj])
         p[jj] = y
-    vt = v[b, j0:j0 + bn]
+    vt = v[b, j0 : j0 + bn]
     l_div = 1.0 if l_new == 0.0 else l_new
     for d in range(acc.shape[0]):  # T13 (+ FA1 normalization)
         y = dot_acc(p, vt[:, d], acc[d], pp.pv)
@@ -255,8 +255,9 @@ def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-
             acc[:] = 0.0
             accs[:] = 0.0
             for jt in range(n_kv):
-                m_i, l_i, ms, ls = _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp,
-                                         causal, tr, wn)
+                m_i, l_i, ms, ls = _tile(
+                    b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, wn
+                )
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):
@@ -273,10 +274,20 @@ def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-
             l_out[b, i] = l_i
 
 
-def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, block_m: int = 64,
-          block_n: int = 64, causal: bool = False, scale: float | None = None, trace: object = None,
-          return_stats: bool = False, engine: str | None = None,
-          ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+def flash(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    plan: Plan | str,
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    trace: object = None,
+    return_stats: bool = False,
+    engine: str | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Emulated flash attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
     Args:
@@ -310,8 +321,10 @@ def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, bloc
     which = check_engine(engine, x.trace is not None)
     if x.plan.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet)
         if engine is not None:
-            raise ValueError("the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "
-                             "engine=None (which runs such plans on the reference engine)")
+            raise ValueError(
+                "the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "
+                "engine=None (which runs such plans on the reference engine)"
+            )
         which = "reference"
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
     pp = x.plan.params(x.scale)
@@ -332,8 +345,19 @@ def flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, plan: Plan | str, bloc
         vpad[:, :seq_k] = x.v
         tr = None
         if x.trace is not None:
-            tr = x.trace._start("flash", x.plan.name, FLASH_OPS, n_lead, n_qt, n_kv, lead=x.lead, block_m=bm,
-                                block_n=bn, causal=x.causal, scale=x.scale)
+            tr = x.trace._start(
+                "flash",
+                x.plan.name,
+                FLASH_OPS,
+                n_lead,
+                n_qt,
+                n_kv,
+                lead=x.lead,
+                block_m=bm,
+                block_n=bn,
+                causal=x.causal,
+                scale=x.scale,
+            )
         if n_lead * n_qt > 0:
             run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal), wn), tr)
     out = out.reshape(x.lead + (seq_q, dv))

@@ -28,8 +28,18 @@ from simfloat.formats import FloatFormat, FormatParams
 from simfloat.formats import format as _format
 from simfloat.rounding import RoundingMode, mode_code
 
-__all__ = ["BACKWARD_OPS", "BASELINE_OPS", "FLASH_OPS", "BackwardPlan", "OpSpec", "Plan", "backward_plan",
-           "backward_presets", "plan", "presets"]
+__all__ = [
+    "BACKWARD_OPS",
+    "BASELINE_OPS",
+    "FLASH_OPS",
+    "BackwardPlan",
+    "OpSpec",
+    "Plan",
+    "backward_plan",
+    "backward_presets",
+    "plan",
+    "presets",
+]
 
 FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "pv", "normalize", "out")
 BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
@@ -218,8 +228,7 @@ class Plan:
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"Plan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         if self.normalization not in ("deferred", "per_step"):
-            raise ValueError("Plan.normalization must be 'deferred' or 'per_step', "
-                             f"got {self.normalization!r}")
+            raise ValueError(f"Plan.normalization must be 'deferred' or 'per_step', got {self.normalization!r}")
         if self.exp2_impl not in EXP2_IMPLS:
             raise ValueError(f"Plan.exp2_impl must be one of {EXP2_IMPLS}, got {self.exp2_impl!r}")
         if self.sum_order not in SUM_ORDERS:
@@ -227,8 +236,10 @@ class Plan:
         if self.exp_impl not in EXP_IMPLS:
             raise ValueError(f"Plan.exp_impl must be one of {EXP_IMPLS}, got {self.exp_impl!r}")
         if self.exp_impl == "tl.exp" and self.exp2:
-            raise ValueError("Plan.exp_impl='tl.exp' models tl.exp, which a plan with exp2=True never calls "
-                             "(it folds log2(e) into the scale and calls exp2): set exp2=False with it")
+            raise ValueError(
+                "Plan.exp_impl='tl.exp' models tl.exp, which a plan with exp2=True never calls "
+                "(it folds log2(e) into the scale and calls exp2): set exp2=False with it"
+            )
         t = self.lazy_threshold
         if t is not None:
             if isinstance(t, bool) or not isinstance(t, (int, float)):
@@ -256,8 +267,7 @@ class Plan:
         flags = [f.name for f in dataclasses.fields(self) if f.name not in _OPS and f.name != "name"]
         unknown = sorted(set(changes) - set(_OPS) - set(flags) - {"name"})
         if unknown:
-            raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(_OPS)}; "
-                             f"flags: {', '.join(flags)}")
+            raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(_OPS)}; flags: {', '.join(flags)}")
         kernels = self.kernels()
         if len(kernels) == 1:
             kernel = kernels[0]
@@ -268,7 +278,8 @@ class Plan:
                     f"plan {self.name!r} is for the {kernel} kernel, which never uses "
                     f"{', '.join(map(repr, unused))} (the change would do nothing); the {kernel} kernel's ops: "
                     f"{', '.join(FLASH_OPS if kernel == 'flash' else BASELINE_OPS)}"
-                    + (f"; its flags: {', '.join(flags)}" if kernel == "flash" else "; it has no flags"))
+                    + (f"; its flags: {', '.join(flags)}" if kernel == "flash" else "; it has no flags")
+                )
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -279,16 +290,18 @@ class Plan:
         (torch's eager attention), ``("flash", "baseline")`` for ``fp64``, ``all-<fmt>`` and any other name.
         Plans derived with :meth:`replace` keep the name's family, and so the kernel."""
         family = self.name.split("-", 1)[0]
-        return {"triton": ("flash",), "h200": ("flash",), "pytorch": ("baseline",)}.get(family,
-                                                                                        ("flash", "baseline"))
+        return {"triton": ("flash",), "h200": ("flash",), "pytorch": ("baseline",)}.get(family, ("flash", "baseline"))
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
-        return (f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
-                f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
-                + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
-                + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
-                + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "") + ")")
+        return (
+            f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
+            f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
+            + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
+            + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
+            + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
+            + ")"
+        )
 
     def params(self, scale: float) -> PlanParams:
         """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it.
@@ -311,15 +324,24 @@ class Plan:
         qk_scale64 = float(scale) * math.log2(math.e) if self.exp2 else float(scale)
         for v in (sm_scale, qk_scale):
             if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"scale {scale} becomes {v} in {self.scale.fmt.name}: "
-                                 "it must stay finite and > 0")
+                raise ValueError(f"scale {scale} becomes {v} in {self.scale.fmt.name}: it must stay finite and > 0")
         t = self.lazy_threshold
         threshold = 0.0 if t is None else rnd(t, op("m_i"))  # a constant of the m_i format, as in the kernel
         return PlanParams(
-            acc_params(self.qk), acc_params(self.pv), *(op(n) for n in _OPS if n not in _DOTS),
-            self.exp2, self.contract, self.normalization == "per_step", t is not None,
-            threshold, qk_scale, qk_scale64, sm_scale, _ex2_tab(self.exp2_impl),
-            SUM_ORDERS.index(self.sum_order), self.exp_impl == "tl.exp",
+            acc_params(self.qk),
+            acc_params(self.pv),
+            *(op(n) for n in _OPS if n not in _DOTS),
+            self.exp2,
+            self.contract,
+            self.normalization == "per_step",
+            t is not None,
+            threshold,
+            qk_scale,
+            qk_scale64,
+            sm_scale,
+            _ex2_tab(self.exp2_impl),
+            SUM_ORDERS.index(self.sum_order),
+            self.exp_impl == "tl.exp",
         )
 
 
@@ -344,8 +366,7 @@ def _triton(fmt: str) -> Plan:
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     wide = fmt in ("fp32", "tf32")
     io = "float32" if wide else f
-    return Plan(f"triton-{fmt}", dot, *(["float32"] * 6), io, dot, "float32", io, "float32",
-                exp2=True, contract=True)  # type: ignore[arg-type]
+    return Plan(f"triton-{fmt}", dot, *(["float32"] * 6), io, dot, "float32", io, "float32", exp2=True, contract=True)  # type: ignore[arg-type]
 
 
 def _pytorch(fmt: str) -> Plan:
@@ -419,14 +440,42 @@ def plan(name: str | Plan) -> Plan:
 
 # -- backward ------------------------------------------------------------------------------------------------
 
-BACKWARD_OPS = ("delta", "lse", "qk", "scale", "exp", "p", "dv", "dp", "ds", "ds_cast", "dk", "dq", "grad_scale",
-                "grad", "softmax")
+BACKWARD_OPS = (
+    "delta",
+    "lse",
+    "qk",
+    "scale",
+    "exp",
+    "p",
+    "dv",
+    "dp",
+    "ds",
+    "ds_cast",
+    "dk",
+    "dq",
+    "grad_scale",
+    "grad",
+    "softmax",
+)
 _BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
 #: the ops :func:`simfloat.attention.flash_backward` uses (``softmax`` is baseline_backward's only)
 FLASH_BACKWARD_OPS = BACKWARD_OPS[:-1]
 #: the ops :func:`simfloat.attention.baseline_backward` uses
-BASELINE_BACKWARD_OPS = ("delta", "qk", "scale", "softmax", "p", "dv", "dp", "ds", "ds_cast", "dk", "dq",
-                         "grad_scale", "grad")
+BASELINE_BACKWARD_OPS = (
+    "delta",
+    "qk",
+    "scale",
+    "softmax",
+    "p",
+    "dv",
+    "dp",
+    "ds",
+    "ds_cast",
+    "dk",
+    "dq",
+    "grad_scale",
+    "grad",
+)
 
 
 class BackwardParams(NamedTuple):
@@ -523,16 +572,20 @@ class BackwardPlan:
         flags = ("exp2", "contract", "exp2_impl")
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
-            raise ValueError(f"unknown backward plan entries {unknown}; ops: {', '.join(BACKWARD_OPS)}; "
-                             f"flags: {', '.join(flags)}")
+            raise ValueError(
+                f"unknown backward plan entries {unknown}; ops: {', '.join(BACKWARD_OPS)}; flags: {', '.join(flags)}"
+            )
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in BACKWARD_OPS)
-        return (f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
-                + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "") + ")")
+        return (
+            f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
+            + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
+            + ")"
+        )
 
     def params(self, scale: float) -> BackwardParams:
         """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it:
@@ -555,14 +608,19 @@ class BackwardPlan:
         for v in (qk_scale, sm_scale):
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")
-        return BackwardParams(*(acc_params(getattr(self, d)) for d in _BWD_DOTS),
-                              *(op(n) for n in BACKWARD_OPS if n not in _BWD_DOTS),
-                              self.exp2, self.contract, qk_scale, sm_scale, _ex2_tab(self.exp2_impl))
+        return BackwardParams(
+            *(acc_params(getattr(self, d)) for d in _BWD_DOTS),
+            *(op(n) for n in BACKWARD_OPS if n not in _BWD_DOTS),
+            self.exp2,
+            self.contract,
+            qk_scale,
+            sm_scale,
+            _ex2_tab(self.exp2_impl),
+        )
 
 
 def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
-    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt,
-                        fmt)  # type: ignore[arg-type]
+    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]
 
 
 def _bwd_triton(fmt: str) -> BackwardPlan:
@@ -570,8 +628,26 @@ def _bwd_triton(fmt: str) -> BackwardPlan:
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     io = "float32" if fmt in ("fp32", "tf32") else f
     fp32 = "float32"
-    return BackwardPlan(f"triton-{fmt}", fp32, fp32, dot, fp32, fp32, io, dot, dot, fp32, io, dot, dot, fp32, io,
-                        fp32, exp2=True, contract=True)  # type: ignore[arg-type]
+    return BackwardPlan(
+        f"triton-{fmt}",
+        fp32,
+        fp32,
+        dot,
+        fp32,
+        fp32,
+        io,
+        dot,
+        dot,
+        fp32,
+        io,
+        dot,
+        dot,
+        fp32,
+        io,
+        fp32,
+        exp2=True,
+        contract=True,
+    )  # type: ignore[arg-type]
 
 
 def _bwd_pytorch(fmt: str) -> BackwardPlan:
@@ -584,8 +660,7 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     else:
         dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
     fp32 = "float32"
-    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f,
-                        fp32)  # type: ignore[arg-type]
+    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)  # type: ignore[arg-type]
 
 
 @functools.cache

@@ -27,8 +27,15 @@ from simfloat.attribution._plans import (
 from simfloat.attribution._result import Attribution
 from simfloat.trace import Tracer
 
-__all__ = ["METRICS", "AttributionInterrupted", "attribute", "default_block_ns", "default_tiles", "deviation",
-           "select_rows"]
+__all__ = [
+    "METRICS",
+    "AttributionInterrupted",
+    "attribute",
+    "default_block_ns",
+    "default_tiles",
+    "deviation",
+    "select_rows",
+]
 
 #: Deviation metrics of every table row (against the float64 golden output).
 METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
@@ -43,8 +50,12 @@ def deviation(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
     a = np.abs(d)
     rms = float(np.sqrt(np.mean(d * d)))
     g = float(np.sqrt(np.mean(np.square(golden))))
-    return {"max_abs": float(np.max(a)), "mean_abs": float(np.mean(a)), "rms": rms,
-            "rel_rms": rms / g if g > 0 else math.nan}
+    return {
+        "max_abs": float(np.max(a)),
+        "mean_abs": float(np.mean(a)),
+        "rms": rms,
+        "rel_rms": rms / g if g > 0 else math.nan,
+    }
 
 
 def default_tiles(block_m: int = 64, block_n: int = 64) -> list[tuple[int, int]]:
@@ -109,13 +120,13 @@ class _Runner:
     """Collects the (kernel, plan, tiles) runs the tables need, deduplicated by what determines the output,
     then runs them once each."""
 
-    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
-                 scale: float | None) -> None:
+    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None) -> None:
         self.q, self.k, self.v, self.causal, self.scale = q, k, v, causal, scale
         self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
 
-    def need(self, kernel: str, p: Plan, bm: int = 0, bn: int = 0,
-             trace_rows: np.ndarray | None = None) -> tuple[object, ...]:
+    def need(
+        self, kernel: str, p: Plan, bm: int = 0, bn: int = 0, trace_rows: np.ndarray | None = None
+    ) -> tuple[object, ...]:
         """The key of a run; ``trace_rows``: a traced run (reference engine) over those rows of ``q``."""
         key = cache_key(kernel, p) + ((bm, bn) if kernel == "flash" else ())
         if trace_rows is not None:
@@ -161,10 +172,14 @@ class _Runner:
         for j in jobs:
             if "seconds" not in j:
                 continue
-            row: dict[str, Any] = dict(kernel=j["kernel"], plan=j["plan"].name,
-                                       block_m=j["bm"] if j["kernel"] == "flash" else None,
-                                       block_n=j["bn"] if j["kernel"] == "flash" else None,
-                                       traced=j["rows"] is not None, seconds=round(j["seconds"], 3))
+            row: dict[str, Any] = dict(
+                kernel=j["kernel"],
+                plan=j["plan"].name,
+                block_m=j["bm"] if j["kernel"] == "flash" else None,
+                block_n=j["bn"] if j["kernel"] == "flash" else None,
+                traced=j["rows"] is not None,
+                seconds=round(j["seconds"], 3),
+            )
             if golden is not None:
                 ref = golden if j["rows"] is None else golden[..., j["rows"], :]
                 row.update(deviation(j["out"], ref))
@@ -191,8 +206,9 @@ def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None],
         return progress, lambda: None  # type: ignore[return-value]
     if not progress:
         return (lambda done, total: None), lambda: None
-    bar = _need("tqdm", "progress=True").tqdm(total=total, desc="simfloat attribute", unit="run",
-                                              file=sys.stderr, leave=False)
+    bar = _need("tqdm", "progress=True").tqdm(
+        total=total, desc="simfloat attribute", unit="run", file=sys.stderr, leave=False
+    )
 
     def report(done: int, total: int) -> None:
         bar.update(done - bar.n)
@@ -207,9 +223,11 @@ def _plans(p: object) -> list[Plan]:
     out = [_plan(x) for x in items]
     for p in out:
         if "flash" not in p.kernels():
-            raise ValueError(f"plan {p.name!r} is a plan of the baseline kernel (torch's eager attention); "
-                             "attribute studies flash plans (triton-<fmt>, h200-<fmt>, all-<fmt>, fp64 or a plan of "
-                             f"another name): pass {p.name!r} as baseline= (CLI: --baseline)")
+            raise ValueError(
+                f"plan {p.name!r} is a plan of the baseline kernel (torch's eager attention); "
+                "attribute studies flash plans (triton-<fmt>, h200-<fmt>, all-<fmt>, fp64 or a plan of "
+                f"another name): pass {p.name!r} as baseline= (CLI: --baseline)"
+            )
     names = [x.name for x in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -228,14 +246,27 @@ def _tiles(tiles: object) -> list[tuple[int, int]]:
     return list(dict.fromkeys(out))
 
 
-def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-              plan: Plan | str | Sequence[Plan | str] = "triton-bf16", *, baseline: object = None,
-              block_m: int = 64, block_n: int = 64, causal: bool = False,
-              scale: float | None = None, ops: Sequence[str] = FLASH_OPS,
-              tiles: Sequence[tuple[int, int]] | None = None, block_ns: Sequence[int] | None = None,
-              rows: int | Sequence[int] | None = None, trace: bool = True, trace_rows: int | None = 64,
-              progress: bool | Callable[[int, int], None] = False,
-              workers: int | None = None, bounds: bool = False) -> Attribution:
+def attribute(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    plan: Plan | str | Sequence[Plan | str] = "triton-bf16",
+    *,
+    baseline: object = None,
+    block_m: int = 64,
+    block_n: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+    ops: Sequence[str] = FLASH_OPS,
+    tiles: Sequence[tuple[int, int]] | None = None,
+    block_ns: Sequence[int] | None = None,
+    rows: int | Sequence[int] | None = None,
+    trace: bool = True,
+    trace_rows: int | None = 64,
+    progress: bool | Callable[[int, int], None] = False,
+    workers: int | None = None,
+    bounds: bool = False,
+) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
 
     The golden output is the *baseline* kernel under the ``fp64`` plan (Golden et al.). For each plan:
@@ -292,8 +323,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     pd = _need("pandas", "attribute")  # before any work: the tables are DataFrames
     plans = _plans(plan)
     if not (isinstance(progress, bool) or callable(progress)):
-        raise TypeError(f"progress must be a bool or a callable progress(done, total), got "
-                        f"{type(progress).__name__}")
+        raise TypeError(f"progress must be a bool or a callable progress(done, total), got {type(progress).__name__}")
     ops = list(ops)
     if not ops:
         raise ValueError("ops must name at least one op")
@@ -311,8 +341,10 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sel = select_rows(seq_q, rows)
     if sel is not None and causal:
-        raise ValueError("rows (a subset of query rows) cannot be used with causal=True: a causal row's keys "
-                         "depend on its position; use rows=None")
+        raise ValueError(
+            "rows (a subset of query rows) cannot be used with causal=True: a causal row's keys "
+            "depend on its position; use rows=None"
+        )
     tile_list = default_tiles(bm, bn) if tiles is None else _tiles(tiles)
     bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
     bns = list(dict.fromkeys(bns))
@@ -355,8 +387,7 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         full, ref, base = dev(kk["main"]), dev(kk["ref"]), dev(kk["base"])
 
         def frac(d: dict[str, float], full: dict[str, float] = full) -> dict[str, float]:
-            return {"frac_max": _ratio(d["max_abs"], full["max_abs"]),
-                    "frac_rms": _ratio(d["rms"], full["rms"])}
+            return {"frac_max": _ratio(d["max_abs"], full["max_abs"]), "frac_rms": _ratio(d["rms"], full["rms"])}
 
         for op in ops:
             entry = describe(getattr(p, op))
@@ -368,19 +399,43 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         abl_rows.append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
         for tbm, tbn in tile_list:
             d = dev(kk["tiles"][(tbm, tbn)])
-            tile_rows.append(dict(plan=p.name, block_m=tbm, block_n=tbn, steps=-(-seq_k // tbn), **d,
-                                  ratio_max=_ratio(d["max_abs"], base["max_abs"])))
+            tile_rows.append(
+                dict(
+                    plan=p.name,
+                    block_m=tbm,
+                    block_n=tbn,
+                    steps=-(-seq_k // tbn),
+                    **d,
+                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                )
+            )
         for b in bns:
             d = dev(kk["steps"][b])
-            step_rows.append(dict(plan=p.name, block_m=bm, block_n=b, steps=-(-seq_k // b), **d,
-                                  ratio_max=_ratio(d["max_abs"], base["max_abs"])))
+            step_rows.append(
+                dict(
+                    plan=p.name,
+                    block_m=bm,
+                    block_n=b,
+                    steps=-(-seq_k // b),
+                    **d,
+                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                )
+            )
         bp = pairs[p.name]
         for kernel, kplan, d in (("flash", p.name, full), ("baseline", bp.name, base)):
             is_flash = kernel == "flash"
-            fvb_rows.append(dict(plan=p.name, kernel=kernel, kernel_plan=kplan,
-                                 block_m=bm if is_flash else None, block_n=bn if is_flash else None, **d,
-                                 ratio_max=_ratio(d["max_abs"], base["max_abs"]),
-                                 ratio_rms=_ratio(d["rms"], base["rms"])))
+            fvb_rows.append(
+                dict(
+                    plan=p.name,
+                    kernel=kernel,
+                    kernel_plan=kplan,
+                    block_m=bm if is_flash else None,
+                    block_n=bn if is_flash else None,
+                    **d,
+                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                    ratio_rms=_ratio(d["rms"], base["rms"]),
+                )
+            )
         tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
         if tr is not None:
             blocks.append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
@@ -397,32 +452,49 @@ def attribute(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         for p in plans:
             kk = keys[p.name]
             bruns += [(p.name, op, "flash", isolation_plan(p, op), run.out(kk["iso"][op])) for op in ops]
-            bruns += [(p.name, "all", "flash", p, run.out(kk["main"])),
-                      (p.name, "all", "baseline", pairs[p.name], run.out(kk["base"]))]
-        bound_table = attribution_bounds(qs, k, v, bruns, golden, block_m=bm, block_n=bn, causal=bool(causal),
-                                         scale=scale)
+            bruns += [
+                (p.name, "all", "flash", p, run.out(kk["main"])),
+                (p.name, "all", "baseline", pairs[p.name], run.out(kk["base"])),
+            ]
+        bound_table = attribution_bounds(
+            qs, k, v, bruns, golden, block_m=bm, block_n=bn, causal=bool(causal), scale=scale
+        )
     m = list(METRICS)
     geo = ["plan", "block_m", "block_n", "steps"]
     n_rows = seq_q if sel is None else len(sel)
-    meta = dict(shape_q=tuple(q.shape), shape_k=tuple(k.shape), shape_v=tuple(v.shape), seq_q=seq_q,
-                seq_k=seq_k,
-                rows=n_rows, row_indices=None if sel is None else sel.tolist(), block_m=bm, block_n=bn,
-                trace_rows=len(t_sel) if trace else 0,
-                causal=bool(causal), scale=scale, plans=[p.name for p in plans],
-                baselines={a: b.name for a, b in pairs.items()}, runs=len(run.jobs),
-                kernel_seconds=sum(j["seconds"] for j in run.jobs.values()),
-                golden_rms=float(np.sqrt(np.mean(np.square(golden)))) if golden.size else math.nan)
+    meta = dict(
+        shape_q=tuple(q.shape),
+        shape_k=tuple(k.shape),
+        shape_v=tuple(v.shape),
+        seq_q=seq_q,
+        seq_k=seq_k,
+        rows=n_rows,
+        row_indices=None if sel is None else sel.tolist(),
+        block_m=bm,
+        block_n=bn,
+        trace_rows=len(t_sel) if trace else 0,
+        causal=bool(causal),
+        scale=scale,
+        plans=[p.name for p in plans],
+        baselines={a: b.name for a, b in pairs.items()},
+        runs=len(run.jobs),
+        kernel_seconds=sum(j["seconds"] for j in run.jobs.values()),
+        golden_rms=float(np.sqrt(np.mean(np.square(golden)))) if golden.size else math.nan,
+    )
     return Attribution(
         isolation=frame(iso_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
         ablation=frame(abl_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
         tiles=frame(tile_rows, [*geo, *m, "ratio_max"]),
         steps=frame(step_rows, [*geo, *m, "ratio_max"]),
-        flash_vs_baseline=frame(fvb_rows, ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m,
-                                           "ratio_max", "ratio_rms"]),
-        by_block=pd.concat(blocks, ignore_index=True) if blocks else frame(
-            [], ["plan", "kv_block", "op", "max_abs", "rms", "rel_max"]),
-        state_by_block=pd.concat(states, ignore_index=True) if states else frame(
-            [], ["plan", "kv_block", "state", "max_abs", "rms", "rel_max"]),
+        flash_vs_baseline=frame(
+            fvb_rows, ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m, "ratio_max", "ratio_rms"]
+        ),
+        by_block=pd.concat(blocks, ignore_index=True)
+        if blocks
+        else frame([], ["plan", "kv_block", "op", "max_abs", "rms", "rel_max"]),
+        state_by_block=pd.concat(states, ignore_index=True)
+        if states
+        else frame([], ["plan", "kv_block", "state", "max_abs", "rms", "rel_max"]),
         meta=meta,
         bounds=bound_table,
     )

@@ -10,8 +10,15 @@ from simfloat.attention import BASELINE_OPS, FLASH_OPS, Plan, plan, presets
 from simfloat.attention.plan import OpSpec
 from simfloat.formats import format as _format
 
-__all__ = ["BASELINE_PAIRS", "FLAGS", "ablation_plan", "baseline_plan_for", "describe", "isolation_plan",
-           "reference_plan"]
+__all__ = [
+    "BASELINE_PAIRS",
+    "FLAGS",
+    "ablation_plan",
+    "baseline_plan_for",
+    "describe",
+    "isolation_plan",
+    "reference_plan",
+]
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.name != "name")
 #: The algorithm flags a plan carries besides its ops (every :class:`Plan` field that is neither its name nor
@@ -64,13 +71,17 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
     if override is not None:
         bp = plan(override)  # type: ignore[arg-type]
         if "baseline" not in bp.kernels():
-            raise ValueError(f"baseline plan {bp.name!r} (for {fp.name!r}) is a plan of the flash kernel; the "
-                             "baseline kernel takes pytorch-<fmt>, all-<fmt>, fp64 or a plan of another name")
+            raise ValueError(
+                f"baseline plan {bp.name!r} (for {fp.name!r}) is a plan of the flash kernel; the "
+                "baseline kernel takes pytorch-<fmt>, all-<fmt>, fp64 or a plan of another name"
+            )
         return bp
     if fp.name not in BASELINE_PAIRS:
-        raise ValueError(f"no baseline plan is paired with flash plan {fp.name!r}: pass baseline=<plan> "
-                         f"(CLI: --baseline {fp.name}=<plan>); known pairs: "
-                         + ", ".join(f"{a}->{b}" for a, b in BASELINE_PAIRS.items()))
+        raise ValueError(
+            f"no baseline plan is paired with flash plan {fp.name!r}: pass baseline=<plan> "
+            f"(CLI: --baseline {fp.name}=<plan>); known pairs: "
+            + ", ".join(f"{a}->{b}" for a, b in BASELINE_PAIRS.items())
+        )
     return plan(BASELINE_PAIRS[fp.name])
 
 
@@ -110,8 +121,15 @@ def cache_key(kernel: str, p: Plan) -> tuple[object, ...]:
     return (kernel,) + tuple(getattr(p, f) for f in _KEY_FIELDS[kernel])
 
 
-_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "tfloat32": "tf32",
-          "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+_SHORT = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float32": "fp32",
+    "float64": "fp64",
+    "tfloat32": "tf32",
+    "float8_e4m3fn": "e4m3",
+    "float8_e5m2": "e5m2",
+}
 
 
 def _fmt(f: object) -> str:

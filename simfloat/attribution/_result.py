@@ -63,8 +63,7 @@ class Attribution:
 
     def __repr__(self) -> str:
         m = self.meta
-        return (f"Attribution(plans={m.get('plans')}, q={m.get('shape_q')}, rows={m.get('rows')}, "
-                f"runs={m.get('runs')})")
+        return f"Attribution(plans={m.get('plans')}, q={m.get('shape_q')}, rows={m.get('rows')}, runs={m.get('runs')})"
 
     def table(self) -> str:
         """The console summary: flash vs baseline, per-op attribution, deviation vs rescaling steps and
@@ -75,14 +74,16 @@ class Attribution:
         which = "all query rows" if rows == seq_q else f"{rows} of {seq_q} query rows (evenly spaced)"
         lines = [
             f"q {m.get('shape_q')}, k {m.get('shape_k')}, v {m.get('shape_v')}; {which}; "
-            f"tiles {m.get('block_m')}x{m.get('block_n')}" + ("; causal" if m.get("causal") else "")
+            f"tiles {m.get('block_m')}x{m.get('block_n')}"
+            + ("; causal" if m.get("causal") else "")
             + f"; {m.get('runs')} distinct kernel runs",
             "deviation = O - O_golden, O_golden = fp64 baseline attention; max_abs is Golden et al.'s metric",
             "",
             "flash vs baseline",
         ]
-        fvb = self.flash_vs_baseline[["plan", "kernel", "kernel_plan", "max_abs", "mean_abs", "rms",
-                                      "rel_rms", "ratio_max", "ratio_rms"]]
+        fvb = self.flash_vs_baseline[
+            ["plan", "kernel", "kernel_plan", "max_abs", "mean_abs", "rms", "rel_rms", "ratio_max", "ratio_rms"]
+        ]
         lines.append(fvb.to_string(index=False, formatters=_formatters(fvb)))
         for name in self.meta.get("plans", []):
             iso = self.isolation[self.isolation["plan"] == name].set_index("op")
@@ -93,27 +94,41 @@ class Attribution:
             t["ablated_max"] = abl["max_abs"]
             t["ablated_rms"] = abl["rms"]
             t.loc["all", "entry"] = "(all ops)"
-            lines += ["", f"{name} per op (isolated: only this op low-precision; ablated: only this op fp64)",
-                      t.reset_index().to_string(index=False, formatters=_formatters(t))]
+            lines += [
+                "",
+                f"{name} per op (isolated: only this op low-precision; ablated: only this op fp64)",
+                t.reset_index().to_string(index=False, formatters=_formatters(t)),
+            ]
         if len(self.steps):
-            s = self.steps.pivot_table(index=["steps", "block_n"], columns="plan",
-                                       values=["max_abs", "rms"], sort=False).sort_index(ascending=False)
+            s = self.steps.pivot_table(
+                index=["steps", "block_n"], columns="plan", values=["max_abs", "rms"], sort=False
+            ).sort_index(ascending=False)
             s = _by_plan(s, self.meta.get("plans", []))
-            lines += ["", "deviation vs rescaling steps = ceil(seq_k / block_n) at "
-                      f"block_m={m.get('block_m')}",
-                      s.reset_index().to_string(index=False, formatters=_formatters(s))]
+            lines += [
+                "",
+                f"deviation vs rescaling steps = ceil(seq_k / block_n) at block_m={m.get('block_m')}",
+                s.reset_index().to_string(index=False, formatters=_formatters(s)),
+            ]
         if len(self.tiles):
-            t = self.tiles.pivot_table(index=["block_m", "block_n"], columns="plan",
-                                       values=["max_abs", "rms"], sort=False)
+            t = self.tiles.pivot_table(
+                index=["block_m", "block_n"], columns="plan", values=["max_abs", "rms"], sort=False
+            )
             t = _by_plan(t, self.meta.get("plans", []))
-            lines += ["", "deviation vs tiles (block_m x block_n)",
-                      t.reset_index().to_string(index=False, formatters=_formatters(t))]
+            lines += [
+                "",
+                "deviation vs tiles (block_m x block_n)",
+                t.reset_index().to_string(index=False, formatters=_formatters(t)),
+            ]
         if self.bounds is not None:
             b = self.bounds.drop(columns=["note"])
-            lines += ["", "error bounds (simfloat.bounds; docs/bounds.md) vs measured; tightness = bound / measured",
-                      b.to_string(index=False, formatters=_formatters(b))]
-            lines += [f"  not covered: {r.plan} {r.op} {r.kernel}: {r.note}" for r in self.bounds.itertuples()
-                      if r.note]
+            lines += [
+                "",
+                "error bounds (simfloat.bounds; docs/bounds.md) vs measured; tightness = bound / measured",
+                b.to_string(index=False, formatters=_formatters(b)),
+            ]
+            lines += [
+                f"  not covered: {r.plan} {r.op} {r.kernel}: {r.note}" for r in self.bounds.itertuples() if r.note
+            ]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -156,12 +171,24 @@ class Attribution:
             iso = self.isolation[self.isolation["plan"] == p].set_index("op")
             abl = self.ablation[self.ablation["plan"] == p].set_index("op")
             off = (2 * i - len(plans)) * width + width / 2
-            ax.bar(x + off, iso.loc[ops, "max_abs"].clip(lower=tiny), width, color=colors[p],
-                   label=f"{p}: only this op low-precision")
-            ax.bar(x + off + width, abl.loc[ops, "max_abs"].clip(lower=tiny), width, color=colors[p],
-                   alpha=0.35, hatch="//", edgecolor=colors[p], label=f"{p}: only this op fp64")
-            ax.axhline(max(iso.loc["all", "max_abs"], tiny), color=colors[p], ls="--", lw=1,
-                       label=f"{p}: whole plan")
+            ax.bar(
+                x + off,
+                iso.loc[ops, "max_abs"].clip(lower=tiny),
+                width,
+                color=colors[p],
+                label=f"{p}: only this op low-precision",
+            )
+            ax.bar(
+                x + off + width,
+                abl.loc[ops, "max_abs"].clip(lower=tiny),
+                width,
+                color=colors[p],
+                alpha=0.35,
+                hatch="//",
+                edgecolor=colors[p],
+                label=f"{p}: only this op fp64",
+            )
+            ax.axhline(max(iso.loc["all", "max_abs"], tiny), color=colors[p], ls="--", lw=1, label=f"{p}: whole plan")
         ax.set_xticks(x, ops)
         ax.set_yscale("log")
         ax.set_ylabel("max |O - O_fp64|")
@@ -172,8 +199,13 @@ class Attribution:
         def baselines(a: Any) -> None:
             for p in plans:
                 if p in bases.index:
-                    a.axhline(max(bases.loc[p, "max_abs"], tiny), color=colors[p], ls=":", lw=1.2,
-                              label=f"baseline {bases.loc[p, 'kernel_plan']} max")
+                    a.axhline(
+                        max(bases.loc[p, "max_abs"], tiny),
+                        color=colors[p],
+                        ls=":",
+                        lw=1.2,
+                        label=f"baseline {bases.loc[p, 'kernel_plan']} max",
+                    )
 
         a1 = fig.add_subplot(gs[1, 0])
         if len(self.tiles):
@@ -182,8 +214,15 @@ class Attribution:
             for p, g in self.tiles.groupby("plan", sort=False):
                 xs = [labels.index(f"{bm}x{bn}") for bm, bn in zip(g["block_m"], g["block_n"], strict=True)]
                 a1.plot(xs, g["max_abs"].clip(lower=tiny), marker="o", color=colors.get(p), label=f"{p} max")
-                a1.plot(xs, g["rms"].clip(lower=tiny), marker="s", mfc="none", ls="--", color=colors.get(p),
-                        label=f"{p} rms")
+                a1.plot(
+                    xs,
+                    g["rms"].clip(lower=tiny),
+                    marker="s",
+                    mfc="none",
+                    ls="--",
+                    color=colors.get(p),
+                    label=f"{p} rms",
+                )
             baselines(a1)
             a1.set_xticks(range(len(labels)), labels)
         a1.set_yscale("log")
@@ -195,15 +234,23 @@ class Attribution:
         if len(self.steps):
             for p, g in self.steps.groupby("plan", sort=False):
                 g = g.sort_values("steps")
-                a2.plot(g["steps"], g["max_abs"].clip(lower=tiny), marker="o", color=colors.get(p),
-                        label=f"{p} max")
-                a2.plot(g["steps"], g["rms"].clip(lower=tiny), marker="s", mfc="none", ls="--",
-                        color=colors.get(p), label=f"{p} rms")
+                a2.plot(g["steps"], g["max_abs"].clip(lower=tiny), marker="o", color=colors.get(p), label=f"{p} max")
+                a2.plot(
+                    g["steps"],
+                    g["rms"].clip(lower=tiny),
+                    marker="s",
+                    mfc="none",
+                    ls="--",
+                    color=colors.get(p),
+                    label=f"{p} rms",
+                )
             baselines(a2)
             a2.set_xscale("log", base=2)
         a2.set_yscale("log")
-        a2.set_xlabel(f"rescaling steps = ceil(seq_k / block_n), seq_k={self.meta.get('seq_k')}, "
-                      f"block_m={self.meta.get('block_m')}")
+        a2.set_xlabel(
+            f"rescaling steps = ceil(seq_k / block_n), seq_k={self.meta.get('seq_k')}, "
+            f"block_m={self.meta.get('block_m')}"
+        )
         a2.set_ylabel("deviation from fp64")
         a2.set_title("Deviation vs number of rescaling steps")
         a2.legend(fontsize=7)
@@ -215,16 +262,22 @@ class Attribution:
                     g = sb[(sb["plan"] == p) & (sb["state"] == st) & (sb["kv_block"] >= 0)]
                     if len(g):
                         g = g.sort_values("kv_block")
-                        a3.plot(g["kv_block"], g["rel_max"].clip(lower=tiny), ls=ls, color=colors[p],
-                                label=f"{p}: {st}")
+                        a3.plot(
+                            g["kv_block"], g["rel_max"].clip(lower=tiny), ls=ls, color=colors[p], label=f"{p}: {st}"
+                        )
         a3.set_yscale("log")
         a3.set_xlabel("kv block (rescaling step)")
         a3.set_ylabel("max |state - fp64 shadow| / max |shadow|")
         a3.set_title("State drift along the key sequence (traced run)")
         a3.legend(fontsize=7)
         m = self.meta
-        fig.suptitle(title or (f"Where the error comes from: q {m.get('shape_q')}, {m.get('rows')} query "
-                               f"rows evaluated, tiles {m.get('block_m')}x{m.get('block_n')}"))
+        fig.suptitle(
+            title
+            or (
+                f"Where the error comes from: q {m.get('shape_q')}, {m.get('rows')} query "
+                f"rows evaluated, tiles {m.get('block_m')}x{m.get('block_n')}"
+            )
+        )
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

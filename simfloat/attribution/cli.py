@@ -23,15 +23,36 @@ FP8_BASELINE = "pytorch-fp16"
 _FAMILIES = ("triton", "h200", "all", "pytorch")
 
 #: The embedded default job (seq 2048, head dim 128, bf16, triton-bf16 and all-bf16 vs their baselines).
-DEFAULTS = dict(seq=2048, head_dim=128, batch=1, heads=1, format="bf16", block_m=64, block_n=64, rows=None,
-                tiles=[(32, 64), (128, 64), (64, 128), (128, 128)], block_ns=[16, 32, 64, 128, 256, 2048])
+DEFAULTS = dict(
+    seq=2048,
+    head_dim=128,
+    batch=1,
+    heads=1,
+    format="bf16",
+    block_m=64,
+    block_n=64,
+    rows=None,
+    tiles=[(32, 64), (128, 64), (64, 128), (128, 128)],
+    block_ns=[16, 32, 64, 128, 256, 2048],
+)
 #: --quick: small sizes, for tests and a first look (a few seconds).
-QUICK = dict(seq=80, head_dim=16, batch=1, heads=2, format="bf16", block_m=16, block_n=16, rows=None,
-             tiles=[(8, 16), (16, 32)], block_ns=[8, 16, 32, 80])
+QUICK = dict(
+    seq=80,
+    head_dim=16,
+    batch=1,
+    heads=2,
+    format="bf16",
+    block_m=16,
+    block_n=16,
+    rows=None,
+    tiles=[(8, 16), (16, 32)],
+    block_ns=[8, 16, 32, 80],
+)
 
 
-def inputs(shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dist: str, fmt: str,
-           seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def inputs(
+    shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dist: str, fmt: str, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seeded q, k, v rounded (nearest-even) into ``fmt``.
 
     ``normal``: N(0, 1); ``uniform``: U[0, 1) (torch.rand, as INT-FlashAttention's accuracy test);
@@ -95,8 +116,7 @@ def _baseline_arg(items: list[str] | None) -> object:
         else:
             single = it
     if single is not None and pairs:
-        raise ValueError("--baseline: give either one plan for all or FLASH_PLAN=BASELINE_PLAN pairs, "
-                         "not both")
+        raise ValueError("--baseline: give either one plan for all or FLASH_PLAN=BASELINE_PLAN pairs, not both")
     return single if single is not None else pairs
 
 
@@ -125,8 +145,9 @@ def _check_analysis() -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise ImportError(f"needs {', '.join(ANALYSIS)} (missing: {', '.join(missing)}): "
-                          "pip install 'simfloat[analysis]'")
+        raise ImportError(
+            f"needs {', '.join(ANALYSIS)} (missing: {', '.join(missing)}): pip install 'simfloat[analysis]'"
+        )
 
 
 def _out_dir(path: str) -> Path:
@@ -139,8 +160,7 @@ def _out_dir(path: str) -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as err:
-        raise ValueError(f"--out {path}: cannot create or write the output folder: "
-                         f"{err.strerror or err}") from None
+        raise ValueError(f"--out {path}: cannot create or write the output folder: {err.strerror or err}") from None
     return out
 
 
@@ -174,9 +194,11 @@ def _input_warnings(plans: list[str], fmt: str, q: np.ndarray, k: np.ndarray, v:
             continue
         bad = sum(not_representable(x, want) for x in (q, k, v))
         if bad:
-            out.append(f"plan {p} takes {want} inputs, but {bad} of the {total} values of q, k, v ({fmt}) are "
-                       f"not {want} values: they are used as they are, where the kernel would round them "
-                       f"first; run the plan with --format {want}")
+            out.append(
+                f"plan {p} takes {want} inputs, but {bad} of the {total} values of q, k, v ({fmt}) are "
+                f"not {want} values: they are used as they are, where the kernel would round them "
+                f"first; run the plan with --format {want}"
+            )
     return out
 
 
@@ -194,9 +216,11 @@ def _interrupted(stop: Any, out: Path, head: str, elapsed: float) -> int:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(stop.runs)
-    what = (f"interrupted after {elapsed:.1f} s: {len(stop.runs)} of {stop.total} kernel runs finished, kept in "
-            f"{path} (each with its deviation from the golden output once that run is done); the tables need "
-            "all of them")
+    what = (
+        f"interrupted after {elapsed:.1f} s: {len(stop.runs)} of {stop.total} kernel runs finished, kept in "
+        f"{path} (each with its deviation from the golden output once that run is done); the tables need "
+        "all of them"
+    )
     (out / "summary.txt").write_text(head + "\n" + what + "\n")
     print(f"simfloat attribute: {what}", file=sys.stderr, flush=True)
     return 130
@@ -219,17 +243,16 @@ def _run(args: argparse.Namespace) -> int:
     if rows == "all":
         rows = None
     if rows is not None and args.causal:
-        raise ValueError("--rows cannot be combined with --causal (a causal row's keys depend on its "
-                         "position)")
+        raise ValueError("--rows cannot be combined with --causal (a causal row's keys depend on its position)")
     bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))  # type: ignore[call-overload]
     tiles = _pick(args, "tiles")
-    block_ns = args.block_ns if args.block_ns is not None else [
-        b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]  # type: ignore[attr-defined]
+    block_ns = (
+        args.block_ns if args.block_ns is not None else [b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]
+    )  # type: ignore[attr-defined]
     if args.block_ns is None and max(block_ns) < seq_k:
         block_ns.append(seq_k)  # always include the single-step (one kv block) point
     baseline = _baseline_arg(args.baseline)
-    fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and p.startswith(("triton-",
-                                                                                                    "h200-"))}
+    fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and p.startswith(("triton-", "h200-"))}
     if fp8 and baseline is None:
         baseline = fp8
     elif fp8 and isinstance(baseline, dict):
@@ -247,9 +270,12 @@ def _run(args: argparse.Namespace) -> int:
     out = _out_dir(args.out)
     shape_q, shape_kv = (batch, heads, seq, d), (batch, kv_heads, seq_k, d)
     evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
-    head = (f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
-            f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(plans)} (baselines: "
-            + ", ".join(f"{a}->{b}" for a, b in pairs.items()) + ")")
+    head = (
+        f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
+        f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(plans)} (baselines: "
+        + ", ".join(f"{a}->{b}" for a, b in pairs.items())
+        + ")"
+    )
     print(head, flush=True)
     q, k, v = inputs(shape_q, shape_kv, args.dist, fmt, args.seed)
     warnings = _input_warnings(plans, fmt, q, k, v)
@@ -261,10 +287,22 @@ def _run(args: argparse.Namespace) -> int:
 
     progress = _Progress()
     try:
-        res = simfloat.attribution.attribute(q, k, v, plans, baseline=baseline, block_m=bm, block_n=bn,
-                                             causal=args.causal, tiles=tiles, block_ns=block_ns, rows=rows,
-                                             trace_rows=args.trace_rows, progress=progress,
-                                             bounds=getattr(args, "bounds", False))
+        res = simfloat.attribution.attribute(
+            q,
+            k,
+            v,
+            plans,
+            baseline=baseline,
+            block_m=bm,
+            block_n=bn,
+            causal=args.causal,
+            tiles=tiles,
+            block_ns=block_ns,
+            rows=rows,
+            trace_rows=args.trace_rows,
+            progress=progress,
+            bounds=getattr(args, "bounds", False),
+        )
     except simfloat.attribution.AttributionInterrupted as stop:
         progress.close()
         return _interrupted(stop, out, head, time.perf_counter() - t0)

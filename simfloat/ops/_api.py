@@ -209,37 +209,27 @@ def _unary(op: str, x: object, fmt: Fmt, mode: Mode, seed: int | None) -> np.nda
     return _finish(out, dtype)
 
 
-def add(
-    a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None
-) -> np.ndarray:
+def add(a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None) -> np.ndarray:
     """``a + b`` computed exactly and rounded once into ``fmt``."""
     return _binary("add", a, b, fmt, mode, seed)
 
 
-def sub(
-    a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None
-) -> np.ndarray:
+def sub(a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None) -> np.ndarray:
     """``a - b`` computed exactly and rounded once into ``fmt``."""
     return _binary("sub", a, b, fmt, mode, seed)
 
 
-def mul(
-    a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None
-) -> np.ndarray:
+def mul(a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None) -> np.ndarray:
     """``a * b`` computed exactly and rounded once into ``fmt``."""
     return _binary("mul", a, b, fmt, mode, seed)
 
 
-def div(
-    a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None
-) -> np.ndarray:
+def div(a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None) -> np.ndarray:
     """``a / b`` computed exactly and rounded once into ``fmt`` (x/0 is +-inf, 0/0 NaN, as IEEE says)."""
     return _binary("div", a, b, fmt, mode, seed)
 
 
-def maximum(
-    a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None
-) -> np.ndarray:
+def maximum(a: object, b: object, fmt: Fmt, mode: Mode = "nearest_even", *, seed: int | None = None) -> np.ndarray:
     """IEEE 754-2019 ``maximum`` (NaN propagating, -0 < +0), rounded into ``fmt`` (exact for its values)."""
     return _binary("maximum", a, b, fmt, mode, seed)
 

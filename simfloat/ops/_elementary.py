@@ -56,9 +56,7 @@ def _dd(x: Fraction) -> tuple[float, float]:
 
 
 _LN2 = _ln2_fraction()
-_L1 = float(
-    Fraction(math.floor(_LN2 * (1 << 40)), 1 << 40)
-)  # 40 significant bits: k * _L1 exact for |k| < 2**13
+_L1 = float(Fraction(math.floor(_LN2 * (1 << 40)), 1 << 40))  # 40 significant bits: k * _L1 exact for |k| < 2**13
 _L2 = float(_LN2 - Fraction(_L1))
 _L3 = float(_LN2 - Fraction(_L1) - Fraction(_L2))
 _LN2_HI, _LN2_LO = _dd(_LN2)

@@ -131,9 +131,7 @@ def _np_block(x, lo: int, n: int, p, mode: int, seed: np.uint64, counter0: np.ui
     i = 8
     while i < n - (n % 8):
         for k in range(8):
-            r[k] = _add(
-                r[k], _load(x, lo + i + k, p, mode, seed, counter0), p, mode, seed, cadd + np.uint64(j)
-            )
+            r[k] = _add(r[k], _load(x, lo + i + k, p, mode, seed, counter0), p, mode, seed, cadd + np.uint64(j))
             j += 1
         i += 8
     for k in range(4):  # (r0+r1), (r2+r3), (r4+r5), (r6+r7)
@@ -209,9 +207,7 @@ def sum_numpy(x, p, mode: int, seed: np.uint64, counter0: np.uint64) -> float:  
 
 
 @jit
-def sum_slice(
-    x, p, mode: int, order: int, fan_in: int, chunk: int, seed: np.uint64, counter0: np.uint64
-) -> float:  # type: ignore[no-untyped-def]
+def sum_slice(x, p, mode: int, order: int, fan_in: int, chunk: int, seed: np.uint64, counter0: np.uint64) -> float:  # type: ignore[no-untyped-def]
     """Dispatch on ``order``: 0 sequential, 1 pairwise (``fan_in``), 2 chunked (``chunk``), 3 numpy."""
     if order == 0:
         return sum_sequential(x, p, mode, seed, counter0)

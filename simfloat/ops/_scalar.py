@@ -71,9 +71,7 @@ def round_scaled(h: float, d: int, k: int, p, mode: int, rbits: np.uint64) -> fl
     hn = scale(h, -eh)
     s = (hn * pow2(big_e + 100)) * pow2(-100)  # RN(hn * 2**big_e): the first product is exact
     r1 = hn - (s * pow2(100)) * pow2(-big_e - 100)  # exact: a multiple of ulp(hn) with |r1| <= half below
-    half = pow2(
-        -1075 - big_e
-    )  # half of the subnormal quantum 2**-1074, in units of hn (a multiple of ulp(hn))
+    half = pow2(-1075 - big_e)  # half of the subnormal quantum 2**-1074, in units of hn (a multiple of ulp(hn))
     if r1 == 0.0:
         dd = 0 if d == 0 else (1 if d > 0 else -1)
     elif abs(r1) < half:
@@ -126,9 +124,7 @@ def sub_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:  # 
 @jit
 def _mul_slow(a: float, b: float, pr: float, p, mode: int, rbits: np.uint64) -> float:  # type: ignore[no-untyped-def]
     if pr != pr or not (abs(a) <= _DBL_MAX and abs(b) <= _DBL_MAX) or a == 0.0 or b == 0.0:
-        return round_exact(
-            pr, 0, p, mode, rbits
-        )  # NaN, infinities, exact signed zeros: IEEE's result is exact
+        return round_exact(pr, 0, p, mode, rbits)  # NaN, infinities, exact signed zeros: IEEE's result is exact
     ma, ea = split(a)
     mb, eb = split(b)
     ph, pl = two_prod(ma, mb)  # 1 <= |ph| <= 4: exact residual
@@ -228,9 +224,7 @@ def _classify3(h: float, t: float, tt: float) -> tuple[float, int]:
             return s, sg
         if m == ulp:
             if uu == 0.0:
-                return s, (
-                    sg if pow2_below else 2 * sg
-                )  # below a power of two the class -1 covers the midpoint
+                return s, (sg if pow2_below else 2 * sg)  # below a power of two the class -1 covers the midpoint
             if (uu > 0.0) != (u > 0.0):
                 return s, sg
         # The rest reaches beyond half the gap: the nearest float64 is the neighbour in the rest's direction.
@@ -282,9 +276,7 @@ def fma_scalar(a: float, b: float, c: float, p, mode: int, rbits: np.uint64) -> 
     if apr >= _FMA_HUGE or ac >= _FMA_HUGE:
         if apr < _NEGLIGIBLE:
             return round_exact(c, sab, p, mode, rbits)  # |a*b| < 2**-800 << ulp(c)/4
-        if (
-            ac < _NEGLIGIBLE
-        ):  # c only decides which side of the product: a same-signed stand-in keeps the class
+        if ac < _NEGLIGIBLE:  # c only decides which side of the product: a same-signed stand-in keeps the class
             c = 2.0**-200 if c > 0.0 else -(2.0**-200)
         if abs(a) >= abs(b):
             a = a * 2.0**-128
