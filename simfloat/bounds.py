@@ -407,6 +407,11 @@ def _lemma(pi, v, o, eps, fu, a_up, b_up, lowsum, abs_num, abs_den, chunk=16):
 
 def _exp_rounding(pl: Plan, op: OpSpec) -> tuple[_Chain, float]:
     """The chain of one exp/exp2 evaluation into ``op`` (B6, B7) and its absolute term."""
+    if pl.exp_impl == "tl.exp":
+        raise _not_covered(
+            "exp_impl='tl.exp' (the argument x * log2(e) is rounded to float32 before the exp2: an error "
+            "relative to |x| that these bounds do not model)"
+        )
     r = _op(op)
     c = _Chain()
     if pl.exp2 and pl.exp2_impl == "h200":
@@ -448,7 +453,7 @@ def flash_bound(
 
     Raises:
         ValueError: a regime the bound does not cover (an intermediate that may overflow, a softmax
-            denominator whose lower bound is not positive), bad arguments.
+            denominator whose lower bound is not positive, a plan with ``exp_impl="tl.exp"``), bad arguments.
         TypeError: bad argument types.
     """
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=None)

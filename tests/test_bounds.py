@@ -187,6 +187,9 @@ def test_not_covered_raises():
     q, k, v = _inputs("normal", 33, 16, "e4m3")
     with pytest.raises(ValueError, match="bound not covered"):
         B.flash_bound(q * 50, k * 50, v, plan="all-e4m3")
+    tl_exp = plan("triton-fp32").replace(exp2=False, exp_impl="tl.exp")
+    with pytest.raises(ValueError, match="bound not covered: exp_impl='tl.exp'"):
+        B.flash_bound(q, k, v, plan=tl_exp)
     with pytest.raises(ValueError, match="failure_probability"):
         B.flash_bound(q, k, v, plan="triton-bf16", failure_probability=1.5)
     with pytest.raises(TypeError, match="failure_probability"):
