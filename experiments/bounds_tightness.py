@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "bounds_tightness.csv"
     pd.DataFrame(rows).to_csv(path, index=False, float_format="%.4g")
-    print(f"wrote {path}")
+    print(f"wrote {os.path.relpath(path)}")
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     return 0
 
