@@ -28,8 +28,8 @@ test-fast: $(VENV)/.full
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(VENV)/.full
-	$(BIN)/ruff check simfloat gpu tests experiments benchmarks
-	$(BIN)/ruff format --check simfloat gpu tests experiments benchmarks
+	$(BIN)/ruff check simfloat simfloat_gpu tests experiments benchmarks
+	$(BIN)/ruff format --check simfloat simfloat_gpu tests experiments benchmarks
 
 bench: $(VENV)/.full
 	$(BIN)/python benchmarks/bench_engine.py
@@ -40,4 +40,4 @@ clean:
 
 # numba caches a function by its own source file only: stale after an edit of a helper it inlines.
 clean-cache:
-	find simfloat gpu tests experiments benchmarks -name '*.nbi' -delete -o -name '*.nbc' -delete
+	find simfloat simfloat_gpu tests experiments benchmarks -name '*.nbi' -delete -o -name '*.nbc' -delete

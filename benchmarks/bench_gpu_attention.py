@@ -1,5 +1,6 @@
-"""GPU speed of the attention kernels: INT8 / half-INT8 (gpu.int8_attention) and FP8 (gpu.fp8_attention)
-against the FP16 / BF16 flash kernel (gpu.flash_attention.flash_attention, when that module exists).
+"""GPU speed of the attention kernels: INT8 / half-INT8 (simfloat_gpu.kernels.int8_attention) and FP8
+(simfloat_gpu.kernels.fp8_attention)
+against the FP16 / BF16 flash kernel (simfloat_gpu.kernels.flash_attention.flash_attention, when that module exists).
 
 Shapes: batch 4, 32 heads, head_dim 64 and 128, seq 1k..16k, non-causal. Each kernel is timed with
 triton.testing.do_bench (median, L2 flushed between runs) on inputs already in its own format: the INT8
@@ -127,16 +128,16 @@ def main(argv=None) -> int:
     import triton
     from triton.testing import do_bench
 
-    from gpu import fp8_attention as fp8_mod
-    from gpu import int8_attention as int8_mod
+    from simfloat_gpu.kernels import fp8_attention as fp8_mod
+    from simfloat_gpu.kernels import int8_attention as int8_mod
 
     try:
-        from gpu.flash_attention import flash_attention
+        from simfloat_gpu.kernels.flash_attention import flash_attention
     except ImportError:
         flash_attention = None
     kernels = list(args.kernels)
     if flash_attention is None and {"fp16", "bf16"} & set(kernels):
-        print("gpu.flash_attention not found: skipping the fp16/bf16 kernels")
+        print("simfloat_gpu.kernels.flash_attention not found: skipping the fp16/bf16 kernels")
         kernels = [k for k in kernels if k not in ("fp16", "bf16")]
     modules = (int8_mod, fp8_mod, flash_attention)
 

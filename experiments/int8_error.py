@@ -1,7 +1,8 @@
 """Error table of INT8 (INT-FlashAttention) and FP8 (FlashAttention-3 style) attention, emulated bit for bit.
 
-Every row is computed by simfloat's emulator of the Triton kernel it names (gpu/int8_attention.py,
-gpu/fp8_attention.py, gpu/flash_attention.py: cross-validated bit for bit under gpu.interpreter.faithful()),
+Every row is computed by simfloat's emulator of the Triton kernel it names (simfloat_gpu/kernels/int8_attention.py,
+simfloat_gpu/kernels/fp8_attention.py, simfloat_gpu/kernels/flash_attention.py: cross-validated bit for bit under
+simfloat_gpu.interpreter.faithful()),
 on one attention problem of ``batch * heads`` independent heads (each drawn with its own seed) per input
 distribution, sequence length and head dim: seq 1024 and 2048 with every method, 4096 to 16384 with INT8 and
 FA3's FP8 or INT8 alone (``FULL["long"]``: the emulation's cost grows as seq**2):

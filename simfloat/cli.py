@@ -1,4 +1,4 @@
-"""Command line: ``simfloat demo | attribute | validate``. Each subcommand lives in its own module and is
+"""Command line: ``simfloat demo | attribute``. Each subcommand lives in its own module and is
 imported only when run, so ``simfloat --help`` stays fast."""
 
 from __future__ import annotations
@@ -159,57 +159,6 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_attribute)
 
 
-def _validate(args: argparse.Namespace) -> int:
-    try:
-        from gpu import validate
-    except ImportError as exc:
-        print(
-            "simfloat validate: needs the gpu/ package of the simfloat source tree (run it from a "
-            f"checkout, e.g. `pip install -e '.[gpu]'`), and torch + triton to run the kernels: {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        return validate.run(args)
-    except RuntimeError as exc:  # no triton / no CUDA / TRITON_INTERPRET set too late: say what to do
-        print(f"simfloat validate: {exc}", file=sys.stderr)
-        return 2
-
-
-def _add_validate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "validate",
-        help="cross-validate the Triton kernels (GPU, or the faithful CPU interpreter) against "
-        "the emulator over a grid of configs; validation.csv + validation.md",
-        description="Run gpu/flash_attention.py (and the int8 kernels) on the GPU if torch sees one, else "
-        "under gpu.interpreter.faithful() on the CPU, and the emulator with the matching "
-        "triton-<fmt> plan, config by config; report bitwise agreement, ulp distances and errors "
-        "vs float64. "
-        "--fixtures DIR compares the emulator with recorded GPU outputs instead, under the "
-        "plan families of --plans (triton, h200).",
-    )
-    try:  # gpu.validate imports only numpy + stdlib; torch, triton, the kernels load when the command runs
-        from gpu.validate import add_arguments
-    except ImportError:  # reported by _validate when run
-        p.add_argument("--out")
-        for flag in (
-            "--grid",
-            "--backend",
-            "--jobs",
-            "--record-fixtures",
-            "--fixtures",
-            "--max-cost",
-            "--budget-s",
-            "--plans",
-        ):
-            p.add_argument(flag)
-        for flag in ("--no-int8", "--no-emulator"):
-            p.add_argument(flag, action="store_true")
-    else:
-        add_arguments(p)
-    p.set_defaults(func=_validate)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simfloat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -220,14 +169,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--k", type=_positive, default=4096, help="dot-product length (default 4096)")
     demo.add_argument("--seed", type=_nonnegative, default=0, help="seed of the dot product's inputs (default 0)")
     demo.set_defaults(func=_demo)
-    _add_validate(sub)
     _add_attribute(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``simfloat`` console script: the subcommand's exit status (130 after Ctrl-C, which
-    ``attribute`` and ``validate`` answer within a second or two, keeping what was finished on disk)."""
+    ``attribute`` answers within a second or two, keeping what was finished on disk)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["validate"]:  # the validation campaign is its own package, which simfloat never imports
+        print(
+            "simfloat validate: moved to `simfloat-gpu validate` (same options; the validation campaign lives "
+            "in the simfloat_gpu package, installed with the gpu extra)",
+            file=sys.stderr,
+        )
+        return 2
     args = build_parser().parse_args(argv)
     try:
         code = int(args.func(args))

@@ -1,4 +1,4 @@
-"""Hardware-measured models of GPU operations (NVIDIA H200, sm_90; measured with ``gpu/probes.py``).
+"""Hardware-measured models of GPU operations (NVIDIA H200, sm_90; measured with ``simfloat_gpu/campaign/probes.py``).
 
 * :func:`ex2_approx_f32` / :func:`ex2_approx`: the H200's ``ex2.approx.ftz.f32`` (SASS ``MUFU.EX2``), bit for
   bit on the probes (README). The unit works in sign-magnitude fixed point: ``|x| = i + f`` with the fraction
@@ -115,7 +115,7 @@ def _ex2_array(x, out, tab, ftz):  # type: ignore[no-untyped-def]
 
 def ex2_approx(x: np.ndarray, ftz: bool = True) -> np.ndarray:
     """The H200's ex2.approx(.ftz).f32 on a float32 array (float32 result). Usable as
-    ``gpu.interpreter.faithful(exp2=ex2_approx)``."""
+    ``simfloat_gpu.interpreter.faithful(exp2=ex2_approx)``."""
     xf = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(xf.size, dtype=np.float64)
     _ex2_array(xf.reshape(-1), out, ex2_table(), bool(ftz))

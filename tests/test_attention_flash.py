@@ -119,7 +119,7 @@ def serial(fn):
 
 @serial
 def reference_flash(q, k, v, pl, bm, bn, causal=False, scale=None):
-    """The flash dataflow of gpu/flash_attention.py (T1..T14, E1, E2) in numpy, rounding each op with
+    """The flash dataflow of simfloat_gpu/kernels/flash_attention.py (T1..T14, E1, E2) in numpy, rounding each op with
     simfloat.round, dots with simfloat.accumulate.matmul, FMAs exactly (fractions), exp with libm.
     2-D q (seq_q, d), k (seq_k, d), v (seq_k, dv)."""
     seq_q, d = q.shape

@@ -107,7 +107,7 @@ def test_plan_lookup_errors():
 
 
 def test_qk_scale_is_the_kernels_host_computation():
-    # gpu/flash_attention.py H1: fp32(fp32(scale) * fp32(1.44269504))
+    # simfloat_gpu/kernels/flash_attention.py H1: fp32(fp32(scale) * fp32(1.44269504))
     for d in (16, 64, 96, 128):
         scale = 1.0 / math.sqrt(d)
         want = float(np.float32(scale) * np.float32(1.44269504))

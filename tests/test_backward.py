@@ -1,5 +1,5 @@
 """The attention backward pass: the emulator (simfloat.attention.flash_backward) against torch's float64 autograd
-and, bit for bit, against the Triton backward kernels (gpu/flash_attention_bwd.py) under the faithful
+and, bit for bit, against the Triton backward kernels (simfloat_gpu/kernels/flash_attention_bwd.py) under the faithful
 interpreter; the kernels against torch autograd; argument errors."""
 
 import math
@@ -238,9 +238,9 @@ def test_bad_inputs_name_the_argument():
 # -- the Triton kernels ------------------------------------------------------------------------------------------
 
 triton = pytest.importorskip("triton")
-from gpu.flash_attention import flash_attention  # noqa: E402
-from gpu.flash_attention_bwd import flash_attention_backward, flash_attention_grad  # noqa: E402
-from gpu.interpreter import faithful  # noqa: E402
+from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat_gpu.kernels.flash_attention import flash_attention  # noqa: E402
+from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward, flash_attention_grad  # noqa: E402
 
 _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -1,4 +1,4 @@
-"""``simfloat validate --pass backward``: the backward kernels under the faithful interpreter against the
+"""``simfloat-gpu validate --pass backward``: the backward kernels under the faithful interpreter against the
 emulator's triton-<fmt> backward plans, on the smoke grid (bit for bit on dQ, dK, dV, delta and lse)."""
 
 import csv
@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gpu import validate  # noqa: E402
-from gpu.validate_bwd import backward_grid  # noqa: E402
+from simfloat_gpu.campaign import validate  # noqa: E402
+from simfloat_gpu.campaign.validate_bwd import backward_grid  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

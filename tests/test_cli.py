@@ -173,7 +173,14 @@ def _no_work(*args, **kwargs):
 
 
 def _validate_module():
-    return pytest.importorskip("gpu.validate")
+    return pytest.importorskip("simfloat_gpu.campaign.validate")
+
+
+def gpu_main(argv):
+    """``simfloat-gpu ARGV``: the validation campaign's console script."""
+    from simfloat_gpu.campaign.cli import main as campaign_main
+
+    return campaign_main(argv)
 
 
 @pytest.mark.parametrize("where", ["under a file", "a file"])
@@ -249,7 +256,7 @@ def test_validate_rejects_nonsense_numbers(argv, message, tmp_path, capsys, monk
     monkeypatch.setattr(V, "run_grid", _no_work)
     monkeypatch.setattr(V, "resolve_backend", lambda backend: "faithful")
     with pytest.raises(SystemExit) as exc:
-        main(["validate", "--out", str(tmp_path), *argv])
+        gpu_main(["validate", "--out", str(tmp_path), *argv])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -284,7 +291,7 @@ def test_validate_checks_its_paths_before_any_work(case, tmp_path, capsys, monke
         "record under a file": ["--out", str(tmp_path / "o"), "--record-fixtures", str(blocker / "r")],
         "no fixtures": ["--out", str(tmp_path / "o"), "--fixtures", str(fixtures)],
     }[case]
-    assert main(["validate", *argv]) == 2
+    assert gpu_main(["validate", *argv]) == 2
     err = capsys.readouterr().err
     want = {"out under a file": "--out", "record under a file": "--record-fixtures", "no fixtures": "--fixtures"}[case]
     assert f"validate: error: {want}" in err, err
@@ -306,7 +313,7 @@ def test_validate_rejects_options_that_would_be_ignored(argv, message, tmp_path,
     monkeypatch.setattr(V, "compare_fixtures", _no_work)
     monkeypatch.setattr(V, "run_grid", _no_work)
     argv = [str(tmp_path / a) if a in ("DIR", "R") else a for a in argv]
-    assert main(["validate", "--out", str(tmp_path / "o"), *argv]) == 2
+    assert gpu_main(["validate", "--out", str(tmp_path / "o"), *argv]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -1,6 +1,7 @@
 """tl.dot of fp8 on sm_90 with M < 64 (mma.sync on operands converted to fp16): simfloat.accumulate.fp8_mma_sync,
 an Interleaved model (k in alternating pairs across the two k16 steps of each 32-wide chunk) over the fp16
-preset, against the H200 probe e4m3_16_32_32 (tests/fixtures/gpu/h200/probes/probes.npz, read as gpu.fit reads
+preset, against the H200 probe e4m3_16_32_32 (tests/fixtures/gpu/h200/probes/probes.npz, read as
+simfloat_gpu.campaign.fit reads
 it), on both engines; the reordering itself against an explicit permutation; and its argument errors."""
 
 from pathlib import Path
@@ -127,9 +128,10 @@ def test_interleaved_errors():
 
 
 def test_gpu_fit_singles_it_out_on_the_probe():
-    """gpu.fit (the fitting tool run on a GPU's probes.npz) lists the model and picks it for this probe."""
+    """simfloat_gpu.campaign.fit (the fitting tool run on a GPU's probes.npz) lists the model and picks it for this
+    probe."""
     _probe("e4m3_16_32_32")  # skips without the fixture
-    from gpu import fit
+    from simfloat_gpu.campaign import fit
 
     v = fit._variants(np.load(PROBES), "dot")["e4m3_16_32_32"]
     res = fit.fit_dot("e4m3_16_32_32", v, coarse_rows=256, log=lambda m: None)

@@ -1,4 +1,5 @@
-"""Validating a Triton kernel of one's own against a plan (``gpu.validate.compare_kernel``, README "Validating
+"""Validating a Triton kernel of one's own against a plan (``simfloat_gpu.campaign.validate.compare_kernel``, README
+"Validating
 your own kernel"). The kernel here is not the project's: a small flash-attention forward that multiplies the
 scores by the scale after the dot, exponentiates with ``tl.exp`` (not exp2 with log2(e) folded into the scale)
 and adds the row sums with a separate multiply and add. Under ``faithful()`` it matches the plan that says so,
@@ -12,8 +13,8 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from gpu.validate import Config, compare_kernel  # noqa: E402
 from simfloat.attention import plan  # noqa: E402
+from simfloat_gpu.campaign.validate import Config, compare_kernel  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

@@ -1,5 +1,5 @@
 """The emulator's hardware model against recorded GPU outputs (tests/fixtures/gpu/<gpu>/, written by
-``python -m gpu.gpu_run`` on a GPU; see README "Cross-validation").
+``python -m simfloat_gpu.campaign.gpu_run`` on a GPU; see README "Cross-validation").
 
 Inputs are regenerated from each config's seed (CRC32-checked). The emulator runs the ``triton-<fmt>`` plans
 (int8: the int8_flash presets): sm90 tensor-core dot models, correctly rounded exp2, sequential row sums. What
@@ -20,7 +20,7 @@ tl.sum order (simfloat.hardware, README "GPU validation (H200)") and the sm90 do
 and l_i bit for bit** on every flash fixture config compared (100% required).
 
 The thresholds are what the model achieves on the recorded H200 fixtures (triton 3.6, every config: m_i
-100%, bf16/fp16 output >= 99.74%, fp32 output 18-55%; `simfloat validate --fixtures tests/fixtures/gpu/h200
+100%, bf16/fp16 output >= 99.74%, fp32 output 18-55%; `simfloat-gpu validate --fixtures tests/fixtures/gpu/h200
 --plans triton,h200 --out DIR` prints them), with margin. By default configs whose emulation
 costs more than MAX_COST seconds are skipped; set SIMFLOAT_FIXTURES_FULL=1 for all of them.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu import validate as V
+from simfloat_gpu.campaign import validate as V
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gpu"
 DIRS = V.fixture_dirs(FIXTURES)
@@ -44,7 +44,7 @@ MAX_COST = None if os.environ.get("SIMFLOAT_FIXTURES_FULL") else 2.0
 if not DIRS:
     pytest.skip(
         f"no GPU fixtures in {FIXTURES}: record them on a GPU with "
-        "`python -m gpu.gpu_run --out $OUT` and "
+        "`simfloat-gpu run --out $OUT` and "
         "extract its fixtures.tar there (README: Cross-validation)",
         allow_module_level=True,
     )
@@ -76,9 +76,8 @@ def compared(request):
 def test_fixtures_match_the_kernel_sources(compared):
     """Fixtures recorded from other kernel sources compare something else: say so (not a failure)."""
     path, env, _ = compared
-    root = Path(V.__file__).resolve().parent
     for name, sha in (env.get("kernel_sha256") or {}).items():
-        now = V._sha256(root / name)
+        now = V._sha256(V.KERNELS_DIR / name)
         if sha and now != sha:
             pytest.xfail(
                 f"{name} changed since {path.name}'s fixtures were recorded (sha {sha} -> {now}); re-record them"
@@ -123,16 +122,16 @@ def test_emulator_stays_close_to_the_gpu(compared):
 @pytest.fixture(scope="module", params=DIRS, ids=[d.name for d in DIRS])
 def plans_compared(request):
     _, rows = V.compare_fixtures(request.param, families=("triton", "h200"), max_cost=MAX_COST, log=lambda m: None)
-    print("\n" + V.agreement_table(rows))  # what `simfloat validate --fixtures DIR --plans triton,h200` prints
+    print("\n" + V.agreement_table(rows))  # what `simfloat-gpu validate --fixtures DIR --plans triton,h200` prints
     errors = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
     assert not errors, errors
     return V.pivot([r for r in rows if r["status"] == "ok"])
 
 
 def test_cli_reproduces_the_h200_plans_table(tmp_path, capsys):
-    """``simfloat validate --fixtures DIR --plans h200`` compares the h200-<fmt> plans and prints the table of
-    :func:`gpu.validate.agreement_table` (here on the cheapest configs)."""
-    from simfloat.cli import main
+    """``simfloat-gpu validate --fixtures DIR --plans h200`` compares the h200-<fmt> plans and prints the table of
+    :func:`simfloat_gpu.campaign.validate.agreement_table` (here on the cheapest configs)."""
+    from simfloat_gpu.campaign.cli import main
 
     fix = DIRS[0]
     assert (

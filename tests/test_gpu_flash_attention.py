@@ -1,4 +1,4 @@
-"""gpu/flash_attention.py under the stock Triton interpreter, against a float64 reference."""
+"""simfloat_gpu/kernels/flash_attention.py under the stock Triton interpreter, against a float64 reference."""
 
 import math
 import os
@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from gpu.flash_attention import LOG2E, flash_attention  # noqa: E402
+from simfloat_gpu.kernels.flash_attention import LOG2E, flash_attention  # noqa: E402
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
     raise RuntimeError(
@@ -155,9 +155,9 @@ def test_empty_query_sequence():
 
 
 def test_bf16_under_faithful_interpreter():
-    """The stock interpreter multiplies bf16's raw uint16 bit patterns in tl.dot (gpu/INTERPRETER_NOTES.md);
-    gpu.interpreter.faithful() runs the kernel with simfloat's numerics."""
-    from gpu.interpreter import faithful
+    """The stock interpreter multiplies bf16's raw uint16 bit patterns in tl.dot (simfloat_gpu/interpreter/NOTES.md);
+    simfloat_gpu.interpreter.faithful() runs the kernel with simfloat's numerics."""
+    from simfloat_gpu.interpreter import faithful
 
     q, k, v = _inputs(1, 1, 33, 33, 16, torch.bfloat16)
     with faithful():
@@ -174,7 +174,7 @@ _COMPILE_SCRIPT = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    import gpu.flash_attention as fa
+    import simfloat_gpu.kernels.flash_attention as fa
     names = list(inspect.signature(fa._attn_fwd.fn).parameters)[:27]
     sig = dict(zip(names, ["*fp16"] * 4 + ["*fp32"] * 2 + ["fp32"] + ["i32"] * 20))
     consts = dict(HEAD_DIM=32, BLOCK_M=64, BLOCK_N=32, IS_CAUSAL=True, INPUT_PRECISION="ieee",

@@ -1,4 +1,4 @@
-"""gpu/fp8_attention.py under the stock Triton interpreter.
+"""simfloat_gpu/kernels/fp8_attention.py under the stock Triton interpreter.
 
 The stock interpreter runs fp8 dots (it decodes the operands to fp16), but its fp32 -> fp8 casts are not
 correctly rounded (tests/test_gpu_stock_interpreter.py). The step-by-step torch model below therefore
@@ -10,7 +10,7 @@ of the scheme itself against float64 attention.
 import math
 import os
 
-# @triton.jit picks the interpreter when gpu.fp8_attention is imported: set this first.
+# @triton.jit picks the interpreter when simfloat_gpu.kernels.fp8_attention is imported: set this first.
 os.environ["TRITON_INTERPRET"] = "1"
 
 import numpy as np  # noqa: E402
@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from gpu.fp8_attention import FP8_FORMATS, LOG2E, fp8_attention, quantize_fp8  # noqa: E402
+from simfloat_gpu.kernels.fp8_attention import FP8_FORMATS, LOG2E, fp8_attention, quantize_fp8  # noqa: E402
 
 pytestmark = pytest.mark.triton
 
@@ -77,7 +77,7 @@ def _fma32(a, b, c):
 
 
 def _ref_fp8_attention(q, k, v, *, fmt, per_block, block_m, block_n, causal, sm_scale, cast):
-    """Steps F1..E2 of gpu/fp8_attention.py in torch, one key tile at a time, all rows at once."""
+    """Steps F1..E2 of simfloat_gpu/kernels/fp8_attention.py in torch, one key tile at a time, all rows at once."""
     dtype = FP8_FORMATS[fmt][0]
     q8, qs, _ = _ref_quantize(q, fmt, block_m if per_block else None, cast)
     k8, ks, _ = _ref_quantize(k, fmt, block_n if per_block else None, cast)

@@ -1,6 +1,7 @@
-"""Grouped-query / multi-query attention in the Triton kernels (gpu/flash_attention.py, gpu/int8_attention.py,
-gpu/fp8_attention.py): k and v with fewer heads than q, read through the kv-head stride mapping
-off_hkv = off_h // GROUP, under gpu.interpreter.faithful() equal the emulator (which maps the heads in
+"""Grouped-query / multi-query attention in the Triton kernels (simfloat_gpu/kernels/flash_attention.py,
+simfloat_gpu/kernels/int8_attention.py,
+simfloat_gpu/kernels/fp8_attention.py): k and v with fewer heads than q, read through the kv-head stride mapping
+off_hkv = off_h // GROUP, under simfloat_gpu.interpreter.faithful() equal the emulator (which maps the heads in
 simfloat.attention._inputs) BIT FOR BIT: every output element, every m_i and every l_i, on a GQA config
 (4 query heads, 2 kv heads) and an MQA config (1 kv head), including a non-contiguous kv view."""
 
@@ -14,11 +15,11 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gpu.flash_attention import flash_attention  # noqa: E402
-from gpu.fp8_attention import fp8_attention  # noqa: E402
-from gpu.int8_attention import int8_attention  # noqa: E402
-from gpu.interpreter import faithful  # noqa: E402
 from simfloat.attention import flash, fp8_flash, int8_flash, plan  # noqa: E402
+from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat_gpu.kernels.flash_attention import flash_attention  # noqa: E402
+from simfloat_gpu.kernels.fp8_attention import fp8_attention  # noqa: E402
+from simfloat_gpu.kernels.int8_attention import int8_attention  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

@@ -1,11 +1,12 @@
-"""gpu/int8_attention.py under the stock Triton interpreter: the quantization kernels bit for bit against
+"""simfloat_gpu/kernels/int8_attention.py under the stock Triton interpreter: the quantization kernels bit for bit
+against
 torch, the attention kernel against a pure-torch step-by-step model of the same scheme, and an accuracy
 sanity check against float64 attention."""
 
 import math
 import os
 
-# @triton.jit picks the interpreter when gpu.int8_attention is imported: set this first.
+# @triton.jit picks the interpreter when simfloat_gpu.kernels.int8_attention is imported: set this first.
 os.environ["TRITON_INTERPRET"] = "1"
 
 import numpy as np  # noqa: E402
@@ -14,7 +15,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gpu.int8_attention import (  # noqa: E402
+from simfloat_gpu.kernels.int8_attention import (  # noqa: E402
     LOG2E,
     int8_attention,
     int8_attention_quantized,
@@ -54,7 +55,7 @@ def _fma32(a, b, c):
 
 
 def _ref_int8_attention(q8, qs, k8, ks, v, vs, *, causal, block_n, row_sum, sm_scale):
-    """Steps T2..E2 of gpu/int8_attention.py in torch, one key tile at a time, all rows at once.
+    """Steps T2..E2 of simfloat_gpu/kernels/int8_attention.py in torch, one key tile at a time, all rows at once.
 
     Key tiles a row cannot see are exact no-ops in the kernel, so every row walks every tile here."""
     full = v.dtype == torch.int8

@@ -1,5 +1,6 @@
-"""Cross-validation: the Triton INT8 / FP8 attention kernels (gpu/int8_attention.py, gpu/fp8_attention.py) run
-under gpu.interpreter.faithful() equal the emulator (simfloat.attention.int8_flash / fp8_flash) BIT FOR BIT.
+"""Cross-validation: the Triton INT8 / FP8 attention kernels (simfloat_gpu/kernels/int8_attention.py,
+simfloat_gpu/kernels/fp8_attention.py) run
+under simfloat_gpu.interpreter.faithful() equal the emulator (simfloat.attention.int8_flash / fp8_flash) BIT FOR BIT.
 
 Under faithful() the integer dots are exact, every cast, division and fma is correctly rounded, tl.sum is
 sequential and fp8/fp16 dots use the sm90 tensor-core models: exactly the emulator's plans. So every output
@@ -18,10 +19,10 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gpu.fp8_attention import fp8_attention, quantize_fp8  # noqa: E402
-from gpu.int8_attention import int8_attention, quantize_per_tensor, quantize_per_token  # noqa: E402
-from gpu.interpreter import faithful  # noqa: E402
 from simfloat.attention import Quant, fp8_flash, int8_flash, quantize  # noqa: E402
+from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat_gpu.kernels.fp8_attention import fp8_attention, quantize_fp8  # noqa: E402
+from simfloat_gpu.kernels.int8_attention import int8_attention, quantize_per_tensor, quantize_per_token  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

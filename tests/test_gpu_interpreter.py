@@ -1,7 +1,7 @@
-"""gpu.interpreter.faithful(): the stock interpreter's failures (tests/test_gpu_stock_interpreter.py), fixed.
+"""simfloat_gpu.interpreter.faithful(): the stock interpreter's failures (tests/test_gpu_stock_interpreter.py), fixed.
 
 Each stock failure is re-run with the same kind of kernel inside ``faithful()`` and checked against references
-that do not go through gpu.interpreter: simfloat's models and roundings, ml_dtypes, numpy and exact Fractions.
+that do not go through simfloat_gpu.interpreter: simfloat's models and roundings, ml_dtypes, numpy and exact Fractions.
 """
 
 import math
@@ -25,13 +25,13 @@ from triton_kernels import _cast_kernel, _cast_rounding_kernel, _fma_kernel  # n
 
 import simfloat  # noqa: E402
 import simfloat.ops as sops  # noqa: E402
-from gpu.interpreter import (  # noqa: E402
+from simfloat.accumulate import Chunked, Sequential, matmul, tensor_core  # noqa: E402
+from simfloat_gpu.interpreter import (  # noqa: E402
     FaithfulNotImplementedError,
     faithful,
     faithful_config,
     faithful_interpreter,  # noqa: F401  (the fixture, found by name)
 )
-from simfloat.accumulate import Chunked, Sequential, matmul, tensor_core  # noqa: E402
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
     raise RuntimeError(
@@ -568,7 +568,7 @@ def test_log_log2_sqrt_and_division():
             assert yi == _rn32((-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)), xi
     assert lg2[-3:].tolist() == [0.0, -np.inf, np.inf]
     # the slow path taken when float64's log2 lies within 2**-48 of an fp32 rounding boundary (rare)
-    from gpu._interp_ops import log2_near_boundary
+    from simfloat_gpu.interpreter._ops import log2_near_boundary
 
     with mpmath.workprec(200):
         for xi, yi in zip(x[:512:8], lg2[:512:8], strict=True):
@@ -646,8 +646,8 @@ def test_bf16_sum_max_argmax_under_the_fixture(faithful_interpreter):  # noqa: F
 def test_bf16_flash_attention_runs_faithfully():
     """Stock: bf16 garbage (strict xfail in test_gpu_flash_attention). Under faithful() it is close to float64
     and equal, bit for bit, to simfloat's emulation of the same kernel (plan "triton-bf16")."""
-    from gpu.flash_attention import flash_attention
     from simfloat.attention import flash
+    from simfloat_gpu.kernels.flash_attention import flash_attention
 
     g = torch.Generator().manual_seed(15)
     q, k, v = (torch.randn(1, 2, s, 32, generator=g).to(torch.bfloat16) for s in (40, 70, 70))

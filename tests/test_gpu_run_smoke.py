@@ -1,8 +1,11 @@
-"""gpu/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful interpreter): every part
-produces its file, the outputs respect the job's size bounds, and gpu.fit recovers the interpreter's own
+"""simfloat_gpu/campaign/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful interpreter): every
+part
+produces its file, the outputs respect the job's size bounds, and simfloat_gpu.campaign.fit recovers the interpreter's
+own
 models from the probes (the tensor-core presets, the pairwise tree it was given); bad options and the output
 check on their own."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -18,7 +21,7 @@ import pytest  # noqa: E402
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gpu import gpu_run  # noqa: E402
+from simfloat_gpu.campaign import gpu_run  # noqa: E402
 
 pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +34,7 @@ def smoke_out(tmp_path_factory):
     # the budget bounds the job; it must leave room for a cold numba cache (the vector engine compiles for a
     # few minutes the first time), after which the job takes about a minute
     proc = subprocess.run(
-        [sys.executable, "-m", "gpu.gpu_run", "--out", str(out), "--cpu-smoke", "--budget-s", "600"],
+        [sys.executable, "-m", "simfloat_gpu.campaign.gpu_run", "--out", str(out), "--cpu-smoke", "--budget-s", "600"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -70,7 +73,7 @@ def test_outputs_and_limits(smoke_out):
 
 
 def test_fixtures_tar_holds_loadable_fixtures(smoke_out, tmp_path):
-    from gpu import validate as V
+    from simfloat_gpu.campaign import validate as V
 
     with tarfile.open(smoke_out / "fixtures.tar") as t:
         t.extractall(tmp_path, filter="data")
@@ -85,11 +88,13 @@ def test_fixtures_tar_holds_loadable_fixtures(smoke_out, tmp_path):
 
 
 def test_fit_recovers_the_interpreter_models(smoke_out):
-    from gpu import fit
+    from simfloat_gpu.campaign import fit
 
     z = np.load(smoke_out / "probes.npz")
     dots = fit._variants(z, "dot")
-    assert set(dots) == {"_".join(map(str, v)) for v in __import__("gpu.probes").probes.DOT_SMOKE_VARIANTS}
+    assert set(dots) == {
+        "_".join(map(str, v)) for v in importlib.import_module("simfloat_gpu.campaign.probes").DOT_SMOKE_VARIANTS
+    }
     for name, v in dots.items():
         res = fit.fit_dot(name, v, coarse_rows=48, log=lambda m: None)
         assert res["agreement"] == 1.0 and res["preset_sm90"] == 1.0, res
@@ -108,7 +113,7 @@ def test_exp_offsets_round_trip():
     """The int8 offsets + raw exceptions reconstruct every output bit for bit."""
     import torch
 
-    from gpu import fit, probes
+    from simfloat_gpu.campaign import fit, probes
 
     seg = dict(name="s", fn="exp2", sign=1, lo=probes._f32_bits(0.5), hi=probes._f32_bits(40.0), stride=4099)
     x = probes.segment_inputs(seg)
@@ -126,7 +131,7 @@ def test_exp_offsets_round_trip():
 
 
 def test_tree_from_lca():
-    from gpu.fit import tree_from_lca
+    from simfloat_gpu.campaign.fit import tree_from_lca
 
     tree = ((0, 1), (2, 3))
     lca = np.array([[1, 2, 4, 4], [2, 1, 4, 4], [4, 4, 1, 2], [4, 4, 2, 1]])
@@ -166,7 +171,7 @@ def test_bad_options_exit_2_before_any_work(argv, message, tmp_path, capsys):
 
 
 def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path, capsys):
-    from gpu import fit
+    from simfloat_gpu.campaign import fit
 
     report = tmp_path / "fit.json"
     files = [str(smoke_out / n) for n in ("probes.npz", "exp2.npz", "isa.tar.xz")]
@@ -175,7 +180,7 @@ def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(3), y=np.zeros(3))
     for argv, message in (
-        ([str(other)], "not an output of gpu.gpu_run"),
+        ([str(other)], "not an output of `simfloat-gpu run`"),
         ([str(tmp_path / "missing.npz")], "no such file"),
         ([files[0], "--only", "flash"], "unknown fit(s) flash"),
     ):
@@ -186,7 +191,7 @@ def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path
 
 def test_fit_exp_reads_split_exp2_files(smoke_out, tmp_path):
     """gpu_run splits exp2.npz in two when one file would break --max-file-mib: the fit sees the same data."""
-    from gpu import fit
+    from simfloat_gpu.campaign import fit
 
     z = dict(np.load(smoke_out / "exp2.npz"))
     binade = [k for k in z if "_binade_" in k]

@@ -1,6 +1,6 @@
 """What the *stock* Triton interpreter (TRITON_INTERPRET=1) computes for low-precision arithmetic.
 
-Each test pins down one stock behaviour documented in gpu/INTERPRETER_NOTES.md, most of them ways in
+Each test pins down one stock behaviour documented in simfloat_gpu/interpreter/NOTES.md, most of them ways in
 which it differs from a GPU. They assert that the stock (wrong) behaviour exists, so that a later
 faithful interpreter can be tested against the same inputs. Where a suspected failure turned out not to
 exist in the installed triton, the test documents the actual behaviour instead (see the fma tests).

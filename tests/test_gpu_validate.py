@@ -1,19 +1,24 @@
-"""gpu/validate.py: the Triton kernels under the faithful interpreter equal the emulator bit for bit on a
-representative subset of the validation grid (the "ci" grid: every value of every dimension at least once);
-the
-grid design, the metrics, the reports and the fixture round trip."""
+"""simfloat_gpu/campaign/validate.py: the Triton kernels under the faithful interpreter equal the emulator bit
+for bit on a representative subset of the validation grid (the "ci" grid: every value of every dimension at
+least once); the grid design, the metrics, the reports, the fixture round trip and the ``simfloat-gpu``
+command."""
 
 import csv
 import itertools
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from gpu import validate as V  # noqa: E402
+from simfloat_gpu.campaign import validate as V  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------------------------------
 # the grid (no triton needed)
@@ -143,7 +148,7 @@ def test_ci_grid_is_bitwise_identical_under_the_faithful_interpreter(ci_results)
 def test_report_files(ci_results, tmp_path):
     configs, results = ci_results
     rows = [r for r, _ in results]
-    from gpu.interpreter import faithful, faithful_config
+    from simfloat_gpu.interpreter import faithful, faithful_config
 
     with faithful():
         cfg = faithful_config()
@@ -174,7 +179,7 @@ def test_fixture_round_trip_and_cli(tmp_path):
     low = next(a for c, _, a in items if c.out == "low")
     assert {"out", "out32", "m", "l"} <= set(low)
 
-    from simfloat.cli import main
+    from simfloat_gpu.campaign.cli import main
 
     assert main(["validate", "--out", str(tmp_path / "rep"), "--fixtures", str(fix)]) == 0
     with open(tmp_path / "rep" / "validation.csv") as f:
@@ -186,18 +191,26 @@ def test_fixture_round_trip_and_cli(tmp_path):
         assert float(r["m_agreement"]) == 1.0 and float(r["l_agreement"]) == 1.0
 
 
-def test_cli_reports_a_missing_gpu_package(monkeypatch, capsys, tmp_path):
-    import builtins
+def test_simfloat_validate_points_to_the_campaign_without_importing_it(capsys):
+    """simfloat never imports simfloat_gpu: ``simfloat validate`` only says where the command went."""
+    code = (
+        "import sys; from simfloat.cli import main; rc = main(['validate', '--grid', 'ci']); "
+        "assert not [m for m in sys.modules if m.startswith('simfloat_gpu')], 'imported'; sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "moved to `simfloat-gpu validate`" in proc.stderr
 
-    from simfloat import cli
 
-    real_import = builtins.__import__
+def test_campaign_cli_dispatches_and_names_unknown_commands(capsys):
+    from simfloat_gpu.campaign.cli import COMMANDS, main
 
-    def fake_import(name, *args, **kwargs):
-        if name == "gpu" or name.startswith("gpu."):
-            raise ImportError("No module named 'gpu'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
-    assert cli.main(["validate", "--out", str(tmp_path), "--grid", "ci"]) == 2
-    assert "needs the gpu/ package" in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
+    assert main(["nonsense"]) == 2
+    assert "unknown command 'nonsense'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--help"])
+    assert exc.value.code == 0
+    assert "usage: simfloat-gpu fit" in capsys.readouterr().out

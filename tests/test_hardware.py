@@ -21,7 +21,7 @@ def exp2z():
 
 
 def _segment(z, name, step=1):
-    from gpu.fit import segment_values
+    from simfloat_gpu.campaign.fit import segment_values
 
     seg = next(s for s in json.loads(str(z["segments"])) if s["name"] == name)
     x, y = segment_values(z, seg)
@@ -60,8 +60,8 @@ def test_sum_order_matches_probe_trees():
     path = PROBES / "probes.npz"
     if not path.is_file():
         pytest.skip("no H200 probes")
-    from gpu.fit import _variants, tree_from_lca
-    from gpu.probes import sum_design
+    from simfloat_gpu.campaign.fit import _variants, tree_from_lca
+    from simfloat_gpu.campaign.probes import sum_design
 
     z = np.load(path)
     checked = 0

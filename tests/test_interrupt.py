@@ -1,4 +1,4 @@
-"""Ctrl-C during ``simfloat attribute`` and ``simfloat validate``: the command stops within seconds (even in the
+"""Ctrl-C during ``simfloat attribute`` and ``simfloat-gpu validate``: the command stops within seconds (even in the
 middle of a long kernel call), says what was finished, keeps it on disk and exits with status 130, without a
 traceback. Each test runs a small CLI job in a subprocess and sends it SIGINT once some of the work is done."""
 
@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a sub
 
 
 class _Job:
-    """A ``python -m simfloat.cli`` subprocess whose stdout and stderr are collected as they come."""
+    """A ``python -m MODULE`` subprocess (the ``simfloat`` command by default) whose stdout and stderr are
+    collected as they come."""
 
-    def __init__(self, args: list[str], cwd: Path) -> None:
+    def __init__(self, args: list[str], cwd: Path, module: str = "simfloat.cli") -> None:
         env = dict(
             os.environ,
             PYTHONUNBUFFERED="1",
@@ -36,7 +37,7 @@ class _Job:
             PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "simfloat.cli", *args],
+            [sys.executable, "-m", module, *args],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
@@ -143,7 +144,11 @@ def test_ctrl_c_stops_validate_and_keeps_the_finished_configs(jobs, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     out_dir = tmp_path / "rep"
-    job = _Job(["validate", "--grid", "ci", "--backend", "faithful", "--jobs", jobs, "--out", str(out_dir)], tmp_path)
+    job = _Job(
+        ["validate", "--grid", "ci", "--backend", "faithful", "--jobs", jobs, "--out", str(out_dir)],
+        tmp_path,
+        module="simfloat_gpu.campaign.cli",
+    )
     job.wait_for(lambda out, err: re.search(r"^\[1/\d+\]", out, re.M) is not None)
     dt = job.interrupt()
     out, err = job.text()

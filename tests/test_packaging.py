@@ -1,6 +1,7 @@
 """pyproject.toml says what is true: the core needs only what ``import simfloat`` loads, extras hold lower
-bounds (exact pins belong in constraints.txt), and the modules the tests and gpu/ import are in their extras."""
+bounds (exact pins belong in constraints.txt), and the modules the tests and simfloat_gpu import are in their extras."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def test_no_exact_pins_outside_constraints():
 def test_extras_hold_what_uses_them():
     extras = {k: _names(v) for k, v in PROJECT["optional-dependencies"].items()}
     assert {"pandas", "matplotlib", "tqdm"} <= extras["analysis"]  # simfloat attribute
-    assert {"torch", "triton", "ml_dtypes"} <= extras["gpu"]  # the kernels; gpu.fit decodes fp8 bits
+    assert {"torch", "triton", "ml_dtypes"} <= extras["gpu"]  # the kernels; simfloat_gpu.campaign.fit decodes fp8 bits
     assert {"pytest", "mpmath", "ml_dtypes", "pandas", "matplotlib", "tqdm"} <= extras["test"]
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pinned = _names(x for x in lines if x.strip() and not x.startswith("#"))
@@ -55,3 +56,31 @@ def test_one_version_source():
     assert dyn["version"] == {"attr": "simfloat.__version__"}
     written = [p for p in (ROOT / "simfloat").rglob("*.py") if re.search(r"__version__\s*=", p.read_text())]
     assert [p.name for p in written] == ["__init__.py"]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_layers_import_downwards_only():
+    """simfloat never imports simfloat_gpu; the kernels and the interpreter never import the campaign, nor each
+    other (ARCHITECTURE.md)."""
+    forbidden = {
+        "simfloat": ("simfloat_gpu",),
+        "simfloat_gpu/kernels": ("simfloat_gpu.campaign", "simfloat_gpu.interpreter"),
+        "simfloat_gpu/interpreter": ("simfloat_gpu.campaign", "simfloat_gpu.kernels"),
+    }
+    for folder, prefixes in forbidden.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            bad = sorted(m for m in _imported_modules(path) if m.startswith(prefixes))
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_console_scripts():
+    assert PROJECT["scripts"] == {"simfloat": "simfloat.cli:main", "simfloat-gpu": "simfloat_gpu.campaign.cli:main"}

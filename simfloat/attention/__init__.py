@@ -1,14 +1,15 @@
 """Emulated attention kernels under precision plans, bit for bit, with error attribution.
 
 * :func:`flash` — flash attention (FA2 online softmax; FA1 and lazy-rescaling variants), mirroring the Triton
-  kernel of ``gpu/flash_attention.py`` op for op under a ``triton-<fmt>`` plan.
+  kernel of ``simfloat_gpu/kernels/flash_attention.py`` op for op under a ``triton-<fmt>`` plan.
 * :func:`flash_backward` / :func:`baseline_backward` — the backward pass (dq, dk, dv) under a
-  :class:`BackwardPlan`, mirroring ``gpu/flash_attention_bwd.py`` / torch's eager autograd.
+  :class:`BackwardPlan`, mirroring ``simfloat_gpu/kernels/flash_attention_bwd.py`` / torch's eager autograd.
 * :func:`baseline` — standard attention: full scores, softmax, P.V.
 * :class:`Plan` / :func:`plan` — the format and rounding of every op (presets: fp64, all-<fmt>, triton-<fmt>,
   pytorch-<fmt>).
 * :func:`int8_flash` / :func:`fp8_flash` — quantized flash attention (INT-FlashAttention; FlashAttention-3
-  FP8 scaling, incoherent processing), mirroring ``gpu/int8_attention.py`` / ``gpu/fp8_attention.py`` op for
+  FP8 scaling, incoherent processing), mirroring ``simfloat_gpu/kernels/int8_attention.py`` /
+  ``simfloat_gpu/kernels/fp8_attention.py`` op for
   op under a :class:`QuantPlan` whose quantizers (:class:`Quant`) are ops like any other.
 
 Both kernels take (..., seq, head_dim) float32/float64 arrays and return float64 arrays holding values of the

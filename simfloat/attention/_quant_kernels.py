@@ -9,7 +9,8 @@ Three parts:
   (every 8/16-bit format). Each returns bit for bit what :func:`simfloat.accumulate.dot_acc` returns for the
   same model; anything else goes to ``dot_acc`` itself.
 * the element-wise quantizer (:func:`quant_elems`) and the fixed-scale P quantizer (:func:`p_quant`).
-* the per-row flash loop (:func:`units`), op for op as ``gpu/int8_attention.py`` / ``gpu/fp8_attention.py``
+* the per-row flash loop (:func:`units`), op for op as ``simfloat_gpu/kernels/int8_attention.py`` /
+``simfloat_gpu/kernels/fp8_attention.py``
   document it (see :mod:`simfloat.attention.quantized` for the step list), with optional tracing.
 """
 

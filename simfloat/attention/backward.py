@@ -1,4 +1,5 @@
-"""The attention backward pass under a precision plan: flash (FA2, mirroring ``gpu/flash_attention_bwd.py``) and
+"""The attention backward pass under a precision plan: flash (FA2, mirroring
+``simfloat_gpu/kernels/flash_attention_bwd.py``) and
 torch's eager autograd of the baseline.
 
 :func:`flash_backward` follows the Triton kernels' steps (their module docstring: D1..D3, B1..B9, Q1..Q4,

@@ -1,6 +1,7 @@
 """Flash attention (FA2 online softmax, and FA1 / lazy-rescaling variants) under a precision plan.
 
-The dataflow mirrors ``gpu/flash_attention.py`` step for step (its docstring's T1..T14, E1, E2). Per query
+The dataflow mirrors ``simfloat_gpu/kernels/flash_attention.py`` step for step (its docstring's T1..T14, E1, E2). Per
+query
 row of a q tile of ``block_m`` rows, and per key tile of ``block_n`` keys, left to right up to the kernel's
 bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x rounded once into op's format:
 

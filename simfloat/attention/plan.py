@@ -1,7 +1,7 @@
 """Precision plans: the format and rounding of every operation of an attention kernel.
 
 A :class:`Plan` names one entry per operation. The names are those of the Triton kernel's variables
-(``gpu/flash_attention.py``); :mod:`simfloat.attention.flash` uses
+(``simfloat_gpu/kernels/flash_attention.py``); :mod:`simfloat.attention.flash` uses
 ``qk scale exp m_i alpha l_i acc p pv normalize out`` and :mod:`simfloat.attention.baseline` uses
 ``qk scale softmax pv out``. Scalar operations take an :class:`OpSpec` (format + rounding mode: the exact
 result of the operation on its inputs is rounded once); the two dot products ``qk`` and ``pv`` take an
@@ -505,7 +505,8 @@ class BackwardParams(NamedTuple):
 
 @dataclass(frozen=True)
 class BackwardPlan:
-    """Format and rounding of every operation of the attention backward pass (``gpu/flash_attention_bwd.py``).
+    """Format and rounding of every operation of the attention backward pass
+    (``simfloat_gpu/kernels/flash_attention_bwd.py``).
 
     Dots (``qk dv dp dk dq``) hold accumulation models, the others an :class:`OpSpec`. Build presets with
     :func:`backward_plan` and variants with :meth:`replace`.
@@ -689,7 +690,8 @@ def backward_plan(name: str | BackwardPlan) -> BackwardPlan:
     Presets (the names of the forward's, :func:`plan`):
         ``fp64``: every op float64 (golden). ``all-<fmt>``: every op in <fmt>, sequential dots with rounded
         products, exp (not exp2), no contraction.
-        ``triton-<fmt>``: ``gpu/flash_attention_bwd.py``: sm90 tensor-core dots (``triton-fp32``: FMA loops),
+        ``triton-<fmt>``: ``simfloat_gpu/kernels/flash_attention_bwd.py``: sm90 tensor-core dots (``triton-fp32``: FMA
+        loops),
         exp2 with an fp32 qk_scale, the B4 shift fused, fp32 delta/lse/P/dS arithmetic, P and dS cast to <fmt>,
         gradients stored in <fmt>. ``h200-<fmt>``: with the H200's measured exp2.
         ``pytorch-<fmt>``: torch's eager autograd (:func:`simfloat.attention.baseline_backward`).

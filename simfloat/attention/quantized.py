@@ -1,8 +1,9 @@
 """Quantized flash attention: INT8 (INT-FlashAttention) and FP8 (FA3 style) under precision plans.
 
-:func:`int8_flash` and :func:`fp8_flash` emulate ``gpu/int8_attention.py`` and ``gpu/fp8_attention.py`` op for
+:func:`int8_flash` and :func:`fp8_flash` emulate ``simfloat_gpu/kernels/int8_attention.py`` and
+``simfloat_gpu/kernels/fp8_attention.py`` op for
 op (their module docstrings number the steps; Q1..Q6/F1..F4 quantization, H1 host scale, T1..T20 per key tile,
-E1/E2 epilogue). Under ``gpu.interpreter.faithful()`` (integer dots exact, casts and divisions correctly
+E1/E2 epilogue). Under ``simfloat_gpu.interpreter.faithful()`` (integer dots exact, casts and divisions correctly
 rounded, sequential row sums, the sm90 tensor-core dot models) the Triton kernels and these functions agree
 bit for bit (``tests/test_gpu_int8_crossval.py``).
 
@@ -502,7 +503,7 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
 
     Presets (all with fp32 arithmetic, exp2 with log2(e) folded into an fp32 scale, FMAs as the kernels,
     fp16 output):
-        ``int8-reference``: gpu/int8_attention.py "int8": Q, K per-token INT8, V per-tensor INT8 (scale
+        ``int8-reference``: simfloat_gpu/kernels/int8_attention.py "int8": Q, K per-token INT8, V per-tensor INT8 (scale
             max/127, round half to even), exact integer dots, P = trunc(fp16(fp16(p)*127 + 0.5)), row sum
             from the fp32 P. ``int8-consistent``: row sum from the quantized P.
             ``int8-reference-unfused``: P's ``p16*127 + 0.5`` rounded twice (the reference code as
@@ -510,12 +511,13 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
             channel (the CUDA port's options).
         ``half-int8`` (``-consistent``): Q, K INT8; V and P fp16, P.V on the sm90 fp16 tensor-core model into
             the accumulator.
-        ``fp8-e4m3``, ``fp8-e5m2``: gpu/fp8_attention.py per-tensor (one scale per tensor, amax/FP8_MAX,
+        ``fp8-e4m3``, ``fp8-e5m2``: simfloat_gpu/kernels/fp8_attention.py per-tensor (one scale per tensor,
+        amax/FP8_MAX,
             scales folded into the softmax scale, P cast to fp8, V's scale in the epilogue);
             ``fp8-<fmt>-block``: FA3-style per-block scales (Q per block_m tile, K and V per block_n tile);
             ``fp8-<fmt>-unscaled``: Q, K, V cast straight to fp8 (the INT-FlashAttention code's FP8
             baseline). fp8 dots use the sm90 fp8 tensor-core model (blocks of 32, 13 fraction bits, e8m13
-            results), as gpu.interpreter.
+            results), as simfloat_gpu.interpreter.
         ``fp16-flash``, ``bf16-flash``: no scaling, Q/K/V/P cast to fp16/bf16, sm90 tensor-core dots: the
             ``triton-fp16``/``triton-bf16`` flash plans, bit for bit.
         ``<any>-fp64``: the same quantizers with every other op exact (float64); ``fp64``: nothing quantized,
@@ -797,7 +799,7 @@ def int8_flash(
     return_stats: bool = False,
     engine: str | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """INT8 flash attention (INT-FlashAttention), emulating ``gpu/int8_attention.py`` op for op.
+    """INT8 flash attention (INT-FlashAttention), emulating ``simfloat_gpu/kernels/int8_attention.py`` op for op.
 
     Args:
         q: (..., seq_q, head_dim) float32/float64; k, v: (..., seq_k, head_dim). Values are used as given (the
@@ -859,7 +861,8 @@ def fp8_flash(
     return_stats: bool = False,
     engine: str | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """FP8 flash attention (FlashAttention-3 style scaling), emulating ``gpu/fp8_attention.py`` op for op.
+    """FP8 flash attention (FlashAttention-3 style scaling), emulating ``simfloat_gpu/kernels/fp8_attention.py`` op for
+    op.
 
     Args:
         q, k, v, block_m, block_n, causal, scale, trace, return_stats, engine: as :func:`int8_flash`.

@@ -1,4 +1,5 @@
-"""Cross-validation of the backward pass: the Triton backward kernels (gpu/flash_attention_bwd.py) against the
+"""Cross-validation of the backward pass: the Triton backward kernels (simfloat_gpu/kernels/flash_attention_bwd.py)
+against the
 emulator's ``triton-<fmt>`` backward plan (simfloat.attention.flash_backward), bit for bit on dQ, dK, dV and delta.
 
 For every config (format, BLOCK_M, BLOCK_N, seq, head dim, causal, and ``out``: the forward's output stored in
@@ -6,11 +7,13 @@ the input format, "low", or in fp32, "fp32", the "delta from fp32 O" option), th
 the backward kernels give dq, dk, dv, delta and lse; the emulator gets the same q, k, v, o, dO and the lse of
 :func:`simfloat.attention.lse_from_stats` (checked equal to the kernel's) and must reproduce every gradient bit.
 A float64 torch autograd of the same inputs gives each side's max relative error. Grids reuse
-:mod:`gpu.validate`'s dimensions: "full" (a cost-weighted all-pairs covering array), "ci" (every value of every
+:mod:`simfloat_gpu.campaign.validate`'s dimensions: "full" (a cost-weighted all-pairs covering array), "ci" (every
+value of every
 dimension), "smoke" (two tiny configs). Runs under the faithful interpreter on a CPU, or on a GPU (then the
 emulator comparison measures how close the plan is to the hardware).
 
-    python -m gpu.validate --pass backward --out DIR [--grid ci]      # or gpu.validate_bwd.run_backward(...)
+    python -m simfloat_gpu.campaign.validate --pass backward --out DIR [--grid ci]      # or
+    simfloat_gpu.campaign.validate_bwd.run_backward(...)
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu import validate as fwd
+from simfloat_gpu.campaign import validate as fwd
 
 __all__ = ["BWD_FIELDS", "backward_grid", "run_backward", "validate_backward_config"]
 
@@ -89,8 +92,8 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
     """One config: kernels (forward, then backward), the emulator, the float64 gradients; one CSV row."""
     import torch
 
-    from gpu.flash_attention import flash_attention
-    from gpu.flash_attention_bwd import flash_attention_backward
+    from simfloat_gpu.kernels.flash_attention import flash_attention
+    from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
 
     row: dict[str, Any] = {f: "" for f in BWD_FIELDS}
     row.update(
@@ -112,7 +115,7 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
     tq, tk, tv, tdo = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v, do))
     ctx: Any = contextlib.nullcontext()
     if backend == "faithful":
-        from gpu.interpreter import faithful
+        from simfloat_gpu.interpreter import faithful
 
         ctx = faithful()
     t0 = time.perf_counter()

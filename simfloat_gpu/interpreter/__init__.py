@@ -8,12 +8,12 @@ Running any Triton kernel faithfully on a CPU
 2. Put the kernel's tensors on the CPU (``torch.float16/bfloat16/float32``, ``torch.float8_e4m3fn/e5m2``,
    integers) and launch it inside the context manager::
 
-       from gpu.interpreter import faithful, faithful_config
+       from simfloat_gpu.interpreter import faithful, faithful_config
        with faithful():                                # or faithful(exp2=my_ex2_model, ftz=True, ...)
            kernel[grid](x, y, out, n, BLOCK=128)
            settings = faithful_config()                # what was used, JSON-friendly, for the record
 
-   In pytest, use the ``faithful_interpreter`` fixture (``from gpu.interpreter import faithful_interpreter``;
+   In pytest, use the ``faithful_interpreter`` fixture (``from simfloat_gpu.interpreter import faithful_interpreter``;
    keyword arguments through ``@pytest.mark.parametrize("faithful_interpreter", [{...}], indirect=True)``).
 3. Nothing else changes: grids, masks, loads/stores, ``tl.where``, reshapes are the stock interpreter's (they
    move bits and are right). On exit (also on an exception) the stock interpreter is back.
@@ -99,12 +99,12 @@ Limitations
 -----------
 * Triton 3.9 compiles with fp fusion on by default, so on the GPU ``a * b + c`` may become one ``fma.rn``; the
   interpreter sees a multiply and an add and rounds twice. Write ``tl.fma`` where it matters (as
-  gpu/flash_attention.py does) or compile with ``TRITON_DEFAULT_FP_FUSION=0``.
+  simfloat_gpu/kernels/flash_attention.py does) or compile with ``TRITON_DEFAULT_FP_FUSION=0``.
 * tl.sin/cos/rsqrt/erf, fp64 exp/log, tl.dot_scaled, tf32x3/bf16x3 dots, fnuz and e4b15 fp8, bf16/fp16 atomics
   raise. fp32 atomics are applied in program order (the GPU's order is nondeterministic).
 * bf16 constants (``tl.full(..., tl.bfloat16)``) are the Python float rounded once to bf16.
 * triton 3.6's interpreter itself fails with numpy >= 2.4 where a tensor is used as a Python index (``range``
-  bounds such as gpu/flash_attention.py's ``hi``), stock or faithful; the numerics patches work on 3.6.
+  bounds such as simfloat_gpu/kernels/flash_attention.py's ``hi``), stock or faithful; the numerics patches work on 3.6.
 * NaN payloads: bf16/fp16/fp8 results take NVIDIA's canonical NaN (0x7FFF / 0x7F).
 * Not thread-safe; the settings live in module state while a block is active. Inside the block numba runs
   single-threaded in the calling thread (``numba.set_num_threads(1)``, restored on exit): simfloat's results
@@ -120,7 +120,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from gpu._interp_formats import FaithfulNotImplementedError
+from simfloat_gpu.interpreter._formats import FaithfulNotImplementedError
 
 __all__ = ["faithful", "faithful_config", "FaithfulNotImplementedError", "SUPPORTED_TRITON", "DOT_KEYS"]
 
@@ -248,9 +248,9 @@ def _check_environment() -> str:
     if m is None or (int(m.group(1)), int(m.group(2))) not in SUPPORTED_TRITON:
         supported = " and ".join(f"{a}.{b}.x" for a, b in SUPPORTED_TRITON)
         raise RuntimeError(
-            f"gpu.interpreter.faithful() supports triton {supported}; the installed triton is "
+            f"simfloat_gpu.interpreter.faithful() supports triton {supported}; the installed triton is "
             f"{version}. Its interpreter internals may differ: install a supported version or "
-            "check gpu/INTERPRETER_NOTES.md against the new source first."
+            "check simfloat_gpu/interpreter/NOTES.md against the new source first."
         )
     import triton.language as tl
 
@@ -279,7 +279,7 @@ def _check_environment() -> str:
 def _install() -> None:
     import triton.runtime.interpreter as ti
 
-    from gpu import _interp_ops
+    from simfloat_gpu.interpreter import _ops as _interp_ops
 
     try:
         for owner, name, fn in _interp_ops.patch_table():
@@ -386,7 +386,7 @@ def faithful(
         triton_version=_check_environment(),
         **fns,
     )
-    from gpu import _interp_ops
+    from simfloat_gpu.interpreter import _ops as _interp_ops
 
     stack = _interp_ops.STACK
     if not stack:
@@ -423,7 +423,7 @@ def faithful_config() -> dict[str, Any] | None:
     """Settings of the innermost active :func:`faithful` block (JSON-friendly), or None outside any block."""
     import sys
 
-    ops = sys.modules.get("gpu._interp_ops")
+    ops = sys.modules.get("simfloat_gpu.interpreter._ops")
     if ops is None or not ops.STACK:
         return None
     return ops.STACK[-1].as_dict()

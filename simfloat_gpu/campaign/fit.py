@@ -1,24 +1,26 @@
-"""Fit simfloat's models to the hardware probes (CPU side, after ``gpu.gpu_run``).
+"""Fit simfloat's models to the hardware probes (CPU side, after ``simfloat_gpu.campaign.gpu_run``).
 
-    python -m gpu.fit OUT/probes.npz OUT/exp2.npz [OUT/exp2_binades.npz] [OUT/isa.tar.xz] [--save-ex2 ex2.npz]
+    python -m simfloat_gpu.campaign.fit OUT/probes.npz OUT/exp2.npz [OUT/exp2_binades.npz] [OUT/isa.tar.xz] [--save-ex2
+    ex2.npz]
         [--report R]
 
 Inputs are recognised by their keys:
 
-* ``probes.npz`` (:mod:`gpu.probes` dot + sum): **(a)** every dot variant is replayed through
+* ``probes.npz`` (:mod:`simfloat_gpu.campaign.probes` dot + sum): **(a)** every dot variant is replayed through
   :func:`simfloat.accumulate.matmul` under candidate :class:`~simfloat.accumulate.BlockFMA` models (block
   size, fraction bits F, output rounding, fp8 accumulator mantissa, tf32 operand conversion), coarse on a
   subset and then the best few on every output; the table gives the best model, its bitwise agreement overall,
   per design family and per launch (zero / designed incoming accumulator), and the published preset's
   agreement. **(c)** every sum variant: the LCA-size matrix of the FPRev design gives the reduction tree of
   ``tl.sum`` (checked for consistency over both row placements), compared with simfloat.ops.sum's orders.
-* ``exp2.npz`` / ``exp2_binades.npz`` (:func:`gpu.probes.exp_probe`): **(b)** ulp-offset statistics per
+* ``exp2.npz`` / ``exp2_binades.npz`` (:func:`simfloat_gpu.campaign.probes.exp_probe`): **(b)** ulp-offset statistics
+per
   segment; a *periodic table* model (2^x = T[frac(x)] * 2^floor(x), T read off the [-2, -1) binade, the
   fraction of |x| < 1 inputs fixed to 23 bits by truncation / rounding) and a *compact* model (y = rn32(2^x +
   s ulp), one shift s per bucket of the top k fraction bits), each scored on held-out inputs.
   :func:`ex2_approx` evaluates a saved model (``--save-ex2``) on float32 arrays and can be passed to
-  ``gpu.interpreter.faithful(exp2=...)``.
-* ``isa.tar.xz`` (:mod:`gpu.probes` isa): the instruction facts of each compiled kernel, printed.
+  ``simfloat_gpu.interpreter.faithful(exp2=...)``.
+* ``isa.tar.xz`` (:mod:`simfloat_gpu.campaign.probes` isa): the instruction facts of each compiled kernel, printed.
 
 An input with none of these keys is an error.
 """
@@ -236,8 +238,8 @@ def _tree_str(tree: Any) -> str:
 
 def _order_tree(n: int, order: str, **kw: Any) -> Any:
     """The tree of a simfloat.ops.sum order, measured with the same design."""
-    from gpu.probes import sum_design
     from simfloat.ops import sum as ssum
+    from simfloat_gpu.campaign.probes import sum_design
 
     pairs, x = sum_design(n)
     y = ssum(x, "float32", order=order, **kw)
@@ -249,7 +251,7 @@ def _order_tree(n: int, order: str, **kw: Any) -> Any:
 
 
 def fit_sum(name: str, v: dict[str, np.ndarray], log: Callable[[str], None] = print) -> dict[str, Any]:
-    from gpu.probes import sum_design
+    from simfloat_gpu.campaign.probes import sum_design
 
     if "error" in v:
         return {"variant": name, "error": str(v["error"])}
@@ -315,7 +317,7 @@ def _cr_mode(x: np.ndarray, mode: str) -> np.ndarray:
 
 def segment_values(z: Any, seg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) float32 of one exp-probe segment, y reconstructed from the ulp offsets and raw exceptions."""
-    from gpu.probes import segment_inputs
+    from simfloat_gpu.campaign.probes import segment_inputs
 
     name = seg["name"]
     x = segment_inputs(seg)
@@ -370,7 +372,7 @@ class Ex2Model:
 
 
 def load_ex2_model(path: Path) -> Ex2Model:
-    """An :class:`Ex2Model` saved by ``python -m gpu.fit ... --save-ex2 PATH``."""
+    """An :class:`Ex2Model` saved by ``python -m simfloat_gpu.campaign.fit ... --save-ex2 PATH``."""
     with np.load(path) as z:
         return Ex2Model(
             z["table"] if "table" in z.files else None,
@@ -559,11 +561,13 @@ def _fits(text: str) -> set[str]:
     return names
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from gpu.validate import positive_int
+def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu fit") -> int:
+    from simfloat_gpu.campaign.validate import positive_int
 
-    p = argparse.ArgumentParser(prog="python -m gpu.fit", description=__doc__.split("\n\n")[0])
-    p.add_argument("inputs", nargs="+", type=Path, help="probes.npz, exp2*.npz, isa.tar.xz (of gpu.gpu_run)")
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "inputs", nargs="+", type=Path, help="probes.npz, exp2*.npz, isa.tar.xz (of simfloat_gpu.campaign.gpu_run)"
+    )
     p.add_argument("--save-ex2", type=Path, help="write the fitted ex2 model (npz) here")
     p.add_argument("--report", type=Path, help="write the results as JSON here")
     p.add_argument("--coarse-rows", type=positive_int, default=768, help="rows of the coarse dot-model search")
@@ -586,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with tarfile.open(path) as t:
                 member = next((m for m in t.getmembers() if m.name.endswith("isa.json")), None)
                 if member is None:
-                    p.error(f"{path}: no isa.json inside (not an isa.tar.xz of gpu.gpu_run)")
+                    p.error(f"{path}: no isa.json inside (not an isa.tar.xz of simfloat_gpu.campaign.gpu_run)")
                 facts = json.load(io.TextIOWrapper(t.extractfile(member)))  # type: ignore[arg-type]
                 report["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts["kernels"].items()}
                 print("isa:", json.dumps(report["isa"], indent=1))
@@ -595,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dots, sums = (any(f.startswith(f"{kind}_") for f in z.files) for kind in ("dot", "sum"))
         exp = "segments" in z.files or any(f.endswith("_off") for f in z.files)
         if not (dots or sums or exp):
-            p.error(f"{path}: neither probes (dot_*, sum_*) nor exp2 segments: not an output of gpu.gpu_run")
+            p.error(f"{path}: neither probes (dot_*, sum_*) nor exp2 segments: not an output of `simfloat-gpu run`")
         if dots and "dot" in only:
             report["dot"] = [fit_dot(name, v, coarse_rows=args.coarse_rows) for name, v in _variants(z, "dot").items()]
         if sums and "sum" in only:
@@ -624,13 +628,14 @@ def compare_plans(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every fixture config against the emulator under each plan family (``triton-<fmt>``: sm90 dot
     presets, correctly rounded exp2, sequential l_ij; ``h200-<fmt>``: + the measured ex2.approx and tl.sum
-    order); int8 configs with gpu.validate's int8 presets. Rows (:func:`gpu.validate.pivot`): id, kind, fmt,
+    order); int8 configs with simfloat_gpu.campaign.validate's int8 presets. Rows
+    (:func:`simfloat_gpu.campaign.validate.pivot`): id, kind, fmt,
     blocks and, per prefix P, ``P:out``, ``P:out32``, ``P:m``, ``P:l`` (bitwise agreement).
 
     Raises:
         AssertionError: a config's regenerated inputs differ from the recorded ones, or a comparison failed.
     """
-    from gpu import validate as V
+    from simfloat_gpu.campaign import validate as V
 
     env, rows = V.compare_fixtures(fix_dir, max_cost=max_cost, families=prefixes, ids=ids, log=log)
     bad = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]

@@ -1,4 +1,4 @@
-"""Storage <-> value conversions for :mod:`gpu.interpreter` (no triton import here).
+"""Storage <-> value conversions for :mod:`simfloat_gpu.interpreter` (no triton import here).
 
 The stock Triton interpreter stores a tensor as a numpy array in a *storage* dtype: fp16/fp32/fp64 as real
 values, bf16 as ``uint16`` bit patterns, fp8 as ``uint8`` codes. The faithful interpreter decodes operands to
@@ -70,7 +70,7 @@ UNSUPPORTED = {
 
 
 class FaithfulNotImplementedError(NotImplementedError):
-    """A floating-point operation (or dtype) that gpu.interpreter has no model for."""
+    """A floating-point operation (or dtype) that simfloat_gpu.interpreter has no model for."""
 
 
 RNE = "nearest_even"

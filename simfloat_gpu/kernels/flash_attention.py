@@ -337,7 +337,7 @@ def _check_inputs(q, k, v):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.device.type != "cuda" and not (q.device.type == "cpu" and _kernel_is_interpreted()):
         hint = (
-            " (CPU tensors need TRITON_INTERPRET=1 set before triton and gpu.flash_attention are imported)"
+            " (CPU tensors need TRITON_INTERPRET=1 set before triton and this kernel module are imported)"
             if q.device.type == "cpu"
             else ""
         )

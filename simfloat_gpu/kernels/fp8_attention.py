@@ -1,8 +1,9 @@
 """FP8 forward flash attention in Triton (FlashAttention-3 style scaling), written so that simfloat can
 mirror it op by op.
 
-Layout, tiling, masking and the online softmax are those of :mod:`gpu.flash_attention` and
-:mod:`gpu.int8_attention`: q (batch, heads, seq_q, head_dim), k, v (batch, kv_heads, seq_k, head_dim) (query
+Layout, tiling, masking and the online softmax are those of :mod:`simfloat_gpu.kernels.flash_attention` and
+:mod:`simfloat_gpu.kernels.int8_attention`: q (batch, heads, seq_q, head_dim), k, v (batch, kv_heads, seq_k, head_dim)
+(query
 head h reads kv head h // (heads // kv_heads); k, v quantized per kv head), any lengths, one program per
 (BLOCK_M query rows, batch*head), key tiles of BLOCK_N, top-left causal mask.
 
@@ -12,7 +13,7 @@ fmt="e5m2" -> torch.float8_e5m2 / tl.float8e5 (FP8_MAX = 57344). Q, K, V and P a
 Notation: every value is fp32 unless said otherwise; "rn" = round to nearest, ties to even;
 div_rn = correctly rounded fp32 division; fma = one rounding; ``in`` = input dtype (fp16/bf16/fp32).
 
-Quantization (Triton kernel gpu.int8_attention._quantize_groups_kernel; quantize_fp8):
+Quantization (Triton kernel simfloat_gpu.kernels.int8_attention._quantize_groups_kernel; quantize_fp8):
   A group is G consecutive tokens x all of head_dim of one (batch, head):
     scaling="per-tensor": G = seq, one scale per (batch, head) (FA3's descale granularity);
     scaling="per-block":  G = block_m for Q and G = block_n for K and V, i.e. one scale per BLOCK_M x d
@@ -71,7 +72,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu.int8_attention import (
+from simfloat_gpu.kernels.int8_attention import (
     LOG2E,
     _check_attention_shapes,
     _check_choice,
@@ -330,7 +331,7 @@ def quantize_fp8(x, *, fmt="e4m3", group=None, kmajor=False):
         raise TypeError(f"x has dtype {x.dtype}; supported: float16, bfloat16, float32")
     if x.dim() != 4:
         raise ValueError(f"x must be 4-D (batch, heads, seq, d), got shape {tuple(x.shape)}")
-    _check_device([x], "x", "gpu.fp8_attention")
+    _check_device([x], "x", "simfloat_gpu.kernels.fp8_attention")
     dtype, fp8_max = _check_fmt(fmt, x.device)
     seq = x.shape[2]
     if group is None:
@@ -385,7 +386,7 @@ def fp8_attention(
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share a dtype")
-    _check_device([q, k, v], "q, k, v", "gpu.fp8_attention")
+    _check_device([q, k, v], "q, k, v", "simfloat_gpu.kernels.fp8_attention")
     _check_attention_shapes(q, k, v)
     block_m, block_n, causal, qk_scale = _check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
     _check_fmt(fmt, q.device)

@@ -1,4 +1,4 @@
-"""The replacements :func:`gpu.interpreter.faithful` installs into triton's interpreter (imports triton).
+"""The replacements :func:`simfloat_gpu.interpreter.faithful` installs into triton's interpreter (imports triton).
 
 Every function here replaces one method of ``triton.runtime.interpreter.InterpreterBuilder`` (``self`` is the
 builder), ``ReduceOps`` or ``ScanOps``. They read the active configuration from :data:`STACK` (the innermost
@@ -18,7 +18,10 @@ from triton.runtime import interpreter as ti
 
 import simfloat
 import simfloat.ops as sops
-from gpu._interp_formats import (
+from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul
+from simfloat.formats import FloatFormat
+from simfloat.formats import format as sformat
+from simfloat_gpu.interpreter._formats import (
     FORMATS,
     FP8,
     RNE,
@@ -33,13 +36,10 @@ from gpu._interp_formats import (
     to_storage,
     values_to_ints,
 )
-from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul
-from simfloat.formats import FloatFormat
-from simfloat.formats import format as sformat
 
 TensorHandle = ti.TensorHandle
 
-#: active configurations, innermost last (managed by gpu.interpreter)
+#: active configurations, innermost last (managed by simfloat_gpu.interpreter)
 STACK: list = []
 #: stock attributes saved at installation: (owner, name) -> original
 STOCK: dict = {}
@@ -59,7 +59,7 @@ def _stock(owner, name):
 
 
 def _unsupported(what: str, dtype: str, why: str = "") -> NotImplementedError:
-    msg = f"faithful(): {what} on {dtype} has no model in gpu.interpreter"
+    msg = f"faithful(): {what} on {dtype} has no model in simfloat_gpu.interpreter"
     return FaithfulNotImplementedError(msg + (f" ({why})" if why else ""))
 
 
@@ -408,7 +408,7 @@ create_erf = _no_model("tl.erf", "GPU: libdevice __nv_erff")
 
 
 def _convert(self, src, dst, mode: str, stock):
-    """Any cast touching a float type (see gpu.interpreter's docstring for the table)."""
+    """Any cast touching a float type (see simfloat_gpu.interpreter's docstring for the table)."""
     dst = getattr(dst, "scalar", dst)
     s_name = ftype(src)
     d_float = dst.is_floating()

@@ -1,14 +1,16 @@
 """Cross-validation: the Triton attention kernels against simfloat's emulator, config by config, bit by bit.
 
-    python -m gpu.validate --out DIR [--grid full|ci|smoke] [--backend auto|gpu|faithful] [--jobs N]
-    simfloat validate --out DIR ...                       (the same, through the CLI)
-    python -m gpu.validate --out DIR --fixtures tests/fixtures/gpu/h200     (emulator vs recorded GPU outputs)
-    python -m gpu.validate --out DIR --fixtures tests/fixtures/gpu/h200 --plans triton,h200
+    python -m simfloat_gpu.campaign.validate --out DIR [--grid full|ci|smoke] [--backend auto|gpu|faithful] [--jobs N]
+    simfloat-gpu validate --out DIR ...                   (the same, through the console script)
+    python -m simfloat_gpu.campaign.validate --out DIR --fixtures tests/fixtures/gpu/h200     (emulator vs recorded GPU
+    outputs)
+    python -m simfloat_gpu.campaign.validate --out DIR --fixtures tests/fixtures/gpu/h200 --plans triton,h200
 
 For every config of a grid (below) it runs
 
-* the Triton kernel (``gpu.flash_attention.flash_attention``; int8 configs ``gpu.int8_attention``) on the GPU
-  when ``torch.cuda.is_available()`` (backend ``gpu``), else on the CPU under :func:`gpu.interpreter.faithful`
+* the Triton kernel (``simfloat_gpu.kernels.flash_attention.flash_attention``; int8 configs
+``simfloat_gpu.kernels.int8_attention``) on the GPU
+  when ``torch.cuda.is_available()`` (backend ``gpu``), else on the CPU under :func:`simfloat_gpu.interpreter.faithful`
   (backend ``faithful``: Triton's interpreter with simfloat's numerics);
 * the emulator with the matching plan: ``simfloat.attention.flash(q, k, v, plan=plan("triton-<fmt>"),
   block_m, block_n, causal)`` with ``out`` fp32 or the input format (int8: ``simfloat.attention.int8_flash``
@@ -66,6 +68,9 @@ from typing import Any
 import numpy as np
 
 from simfloat.cli import positive_int
+
+#: where the kernel sources are (their hashes go into every fixture record)
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 
 __all__ = [
     "Config",
@@ -412,7 +417,7 @@ def resolve_backend(backend: str = "auto") -> str:
                     "the faithful backend needs TRITON_INTERPRET=1 before triton is first "
                     "imported; "
                     "triton is already imported without it in this process (run "
-                    "`TRITON_INTERPRET=1 python -m gpu.validate ...`)"
+                    "`TRITON_INTERPRET=1 python -m simfloat_gpu.campaign.validate ...`)"
                 )
         os.environ["TRITON_INTERPRET"] = "1"
     else:
@@ -449,7 +454,7 @@ def run_kernel(
     tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v))
     ctx: Any = contextlib.nullcontext()
     if backend == "faithful":
-        from gpu.interpreter import faithful
+        from simfloat_gpu.interpreter import faithful
 
         ctx = faithful()
     res: dict[str, np.ndarray] = {}
@@ -459,7 +464,7 @@ def run_kernel(
 
     with ctx:
         if cfg.kind == "flash":
-            from gpu.flash_attention import flash_attention
+            from simfloat_gpu.kernels.flash_attention import flash_attention
 
             outs = ["fp32"] if cfg.out == "fp32" else (["low", "fp32"] if fp32_too else ["low"])
             for which in outs:
@@ -478,7 +483,7 @@ def run_kernel(
                 if which == "fp32":
                     res["out32"] = host(o)
         else:
-            from gpu.int8_attention import int8_attention
+            from simfloat_gpu.kernels.int8_attention import int8_attention
 
             o, m, l = int8_attention(  # noqa: E741
                 tq,
@@ -960,7 +965,7 @@ def compare_kernel(
 
     The kernel is called as ``kernel(q, k, v, causal=..., block_m=..., block_n=...)`` with torch tensors of
     shape (batch, heads, seq, head_dim) in the config's format (bf16 / fp16), on the GPU (backend ``gpu``) or
-    the CPU, under :func:`gpu.interpreter.faithful` (backend ``faithful``); it must use the softmax scale
+    the CPU, under :func:`simfloat_gpu.interpreter.faithful` (backend ``faithful``); it must use the softmax scale
     1/sqrt(head_dim) and return the output, or ``(out, m, l)`` with the row statistics ((batch, heads, seq),
     in the plan's units: log2 units with ``plan.exp2``) as the emulator's ``return_stats`` gives them. The
     emulator runs ``simfloat.attention.flash(q, k, v, plan=plan, block_m, block_n, causal)``; outputs are
@@ -973,7 +978,7 @@ def compare_kernel(
             are flash configs of another input format than the plan's (by its name, ``<family>-<fmt>``).
             Each config's ``out`` is set by the plan's output format.
         backend: ``"auto"`` (the GPU if torch sees one), ``"gpu"`` or ``"faithful"``.
-        faithful_options: keyword arguments of :func:`gpu.interpreter.faithful` (backend ``faithful``).
+        faithful_options: keyword arguments of :func:`simfloat_gpu.interpreter.faithful` (backend ``faithful``).
         log: called with one line per config.
 
     Returns:
@@ -1056,7 +1061,7 @@ def _run_user_kernel(
     tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v))
     ctx: Any = contextlib.nullcontext()
     if backend == "faithful":
-        from gpu.interpreter import faithful
+        from simfloat_gpu.interpreter import faithful
 
         ctx = faithful(**options)
     with ctx:
@@ -1130,8 +1135,7 @@ def environment(backend: str) -> dict[str, Any]:
         "grid_version": GRID_VERSION,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    root = Path(__file__).resolve().parent
-    env["kernel_sha256"] = {p: _sha256(root / p) for p in ("flash_attention.py", "int8_attention.py")}
+    env["kernel_sha256"] = {p: _sha256(KERNELS_DIR / p) for p in ("flash_attention.py", "int8_attention.py")}
     for mod in ("torch", "triton", "numba"):
         try:
             env[mod] = __import__(mod).__version__
@@ -1450,7 +1454,7 @@ def agreement_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def agreement_table(rows: Sequence[dict[str, Any]]) -> str:
     """The per-config table of :func:`compare_fixtures` rows (one line per config, the bitwise agreement of
     out, out32, m and l under each plan family), then the per-family summary (:func:`agreement_summary`):
-    what ``simfloat validate --fixtures DIR --plans ...`` prints and tests/test_gpu_fixtures.py shows."""
+    what ``simfloat-gpu validate --fixtures DIR --plans ...`` prints and tests/test_gpu_fixtures.py shows."""
     piv = pivot(rows)
     fams = list(dict.fromkeys(_family_of(r) for r in rows))
     cols = ["id"] + [f"{f}:{s}" for f in fams for s, _ in _AGREEMENTS]
@@ -1579,7 +1583,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="passes",
         default="forward",
         choices=("forward", "backward", "both"),
-        help="forward kernels (default), the backward kernels (gpu.validate_bwd: backward.csv/md) or both",
+        help="forward kernels (default), the backward kernels (validate_bwd: backward.csv/md) or both",
     )
     p.add_argument("--no-emulator", action="store_true", help="run the kernels only (GPU fixture recording)")
     p.add_argument(
@@ -1670,7 +1674,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     backend = resolve_backend(args.backend)
     bwd_failed = False
     if getattr(args, "passes", "forward") in ("backward", "both"):
-        from gpu.validate_bwd import run_backward
+        from simfloat_gpu.campaign.validate_bwd import run_backward
 
         bwd_deadline = None if args.budget_s is None else start + float(args.budget_s)
         bwd_rows = run_backward(
@@ -1710,7 +1714,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     env = environment(backend)
     config = None
     if backend == "faithful" and stop is None:  # an interrupted config may still be inside faithful()
-        from gpu.interpreter import faithful, faithful_config
+        from simfloat_gpu.interpreter import faithful, faithful_config
 
         with faithful():
             config = faithful_config()
@@ -1753,10 +1757,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     return 1 if bwd_failed else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu.validate", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu validate") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add_arguments(p)
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except RuntimeError as exc:  # no triton / no CUDA / TRITON_INTERPRET set too late: say what to do
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """INT8 forward flash attention in Triton (the INT-FlashAttention scheme, Chen et al. 2024), written so that
 simfloat can mirror it op by op.
 
-Layout as in :mod:`gpu.flash_attention`: ``q`` is (batch, heads, seq_q, head_dim), ``k`` and ``v`` are
+Layout as in :mod:`simfloat_gpu.kernels.flash_attention`: ``q`` is (batch, heads, seq_q, head_dim), ``k`` and ``v`` are
 (batch, kv_heads, seq_k, head_dim), query head h reading kv head h // (heads // kv_heads) (grouped-query
 attention; k, v and their scales are quantized per kv head); seq_q and seq_k may differ and need not be
 multiples of the block sizes.
@@ -508,7 +508,7 @@ def _check_block(name: str, value, lo: int) -> int:
     return value
 
 
-def _check_device(tensors, names: str, module: str = "gpu.int8_attention"):
+def _check_device(tensors, names: str, module: str = "simfloat_gpu.kernels.int8_attention"):
     devices = {t.device for t in tensors}
     if len(devices) != 1:
         raise ValueError(f"{names} must be on one device, got {', '.join(str(t.device) for t in tensors)}")

@@ -1,12 +1,13 @@
 """The whole GPU job in one command: environment, validation fixtures, hardware probes, speed.
 
-    PYTHONPATH=. python -m gpu.gpu_run --out DIR [--budget-s 230]      # on the GPU machine
-    python -m gpu.gpu_run --out smoke-out --cpu-smoke                   # the same plumbing on a CPU
+    PYTHONPATH=. simfloat-gpu run --out DIR [--budget-s 230]      # on the GPU machine
+    simfloat-gpu run --out smoke-out --cpu-smoke                   # the same plumbing on a CPU
 
 Parts, in this order (each in try/except: one failure loses nothing else; every line of the log is flushed):
 
 1. **env**: GPU name, driver, CUDA, torch, triton, numpy versions (``summary.json``).
-2. **isa**: a background subprocess (``python -m gpu.probes isa``, fresh TRITON_CACHE_DIR) launches the flash
+2. **isa**: a background subprocess (``python -m simfloat_gpu.campaign.probes isa``, fresh TRITON_CACHE_DIR) launches
+the flash
    kernel (bf16, BLOCK 64 and 32; fp16 16 x 16) and the int8 kernel and reads their PTX/SASS back.
 3. **pool** (worker processes, several kernels compiling at once): the validation grid in GPU mode with
    fixture recording (kernel outputs only: the emulator runs later, on a CPU, against the fixtures), the dot
@@ -52,7 +53,7 @@ import numpy as np  # noqa: E402
 
 __all__ = ["main", "OUT_FILES", "DEFAULT_MAX_FILE_MIB", "DEFAULT_MAX_TOTAL_MIB", "PARTS", "check_out_dir"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the files this job writes into --out, most important first
 OUT_FILES = (
     "log.txt",
@@ -113,7 +114,7 @@ def _init_worker(smoke: bool) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     _STATE["smoke"] = smoke
     _STATE["device"] = "cpu" if smoke else "cuda"
-    from gpu import validate
+    from simfloat_gpu.campaign import validate
 
     validate._worker_init("faithful" if smoke else "gpu", 1 if smoke else 0)
 
@@ -124,19 +125,19 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
     try:
         smoke, device = _STATE["smoke"], _STATE["device"]
         if kind == "validate":
-            from gpu import validate
+            from simfloat_gpu.campaign import validate
 
             res: Any = validate.validate_config(
                 validate.Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
             )
         elif kind == "dot":
-            from gpu import probes
+            from simfloat_gpu.campaign import probes
 
             res = probes.dot_variant(*payload, device=device, max_rows=48 if smoke else None)
         elif kind == "sum":
-            from gpu import probes
+            from simfloat_gpu.campaign import probes
 
-            # under the interpreter, a pairwise tree makes gpu.fit's tree inference non-trivial
+            # under the interpreter, a pairwise tree makes simfloat_gpu.campaign.fit's tree inference non-trivial
             res = probes.sum_variant(
                 *payload, device=device, faithful_kwargs={"reduce_order": "pairwise"} if smoke else None
             )
@@ -314,14 +315,14 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
 
     import torch
 
-    from gpu.flash_attention import flash_attention
+    from simfloat_gpu.kernels.flash_attention import flash_attention
 
     device = "cpu" if smoke else "cuda"
     bench = _bench_module()
     timer = _timer(smoke)
     ctx: Any = contextlib.nullcontext()
     if smoke:
-        from gpu.interpreter import faithful
+        from simfloat_gpu.interpreter import faithful
 
         ctx = faithful()
     rows: list[dict[str, Any]] = []
@@ -434,7 +435,7 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
                         measure("flash-vs-sdpa", "sdpa-flash-bf16", run_sdpa, b, heads, s, d, causal, "", "")
                 del q, k, v
             # 2. INT8 / half-INT8 vs FP16 (bench_gpu_attention's runners: kernel only, inputs pre-quantized)
-            from gpu import fp8_attention, int8_attention
+            from simfloat_gpu.kernels import fp8_attention, int8_attention
 
             modules = (int8_attention, fp8_attention, flash_attention)
             for d in (32,) if smoke else (128, 64):
@@ -485,7 +486,16 @@ def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(work / "isa_cache")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    cmd = [sys.executable, "-m", "gpu.probes", "isa", "--out", str(work / "isa"), "--budget-s", f"{budget:.0f}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "simfloat_gpu.campaign.probes",
+        "isa",
+        "--out",
+        str(work / "isa"),
+        "--budget-s",
+        f"{budget:.0f}",
+    ]
     if smoke:
         cmd.append("--compile-only")
     return subprocess.Popen(
@@ -517,10 +527,10 @@ def _mib(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    from gpu.validate import positive_int, positive_seconds, writable_dir
+def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
+    from simfloat_gpu.campaign.validate import positive_int, positive_seconds, writable_dir
 
-    p = argparse.ArgumentParser(prog="python -m gpu.gpu_run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
     p.add_argument(
         "--budget-s",
@@ -622,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from gpu import probes, validate
+    from simfloat_gpu.campaign import probes, validate
 
     # 1. env
     def env_part() -> dict[str, Any]:
@@ -714,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["status"] = r[4] if r is not None else "skipped"
                 res.append((row, None))
         fix = work / "fixtures" / slug
-        env_f = dict(env, recorded_by="gpu.gpu_run", smoke=smoke)
+        env_f = dict(env, recorded_by="simfloat_gpu.campaign.gpu_run", smoke=smoke)
         n = validate.write_fixtures(fix, res, configs, env_f)
         size = _tar(out / "fixtures.tar", fix, slug, "w")
         summary["parts"]["fixtures"] = {"configs": n, "of": len(configs), "bytes": size, "rows": [r[0] for r in res]}

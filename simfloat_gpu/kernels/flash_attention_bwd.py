@@ -1,6 +1,7 @@
 """Backward flash attention in Triton (FA2 schedule), written so that simfloat can mirror it op by op.
 
-Layout as the forward (``gpu/flash_attention.py``): ``q``, ``o``, ``do`` are (batch, heads, seq_q, head_dim),
+Layout as the forward (``simfloat_gpu/kernels/flash_attention.py``): ``q``, ``o``, ``do`` are (batch, heads, seq_q,
+head_dim),
 ``k``, ``v`` (batch, heads, seq_k, head_dim); any lengths; the forward's stats ``m`` (running maximum, log2
 units) and ``l`` (row sum relative to it) are (batch, heads, seq_q) fp32. Three kernels, all deterministic
 (no atomics): a preprocess per (BLOCK_M rows, batch*head), a dK/dV kernel per (BLOCK_N keys, batch*head)
@@ -69,7 +70,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu.flash_attention import _check_block, _check_inputs, _check_options, flash_attention
+from simfloat_gpu.kernels.flash_attention import _check_block, _check_inputs, _check_options, flash_attention
 
 __all__ = ["FlashAttentionFunction", "NUM_STAGES", "NUM_WARPS", "flash_attention_backward", "flash_attention_grad"]
 
@@ -565,7 +566,7 @@ def flash_attention_grad(q, k, v, *, causal=False, scale=None, block_m=64, block
     """Flash attention with autograd: the Triton forward, and the Triton backward for ``.backward()``.
 
     Args:
-        q, k, v: as :func:`gpu.flash_attention.flash_attention` (fp16, bf16 or fp32).
+        q, k, v: as :func:`simfloat_gpu.kernels.flash_attention.flash_attention` (fp16, bf16 or fp32).
         causal, scale, block_m, block_n: the forward's options; bwd_block_m, bwd_block_n: the backward's tiles.
 
     Returns:

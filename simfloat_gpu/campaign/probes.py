@@ -1,7 +1,8 @@
 """Hardware fingerprint probes: small Triton kernels whose outputs pin down what the GPU computes.
 
 Each probe is a kernel plus a host driver returning a dict of compact numpy arrays (inputs where they cannot
-be regenerated, outputs, design metadata); :mod:`gpu.gpu_run` runs them on the device and :mod:`gpu.fit`
+be regenerated, outputs, design metadata); :mod:`simfloat_gpu.campaign.gpu_run` runs them on the device and
+:mod:`simfloat_gpu.campaign.fit`
 analyses them on a CPU.
 
 1. **dot** (:func:`dot_variant`): ``C = tl.dot(A, B, C0)`` for bf16, fp16, tf32 (fp32 operands,
@@ -29,7 +30,8 @@ analyses them on a CPU.
    (i, j), twice, at different rows.
 
 Without a GPU the drivers run under the faithful interpreter (``TRITON_INTERPRET=1`` set before triton is
-imported), which is how ``gpu_run --cpu-smoke`` and the tests exercise them; ``gpu.fit`` then recovers the
+imported), which is how ``gpu_run --cpu-smoke`` and the tests exercise them; ``simfloat_gpu.campaign.fit`` then
+recovers the
 interpreter's own models.
 """
 
@@ -304,7 +306,7 @@ def _dot_kernel() -> Any:
 def _ctx(device: str, faithful_kwargs: dict[str, Any] | None) -> Any:
     if device == "cuda":
         return contextlib.nullcontext()
-    from gpu.interpreter import faithful
+    from simfloat_gpu.interpreter import faithful
 
     return faithful(**(faithful_kwargs or {}))
 
@@ -791,13 +793,13 @@ def _launch_spec(spec: tuple) -> str:
     g = torch.Generator().manual_seed(0)
     shape = (1, 1, 2 * max(bm, bn), d)
     if kind == "flash":
-        from gpu.flash_attention import flash_attention
+        from simfloat_gpu.kernels.flash_attention import flash_attention
 
         dt = torch.bfloat16 if fmt == "bf16" else torch.float16
         q, k, v = (torch.randn(shape, generator=g).to(dt).cuda() for _ in range(3))
         flash_attention(q, k, v, block_m=bm, block_n=bn)
         return "_attn_fwd"
-    from gpu.int8_attention import int8_attention
+    from simfloat_gpu.kernels.int8_attention import int8_attention
 
     q, k, v = (torch.randn(shape, generator=g).half().cuda() for _ in range(3))
     int8_attention(q, k, v, block_m=bm, block_n=bn, variant="int8")
@@ -814,7 +816,7 @@ def _compile_spec(spec: tuple, capability: int = 90) -> tuple[str, bytes]:
 
     _, kind, fmt, bm, bn, d = spec
     if kind == "flash":
-        import gpu.flash_attention as fa
+        import simfloat_gpu.kernels.flash_attention as fa
 
         fn = fa._attn_fwd
         ptrs = {"Q": f"*{fmt}", "K": f"*{fmt}", "V": f"*{fmt}", "Out": f"*{fmt}", "M": "*fp32", "L": "*fp32"}
@@ -828,7 +830,7 @@ def _compile_spec(spec: tuple, capability: int = 90) -> tuple[str, bytes]:
             RESCALE_THRESHOLD=0.0,
         )
     else:
-        import gpu.int8_attention as ia
+        import simfloat_gpu.kernels.int8_attention as ia
 
         fn = ia._int8_attn_fwd
         ptrs = {
@@ -915,12 +917,12 @@ def isa_probe(
 
 
 # ----------------------------------------------------------------------------------------------------
-# command line (each probe on its own; gpu.gpu_run runs them all)
+# command line (each probe on its own; simfloat_gpu.campaign.gpu_run runs them all)
 # ----------------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu.probes", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "simfloat-gpu probe") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("probe", choices=("isa", "dot", "exp", "sum"))
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--compile-only", action="store_true", help="isa: cross-compile for sm_90, launch nothing")
