@@ -116,27 +116,27 @@ def lane(fmt: FloatFormat, mode: int) -> Lane:
 
 
 @ljit
-def _pow2(k):  # type: ignore[no-untyped-def]
+def _pow2(k):
     """2**k for -1022 <= k <= 1023, from bits."""
     return bits_f64(np.uint64(k + 1023) << _B52)
 
 
 @ljit
-def pow2_of(x):  # type: ignore[no-untyped-def]
+def pow2_of(x):
     """2**floor(log2 |x|) for a normal float64 x: x with its sign and fraction cleared (0 for zeros and float64
     subnormals, inf for inf and NaN)."""
     return bits_f64(f64_bits(x) & _EXP_MASK)
 
 
 @ljit
-def recip_pow2(p):  # type: ignore[no-untyped-def]
+def recip_pow2(p):
     """1 / p for a power of two p whose reciprocal is a normal float64, by integer subtraction of bits (cheaper
     than a division, which has no fast vector form)."""
     return bits_f64(_RECIP - f64_bits(p))
 
 
 @ljit
-def _finish(v, x, r):  # type: ignore[no-untyped-def]
+def _finish(v, x, r):
     """``v``, the rounding of ``x`` to the format's grid, with the format's rules applied as selects: native
     lanes keep x; overflow, flush-to-zero, unsigned zero and infinite inputs."""
     v = x if r.native else v
@@ -151,7 +151,7 @@ def _finish(v, x, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def lround(x, r):  # type: ignore[no-untyped-def]
+def lround(x, r):
     """``x`` rounded into the lane's format and mode: round_exact(x, 0, ...) for ``r.fast`` lanes.
 
     Straight-line code: every mode's candidate is computed and the lane's is selected (a branch on the mode
@@ -177,7 +177,7 @@ def lround(x, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def lround_ne(x, r):  # type: ignore[no-untyped-def]
+def lround_ne(x, r):
     """:func:`lround` for a lane whose mode is nearest-even (fewer operations: callers dispatch on the mode
     outside their loops)."""
     big = min(max(pow2_of(x), r.tiny), r.top)
@@ -187,7 +187,7 @@ def lround_ne(x, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def lround_rz(x, r):  # type: ignore[no-untyped-def]
+def lround_rz(x, r):
     """:func:`lround` for a lane whose mode is toward zero (fewer operations: callers dispatch on the mode
     outside their loops)."""
     big = min(max(pow2_of(x), r.tiny), r.top)
@@ -196,7 +196,7 @@ def lround_rz(x, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def ro_fold(s, e):  # type: ignore[no-untyped-def]
+def ro_fold(s, e):
     """The exact value ``s + e`` (``|e| <= ulp(s) / 2``) rounded to odd at float64 precision."""
     b = f64_bits(s)
     up = (e > 0.0) == (s > 0.0)
@@ -205,7 +205,7 @@ def ro_fold(s, e):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def lround_exact(s, e, r):  # type: ignore[no-untyped-def]
+def lround_exact(s, e, r):
     """The exact value ``s + e`` (``s = fl(s + e)``) rounded once: round_exact(s, sticky(s, e), ...)."""
     if r.native:
         return s
@@ -213,7 +213,7 @@ def lround_exact(s, e, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def ladd(a, b, r):  # type: ignore[no-untyped-def]
+def ladd(a, b, r):
     """round(a + b), one rounding (TwoSum)."""
     s = a + b
     bb = s - a
@@ -223,7 +223,7 @@ def ladd(a, b, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def lmul(a, b, r):  # type: ignore[no-untyped-def]
+def lmul(a, b, r):
     """round(a * b), one rounding (the FMA residual is the product's exact tail)."""
     p = a * b
     e = fma64(a, b, -p)
@@ -232,14 +232,14 @@ def lmul(a, b, r):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def lfma(a, b, c, r):  # type: ignore[no-untyped-def]
+def lfma(a, b, c, r):
     """round(a * b + c), one rounding, for operands whose product is exact in float64 (<= 26-bit significands,
     e.g. any float32 values): the caller guarantees it."""
     return ladd(a * b, c, r)
 
 
 @ljit
-def ldiv(a, b, r):  # type: ignore[no-untyped-def]
+def ldiv(a, b, r):
     """round(a / b): the sign of the exact residual ``a - q*b`` says on which side of ``q`` the quotient lies
     (never exactly half an ulp away)."""
     q = a / b

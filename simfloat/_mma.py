@@ -91,7 +91,7 @@ class Work(NamedTuple):
 
 
 @jit
-def work(n):  # type: ignore[no-untyped-def]
+def work(n):
     """Scratch for rows of up to ``n`` outputs."""
     return Work(
         np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.float32)
@@ -176,7 +176,7 @@ def mma(model: Model) -> MMA:
 
 
 @jit
-def _opnd_pow(x, emin):  # type: ignore[no-untyped-def]
+def _opnd_pow(x, emin):
     if x == 0.0:
         return 0.0
     if x - x != 0.0:
@@ -185,7 +185,7 @@ def _opnd_pow(x, emin):  # type: ignore[no-untyped-def]
 
 
 @jit
-def operand_powers(x, out, emin):  # type: ignore[no-untyped-def]
+def operand_powers(x, out, emin):
     """``2**max(floor(log2 |x|), emin_exp)`` of the flat array ``x`` (``emin = 2**emin_exp``): the weight a
     tensor core aligns an operand by; 0 for zeros, inf for inf/NaN."""
     for i in range(x.size):
@@ -197,7 +197,7 @@ def operand_powers(x, out, emin):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _round_flat(x, out, r, p, mode):  # type: ignore[no-untyped-def]
+def _round_flat(x, out, r, p, mode):
     if r.fast:
         for i in range(x.size):
             out[i] = lround(x[i], r)
@@ -217,7 +217,7 @@ def round_operands(x: np.ndarray, mp: MMA) -> np.ndarray:
 
 
 @jit
-def _narrow(x):  # type: ignore[no-untyped-def]
+def _narrow(x):
     for i in range(x.size):
         v = x[i]
         if v - v == 0.0 and v != 0.0:
@@ -237,7 +237,7 @@ def narrow(*arrays: np.ndarray) -> bool:
 
 
 @ljit
-def _raise(m, x):  # type: ignore[no-untyped-def]
+def _raise(m, x):
     """max(m, x) for weights (non-negative, never NaN) as a select whose result is not ``m`` itself: LLVM turns
     ``p[j] = max(p[j], x)`` into a masked store, which is slow on some CPUs; ``m + 0.0`` (the same value) keeps
     the store unconditional."""
@@ -245,7 +245,7 @@ def _raise(m, x):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):  # type: ignore[no-untyped-def]
+def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):
     """em[j] = max(em[j], weight of the product a[k] * B[k, j]) over k in [lo, hi); four k per pass over j."""
     k = lo
     if align_sum:
@@ -277,7 +277,7 @@ def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):  # type: ignore[no-untyped
 
 
 @jit
-def _terms(a, B, sc, tot, lo, hi, n):  # type: ignore[no-untyped-def]
+def _terms(a, B, sc, tot, lo, hi, n):
     """tot[j] += sum over k in [lo, hi) of trunc(a[k] * B[k, j] * sc[j]): integers, so the sum is exact in any
     order; four k per pass over j."""
     k = lo
@@ -298,7 +298,7 @@ def _terms(a, B, sc, tot, lo, hi, n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, align_sum):  # type: ignore[no-untyped-def]
+def _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, align_sum):
     """:func:`_weights` for two rows ``a``, ``a2`` at once (each load of B or EB serves both)."""
     k = lo
     if align_sum:
@@ -340,7 +340,7 @@ def _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, align_sum):  # type: ig
 
 
 @jit
-def _terms2(a, a2, B, sc, sc2, tot, tot2, lo, hi, n):  # type: ignore[no-untyped-def]
+def _terms2(a, a2, B, sc, sc2, tot, tot2, lo, hi, n):
     """:func:`_terms` for two rows ``a``, ``a2`` at once (each load of B serves both)."""
     k = lo
     while k + 4 <= hi:
@@ -367,7 +367,7 @@ def _terms2(a, a2, B, sc, sc2, tot, tot2, lo, hi, n):  # type: ignore[no-untyped
 
 
 @jit
-def _scales(c, n, mp, w):  # type: ignore[no-untyped-def]
+def _scales(c, n, mp, w):
     """From the alignment weights ``w.em``: the scale 2**F / em of every term, the scale back em / 2**F, and the
     incoming accumulator's own term ``trunc(c * scale)``."""
     em, sc, back, tot = w.em, w.sc, w.back, w.tot
@@ -382,7 +382,7 @@ def _scales(c, n, mp, w):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _normalize(c, n, r, w):  # type: ignore[no-untyped-def]
+def _normalize(c, n, r, w):
     """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
     dispatched here, outside the loop)."""
     tot, back = w.tot, w.back
@@ -398,7 +398,7 @@ def _normalize(c, n, r, w):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):  # type: ignore[no-untyped-def]
+def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     """One block-FMA step, k in [lo, hi) (at most one block), for outputs c[:n] (updated in place). Alignment
     weights are powers of two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see
     simfloat._lanes). The caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
@@ -412,7 +412,7 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):  # type: ignore[no-untyped-d
 
 
 @jit
-def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):  # type: ignore[no-untyped-def]
+def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):
     """:func:`_block_step` for two rows (``a`` into ``c`` with scratch ``w``, ``a2`` into ``c2`` with ``w2``),
     the same bits as two calls."""
     em, em2 = w.em, w2.em
@@ -428,7 +428,7 @@ def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):  # type: i
 
 
 @jit
-def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):
     """Block-FMA steps over k in [k0, k1) for outputs c[:n] (updated in place), block by block."""
     lo = k0
     while lo < k1:
@@ -438,7 +438,7 @@ def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-de
 
 
 @jit
-def _tame(x, n):  # type: ignore[no-untyped-def]
+def _tame(x, n):
     """x[:n] zero or of magnitude within 2**+-450: products of two stay within 2**+-900."""
     ok = True
     for j in range(n):
@@ -448,7 +448,7 @@ def _tame(x, n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _on_grid(c, n, r):  # type: ignore[no-untyped-def]
+def _on_grid(c, n, r):
     """Whether c[:n] are values of the lane's format (NaN aside)."""
     ok = True
     for j in range(n):
@@ -458,7 +458,7 @@ def _on_grid(c, n, r):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _fits32(c, n):  # type: ignore[no-untyped-def]
+def _fits32(c, n):
     for j in range(n):
         if np.float64(np.float32(c[j])) != c[j] and c[j] == c[j]:
             return False
@@ -466,7 +466,7 @@ def _fits32(c, n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _seq_row(a, B, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+def _seq_row(a, B, c, n, k0, k1, mp, w):
     """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n (``w``: scratch)."""
     native = mp.native
     if native == N_FMA32 and not _fits32(c, n):
@@ -523,7 +523,7 @@ def _seq_row(a, B, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
+def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):
     if mp.kind == K_BLOCK:
         _block_row(a, ea, B, EB, c, n, k0, k1, mp, w)
     else:
@@ -531,7 +531,7 @@ def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):  # type: ignore[no-untyped-def]
 
 
 @jit
-def row_mma(a, ea, B, EB, c, n, mp, w):  # type: ignore[no-untyped-def]
+def row_mma(a, ea, B, EB, c, n, mp, w):
     """``c[j] = model(c[j] + sum_k a[k] * B[k, j])`` for j < n, as ``dot_acc(a, B[:, j], c[j], mp.ap)``.
 
     Args:
@@ -579,7 +579,7 @@ _GROUP = 16  # rows of a that meet each block of k in turn: the block's rows of 
 
 
 @jit
-def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):  # type: ignore[no-untyped-def]
+def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):
     """:func:`row_mma` for every row of ``a`` (g, K) into ``out`` (g, >= n) under an unchunked fast block-FMA
     model, block of k by block: each block of B is read by all g rows while it is in cache (a row's outputs
     depend only on its own steps, taken in the same order, so the bits are those of row_mma). ``c0`` (g, >= n)
@@ -616,7 +616,7 @@ def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):  # type: ignore
 
 
 @jit
-def _mm_units(lo, hi, a, ea, b, eb, out, mp):  # type: ignore[no-untyped-def]
+def _mm_units(lo, hi, a, ea, b, eb, out, mp):
     m, n = a.shape[1], b.shape[2]
     w = work(n)
     if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
@@ -655,7 +655,7 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
 
 
 @jit
-def _all_f32(x):  # type: ignore[no-untyped-def]
+def _all_f32(x):
     for i in range(x.size):
         v = x[i]
         if np.float64(np.float32(v)) != v and v == v:

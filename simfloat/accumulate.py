@@ -445,7 +445,7 @@ def product_exponent(a: float, b: float, p: float, ap: AccParams) -> int:
 
 
 @jit
-def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:  # type: ignore[no-untyped-def]
+def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:
     """One tensor-core step: c and the exact products a[k]*b[k], k in [lo, hi), aligned to the largest exponent,
     truncated to F fraction bits, summed exactly, normalized and rounded once into the accumulator format."""
     special = c - c != 0.0
@@ -484,7 +484,7 @@ def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:  # ty
 
 
 @jit
-def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:  # type: ignore[no-untyped-def]
+def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:
     if ap.kind == 0:
         for k in range(lo, hi):
             ak = _opnd(a[k], ap)
@@ -505,7 +505,7 @@ def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:  # ty
 
 
 @jit
-def dot_acc(a, b, c: float, ap: AccParams) -> float:  # type: ignore[no-untyped-def]
+def dot_acc(a, b, c: float, ap: AccParams) -> float:
     """``c + sum_k a[k]*b[k]`` under the model ``ap``.
 
     Args:
@@ -532,7 +532,7 @@ def dot_acc(a, b, c: float, ap: AccParams) -> float:  # type: ignore[no-untyped-
 
 
 @jit
-def _matmul_rows(lo, hi, a, b, c, out, ap):  # type: ignore[no-untyped-def]
+def _matmul_rows(lo, hi, a, b, c, out, ap):
     m = a.shape[1]
     n = b.shape[2]
     for r in range(lo, hi):

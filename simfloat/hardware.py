@@ -64,20 +64,20 @@ def ex2_table() -> np.ndarray:
 
 
 @jit
-def _step_ulps(base, off):  # type: ignore[no-untyped-def]
+def _step_ulps(base, off):
     """The float32 ``off`` ulps away from the float32 ``base`` > 0 (|off| <= 2): neighbouring positive float32
     values have consecutive bit patterns, across binades too."""
     return np.float64(bits_f32(np.int32(f32_bits(np.float32(base)) + off)))
 
 
 @jit
-def _pow2(k):  # type: ignore[no-untyped-def]
+def _pow2(k):
     """2**k for -1022 <= k <= 1023 (exact, from bits)."""
     return bits_f64(np.uint64(k + 1023) << np.uint64(52))
 
 
 @jit
-def ex2_approx_f32(x, tab, ftz):  # type: ignore[no-untyped-def]
+def ex2_approx_f32(x, tab, ftz):
     """ex2.approx(.ftz).f32 of a float32 value ``x`` (given as a float), as a float (a float32 value)."""
     if x != x:
         return x
@@ -108,7 +108,7 @@ def ex2_approx_f32(x, tab, ftz):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _ex2_array(x, out, tab, ftz):  # type: ignore[no-untyped-def]
+def _ex2_array(x, out, tab, ftz):
     for n in range(x.size):
         out[n] = ex2_approx_f32(float(x[n]), tab, ftz)
 
@@ -131,7 +131,7 @@ def exp_approx(x: np.ndarray) -> np.ndarray:
 
 
 @jit
-def tl_sum_mma_f32(p, n):  # type: ignore[no-untyped-def]
+def tl_sum_mma_f32(p, n):
     """tl.sum of p[:n] (float32 values as floats) in the measured mma-layout order, fp32 additions."""
     s0 = 0.0
     s1 = 0.0
@@ -172,6 +172,6 @@ def tl_sum_mma_array(p: np.ndarray) -> np.ndarray:
 
 
 @jit
-def _sum_rows(x, out):  # type: ignore[no-untyped-def]
+def _sum_rows(x, out):
     for r in range(x.shape[0]):
         out[r] = tl_sum_mma_f32(x[r], x.shape[1])

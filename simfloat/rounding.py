@@ -276,7 +276,7 @@ _CHUNK = 65536  # elements per parallel task; results never depend on it
 
 
 @jit
-def _round_chunk_exact(x, out, lo, p, mode, seed):  # type: ignore[no-untyped-def]
+def _round_chunk_exact(x, out, lo, p, mode, seed):
     """Elements lo.. of the flat input through :func:`round_exact` (stochastic rounding, and formats the bit
     kernel below does not cover); the stochastic bits are indexed by the flat position."""
     if mode == 6:
@@ -309,44 +309,44 @@ def _round_chunk_exact(x, out, lo, p, mode, seed):  # type: ignore[no-untyped-de
 #   odd: 0, then set bit ``base`` if the low bits were not all 0.
 
 
-def _to_bits_impl(typingctx, x):  # type: ignore[no-untyped-def]
+def _to_bits_impl(typingctx, x):
     width = {types.float32: 32, types.float64: 64}.get(x)
     if width is None:
         return None
     sig = (types.int32 if width == 32 else types.int64)(x)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(width))
 
     return sig, codegen
 
 
-def _from_bits_impl(typingctx, b, like):  # type: ignore[no-untyped-def]
+def _from_bits_impl(typingctx, b, like):
     if like not in (types.float32, types.float64) or not isinstance(b, types.Integer):
         return None
     width = like.bitwidth
     sig = like(b, like)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         v = _resize(builder, args[0], signature.args[0].bitwidth, width)
         return builder.bitcast(v, ir.FloatType() if width == 32 else ir.DoubleType())
 
     return sig, codegen
 
 
-def _narrow_impl(typingctx, v, like):  # type: ignore[no-untyped-def]
+def _narrow_impl(typingctx, v, like):
     if like not in (types.float32, types.float64) or not isinstance(v, types.Integer):
         return None
     width = like.bitwidth
     sig = (types.int32 if width == 32 else types.int64)(v, like)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         return _resize(builder, args[0], signature.args[0].bitwidth, width)
 
     return sig, codegen
 
 
-def _resize(builder, v, src: int, dst: int):  # type: ignore[no-untyped-def]
+def _resize(builder, v, src: int, dst: int):
     if src > dst:
         return builder.trunc(v, ir.IntType(dst))
     if src < dst:
@@ -453,7 +453,7 @@ def _make_bit_params(f: FloatFormat, dtype: np.dtype, mode: int, has_sub: bool) 
 
 
 @jit
-def _round_normal(x, c):  # type: ignore[no-untyped-def]
+def _round_normal(x, c):
     """``x`` rounded into the format and deterministic mode described by ``c``, when ``|x| >= 2**emin`` or
     the format's emin is the input type's (then the bit formula covers everything); other ``x`` come back
     unchanged (:func:`_round_any` rounds those). Specials and overflow included."""
@@ -475,7 +475,7 @@ def _round_normal(x, c):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _round_any(x, c):  # type: ignore[no-untyped-def]
+def _round_any(x, c):
     """``x`` rounded as :func:`_round_normal` does, for every ``x`` also where the format's emin is above the
     input type's: both integers to round (the bit pattern, and for ``|x| < 2**emin`` the scaled
     ``trunc(|x| * 2**(F - emin))`` with its sticky bit) are computed and one is selected, so that one rounding
@@ -506,19 +506,19 @@ def _round_any(x, c):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _pass_normal(x, out, c):  # type: ignore[no-untyped-def]
+def _pass_normal(x, out, c):
     for i in range(x.size):
         out[i] = _round_normal(x[i], c)
 
 
 @jit
-def _pass_any(x, out, c):  # type: ignore[no-untyped-def]
+def _pass_any(x, out, c):
     for i in range(x.size):
         out[i] = _round_any(x[i], c)
 
 
 @jit
-def _round_chunk_bits(x, out, c):  # type: ignore[no-untyped-def]
+def _round_chunk_bits(x, out, c):
     """Round a contiguous chunk (``out`` may be ``x``). Values below 2**emin (target subnormals, zeros)
     need the second formula only where emin is above the input type's."""
     if c.has_sub:
@@ -528,7 +528,7 @@ def _round_chunk_bits(x, out, c):  # type: ignore[no-untyped-def]
 
 
 @pjit
-def _round_flat(x, out, c, p, mode, seed):  # type: ignore[no-untyped-def]
+def _round_flat(x, out, c, p, mode, seed):
     """Round the flat array ``x`` into ``out`` in parallel chunks: with the bit kernel when ``c.ok``,
     else with round_exact (one driver for both: each parallel driver costs seconds of compilation)."""
     n = x.size

@@ -92,7 +92,7 @@ class Operands(NamedTuple):
 
 
 @jit
-def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
+def _cast(x, lo, n, r, o):
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
     if r.fast and r.mode == 0:
         for j in range(lo, lo + n):
@@ -106,7 +106,7 @@ def _cast(x, lo, n, r, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _scale_by(x, n, w, r, o):  # type: ignore[no-untyped-def]
+def _scale_by(x, n, w, r, o):
     """x[:n] = op(x[:n] * w)."""
     if r.fast:
         for j in range(n):
@@ -117,7 +117,7 @@ def _scale_by(x, n, w, r, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _divide(x, n, d, r, o):  # type: ignore[no-untyped-def]
+def _divide(x, n, d, r, o):
     """x[:n] = op(x[:n] / d)."""
     if r.fast:
         for j in range(n):
@@ -128,7 +128,7 @@ def _divide(x, n, d, r, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _weights_of(x, w, n, emin):  # type: ignore[no-untyped-def]
+def _weights_of(x, w, n, emin):
     """Alignment weights of x[:n] (operand_powers for values of formats within 2**+-900: zeros 0, inf/NaN
     inf)."""
     for j in range(n):
@@ -138,7 +138,7 @@ def _weights_of(x, w, n, emin):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _exp_of(x, n, e, r, o, tab):  # type: ignore[no-untyped-def]
+def _exp_of(x, n, e, r, o, tab):
     """x[:n] = op(exp2(x)) (``e``: exp2, else exp); ``tab`` non-empty: the measured ex2.approx.ftz.f32."""
     if not r.fast:
         for j in range(n):
@@ -162,7 +162,7 @@ def _exp_of(x, n, e, r, o, tab):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _seq_sum(x, n, r, o, native32):  # type: ignore[no-untyped-def]
+def _seq_sum(x, n, r, o, native32):
     """op(... op(op(x0 + x1) + x2) ...) from 0, left to right."""
     s = 0.0
     if native32:
@@ -180,12 +180,12 @@ def _seq_sum(x, n, r, o, native32):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def _add32(a, b):  # type: ignore[no-untyped-def]
+def _add32(a, b):
     return np.float64(np.float32(a) + np.float32(b))
 
 
 @jit
-def tree_sum(p, n, r, o, wn, native32):  # type: ignore[no-untyped-def]
+def tree_sum(p, n, r, o, wn, native32):
     """The H200's tl.sum order over p[:n] (simfloat.attention._kernels.row_sum, order 1), with float32 additions
     when ``native32`` (the op is float32 nearest-even and the values are float32 values)."""
     if not native32:
@@ -231,7 +231,7 @@ def tree_sum(p, n, r, o, wn, native32):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _row_max(x, lo, n):  # type: ignore[no-untyped-def]
+def _row_max(x, lo, n):
     m = _NINF
     for j in range(lo, lo + n):
         m = fmax(m, x[j])
@@ -255,7 +255,7 @@ class FlashScratch(NamedTuple):
 
 
 @jit
-def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):  # type: ignore[no-untyped-def]
+def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
     """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
     if contract:
         if fma_exact and r.fast:
@@ -273,7 +273,7 @@ def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):  # type: ignore[no-
 
 
 @ljit
-def _scores(x, s, nv, m_sub, eng):  # type: ignore[no-untyped-def]
+def _scores(x, s, nv, m_sub, eng):
     """T6, T7: x[:nv] = exp(scale(fma(s, qk_scale, -m_sub)))."""
     pp, ln = eng.pp, eng.ln
     _scaled(x, s, nv, pp.qk_scale, m_sub, pp.contract, eng.fma_exact, ln.scale, pp.scale)
@@ -281,7 +281,7 @@ def _scores(x, s, nv, m_sub, eng):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def _flash_step(b, i, r, jt, xs, eng, sc):  # type: ignore[no-untyped-def]
+def _flash_step(b, i, r, jt, xs, eng, sc):
     """T2..T14 for query row i (row r of its q tile) of lead b and key tile jt; updates sc.m/l/acc[r]."""
     pp, ln = eng.pp, eng.ln
     bn, seq_k = eng.bn, eng.seq_k
@@ -353,7 +353,7 @@ def _flash_step(b, i, r, jt, xs, eng, sc):  # type: ignore[no-untyped-def]
 
 
 @jit
-def flash_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-def]
+def flash_units(lo, hi, xs, out, m_out, l_out, eng):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles). As in the kernel,
     a q tile's rows meet the key tiles one at a time (the tile's K^T and V stay in cache for all its rows)."""
     pp, ln = eng.pp, eng.ln
@@ -400,7 +400,7 @@ def flash_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-
 
 
 @jit
-def baseline_units(lo, hi, xs, out, eng):  # type: ignore[no-untyped-def]
+def baseline_units(lo, hi, xs, out, eng):
     """Rows ``[lo, hi)`` of the flattened (lead, query) grid: full scores, softmax, P.V (see baseline.py)."""
     pp, ln = eng.pp, eng.ln
     seq_q, dv = out.shape[1], out.shape[2]

@@ -25,13 +25,13 @@ _Z = np.uint64(0)
 
 
 @jit
-def rnd(x, o):  # type: ignore[no-untyped-def]
+def rnd(x, o):
     """``x`` rounded into the op's format (a cast)."""
     return round_exact(x, 0, o.p, o.mode, _Z)
 
 
 @jit
-def add(a, b, o):  # type: ignore[no-untyped-def]
+def add(a, b, o):
     """round(a + b)."""
     s = a + b
     if s - s != 0.0:  # inf/NaN
@@ -42,13 +42,13 @@ def add(a, b, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def sub(a, b, o):  # type: ignore[no-untyped-def]
+def sub(a, b, o):
     """round(a - b)."""
     return add(a, -b, o)
 
 
 @jit
-def mul(a, b, o):  # type: ignore[no-untyped-def]
+def mul(a, b, o):
     """round(a * b)."""
     r = a * b
     if r - r != 0.0 or r == 0.0:
@@ -57,7 +57,7 @@ def mul(a, b, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def div(a, b, o):  # type: ignore[no-untyped-def]
+def div(a, b, o):
     """round(a / b): the residual a - r*b is exact, its sign (times b's) is the tail's sign; never a tie."""
     r = a / b
     if r - r != 0.0 or r == 0.0:
@@ -68,25 +68,25 @@ def div(a, b, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fma(a, b, c, o):  # type: ignore[no-untyped-def]
+def fma(a, b, c, o):
     """round(a * b + c), one rounding."""
     return _fused_step(c, a, b, o.p, o.mode)
 
 
 @jit
-def exp(x, o):  # type: ignore[no-untyped-def]
+def exp(x, o):
     """round(e**x)."""
     return rnd(math.exp(x), o)
 
 
 @jit
-def exp2(x, o):  # type: ignore[no-untyped-def]
+def exp2(x, o):
     """round(2**x)."""
     return rnd(math.exp2(x), o)
 
 
 @jit
-def exp2_hw(x, o, tab):  # type: ignore[no-untyped-def]
+def exp2_hw(x, o, tab):
     """round(2**x) (``tab`` empty), else round(ex2.approx.ftz.f32(x)) with the measured table
     (simfloat.hardware)."""
     if tab.size == 0:
@@ -95,7 +95,7 @@ def exp2_hw(x, o, tab):  # type: ignore[no-untyped-def]
 
 
 @jit
-def row_sum(p, n, o, order, warps_n):  # type: ignore[no-untyped-def]
+def row_sum(p, n, o, order, warps_n):
     """sum of p[:n], each addition rounded by ``o``. order 0: left to right. order 1: the H200's tl.sum over
     the mma accumulator layout with ``warps_n`` warps along the row (simfloat.hardware): lane t of warp w sums
     its columns 8w + 2t + 8*warps_n*r (and + 1) left to right, then the lane butterfly (xor 2, xor 1):
@@ -130,7 +130,7 @@ def row_sum(p, n, o, order, warps_n):  # type: ignore[no-untyped-def]
 
 
 @jit
-def dot64(a, b, c):  # type: ignore[no-untyped-def]
+def dot64(a, b, c):
     """c + sum a[k]*b[k] as a plain float64 loop (the tracer's reference for dots)."""
     for j in range(a.shape[0]):
         c += a[j] * b[j]
@@ -138,7 +138,7 @@ def dot64(a, b, c):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fmax(a, b):  # type: ignore[no-untyped-def]
+def fmax(a, b):
     """max propagating NaN (from either side)."""
     if a != a or b != b:
         return a + b

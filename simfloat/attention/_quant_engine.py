@@ -124,7 +124,7 @@ class QScratch(NamedTuple):
 
 
 @jit
-def _mul_each(x, y, y0, n, r, o):  # type: ignore[no-untyped-def]
+def _mul_each(x, y, y0, n, r, o):
     """x[:n] = op(x[:n] * y[y0:y0+n])."""
     if r.fast:
         for j in range(n):
@@ -135,7 +135,7 @@ def _mul_each(x, y, y0, n, r, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _acc_update(acc, y, n, alpha, contract, exact, r, o):  # type: ignore[no-untyped-def]
+def _acc_update(acc, y, n, alpha, contract, exact, r, o):
     """acc[:n] = op(fma(acc, alpha, y)) (contract) or op(op(acc * alpha) + y)."""
     if contract:
         if exact and r.fast:
@@ -153,7 +153,7 @@ def _acc_update(acc, y, n, alpha, contract, exact, r, o):  # type: ignore[no-unt
 
 
 @jit
-def _fma_scaled(acc, y, vs, n, exact, r, o):  # type: ignore[no-untyped-def]
+def _fma_scaled(acc, y, vs, n, exact, r, o):
     """acc[:n] = op(fma(y, vs, acc)) (the ``scaled`` P.V update; acc already holds acc * alpha)."""
     if exact and r.fast:
         for j in range(n):
@@ -164,7 +164,7 @@ def _fma_scaled(acc, y, vs, n, exact, r, o):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def _int_rule(y, qmax, rule):  # type: ignore[no-untyped-def]
+def _int_rule(y, qmax, rule):
     """clamp(round_rule(y), +-qmax) (nearest-even, nearest-away, toward zero), branch-free."""
     a = np.floor(np.abs(y) + 0.5)
     away = a if y >= 0.0 else -a
@@ -175,7 +175,7 @@ def _int_rule(y, qmax, rule):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _p_codes(p, pc, nv, eng):  # type: ignore[no-untyped-def]
+def _p_codes(p, pc, nv, eng):
     """pc[:nv] = P's codes of p[:nv] (quantized.py's p_quant): int: ``t = pre(p)``, half_up
     ``trunc(arith(t * qmax + 0.5))`` (one rounding) or half_up_unfused (two), else
     ``round_rule(arith(t * qmax))``, clamped to +-qmax; float: ``code(pre(p))``; none: p."""
@@ -216,7 +216,7 @@ def _p_codes(p, pc, nv, eng):  # type: ignore[no-untyped-def]
 
 
 @ljit
-def _quant_step(b, i, r, jt, xs, eng, sc):  # type: ignore[no-untyped-def]
+def _quant_step(b, i, r, jt, xs, eng, sc):
     """Query row i (row r of its q tile) of lead b against key tile jt: scores, dequantization, softmax state,
     P's quantizer, row sum and P.V update (INT8 T2..T19 / FP8 T2..T11); updates sc.m/l/acc[r]."""
     qp, ln = eng.qp, eng.ln
@@ -295,7 +295,7 @@ def _quant_step(b, i, r, jt, xs, eng, sc):  # type: ignore[no-untyped-def]
 
 
 @jit
-def quant_units(lo, hi, xs, out, m_out, l_out, eng):  # type: ignore[no-untyped-def]
+def quant_units(lo, hi, xs, out, m_out, l_out, eng):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles); a q tile's rows
     meet the key tiles one at a time, then the epilogue (into_acc: V's descale; ``normalize(acc / l)``;
     ``out``)."""

@@ -108,13 +108,13 @@ class QParams(NamedTuple):
 
 
 @jit
-def _pow2(k):  # type: ignore[no-untyped-def]
+def _pow2(k):
     """2**k for |k| <= 1000 (exact, from bits)."""
     return bits_f64(np.uint64(k + 1023) << np.uint64(52))
 
 
 @jit
-def _grid(x, p, mode, exact):  # type: ignore[no-untyped-def]
+def _grid(x, p, mode, exact):
     """(ok, x rounded into format p) by the shortcut, ok False where it does not apply."""
     m = p.mantissa_bits
     if m >= 52 or (mode != 0 and mode != 2):
@@ -146,14 +146,14 @@ def _grid(x, p, mode, exact):  # type: ignore[no-untyped-def]
 
 
 @jit
-def frnd(x, o):  # type: ignore[no-untyped-def]
+def frnd(x, o):
     """_kernels.rnd."""
     ok, r = _grid(x, o.p, o.mode, True)
     return r if ok else rnd(x, o)
 
 
 @jit
-def fmul(a, b, o):  # type: ignore[no-untyped-def]
+def fmul(a, b, o):
     """_kernels.mul."""
     r0 = a * b
     ok, r = _grid(r0, o.p, o.mode, fma64(a, b, -r0) == 0.0)
@@ -161,7 +161,7 @@ def fmul(a, b, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fdiv(a, b, o):  # type: ignore[no-untyped-def]
+def fdiv(a, b, o):
     """_kernels.div."""
     r0 = a / b
     ok, r = _grid(r0, o.p, o.mode, fma64(-r0, b, a) == 0.0)
@@ -169,7 +169,7 @@ def fdiv(a, b, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fadd(a, b, o):  # type: ignore[no-untyped-def]
+def fadd(a, b, o):
     """_kernels.add."""
     s = a + b
     bb = s - a
@@ -179,13 +179,13 @@ def fadd(a, b, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fsub(a, b, o):  # type: ignore[no-untyped-def]
+def fsub(a, b, o):
     """_kernels.sub."""
     return fadd(a, -b, o)
 
 
 @jit
-def ffma(a, b, c, o):  # type: ignore[no-untyped-def]
+def ffma(a, b, c, o):
     """_kernels.fma."""
     p = a * b
     if fma64(a, b, -p) == 0.0:
@@ -199,7 +199,7 @@ def ffma(a, b, c, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fexp2(x, o):  # type: ignore[no-untyped-def]
+def fexp2(x, o):
     """_kernels.exp2 (libm's value rounded as if exact)."""
     y = math.exp2(x)
     ok, r = _grid(y, o.p, o.mode, True)
@@ -207,7 +207,7 @@ def fexp2(x, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fexp(x, o):  # type: ignore[no-untyped-def]
+def fexp(x, o):
     """_kernels.exp."""
     y = math.exp(x)
     ok, r = _grid(y, o.p, o.mode, True)
@@ -220,7 +220,7 @@ def fexp(x, o):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _expo(x):  # type: ignore[no-untyped-def]
+def _expo(x):
     """floor(log2 |x|) of a nonzero finite float64."""
     e = np.int64((f64_bits(x) >> np.uint64(52)) & np.uint64(0x7FF))
     if e == 0:
@@ -229,7 +229,7 @@ def _expo(x):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _block3(A, a0, a1, B, b0, b1, c, ap):  # type: ignore[no-untyped-def]
+def _block3(A, a0, a1, B, b0, b1, c, ap):
     """The BlockFMA model of :mod:`simfloat.accumulate` (unchunked, no input format) on the exact float64
     products, without its per-product ldexp; non-finite values and extreme exponents continue in the
     generic code from the current block."""
@@ -275,7 +275,7 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):  # type: ignore[no-untyped-def]
 
 
 @jit
-def dot3(A, a0, a1, B, b0, b1, c, ap, kind):  # type: ignore[no-untyped-def]
+def dot3(A, a0, a1, B, b0, b1, c, ap, kind):
     """``c + A[a0, a1, :] . B[b0, b1, :]`` under the model ``ap``, bit for bit as
     :func:`simfloat.accumulate.dot_acc`, by the fast path ``kind`` chosen in Python (no array views: numba's
     reference counting of views costs more than a short dot):
@@ -306,7 +306,7 @@ def dot3(A, a0, a1, B, b0, b1, c, ap, kind):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _int_code(y, qmax, rule):  # type: ignore[no-untyped-def]
+def _int_code(y, qmax, rule):
     if rule == R_NEAREST_EVEN:
         r = np.rint(y)
     elif rule == R_NEAREST_AWAY:
@@ -318,7 +318,7 @@ def _int_code(y, qmax, rule):  # type: ignore[no-untyped-def]
 
 
 @jit
-def quant_elems(x, scale, codes, kind, arith, code_op, qmax, rule):  # type: ignore[no-untyped-def]
+def quant_elems(x, scale, codes, kind, arith, code_op, qmax, rule):
     """Codes of the flat arrays ``x`` (already cast by the quantizer's ``pre``) with per-element ``scale``:
     ``y = arith(x / scale)``; INT: ``clamp(round_rule(y), +-qmax)``; FLOAT: ``code_op(clamp(y, +-qmax))``
     (with qmax <= 0: no clamp, the cast's own overflow policy)."""
@@ -334,14 +334,14 @@ def quant_elems(x, scale, codes, kind, arith, code_op, qmax, rule):  # type: ign
 
 
 @jit
-def scales_from_amax(amax, out, qmax, arith):  # type: ignore[no-untyped-def]
+def scales_from_amax(amax, out, qmax, arith):
     """``arith(amax / qmax)``, 1.0 for an all-zero group (the kernels' Q3 / F2)."""
     for g in range(amax.shape[0]):
         out[g] = 1.0 if amax[g] == 0.0 else fdiv(amax[g], qmax, arith)
 
 
 @jit
-def p_quant(p, pp):  # type: ignore[no-untyped-def]
+def p_quant(p, pp):
     """P's code: K_INT: ``t = pre(p)``; half_up ``trunc(arith(t * qmax + 0.5))`` (one rounding, the kernel's
     fma16), half_up_unfused ``trunc(arith(arith(t * qmax) + 0.5))``, else ``round_rule(arith(t * qmax))``;
     K_FLOAT: ``code(p)``; K_NONE: p."""
@@ -361,7 +361,7 @@ def p_quant(p, pp):  # type: ignore[no-untyped-def]
 
 
 @jit
-def fixed_codes(x, codes, arith, qmax, rule):  # type: ignore[no-untyped-def]
+def fixed_codes(x, codes, arith, qmax, rule):
     """Fixed-scale integer codes (scale 1/qmax) of the flat array x, as :func:`p_quant` computes them."""
     for e in range(x.shape[0]):
         if rule == R_HALF_UP:
@@ -374,7 +374,7 @@ def fixed_codes(x, codes, arith, qmax, rule):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _p_value(c, pp):  # type: ignore[no-untyped-def]
+def _p_value(c, pp):
     """The value a P code stands for (float64, for traces)."""
     return c / pp.p_qmax if pp.p_kind == K_INT else c
 
@@ -385,12 +385,12 @@ def _p_value(c, pp):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _ex(x, pp):  # type: ignore[no-untyped-def]
+def _ex(x, pp):
     return math.exp2(x) if pp.exp2 else math.exp(x)
 
 
 @jit
-def _shadow(b, t, jt, j0, nv, bn, m_lp, l_lp, acc_lp, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr, ps):  # type: ignore[no-untyped-def]
+def _shadow(b, t, jt, j0, nv, bn, m_lp, l_lp, acc_lp, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr, ps):
     """One key tile of the float64 shadow on the unquantized inputs (exact softmax scale), then the drift of
     the emulated state (m in the kernel's units, l and acc relative to each run's own running max)."""
     smax = _NINF
@@ -418,7 +418,7 @@ def _shadow(b, t, jt, j0, nv, bn, m_lp, l_lp, acc_lp, vs_fin, ms, ls, accs, q64,
 
 
 @jit
-def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs, pp, causal, seq_k, tr):  # type: ignore[no-untyped-def]
+def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs, pp, causal, seq_k, tr):
     """One key tile for row i (steps T1..T20 / T1..T12 of the Triton kernels); returns (m_i, l_i, number of
     visible keys, first key). ``vt`` is (lead * n_kv_tiles, head_dim, block_n): V's codes, tile-transposed;
     ``pc3`` is ``pc`` as (1, 1, block_n)."""
@@ -566,7 +566,7 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs
 
 
 @jit
-def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k64, v64):  # type: ignore[no-untyped-def]
+def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k64, v64):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
     bm, bn, causal, seq_k = geo
     seq_q, dv = qc.shape[1], vt.shape[1]

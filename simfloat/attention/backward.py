@@ -123,7 +123,7 @@ class BwdOperands(NamedTuple):
 
 
 @jit
-def _delta_units(lo, hi, o, do, delta, r, op):  # type: ignore[no-untyped-def]
+def _delta_units(lo, hi, o, do, delta, r, op):
     """D2 for rows [lo, hi) of the flattened (lead, query) grid."""
     seq_q, d = o.shape[1], o.shape[2]
     for u in range(lo, hi):
@@ -140,7 +140,7 @@ def _delta_units(lo, hi, o, do, delta, r, op):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _ds_of(y, p, dp, n, delta, r, op):  # type: ignore[no-untyped-def]
+def _ds_of(y, p, dp, n, delta, r, op):
     """B7: y[:n] = ds(p * ds(dp - delta))."""
     if r.fast:
         for j in range(n):
@@ -151,7 +151,7 @@ def _ds_of(y, p, dp, n, delta, r, op):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _operand_row(x, n, mp, xin, ex):  # type: ignore[no-untyped-def]
+def _operand_row(x, n, mp, xin, ex):
     """x[:n] as the dot reads it (its input format) into xin[:n], with its weights in ex[:n]; returns xin."""
     if mp.in_round:
         for j in range(n):
@@ -165,7 +165,7 @@ def _operand_row(x, n, mp, xin, ex):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _epilogue(x, n, scaled, eng):  # type: ignore[no-untyped-def]
+def _epilogue(x, n, scaled, eng):
     """E1..E3: x[:n] = grad(grad_scale(x * sm_scale)) (``scaled``), else grad(x)."""
     pp, ln = eng.pp, eng.ln
     if scaled:
@@ -174,7 +174,7 @@ def _epilogue(x, n, scaled, eng):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):  # type: ignore[no-untyped-def]
+def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
     """Lead indices [lo, hi): every key tile with its query tiles (see the module docstring)."""
     pp, ln = eng.pp, eng.ln
     bm, bn, seq_q, seq_k = eng.bm, eng.bn, eng.seq_q, eng.seq_k
@@ -249,7 +249,7 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):  # type: ignore[no-untyped-de
 
 
 @jit
-def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):  # type: ignore[no-untyped-def]
+def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):
     """The scalar reference (test oracle) for lead indices [lo, hi): every value by the scalar ops and
     ``dot_acc`` per output, the dots over the kernels' zero-padded tiles, in the kernels' order."""
     bm, bn, causal = geo
@@ -303,7 +303,7 @@ def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):  # t
 
 
 @jit
-def _ref_delta(lo, hi, o, do, delta, op):  # type: ignore[no-untyped-def]
+def _ref_delta(lo, hi, o, do, delta, op):
     """D2 by the scalar ops, rows [lo, hi) of the flattened (lead, query) grid."""
     seq_q = o.shape[1]
     for u in range(lo, hi):

@@ -40,7 +40,7 @@ S_M, S_L, S_ACC, S_OUT = range(4)
 
 
 @jit
-def _shadow(b, t, jv, x, ys, ps, tr):  # type: ignore[no-untyped-def]
+def _shadow(b, t, jv, x, ys, ps, tr):
     """The float64 shadow softmax of row i from the float64 scaled scores ``ys``: P into ``ps``, the drift of
     the row max recorded; returns the shadow row sum."""
     ms = _NINF
@@ -60,7 +60,7 @@ def _shadow(b, t, jv, x, ys, ps, tr):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr):  # type: ignore[no-untyped-def]
+def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_tiles, rows of tile u % n_tiles)."""
     seq_q, seq_k, dv = q.shape[1], k.shape[1], v.shape[2]
     n_qt = (seq_q + ROWS - 1) // ROWS

@@ -56,7 +56,7 @@ S_M, S_L, S_ACC, S_OUT = range(4)
 
 
 @jit
-def _ex(x, pp):  # type: ignore[no-untyped-def]
+def _ex(x, pp):
     return math.exp2(x) if pp.exp2 else math.exp(x)
 
 
@@ -64,7 +64,7 @@ _LOG2E = math.log2(math.e)
 
 
 @jit
-def _exp_op(x, o, pp):  # type: ignore[no-untyped-def]
+def _exp_op(x, o, pp):
     """T7 / T9's exponential into op ``o``: exp2 (``pp.exp2``; ex2.approx.ftz with ``pp.ex2_tab``), tl.exp
     (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed), else ``o(e**x)``."""
     if pp.exp2:
@@ -78,7 +78,7 @@ def _exp_op(x, o, pp):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp, tr):  # type: ignore[no-untyped-def]
+def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp, tr):
     """One key tile of the float64 shadow (same dataflow, same lazy decisions), then the state drift."""
     smax = _NINF
     for jj in range(nv):
@@ -109,7 +109,7 @@ def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp
 
 
 @jit
-def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, wn):  # type: ignore[no-untyped-def]
+def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, wn):
     """T2..T14 for row ``i`` and key tile ``jt``; returns the new (m_i, l_i) and the shadow's."""
     bn = s.shape[0]
     j0 = jt * bn
@@ -238,7 +238,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
 
 
 @jit
-def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):  # type: ignore[no-untyped-def]
+def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):
     """Rows of work ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
     bm, bn, causal, wn = geo
     seq_q, seq_k, dv = q.shape[1], k.shape[1], v.shape[2]

@@ -59,7 +59,7 @@ Fmt = str | FloatFormat
 
 
 @jit
-def _bits(mode, seed, fixed, i):  # type: ignore[no-untyped-def]
+def _bits(mode, seed, fixed, i):
     """Random word of element ``i``: the counter-based stream, or ``seed`` itself when ``fixed`` (used by the
     tests to pin stochastic rounding to its extremes, 0 and 2**64 - 1)."""
     if mode != 6:
@@ -69,7 +69,7 @@ def _bits(mode, seed, fixed, i):  # type: ignore[no-untyped-def]
 
 # -- drivers -------------------------------------------------------------------------------------------------
 @pjit
-def _unary_driver(x, out, p, op, mode, seed, fixed):  # type: ignore[no-untyped-def]
+def _unary_driver(x, out, p, op, mode, seed, fixed):
     n = out.size
     for c in prange((n + _BLOCK - 1) // _BLOCK):
         for i in range(c * _BLOCK, min(n, (c + 1) * _BLOCK)):
@@ -87,7 +87,7 @@ def _unary_driver(x, out, p, op, mode, seed, fixed):  # type: ignore[no-untyped-
 
 
 @pjit
-def _binary_driver(a, b, out, p, op, mode, seed, fixed):  # type: ignore[no-untyped-def]
+def _binary_driver(a, b, out, p, op, mode, seed, fixed):
     n = out.size
     for c in prange((n + _BLOCK - 1) // _BLOCK):
         for i in range(c * _BLOCK, min(n, (c + 1) * _BLOCK)):
@@ -106,7 +106,7 @@ def _binary_driver(a, b, out, p, op, mode, seed, fixed):  # type: ignore[no-unty
 
 
 @pjit
-def _fma_driver(a, b, c, out, p, mode, seed, fixed):  # type: ignore[no-untyped-def]
+def _fma_driver(a, b, c, out, p, mode, seed, fixed):
     n = out.size
     for k in prange((n + _BLOCK - 1) // _BLOCK):
         for i in range(k * _BLOCK, min(n, (k + 1) * _BLOCK)):
@@ -115,7 +115,7 @@ def _fma_driver(a, b, c, out, p, mode, seed, fixed):  # type: ignore[no-untyped-
 
 
 @pjit
-def _sum_driver(x2, out, p, mode, order, fan_in, chunk, seed):  # type: ignore[no-untyped-def]
+def _sum_driver(x2, out, p, mode, order, fan_in, chunk, seed):
     rows, n = x2.shape
     span = np.uint64(4 * n + 4)
     for r in prange(rows):
@@ -123,7 +123,7 @@ def _sum_driver(x2, out, p, mode, order, fan_in, chunk, seed):  # type: ignore[n
 
 
 @pjit
-def _max_driver(x2, out):  # type: ignore[no-untyped-def]
+def _max_driver(x2, out):
     for r in prange(x2.shape[0]):
         out[r] = quiet_nan(max_slice(x2[r]))
 
@@ -157,7 +157,7 @@ def _out_dtype(f: FloatFormat, votes: list[bool | None]) -> type:
     return np.float64
 
 
-def _elementwise(names: tuple[str, ...], args: tuple[object, ...], fmt: Fmt, mode: Mode, seed: int | None):  # type: ignore[no-untyped-def]
+def _elementwise(names: tuple[str, ...], args: tuple[object, ...], fmt: Fmt, mode: Mode, seed: int | None):
     f = _resolve_format(fmt)
     m = _mode(mode)
     ops = [_operand(nm, x) for nm, x in zip(names, args, strict=True)]
