@@ -228,9 +228,9 @@ def _tiles_and_pairs(seq: int, bm: int, bn: int, causal: bool) -> tuple[int, int
 
 
 def estimated_cost(cfg: Config) -> float:
-    """Seconds on one core: interpreter (~22 ms per key tile + the tensor-core dot emulation) + emulator
-    (~0.23 us per q.k.d product pair) + launch overhead. Measured on the development machine; for the grid
-    design only."""
+    """A rough cost model in seconds on one core, used only to order and budget the grid's configs: the
+    interpreter's time per key tile plus its tensor-core dot emulation, the emulator's time per q.k.d product
+    pair, and a launch overhead (constants fitted once by timing the ci grid; they need not be exact)."""
     tiles, pairs = _tiles_and_pairs(cfg.seq, cfg.block_m, cfg.block_n, cfg.causal)
     h = cfg.heads * cfg.batch
     interp = h * tiles * (0.022 + 8.5e-8 * cfg.block_m * cfg.block_n * cfg.head_dim)
