@@ -106,6 +106,13 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         help="flash plan preset (repeatable; default triton-<format> and all-<format>)",
     )
     p.add_argument(
+        "--hardware",
+        metavar="FILE",
+        help="hardware profile (simfloat-gpu fit --profile, or a shipped name: h200, a100, ada, blackwell): "
+        "every triton-<format> plan becomes plan('triton-<format>', hardware=FILE), named <profile>-<format>, "
+        "paired with triton-<format>'s baseline",
+    )
+    p.add_argument(
         "--baseline",
         action="append",
         metavar="[PLAN=]BASELINE",

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import lzma
 import math
 from functools import lru_cache
@@ -30,7 +31,13 @@ import numpy as np
 from simfloat._jit import bits_f32, bits_f64, f32_bits, jit
 
 __all__ = [
+    "H200_EX2_SHA256",
     "ex2_table",
+    "ex2_table_names",
+    "ex2_table_sha256",
+    "pack_ex2_table",
+    "register_ex2_table",
+    "unpack_ex2_table",
     "ex2_approx_f32",
     "ex2_approx",
     "exp_approx",
@@ -43,24 +50,101 @@ __all__ = [
 TWO23 = 8388608
 _DATA = Path(__file__).resolve().parent / "data" / "ex2_h200.bin.xz"
 _MAGIC = b"SFEX2H200v1\n"
+#: :func:`ex2_table_sha256` of the shipped H200 table (a test checks it against the file)
+H200_EX2_SHA256 = "b2f744856b2cd3d80595e30125bff6486a2b84bbeefecca822e3d47fb27168cc"
 _LOG2E_F32 = float(np.float32(1.4426950408889634))
 
 
-@lru_cache(maxsize=1)
-def ex2_table() -> np.ndarray:
-    """int8[2^24]: ulp offsets of T-(f) (first 2^23) and T+(f) (last 2^23) from the correctly rounded value,
-    f = index * 2^-23."""
-    blob = lzma.decompress(_DATA.read_bytes())
-    if not blob.startswith(_MAGIC):
-        raise ValueError(f"{_DATA}: not an ex2 table")
-    packed = np.frombuffer(blob, dtype=np.uint8, offset=len(_MAGIC))
+def unpack_ex2_table(blob: bytes, what: str = "ex2 table") -> np.ndarray:
+    """The int8[2^24] table of an xz blob written by :func:`pack_ex2_table` (read-only).
+
+    Raises:
+        ValueError: ``blob`` (named ``what`` in the message) is not such a table.
+    """
+    try:
+        raw = lzma.decompress(blob)
+    except lzma.LZMAError as exc:
+        raise ValueError(f"{what}: not xz data ({exc})") from None
+    if not raw.startswith(_MAGIC):
+        raise ValueError(f"{what}: not an ex2 table")
+    packed = np.frombuffer(raw, dtype=np.uint8, offset=len(_MAGIC))
     if packed.size != TWO23 // 2:
-        raise ValueError(f"{_DATA}: {packed.size} bytes, expected {TWO23 // 2}")
+        raise ValueError(f"{what}: {packed.size} bytes, expected {TWO23 // 2}")
     out = np.empty(packed.size * 4, dtype=np.int8)
     for k in range(4):
         out[k::4] = ((packed >> (2 * k)) & 3).astype(np.int8) - 2
     out.setflags(write=False)
     return out
+
+
+def _checked_table(table: np.ndarray, what: str) -> np.ndarray:
+    t = np.asarray(table)
+    if t.shape != (2 * TWO23,) or t.dtype != np.int8:
+        raise ValueError(f"{what}: expected int8[{2 * TWO23}], got {t.dtype}{list(t.shape)}")
+    if t.size and (int(t.min()) < -2 or int(t.max()) > 1):
+        raise ValueError(f"{what}: offsets must lie in -2..+1 ulp, got {int(t.min())}..{int(t.max())}")
+    return t
+
+
+def pack_ex2_table(table: np.ndarray) -> bytes:
+    """An ex2 table (int8[2^24]: offsets -2..+1 of T-(f), then T+(f)) as xz bytes, 2 bits per entry.
+
+    Raises:
+        ValueError: wrong shape or dtype, or an offset outside -2..+1.
+    """
+    t = (_checked_table(table, "pack_ex2_table(table)").astype(np.int16) + 2).astype(np.uint8)
+    packed = t[0::4] | (t[1::4] << 2) | (t[2::4] << 4) | (t[3::4] << 6)
+    return lzma.compress(_MAGIC + packed.tobytes(), preset=9 | lzma.PRESET_EXTREME)
+
+
+def ex2_table_sha256(table: np.ndarray) -> str:
+    """sha256 (hex) of an ex2 table's int8 entries: the identity a hardware profile records."""
+    return hashlib.sha256(np.ascontiguousarray(_checked_table(table, "ex2_table_sha256(table)")).tobytes()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _h200_table() -> np.ndarray:
+    return unpack_ex2_table(_DATA.read_bytes(), str(_DATA.name))
+
+
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def register_ex2_table(table: np.ndarray) -> str:
+    """Make an ex2 table usable by name (``Plan.exp2_impl``, :func:`ex2_table`) and return the name:
+    ``"h200"`` if it is the shipped H200 table, else ``"table-<first 16 hex digits of its sha256>"``.
+
+    Raises:
+        ValueError: wrong shape or dtype, or an offset outside -2..+1.
+    """
+    sha = ex2_table_sha256(table)
+    if sha == H200_EX2_SHA256:
+        return "h200"
+    name = f"table-{sha[:16]}"
+    if name not in _TABLES:
+        t = np.array(table, dtype=np.int8)
+        t.setflags(write=False)
+        _TABLES[name] = t
+    return name
+
+
+def ex2_table_names() -> tuple[str, ...]:
+    """The names :func:`ex2_table` knows: ``"h200"`` and those of :func:`register_ex2_table`."""
+    return ("h200", *_TABLES)
+
+
+def ex2_table(name: str = "h200") -> np.ndarray:
+    """int8[2^24]: ulp offsets of T-(f) (first 2^23) and T+(f) (last 2^23) from the correctly rounded value,
+    f = index * 2^-23. ``name``: ``"h200"`` (the shipped H200 table) or a name from :func:`register_ex2_table`.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    if name == "h200":
+        return _h200_table()
+    if name not in _TABLES:
+        raise ValueError(f"unknown ex2 table {name!r}; known: {', '.join(ex2_table_names())}")
+    return _TABLES[name]
 
 
 @jit
@@ -113,12 +197,12 @@ def _ex2_array(x, out, tab, ftz):
         out[n] = ex2_approx_f32(float(x[n]), tab, ftz)
 
 
-def ex2_approx(x: np.ndarray, ftz: bool = True) -> np.ndarray:
-    """The H200's ex2.approx(.ftz).f32 on a float32 array (float32 result). Usable as
-    ``simfloat_gpu.interpreter.faithful(exp2=ex2_approx)``."""
+def ex2_approx(x: np.ndarray, ftz: bool = True, table: str = "h200") -> np.ndarray:
+    """ex2.approx(.ftz).f32 on a float32 array (float32 result), with the named table (:func:`ex2_table`;
+    default the H200's). Usable as ``simfloat_gpu.interpreter.faithful(exp2=ex2_approx)``."""
     xf = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(xf.size, dtype=np.float64)
-    _ex2_array(xf.reshape(-1), out, ex2_table(), bool(ftz))
+    _ex2_array(xf.reshape(-1), out, ex2_table(table), bool(ftz))
     return out.astype(np.float32).reshape(xf.shape)
 
 

@@ -184,7 +184,8 @@ class Plan:
         contract: flash: ``qk*scale - m`` and ``l*alpha + l_ij`` rounded once each (tl.fma / fp fusion).
         normalization: flash: ``"deferred"`` (FA2) or ``"per_step"`` (FA1).
         exp2_impl: flash: ``"correctly_rounded"`` or ``"h200"`` (exp/alpha exp2 through the measured
-            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format).
+            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format), or the name
+            of another ex2 table a hardware profile registered (``"table-<sha256 prefix>"``, same model).
         sum_order: flash: order of the row sum l_ij: ``"sequential"`` or ``"h200-mma"`` (the measured
             tl.sum order over a tile in the tensor-core accumulator layout,
             :func:`simfloat.hardware.tl_sum_mma`).
@@ -229,8 +230,7 @@ class Plan:
                 raise TypeError(f"Plan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         if self.normalization not in ("deferred", "per_step"):
             raise ValueError(f"Plan.normalization must be 'deferred' or 'per_step', got {self.normalization!r}")
-        if self.exp2_impl not in EXP2_IMPLS:
-            raise ValueError(f"Plan.exp2_impl must be one of {EXP2_IMPLS}, got {self.exp2_impl!r}")
+        _check_exp2_impl(self.exp2_impl, "Plan.exp2_impl")
         if self.sum_order not in SUM_ORDERS:
             raise ValueError(f"Plan.sum_order must be one of {SUM_ORDERS}, got {self.sum_order!r}")
         if self.exp_impl not in EXP_IMPLS:
@@ -349,11 +349,20 @@ _NO_TABLE = np.zeros(0, dtype=np.int8)
 
 
 def _ex2_tab(impl: str) -> np.ndarray:
-    if impl == "h200":
-        from simfloat.hardware import ex2_table
+    if impl == "correctly_rounded":
+        return _NO_TABLE
+    from simfloat.hardware import ex2_table
 
-        return ex2_table()
-    return _NO_TABLE
+    return ex2_table(impl)
+
+
+def _check_exp2_impl(impl: object, what: str) -> None:
+    """EXP2_IMPLS, or the name of an ex2 table registered by a hardware profile (simfloat.hardware)."""
+    from simfloat.hardware import ex2_table_names
+
+    if impl not in EXP2_IMPLS and impl not in ex2_table_names():
+        known = EXP2_IMPLS + tuple(n for n in ex2_table_names() if n not in EXP2_IMPLS)
+        raise ValueError(f"{what} must be one of {known} (tables of loaded hardware profiles), got {impl!r}")
 
 
 def _uniform(name: str, fmt: str, dot: Model) -> Plan:
@@ -380,11 +389,42 @@ def _pytorch(fmt: str) -> Plan:
     return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type]
 
 
+def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
+    """triton-<fmt> with a hardware profile's models (simfloat.profiles): the tensor-core model of the
+    profile's wgmma part for the format (else its other parts; absent: the sm90 preset stays), its exp2
+    (``exp2_impl``), its tl.sum rule of the mma layout (``sum_order``) and its FMA contraction fact. A part the
+    profile does not have keeps triton-<fmt>'s default."""
+    from simfloat.profiles import load_profile
+
+    prof = load_profile(hardware)  # type: ignore[arg-type]
+    changes: dict[str, object] = {"name": f"{prof.name}-{fmt}"}
+    if fmt != "fp32":  # triton-fp32's "ieee" dots are FMA loops, no tensor core
+        part = prof.dot(fmt)
+        if part is not None:
+            if not isinstance(part.model, (Sequential, BlockFMA, Chunked)):
+                raise ValueError(
+                    f"hardware profile {prof.name!r}: the {fmt} {part.mma} tensor-core model is a "
+                    f"{type(part.model).__name__}, which attention plans cannot run"
+                )
+            changes["qk"] = changes["pv"] = part.model
+    changes["exp2_impl"] = prof.exp2_impl()
+    mma_sum = prof.sum("mma")
+    if mma_sum is not None:
+        if mma_sum.rule not in SUM_ORDERS:
+            raise ValueError(
+                f"hardware profile {prof.name!r}: the tl.sum order of the mma layout has no plan rule "
+                f"({mma_sum.status}); plans can use {SUM_ORDERS}"
+            )
+        changes["sum_order"] = mma_sum.rule
+    if prof.isa is not None:
+        changes["contract"] = prof.isa.fma_contraction
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
 def _h200(fmt: str) -> Plan:
-    # triton-<fmt> on an H200 (sm_90, triton 3.6), as measured (tests/fixtures/gpu/h200, README
-    # "GPU validation (H200)"): ex2.approx.ftz.f32 for exp2 and the tl.sum order of the mma/wgmma accumulator
-    # layout for l_ij; the dots keep the sm90 tensor-core presets (the best BlockFMA fit of every dot probe).
-    return dataclasses.replace(_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200", sum_order="h200-mma")
+    # triton-<fmt> on an H200 (sm_90, triton 3.6) as measured: the shipped profile simfloat/data/profiles/h200.json
+    # (fitted from tests/fixtures/gpu/h200/probes; README "GPU validation (H200)")
+    return _with_hardware(_triton(fmt), fmt, "h200")
 
 
 @functools.cache
@@ -407,8 +447,13 @@ def presets() -> dict[str, Plan]:
     return dict(_build())
 
 
-def plan(name: str | Plan) -> Plan:
+def plan(name: str | Plan, hardware: object = None) -> Plan:
     """A preset precision plan (a :class:`Plan` is returned unchanged).
+
+    With ``hardware`` (a :class:`simfloat.profiles.HardwareProfile`, a shipped profile's name such as
+    ``"h200"`` or a profile file), a ``triton-<fmt>`` preset becomes ``<profile>-<fmt>``: the profile's
+    tensor-core model, exp2, tl.sum order and FMA contraction in place of the triton defaults (a part the
+    profile lacks keeps the default). ``plan("h200-bf16")`` is ``plan("triton-bf16", hardware="h200")``.
 
     Presets:
         ``fp64``: golden, every op float64 (dots: plain float64 loops, products rounded then added).
@@ -425,9 +470,14 @@ def plan(name: str | Plan) -> Plan:
         fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
 
     Raises:
-        ValueError: unknown name (the message lists the presets).
+        ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a
+            ``triton-<fmt>`` preset, or a profile a plan cannot use (the message names the part).
         TypeError: ``name`` is neither a string nor a Plan.
     """
+    if hardware is not None and not (isinstance(name, str) and name.startswith("triton-")):
+        raise ValueError(
+            f"plan(hardware=...) applies to the triton-<fmt> presets (the Triton flash kernel), got {name!r}"
+        )
     if isinstance(name, Plan):
         return name
     if not isinstance(name, str):
@@ -435,6 +485,8 @@ def plan(name: str | Plan) -> Plan:
     table = presets()
     if name not in table:
         raise ValueError(f"unknown plan {name!r}; presets: {', '.join(table)}")
+    if hardware is not None:
+        return _with_hardware(table[name], name.split("-", 1)[1], hardware)
     return table[name]
 
 
@@ -560,8 +612,7 @@ class BackwardPlan:
         for flag in ("exp2", "contract"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
-        if self.exp2_impl not in EXP2_IMPLS:
-            raise ValueError(f"BackwardPlan.exp2_impl must be one of {EXP2_IMPLS}, got {self.exp2_impl!r}")
+        _check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
 
     def replace(self, **changes: object) -> BackwardPlan:
         """A copy with some ops or flags changed (values as for the constructor).

@@ -226,6 +226,31 @@ def _interrupted(stop: Any, out: Path, head: str, elapsed: float) -> int:
     return 130
 
 
+def _with_hardware(
+    plans: list[str], pairs: dict[str, str], baseline: Any, hardware: str
+) -> tuple[list[Any], Any, dict]:
+    """--hardware: each triton-<f> plan replaced by plan("triton-<f>", hardware=...), paired with the baseline
+    triton-<f> had; returns (plans to run, baseline mapping, pairs by shown name)."""
+    from simfloat.attention import plan
+    from simfloat.profiles import load_profile
+
+    source = Path(hardware) if Path(hardware).is_file() else hardware
+    prof = load_profile(source)  # a bad profile stops here, naming it
+    if not any(p.startswith("triton-") for p in plans):
+        raise ValueError(f"--hardware {hardware}: no triton-<format> plan among {', '.join(plans)} to apply it to")
+    run_plans: list[Any] = []
+    new_pairs: dict[str, str] = {}
+    for p in plans:
+        if p.startswith("triton-"):
+            hp = plan(p, hardware=prof)
+            run_plans.append(hp)
+            new_pairs[hp.name] = pairs[p]
+        else:
+            run_plans.append(p)
+            new_pairs[p] = pairs[p]
+    return run_plans, dict(new_pairs), new_pairs
+
+
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _check_analysis()
@@ -260,6 +285,10 @@ def _run(args: argparse.Namespace) -> int:
     from simfloat.attribution import baseline_plan_for
 
     pairs = {p: baseline_plan_for(p, baseline).name for p in plans}  # unknown plans and pairings stop here
+    run_plans: list[Any] = list(plans)
+    if getattr(args, "hardware", None) is not None:
+        run_plans, baseline, pairs = _with_hardware(plans, pairs, baseline, args.hardware)
+    shown = [getattr(p, "name", p) for p in run_plans]
     kv_heads = heads if getattr(args, "kv_heads", None) is None else int(args.kv_heads)
     from simfloat.attention._inputs import kv_group
 
@@ -272,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
     evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
     head = (
         f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
-        f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(plans)} (baselines: "
+        f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(shown)} (baselines: "
         + ", ".join(f"{a}->{b}" for a, b in pairs.items())
         + ")"
     )
@@ -291,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
             q,
             k,
             v,
-            plans,
+            run_plans,
             baseline=baseline,
             block_m=bm,
             block_n=bn,

@@ -2,7 +2,11 @@
 
     python -m simfloat_gpu.campaign.fit OUT/probes.npz OUT/exp2.npz [OUT/exp2_binades.npz] [OUT/isa.tar.xz] [--save-ex2
     ex2.npz]
-        [--report R]
+        [--report R] [--profile OUT.json [--name NAME]]
+
+With ``--profile``, every part is fitted into a hardware profile (:mod:`simfloat_gpu.campaign.fit_profile`,
+:mod:`simfloat.profiles`) written to OUT.json, with its exp2 table next to it, and the report gives, per part
+and probe, the count of bit-exact outputs.
 
 Inputs are recognised by their keys:
 
@@ -136,34 +140,57 @@ def _predict(model: Any, a: np.ndarray, b: np.ndarray, c0: np.ndarray) -> np.nda
     return matmul(a, b, c0, acc=model)
 
 
-def fit_dot(
-    name: str, v: dict[str, np.ndarray], *, coarse_rows: int = 768, top: int = 3, log: Callable[[str], None] = print
-) -> dict[str, Any]:
-    """Best BlockFMA model for one dot variant (see the module docstring)."""
+def dot_problem(name: str, v: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One dot variant's recorded probe as arrays: ``a`` (rows, 1, K), ``b`` (rows, K, keep), ``c0`` (rows,
+    keep) the designed incoming accumulator, ``c`` (2, rows, keep) the GPU's outputs (launch 0: zero
+    accumulator, 1: ``c0``), ``family`` per row and the ``families`` names."""
     fmt = name.split("_")[0]
-    if "error" in v:
-        return {"variant": name, "error": str(v["error"])}
     a = decode(v["a_bits"], fmt)  # (T, BM, K)
     b = decode(v["b_bits"], fmt)  # (T, K, keep)
     c0 = v["c0"].astype(np.float64)  # (T, BM, keep)
     c = v["c"].astype(np.float64)  # (2, T, BM, keep)
     t, bm, k = a.shape
     rows = int(v["rows"][0])
-    fam = v["family"]
-    fams = [str(x) for x in v["families"]]
-    a2 = a.reshape(t * bm, k)[:rows]
-    b2 = np.repeat(b, bm, axis=0)[:rows]  # (rows, K, keep): each row's own tile of B
-    c0r = c0.reshape(t * bm, -1)[:rows]
-    cr = c.reshape(2, t * bm, -1)[:, :rows]
-    a3 = a2[:, None, :]  # (rows, 1, K)
+    return {
+        "a": a.reshape(t * bm, k)[:rows][:, None, :],
+        "b": np.repeat(b, bm, axis=0)[:rows],  # each row's own tile of B
+        "c0": c0.reshape(t * bm, -1)[:rows],
+        "c": c.reshape(2, t * bm, -1)[:, :rows],
+        "family": v["family"],
+        "families": [str(x) for x in v["families"]],
+        "rows": rows,
+    }
+
+
+def score_dot(model: Any, prob: dict[str, Any], sel: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Bitwise agreement of ``model`` with a :func:`dot_problem` on the rows ``sel`` (default all): the mean
+    and the (2, rows, keep) boolean array (zero and designed incoming accumulator)."""
+    sel = np.arange(prob["rows"]) if sel is None else sel
+    c0 = prob["c0"][sel]
+    eq = []
+    for launch, cin in ((0, np.zeros_like(c0)), (1, c0)):
+        pred = _predict(model, prob["a"][sel], prob["b"][sel], cin[:, None, :])[:, 0, :]
+        eq.append(pred == prob["c"][launch, sel])
+    e = np.stack(eq)
+    return float(e.mean()), e
+
+
+def fit_dot(
+    name: str, v: dict[str, np.ndarray], *, coarse_rows: int = 768, top: int = 3, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Best BlockFMA model for one dot variant (see the module docstring). The result holds the best
+    model's label and (``"model"``) the model itself, its agreement and (``"exact"``, ``"total"``) the count
+    of bit-exact outputs."""
+    fmt = name.split("_")[0]
+    if "error" in v:
+        return {"variant": name, "error": str(v["error"])}
+    prob = dot_problem(name, v)
+    rows = prob["rows"]
+    fam = prob["family"]
+    fams = prob["families"]
 
     def score(model: Any, sel: np.ndarray) -> tuple[float, np.ndarray]:
-        eq = []
-        for launch, cin in ((0, np.zeros_like(c0r[sel])), (1, c0r[sel])):
-            pred = _predict(model, a3[sel], b2[sel], cin[:, None, :])[:, 0, :]
-            eq.append(pred == cr[launch, sel])
-        e = np.stack(eq)  # (2, n, keep)
-        return float(e.mean()), e
+        return score_dot(model, prob, sel)
 
     rng = np.random.default_rng(0)
     sub = np.sort(rng.choice(rows, size=min(coarse_rows, rows), replace=False))
@@ -190,6 +217,9 @@ def fit_dot(
         "per_family": per_family,
         "preset_sm90": round(preset_score, 5),
         "runners_up": [(lab, round(sc, 5)) for sc, lab, _, _ in best[1:]],
+        "model": model,
+        "exact": int(e.sum()),
+        "total": int(e.size),
     }
     log(
         f"dot {name}: best {label} {s:.4%} (zero acc {res['zero_acc']:.4f}, designed acc "
@@ -570,6 +600,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu fit") -> i
     )
     p.add_argument("--save-ex2", type=Path, help="write the fitted ex2 model (npz) here")
     p.add_argument("--report", type=Path, help="write the results as JSON here")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="OUT.json",
+        help="write a hardware profile (simfloat.profiles) fitted from the inputs here, its exp2 table next to it",
+    )
+    p.add_argument("--name", help="the profile's name (default: the GPU's slug recorded by the run)")
     p.add_argument("--coarse-rows", type=positive_int, default=768, help="rows of the coarse dot-model search")
     p.add_argument(
         "--only",
@@ -583,6 +620,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu fit") -> i
     for path in args.inputs:
         if not path.is_file():
             p.error(f"{path}: no such file")
+    if args.profile is not None:
+        return _write_profile(args, p)
     report: dict[str, Any] = {}
     exp_files = []
     for path in args.inputs:
@@ -610,6 +649,29 @@ def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu fit") -> i
         report["exp"] = fit_exp(exp_files, save=args.save_ex2)
     if args.report:
         args.report.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return 0
+
+
+def _write_profile(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    from simfloat.profiles import save_profile
+    from simfloat_gpu.campaign.fit_profile import fit_profile
+
+    if args.only:
+        p.error("--profile fits every part; it does not take --only")
+    if args.name is not None and (not args.name or "-" in args.name):
+        p.error(f"--name must be a non-empty name without '-', got {args.name!r}")
+    try:
+        profile, table, rows = fit_profile(args.inputs, name=args.name, coarse_rows=args.coarse_rows)
+    except ValueError as exc:
+        p.error(str(exc))
+    args.profile.parent.mkdir(parents=True, exist_ok=True)
+    save_profile(profile, args.profile, table=table)
+    print(profile.report())
+    inexact = [label for label, ok in profile.exact().items() if not ok]
+    exact = f" (not bit-exact: {', '.join(inexact)})" if inexact else " (every part bit-exact)"
+    print(f"wrote {args.profile}{exact}")
+    if args.report:
+        args.report.write_text(json.dumps({"profile": profile.to_json(), "probes": rows}, indent=1) + "\n")
     return 0
 
 

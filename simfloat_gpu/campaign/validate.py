@@ -92,6 +92,7 @@ __all__ = [
     "emulator_plan",
     "plan_families",
     "PLAN_FAMILIES",
+    "use_hardware",
     "check_args",
     "Interrupted",
     "KernelComparison",
@@ -111,6 +112,30 @@ CAUSAL = (False, True)
 OUTS = ("fp32", "low")
 #: emulator plan families a flash config is compared under (``<family>-<fmt>`` presets)
 PLAN_FAMILIES = ("triton", "h200")
+#: hardware profiles registered as plan families by :func:`use_hardware` (family = the profile's name)
+_PROFILES: dict[str, Any] = {}
+
+
+def use_hardware(profile: Any) -> str:
+    """Register a hardware profile (:class:`simfloat.profiles.HardwareProfile`, a shipped name or a profile
+    file) as a plan family of this process: flash configs compared under the family (its name) use
+    ``plan("triton-<fmt>", hardware=profile)``; a profile named like a built-in family replaces it.
+    Returns the family name.
+
+    Raises:
+        ValueError: not a valid profile (see :func:`simfloat.profiles.load_profile`).
+    """
+    from simfloat.profiles import load_profile
+
+    prof = load_profile(profile)
+    _PROFILES[prof.name] = prof
+    return prof.name
+
+
+def _known_family(family: str) -> bool:
+    return family in PLAN_FAMILIES or family in _PROFILES
+
+
 INT8_VARIANTS = ("int8", "half-int8")
 #: queries are N(0, SPREAD^2): sharper softmax rows than N(0, 1), so that max / rescale paths are exercised
 SPREAD = 1.5
@@ -526,8 +551,8 @@ def emulator_plan(cfg: Config, family: str = "triton") -> str:
     int8 preset of the variant and row sum (int8-reference, int8-consistent, half-int8,
     half-int8-consistent)."""
     if cfg.kind == "flash":
-        if family not in PLAN_FAMILIES:
-            raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES)}")
+        if not _known_family(family):
+            raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES + tuple(_PROFILES))}")
         return f"{family}-{cfg.fmt}"
     return {
         ("int8", "reference"): "int8-reference",
@@ -548,7 +573,10 @@ def run_emulator(
     if cfg.kind == "flash":
         import simfloat.attention as A
 
-        pl = A.plan(emulator_plan(cfg, family))
+        if family in _PROFILES:
+            pl = A.plan(f"triton-{cfg.fmt}", hardware=_PROFILES[family])
+        else:
+            pl = A.plan(emulator_plan(cfg, family))
         if out == "fp32":
             pl = pl.replace(out="float32")
         o, m, l = A.flash(  # noqa: E741
@@ -1370,8 +1398,8 @@ def compare_fixtures(
     if not families:
         raise ValueError("compare_fixtures needs at least one plan family")
     for fam in families:
-        if fam not in PLAN_FAMILIES:
-            raise ValueError(f"unknown plan family {fam!r}; families: {', '.join(PLAN_FAMILIES)}")
+        if not _known_family(fam):
+            raise ValueError(f"unknown plan family {fam!r}; families: {', '.join(PLAN_FAMILIES + tuple(_PROFILES))}")
     from simfloat._interrupt import call_interruptibly
 
     env, items = load_fixtures(fix_dir)
@@ -1552,6 +1580,8 @@ def check_args(args: argparse.Namespace) -> None:
     else:
         if args.max_cost is not None:
             raise ValueError("--max-cost applies only with --fixtures")
+        if getattr(args, "hardware", None) is not None:
+            raise ValueError("--hardware applies only with --fixtures (it adds a plan family to compare)")
         if getattr(args, "plans", None) is not None:
             raise ValueError(
                 "--plans applies only with --fixtures (against the interpreter only the "
@@ -1608,6 +1638,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(h200-<fmt>: + the H200's measured ex2.approx and tl.sum order); default triton",
     )
     p.add_argument(
+        "--hardware",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="with --fixtures: also compare under plan('triton-<fmt>', hardware=FILE), a hardware profile "
+        "(simfloat-gpu fit --profile; or a shipped name such as h200), as the family named by the profile",
+    )
+    p.add_argument(
         "--max-cost",
         type=positive_seconds,
         default=None,
@@ -1619,6 +1657,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="time budget in seconds; configs not started by then are reported as skipped",
     )
+
+
+def _profile_arg(value: Path) -> str | Path:
+    """A --hardware value: a file, else (no such file) a shipped profile's name."""
+    return value if value.is_file() else str(value)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
@@ -1634,7 +1677,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     if args.fixtures is not None:
         import simfloat
 
-        families = args.plans or ["triton"]
+        families = list(args.plans or ["triton"])
+        if getattr(args, "hardware", None) is not None:
+            try:
+                families = list(dict.fromkeys([*families, use_hardware(_profile_arg(args.hardware))]))
+            except ValueError as err:
+                print(f"validate: error: --hardware: {err}", file=sys.stderr)
+                return 2
         stop = None
         try:
             env, rows = compare_fixtures(args.fixtures, max_cost=args.max_cost, families=families, log=log)

@@ -218,6 +218,34 @@ def _resolve_dots(dot: Any, arch: str) -> dict:
     return dots
 
 
+def _hardware_settings(hardware: Any, dot: Any, arch: str, exp2: Any) -> tuple[Any, str, Any]:
+    """faithful()'s dot, arch and exp2 with a hardware profile's models (see :func:`faithful`)."""
+    import functools
+    from collections.abc import Mapping
+
+    from simfloat.accumulate import BlockFMA, Chunked, Sequential
+    from simfloat.hardware import ex2_approx
+    from simfloat.profiles import load_profile
+
+    prof = load_profile(hardware)
+    if prof.arch in ("sm80", "sm90"):
+        arch = prof.arch
+    dots: dict[str, Any] = {}
+    for key, fmt in (("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "tf32"), ("fp8", "e4m3")):
+        part = prof.dot(fmt)
+        if part is not None and isinstance(part.model, (Sequential, BlockFMA, Chunked)):
+            dots[key] = part.model
+    if isinstance(dot, Mapping):
+        dots.update(dot)
+    elif dot is not None:
+        dots = dot
+    impl = prof.exp2_impl()
+    if exp2 == "correctly_rounded" and impl != "correctly_rounded":
+        ftz = prof.exp2.ftz if prof.exp2 is not None else True
+        exp2 = functools.partial(ex2_approx, ftz=ftz, table=impl)
+    return (dots or None), arch, exp2
+
+
 def _check_fn(name: str, value: Any) -> Any:
     if name == "exp2" and value == "h200":  # the H200's measured ex2.approx.ftz.f32 (simfloat.hardware)
         from simfloat.hardware import ex2_approx
@@ -337,6 +365,7 @@ def faithful(
     reduce_fan_in: int = 2,
     reduce_chunk: int = 32,
     fp8_overflow: str = "satfinite",
+    hardware: Any = None,
 ) -> Iterator[dict[str, Any]]:
     """Run interpreted Triton kernels with simfloat's numerics inside the block (see the module docstring).
 
@@ -352,6 +381,13 @@ def faithful(
             (simfloat.ops.sum).
         reduce_fan_in, reduce_chunk: parameters of the pairwise and chunked orders.
         fp8_overflow: ``"satfinite"`` (NVIDIA cvt) or ``"ieee"`` (the format's policy, as ml_dtypes).
+        hardware: a hardware profile (:class:`simfloat.profiles.HardwareProfile`, a shipped name such as
+            ``"h200"`` or a profile file): its tensor-core models become the ``dot`` defaults (the wgmma part
+            of each format; ``"fp8"`` from e4m3's; models the njit kernels cannot run, e.g. fp8 through
+            mma.sync, are left out) and its exp2 table the ``exp2`` model (with its ``.ftz``), its arch the
+            ``arch`` if sm80/sm90. ``dot`` entries and an ``exp2`` other than ``"correctly_rounded"`` given
+            with it take precedence. The profile's tl.sum rule is not applied (the interpreter does not know
+            a tile's layout): ``reduce_order`` stays as given.
 
     Yields:
         The active settings, as :func:`faithful_config` returns them.
@@ -362,6 +398,8 @@ def faithful(
     """
     from simfloat.ops import ORDERS
 
+    if hardware is not None:
+        dot, arch, exp2 = _hardware_settings(hardware, dot, arch, exp2)
     if not isinstance(arch, str) or arch.lower() not in ("sm80", "sm90"):
         raise ValueError(f"faithful(arch=...) must be 'sm80' or 'sm90', got {arch!r}")
     arch = arch.lower()

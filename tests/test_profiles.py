@@ -1,0 +1,265 @@
+"""Hardware profiles (simfloat.profiles): the shipped H200 profile gives today's h200-<fmt> plans field for
+field, its parts re-fit from the committed probes, the fit never calls an inexact part exact, and profiles
+reach plans, faithful() and the CLIs."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simfloat import hardware
+from simfloat.accumulate import BlockFMA, Sequential, fp8_mma_sync, split_k, tensor_core
+from simfloat.attention import plan
+from simfloat.attention.plan import Plan
+from simfloat.formats import FloatFormat
+from simfloat.profiles import (
+    PUBLISHED,
+    DotPart,
+    Exp2Part,
+    HardwareProfile,
+    SumPart,
+    load_profile,
+    measured_status,
+    model_from_json,
+    model_to_json,
+    save_profile,
+    shipped_profiles,
+)
+
+PROBES = Path(__file__).resolve().parent / "fixtures" / "gpu" / "h200" / "probes"
+H200_FORMATS = ("bf16", "fp16", "tf32", "e4m3", "e5m2")
+
+
+def test_shipped_profiles_load_and_round_trip(tmp_path):
+    assert set(shipped_profiles()) >= {"h200", "a100", "ada", "blackwell"}
+    for name in shipped_profiles():
+        prof = load_profile(name)
+        assert prof.name == name
+        again = load_profile(save_profile(prof, tmp_path / f"{name}.json"))
+        assert again == prof
+        assert prof.report().startswith(f"profile {name}")
+
+
+@pytest.mark.parametrize("fmt", H200_FORMATS)
+def test_h200_preset_is_triton_with_the_shipped_profile(fmt):
+    prof = load_profile("h200")
+    got = plan(f"triton-{fmt}", hardware=prof)
+    want = plan(f"h200-{fmt}")
+    for f in dataclasses.fields(Plan):
+        assert getattr(got, f.name) == getattr(want, f.name), f.name
+    assert got == want
+    # what the profile holds: the measured sm90 model, the H200 ex2 table, the mma-layout tl.sum order
+    assert got.qk == got.pv == tensor_core("sm90", fmt)
+    assert (got.exp2_impl, got.sum_order, got.contract) == ("h200", "h200-mma", True)
+    assert plan(f"triton-{fmt}", hardware="h200") == want  # by shipped name too
+
+
+def test_h200_profile_parts_are_measured_exact():
+    prof = load_profile("h200")
+    assert prof.arch == "sm90" and prof.environment["gpu"] == "NVIDIA H200"
+    exact = prof.exact()
+    assert all(ok for label, ok in exact.items() if label != "tl.sum blocked"), prof.report()
+    assert prof.exp2.sha256 == hardware.H200_EX2_SHA256
+    assert hardware.ex2_table_sha256(prof.ex2_table()) == hardware.H200_EX2_SHA256
+    assert prof.dot("e4m3", "mma.sync").model == fp8_mma_sync()  # fp8 with small M: fp16 mma.sync
+    blocked = prof.sum("blocked")  # a loaded tile's order: no plan rule reproduces it, kept as a tree
+    assert blocked.rule is None and blocked.tree and blocked.status.startswith("measured: inexact")
+
+
+def test_published_profiles():
+    a100 = load_profile("a100")
+    for d in a100.tensor_cores:
+        assert d.status == PUBLISHED and d.model == tensor_core("sm80", d.input_format)
+    p = plan("triton-bf16", hardware=a100)
+    assert p.name == "a100-bf16" and p.qk == p.pv == tensor_core("sm80", "bf16")
+    assert (p.exp2_impl, p.sum_order) == ("correctly_rounded", "sequential")  # absent parts: triton defaults
+    for name in ("ada", "blackwell"):
+        prof = load_profile(name)
+        assert prof.notes and all(d.status == PUBLISHED for d in prof.tensor_cores)
+        q = plan("triton-fp16", hardware=prof)
+        assert q.replace(name="triton-fp16") == plan("triton-fp16").replace(name="triton-fp16")
+
+
+def test_model_json_round_trip():
+    models = [
+        tensor_core("sm90", "e4m3"),  # a FloatFormat out_fmt
+        tensor_core("sm90", "tf32"),
+        fp8_mma_sync(),
+        split_k(3, BlockFMA(16, 25, out_mode="nearest_even")),
+        Sequential("bfloat16", product_fmt="float32"),
+        BlockFMA(8, 24, out_fmt=FloatFormat("e8m10", 8, 10)),
+    ]
+    for m in models:
+        back = model_from_json(json.loads(json.dumps(model_to_json(m))))
+        assert back == m and type(back) is type(m)
+    with pytest.raises(ValueError, match="unknown accumulation model"):
+        model_from_json({"model": "Wide"})
+    with pytest.raises(ValueError, match="unknown fields"):
+        model_from_json({"model": "BlockFMA", "block": 8, "fraction_bits": 24, "blok": 3})
+
+
+def test_status_never_calls_inexact_exact():
+    assert measured_status(10, 10) == "measured: 10/10 probes bit-exact"
+    assert measured_status(9999, 10000) == "measured: inexact (99.9900%)"
+    with pytest.raises(ValueError):
+        measured_status(3, 2)
+    with pytest.raises(ValueError, match="status"):
+        DotPart("bf16", "wgmma", tensor_core("sm90", "bf16"), status="exact, trust me")
+
+
+def test_bad_profiles_say_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="not a shipped profile"):
+        load_profile(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    obj = load_profile("h200").to_json()
+    obj["version"] = 99
+    bad.write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match="version 99"):
+        load_profile(bad)
+    obj = load_profile("h200").to_json()
+    obj["tensor_cores"][0]["model"]["block"] = 0
+    bad.write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match=r"tensor_cores\[0\].*block"):
+        load_profile(bad)
+    # a table that is not the one the profile names
+    prof = HardwareProfile("x", "sm90", exp2=Exp2Part("table", "t.bin.xz", "0" * 64), directory=tmp_path)
+    (tmp_path / "t.bin.xz").write_bytes(hardware.pack_ex2_table(np.zeros(2 * hardware.TWO23, dtype=np.int8)))
+    with pytest.raises(ValueError, match="sha256"):
+        prof.exp2_impl()
+
+
+def test_plan_hardware_errors():
+    with pytest.raises(ValueError, match="triton-<fmt>"):
+        plan("pytorch-bf16", hardware="h200")
+    with pytest.raises(ValueError, match="triton-<fmt>"):
+        plan("h200-bf16", hardware="h200")
+    no_rule = HardwareProfile("odd", "sm90", sums=(SumPart("mma", None, ("64x64",), "", "measured: inexact (50.0%)"),))
+    with pytest.raises(ValueError, match="tl.sum order of the mma layout"):
+        plan("triton-bf16", hardware=no_rule)
+    mma_only = HardwareProfile("small", "sm90", tensor_cores=(DotPart("e4m3", "mma.sync", fp8_mma_sync()),))
+    with pytest.raises(ValueError, match="Interleaved"):
+        plan("triton-e4m3", hardware=mma_only)
+
+
+def test_user_table_profile(tmp_path):
+    """A profile with its own ex2 table: saved next to the JSON, registered by sha256, used by the plan's
+    exp2 (the engine reads it through simfloat.hardware.ex2_table)."""
+    table = np.array(hardware.ex2_table("h200"))
+    table[: hardware.TWO23] = 0  # T- correctly rounded: another unit
+    sha = hardware.ex2_table_sha256(table)
+    prof = HardwareProfile("mine", "sm90", exp2=Exp2Part("table", "ex2_mine.bin.xz", sha, True, PUBLISHED))
+    path = save_profile(prof, tmp_path / "mine.json", table=table)
+    loaded = load_profile(path)
+    p = plan("triton-bf16", hardware=loaded)
+    assert p.exp2_impl == f"table-{sha[:16]}" and p.name == "mine-bf16"
+    x = np.float32([-1.5, -0.25, -3.75])
+    mine = hardware.ex2_approx(x, table=p.exp2_impl)
+    cr = np.exp2(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(mine, cr)  # T-(f) with zero offsets: 2^-f rounded once, scaled exactly
+    with pytest.raises(ValueError, match="sha256"):
+        save_profile(prof, tmp_path / "other.json", table=np.zeros(2 * hardware.TWO23, dtype=np.int8))
+
+
+# -- the fit ---------------------------------------------------------------------------------------------------
+
+
+def test_ex2_table_from_binades_recovers_the_table():
+    from simfloat_gpu.campaign.fit_profile import ex2_table_from_binades
+
+    mags = np.arange(0x3F800000, 0x40000000, dtype=np.uint32)
+    neg, pos = (mags | np.uint32(0x80000000)).view(np.float32), mags.view(np.float32)
+    table = ex2_table_from_binades((neg, hardware.ex2_approx(neg)), (pos, hardware.ex2_approx(pos)))
+    assert hardware.ex2_table_sha256(table) == hardware.H200_EX2_SHA256
+    y = hardware.ex2_approx(neg)
+    y[7] = np.float32(y[7] * np.float32(1.0000005))  # 4 ulp off: outside the table format
+    with pytest.raises(ValueError, match="outside -2..\\+1"):
+        ex2_table_from_binades((neg, y), (pos, hardware.ex2_approx(pos)))
+
+
+def test_sum_rule_matches_the_engine_and_the_probes():
+    from simfloat.attention._kernels import row_sum
+    from simfloat.attention.plan import OpParams
+    from simfloat.formats import format as fmt
+    from simfloat_gpu.campaign import fit as F
+    from simfloat_gpu.campaign.fit_profile import sum_rule_outputs
+    from simfloat_gpu.campaign.probes import sum_design
+
+    o = OpParams(fmt("float32").params, 0)
+    rng = np.random.default_rng(3)
+    for n, w in ((1, 1), (97, 2), (64, 4), (257, 1)):
+        x = (rng.standard_normal((5, n)) * rng.choice([1e-3, 1.0, 1e4], size=(5, n))).astype(np.float32)
+        got = sum_rule_outputs(x, "h200-mma", w)
+        want = np.array([row_sum(r.astype(np.float64), n, o, 1, w) for r in x], dtype=np.float32)
+        np.testing.assert_array_equal(got, want)
+    z = np.load(PROBES / "probes.npz")
+    for name in ("16_16", "32_32"):
+        v = F._variants(z, "sum")[name]
+        _, x = sum_design(int(v["shape"][1]))
+        y = v["y_mma"].astype(np.float32)
+        assert any(np.array_equal(sum_rule_outputs(x, "h200-mma", w), y) for w in (1, 2, 4))
+        assert not np.array_equal(sum_rule_outputs(x, "sequential"), y)
+
+
+def test_dot_fit_refuses_to_call_a_wrong_model_exact():
+    """The shipped model scores every output of a probe; the published sm80 model (alignment by the product's
+    exponent) does not, and its status says so."""
+    from simfloat_gpu.campaign import fit as F
+
+    z = np.load(PROBES / "probes.npz")
+    v = F._variants(z, "dot")["bf16_16_16_16"]
+    prob = F.dot_problem("bf16_16_16_16", v)
+    prof = load_profile("h200")
+    s, e = F.score_dot(prof.dot("bf16", "mma.sync").model, prob)
+    assert s == 1.0 and measured_status(int(e.sum()), e.size).endswith("bit-exact")
+    s80, e80 = F.score_dot(BlockFMA(16, 25), prob)  # the same block and F, aligned by the product's exponent
+    assert s80 < 1.0 and measured_status(int(e80.sum()), e80.size).startswith("measured: inexact")
+
+
+@pytest.mark.slow
+def test_refit_h200_profile_from_the_committed_probes():
+    """The whole fit but the dot-model search (the shipped models are scored on every dot probe): equal to the
+    shipped profile, part for part (minutes: the exp2 binades and the sum probes)."""
+    from simfloat_gpu.campaign.fit_profile import fit_profile
+
+    shipped = load_profile("h200")
+    models = {(d.input_format, d.mma): d.model for d in shipped.tensor_cores}
+    prof, table, rows = fit_profile(
+        [PROBES / "probes.npz", PROBES / "exp2.npz", PROBES / "isa.tar.xz"], dot_models=models, log=lambda _s: None
+    )
+    assert hardware.ex2_table_sha256(table) == hardware.H200_EX2_SHA256
+    assert prof == shipped
+    assert rows and all(r["exact"] <= r["n"] for r in rows)
+
+
+# -- faithful() and the CLIs -----------------------------------------------------------------------------------
+
+
+def test_faithful_hardware_settings():
+    from simfloat_gpu.interpreter import _hardware_settings
+
+    dot, arch, exp2 = _hardware_settings("h200", None, "sm80", "correctly_rounded")
+    assert arch == "sm90" and dot["bf16"] == tensor_core("sm90", "bf16") and dot["fp8"] == tensor_core("sm90", "e4m3")
+    x = np.float32([-1.3, -7.1, 2.0**-130])
+    np.testing.assert_array_equal(exp2(x), hardware.ex2_approx(x))
+    mine = Sequential("float32")
+    dot, _, exp2 = _hardware_settings("a100", {"bf16": mine}, "sm90", "correctly_rounded")
+    assert arch == "sm90" and dot["bf16"] == mine and dot["fp16"] == tensor_core("sm80", "fp16")
+    assert exp2 == "correctly_rounded"
+
+
+def test_validate_hardware_family(tmp_path):
+    import argparse
+
+    from simfloat_gpu.campaign import validate as V
+
+    p = argparse.ArgumentParser()
+    V.add_arguments(p)
+    args = p.parse_args(["--out", str(tmp_path), "--hardware", "h200"])
+    with pytest.raises(ValueError, match="--hardware applies only with --fixtures"):
+        V.check_args(args)
+    prof = dataclasses.replace(load_profile("h200"), name="myh200")
+    assert V.use_hardware(prof) == "myh200"
+    cfg = V.Config(kind="flash", fmt="bf16", seq=64, head_dim=16, block_m=64, block_n=64, causal=False, out="fp32")
+    assert V.emulator_plan(cfg, "myh200") == "myh200-bf16"
