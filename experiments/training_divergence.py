@@ -18,7 +18,8 @@ in which random earlier spans recur verbatim (induction copies), so next-token p
 statistics and attention that finds the earlier occurrence, sharp attention rows of the kind where the softmax's
 rounding matters. Batches are drawn from a generator seeded by (data seed, step): every run sees the same data.
 
-Every ``--record`` steps, per layer group (``embed``, ``block0``.., ``head``) and per pair (a run against the
+Every ``Size.record`` steps (5 by default), per layer group (``embed``, ``block0``.., ``head``) and per pair
+(a run against the
 reference, and flash against the baseline as in the paper): ``max_abs_dw`` = max |w_run - w_other| over the
 group's weights, ``wasserstein`` = scipy.stats.wasserstein_distance between the two runs' weight values, and both
 losses. Rows are appended to ``training_divergence.csv`` as they come and a checkpoint
