@@ -19,10 +19,9 @@ statistics and attention that finds the earlier occurrence, sharp attention rows
 rounding matters. Batches are drawn from a generator seeded by (data seed, step): every run sees the same data.
 
 Every ``Size.record`` steps (5 by default), per layer group (``embed``, ``block0``.., ``head``) and per pair
-(a run against the
-reference, and flash against the baseline as in the paper): ``max_abs_dw`` = max |w_run - w_other| over the
-group's weights, ``wasserstein`` = scipy.stats.wasserstein_distance between the two runs' weight values, and both
-losses. Rows are appended to ``training_divergence.csv`` as they come and a checkpoint
+(a run against the reference, and flash against the baseline as in the paper): ``max_abs_dw`` = max
+|w_run - w_other| over the group's weights, ``wasserstein`` = scipy.stats.wasserstein_distance between the two
+runs' weight values, and both losses. Rows are appended to ``training_divergence.csv`` as they come and a checkpoint
 (``training_divergence.ckpt``) is written with them: a killed or interrupted run (Ctrl-C: the step under way is
 finished first) resumes from it with ``--resume``. ``training_divergence.png``: max |dw| and W1 per layer over the
 steps and the loss curves; ``training_divergence_time.csv``: the time per step and where it goes.
