@@ -23,11 +23,18 @@ from numba.extending import intrinsic
 __all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
 
 
+# pure-Python modules no jitted function reads (they import torch, never the other way): editing them leaves the
+# machine code valid
+_UNCOMPILED = frozenset({"torch.py"})
+
+
 def _drop_stale_caches() -> None:
     """Delete this package's numba cache files when its sources changed since they were written."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256(numba.__version__.encode())
     for p in sorted(root.rglob("*.py")):
+        if p.relative_to(root).as_posix() in _UNCOMPILED:
+            continue
         h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
     stamp = root / "__pycache__" / "numba-sources.sha256"
     digest = h.hexdigest()

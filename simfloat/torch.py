@@ -1,0 +1,419 @@
+"""Attention through the emulator inside torch models (torch is an optional dependency: this module imports it,
+``import simfloat`` does not).
+
+* :func:`attention` — ``softmax(scale * q @ k^T [mask]) @ v`` as a :class:`torch.autograd.Function` whose forward
+  is :func:`simfloat.attention.flash` (or :func:`~simfloat.attention.baseline`) under a precision plan and whose
+  backward is :func:`~simfloat.attention.flash_backward` (or :func:`~simfloat.attention.baseline_backward`)
+  under a backward plan: the emulated kernels' numerics decide every value, torch only carries the tensors.
+* :func:`emulate_sdpa` — a context manager routing ``torch.nn.functional.scaled_dot_product_attention`` to
+  :func:`attention` in the calling thread.
+
+Tensors are (batch, heads, seq, head_dim) of any float dtype; the result has the query's dtype and device (the
+emulator runs on the CPU in float64 and holds values of the plan's output format, which the cast into the
+dtype keeps when the dtype can hold them). Values enter the emulator as they are: cast q, k, v to the kernel's
+input dtype first (``q.to(torch.bfloat16)`` for a bf16 kernel) to emulate a model feeding that kernel; the
+gradient then arrives in that dtype too. The (batch, heads) pairs run on the engine's threads
+(``numba.set_num_threads``), bitwise identical for any thread count.
+
+Grouped-query attention (k, v with fewer heads than q, a divisor of them): the forward maps query head h to kv
+head h // (heads // kv_heads) as the emulator does; the emulated backward takes equal head counts, so k and v
+are repeated per query head for it and dk, dv are the float64 sums of the repeated heads' gradients over each
+group, cast once into the input dtype (a GQA backward kernel accumulates the group in its own order; that order
+is not modelled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from simfloat.attention import backward_plan as _backward_plan
+from simfloat.attention import baseline, baseline_backward, flash, flash_backward, lse_from_stats
+from simfloat.attention import plan as _plan
+from simfloat.attention.backward import _scale_of
+from simfloat.attention.plan import BackwardPlan, Plan, backward_presets, presets
+
+__all__ = ["AttentionConfig", "attention", "config", "emulate_sdpa", "reference_attention", "timings"]
+
+KERNELS = ("flash", "baseline")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Everything :func:`attention` runs under, checked once (see :func:`config`).
+
+    Attributes:
+        plan: forward :class:`~simfloat.attention.Plan`. backward_plan: :class:`~simfloat.attention.BackwardPlan`.
+        kernel: ``"flash"`` or ``"baseline"``. causal: top-left aligned mask. block_m, block_n: flash tiles.
+        scale: softmax scale or None (1/sqrt(head_dim)).
+    """
+
+    plan: Plan
+    backward_plan: BackwardPlan
+    kernel: str
+    causal: bool
+    block_m: int
+    block_n: int
+    scale: float | None
+
+
+def _default_backward(pl: Plan) -> BackwardPlan:
+    table, fwd = backward_presets(), presets()
+    if pl.name in table and fwd.get(pl.name) == pl:
+        return table[pl.name]
+    raise ValueError(
+        f"backward_plan is needed for plan {pl.name!r}: only an unchanged preset has a backward preset of its name "
+        f"(backward presets: {', '.join(table)})"
+    )
+
+
+def config(
+    *,
+    plan: Plan | str,
+    backward_plan: BackwardPlan | str | None = None,
+    kernel: str | None = None,
+    causal: bool = False,
+    block_m: int = 64,
+    block_n: int = 64,
+    scale: float | None = None,
+) -> AttentionConfig:
+    """Check and bundle the settings of :func:`attention`.
+
+    Args:
+        plan: forward plan or preset name. backward_plan: backward plan or preset name; None: the backward
+            preset of the same name (only for an unchanged preset plan).
+        kernel: ``"flash"`` or ``"baseline"``; None: the plan's kernel (:meth:`Plan.kernels`: ``pytorch-`` plans
+            baseline, every other plan flash).
+        causal, block_m, block_n, scale: as :func:`simfloat.attention.flash`.
+
+    Returns:
+        The :class:`AttentionConfig`.
+
+    Raises:
+        TypeError, ValueError: a bad plan, kernel, flag, block size or scale (named); a kernel the plan is not
+            for; a flash backward plan whose ``exp2`` differs from the forward's (the lse would be in the wrong
+            units).
+    """
+    pl = _plan(plan)
+    bp = _default_backward(pl) if backward_plan is None else _backward_plan(backward_plan)
+    if kernel is None:
+        kernel = pl.kernels()[0]
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel not in pl.kernels():
+        raise ValueError(f"plan {pl.name!r} is for the {pl.kernels()[0]} kernel, not {kernel!r}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    for name, b in (("block_m", block_m), ("block_n", block_n)):
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+            raise ValueError(f"{name} must be a positive int, got {b!r}")
+    if scale is not None:
+        scale = _scale_of(scale, 1)
+    if kernel == "flash" and bp.exp2 != pl.exp2:
+        raise ValueError(
+            f"plan {pl.name!r} has exp2={pl.exp2} but backward_plan {bp.name!r} has exp2={bp.exp2}: the backward "
+            "reads the forward's lse in the forward's units (log2 with exp2), so the two must agree"
+        )
+    return AttentionConfig(pl, bp, kernel, bool(causal), int(block_m), int(block_n), scale)
+
+
+def _numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(device="cpu", dtype=torch.float64).contiguous().numpy()
+
+
+def _tensor(x: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x)).to(device=device, dtype=dtype)
+
+
+_timing_lock = threading.Lock()
+_seconds = {"forward": 0.0, "backward": 0.0}
+_calls = {"forward": 0, "backward": 0}
+
+
+def _count(what: str, t0: float) -> None:
+    with _timing_lock:
+        _seconds[what] += time.perf_counter() - t0
+        _calls[what] += 1
+
+
+def timings(reset: bool = False) -> dict[str, float]:
+    """Wall time spent in :func:`attention`'s forward and backward (all threads, since import or the last reset).
+
+    Args:
+        reset: set the counters to zero after reading them.
+
+    Returns:
+        ``{"forward_s", "backward_s", "forward_calls", "backward_calls"}``: seconds from the tensors' arrival to
+        the result tensors (conversions included) and the number of calls.
+    """
+    with _timing_lock:
+        out = {
+            "forward_s": _seconds["forward"],
+            "backward_s": _seconds["backward"],
+            "forward_calls": float(_calls["forward"]),
+            "backward_calls": float(_calls["backward"]),
+        }
+        if reset:
+            for d in (_seconds, _calls):
+                for key in d:
+                    d[key] = 0
+    return out
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cfg):  # type: ignore[no-untyped-def, override]
+        t0 = time.perf_counter()
+        qa, ka, va = _numpy(q), _numpy(k), _numpy(v)
+        if cfg.kernel == "flash":
+            o, m, l = flash(  # noqa: E741
+                qa,
+                ka,
+                va,
+                plan=cfg.plan,
+                block_m=cfg.block_m,
+                block_n=cfg.block_n,
+                causal=cfg.causal,
+                scale=cfg.scale,
+                return_stats=True,
+            )
+            ctx.o, ctx.lse = o, lse_from_stats(m, l, plan=cfg.backward_plan)
+        else:
+            o = baseline(qa, ka, va, plan=cfg.plan, causal=cfg.causal, scale=cfg.scale)
+        ctx.arrays, ctx.cfg = (qa, ka, va), cfg
+        ctx.like = tuple((x.dtype, x.device) for x in (q, k, v))
+        out = _tensor(o, q.dtype, q.device)
+        _count("forward", t0)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[no-untyped-def, override]
+        t0 = time.perf_counter()
+        cfg = ctx.cfg
+        qa, ka, va = ctx.arrays
+        group = qa.shape[1] // ka.shape[1]
+        kr, vr = (np.repeat(x, group, axis=1) if group > 1 else x for x in (ka, va))
+        do = _numpy(grad_out)
+        if cfg.kernel == "flash":
+            dq, dk, dv = flash_backward(
+                qa,
+                kr,
+                vr,
+                ctx.o,
+                do,
+                ctx.lse,
+                plan=cfg.backward_plan,
+                block_m=cfg.block_m,
+                block_n=cfg.block_n,
+                causal=cfg.causal,
+                scale=cfg.scale,
+            )
+        else:
+            dq, dk, dv = baseline_backward(qa, kr, vr, do, plan=cfg.backward_plan, causal=cfg.causal, scale=cfg.scale)
+        if group > 1:
+            b, h, s = dk.shape[:3]
+            dk = dk.reshape(b, h // group, group, s, -1).sum(axis=2)
+            dv = dv.reshape(b, h // group, group, s, -1).sum(axis=2)
+        (tq, dq_dev), (tk, dk_dev), (tv, dv_dev) = ctx.like
+        grads = _tensor(dq, tq, dq_dev), _tensor(dk, tk, dk_dev), _tensor(dv, tv, dv_dev)
+        _count("backward", t0)
+        return grads + (None,)
+
+
+def _check_tensors(q: object, k: object, v: object) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be (batch, heads, seq, head_dim), got shape {tuple(x.shape)}")
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+        raise ValueError(f"q, k, v must share the batch size, got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v must have as many heads, got {k.shape[1]} and {v.shape[1]}")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q's heads ({q.shape[1]}) must be a multiple of k's and v's ({k.shape[1]})")
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    plan: Plan | str | AttentionConfig,
+    backward_plan: BackwardPlan | str | None = None,
+    kernel: str | None = None,
+    causal: bool = False,
+    block_m: int = 64,
+    block_n: int = 64,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Emulated attention with an emulated backward, differentiable in q, k, v.
+
+    Args:
+        q: (batch, heads, seq_q, head_dim) float tensor (any float dtype, any device: computed on the CPU).
+        k: (batch, kv_heads, seq_k, head_dim); v: (batch, kv_heads, seq_k, head_dim_v), q's dtype; kv_heads
+            divides heads (grouped-query attention, see the module docstring).
+        plan: forward plan or preset name, or an :class:`AttentionConfig` (then the other settings must be left
+            at their defaults). backward_plan, kernel, causal, block_m, block_n, scale: see :func:`config`.
+
+    Returns:
+        (batch, heads, seq_q, head_dim_v) tensor of q's dtype and device: the emulator's output cast into it.
+        Its gradient runs the emulated backward (flash: on the forward's stored output and lse).
+
+    Raises:
+        TypeError, ValueError: bad tensors (named), shapes, dtypes or settings (see :func:`config`); the
+            emulator's errors for non-finite values.
+    """
+    if isinstance(plan, AttentionConfig):
+        if (backward_plan, kernel, causal, block_m, block_n, scale) != (None, None, False, 64, 64, None):
+            raise ValueError("pass either an AttentionConfig as plan or the settings, not both")
+        cfg = plan
+    else:
+        cfg = config(
+            plan=plan,
+            backward_plan=backward_plan,
+            kernel=kernel,
+            causal=causal,
+            block_m=block_m,
+            block_n=block_n,
+            scale=scale,
+        )
+    _check_tensors(q, k, v)
+    return _Attention.apply(q, k, v, cfg)
+
+
+# -- routing torch.nn.functional.scaled_dot_product_attention ------------------------------------------------
+
+_lock = threading.Lock()
+_local = threading.local()
+_installed: list[object] = []  # [original sdpa] while any thread is inside emulate_sdpa
+_users = [0]
+
+
+def _routed_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    stack = getattr(_local, "stack", None)
+    original = _installed[0] if _installed else torch.nn.functional.scaled_dot_product_attention
+    if not stack:  # another thread's emulation: this thread keeps torch's own kernel
+        kw = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal, "scale": scale}
+        return original(query, key, value, enable_gqa=enable_gqa, **kw)  # type: ignore[operator]
+    base: AttentionConfig = stack[-1]
+    if attn_mask is not None:
+        raise NotImplementedError("emulate_sdpa: attn_mask is not emulated (only None; use is_causal for a mask)")
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"emulate_sdpa: dropout_p must be 0 (got {dropout_p}): dropout is not emulated")
+    if query.dim() == 3:  # (batch, seq, dim): one head
+        query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+        squeeze = True
+    else:
+        squeeze = False
+    if query.dim() == 4 and key.dim() == 4 and key.shape[1] != query.shape[1] and not enable_gqa:
+        raise ValueError(
+            f"query has {query.shape[1]} heads and key {key.shape[1]}: pass enable_gqa=True for grouped-query "
+            "attention (as torch requires)"
+        )
+    cfg = config(
+        plan=base.plan,
+        backward_plan=base.backward_plan,
+        kernel=base.kernel,
+        causal=bool(is_causal),
+        block_m=base.block_m,
+        block_n=base.block_n,
+        scale=scale if scale is not None else base.scale,
+    )
+    out = attention(query, key, value, plan=cfg)
+    return out.squeeze(1) if squeeze else out
+
+
+@contextlib.contextmanager
+def emulate_sdpa(
+    *,
+    plan: Plan | str,
+    backward_plan: BackwardPlan | str | None = None,
+    kernel: str | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+    scale: float | None = None,
+) -> Iterator[AttentionConfig]:
+    """Route ``torch.nn.functional.scaled_dot_product_attention`` to :func:`attention` under these settings.
+
+    Inside the block, calls from **this thread** run the emulator (``is_causal`` and ``scale`` are taken from
+    each call; a call's ``scale`` overrides the one given here); calls from other threads keep torch's kernel.
+    The attribute ``torch.nn.functional.scaled_dot_product_attention`` is replaced while any thread is inside
+    such a block (entries and exits under a lock) and restored when the last one leaves; blocks nest (the inner
+    settings win until it exits). Code that bound the function before the block (``from torch.nn.functional
+    import scaled_dot_product_attention``) is not routed, nor are torch's fused fast paths that do not call it.
+
+    Args:
+        plan, backward_plan, kernel, block_m, block_n, scale: see :func:`config` (``causal`` comes from each
+            call's ``is_causal``).
+
+    Yields:
+        The :class:`AttentionConfig` in force (``causal`` False; each call sets its own).
+
+    Raises:
+        On entry, the errors of :func:`config`. Inside: ``NotImplementedError`` for an ``attn_mask`` other than
+        None or a ``dropout_p`` other than 0; ``ValueError`` for differing head counts without ``enable_gqa``.
+    """
+    cfg = config(plan=plan, backward_plan=backward_plan, kernel=kernel, block_m=block_m, block_n=block_n, scale=scale)
+    with _lock:
+        if _users[0] == 0:
+            _installed[:] = [torch.nn.functional.scaled_dot_product_attention]
+            torch.nn.functional.scaled_dot_product_attention = _routed_sdpa  # type: ignore[assignment]
+        _users[0] += 1
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(cfg)
+    try:
+        yield cfg
+    finally:
+        stack.pop()
+        with _lock:
+            _users[0] -= 1
+            if _users[0] == 0:
+                torch.nn.functional.scaled_dot_product_attention = _installed[0]  # type: ignore[assignment]
+                _installed.clear()
+
+
+def reference_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None
+) -> torch.Tensor:
+    """Plain torch ``softmax(scale * q @ k^T [mask]) @ v`` in the tensors' dtype (for comparisons; GQA by
+    repeating k and v).
+
+    Args:
+        q: (batch, heads, seq_q, d); k, v: (batch, kv_heads, seq_k, d[_v]). causal: top-left aligned mask.
+        scale: softmax scale (default 1/sqrt(d)).
+
+    Returns:
+        (batch, heads, seq_q, d_v) tensor.
+    """
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
