@@ -6,6 +6,7 @@ Imports need only numpy and numba; torch, triton, pandas and matplotlib load laz
 from simfloat import attention, bounds, ops
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, dot, matmul, split_k, tensor_core
 from simfloat.attribution import Attribution, attribute
+from simfloat.blockscale import BlockFormat, BlockQuantized, block_format, quantize_block
 from simfloat.formats import (
     FloatFormat,
     bfloat16,
@@ -35,6 +36,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Attribution",
     "BlockFMA",
+    "BlockFormat",
+    "BlockQuantized",
+    "block_format",
+    "quantize_block",
     "Chunked",
     "Sequential",
     "Tracer",
