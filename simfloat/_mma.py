@@ -76,6 +76,8 @@ class MMA(NamedTuple):
     native: int  # Sequential done by the hardware's own arithmetic: N_FMA64, N_MULADD64, N_FMA32 (else 0)
     tame: bool  # the B operands were checked: zero or within 2**+-450 (block FMA; see for_operands)
     plain_sum: bool  # products rounded into the accumulator's own format, nearest rounding, <= 24 fraction bits
+    acc_lo: float  # 2**acc_emin: the least weight a nonzero accumulator counts with (0: none)
+    zero_w: float  # 2**zero_exp: the weight a zero accumulator counts with (0: none)
 
 
 class Work(NamedTuple):
@@ -145,6 +147,9 @@ def mma(model: Model) -> MMA:
         exact = False
         native = N_NONE
         plain = False
+        # mixed operand clamps (both operands' weights come from one emin in the row kernels' callers) and
+        # block-scaled kinds (which need their scales) take the reference path
+        fast = fast and ap.opnd_emin_b == ap.opnd_emin and inner.scale_block == 0
     if chunk != 0:
         fast = fast and outer.fast
     in_round = ap.round_inputs
@@ -172,6 +177,8 @@ def mma(model: Model) -> MMA:
         native,
         False,
         bool(plain),
+        float(2.0**ap.acc_emin) if ap.acc_emin > -1074 else 0.0,
+        float(2.0**ap.zero_exp) if ap.zero_exp > -1074 else 0.0,
     )
 
 
@@ -397,6 +404,13 @@ def _normalize(c, n, r, w):  # type: ignore[no-untyped-def]
             c[j] = lround(tot[j] * back[j], r)
 
 
+@ljit
+def _acc_weight(c, mp):  # type: ignore[no-untyped-def]
+    """The alignment weight of the incoming accumulator: 2**exponent, at least ``acc_lo``; ``zero_w`` for 0."""
+    p = pow2_of(c)
+    return (p if p > mp.acc_lo else mp.acc_lo) if p != 0.0 else mp.zero_w
+
+
 @jit
 def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):  # type: ignore[no-untyped-def]
     """One block-FMA step, k in [lo, hi) (at most one block), for outputs c[:n] (updated in place). Alignment
@@ -404,7 +418,7 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):  # type: ignore[no-untyped-d
     simfloat._lanes). The caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
     em = w.em
     for j in range(n):
-        em[j] = pow2_of(c[j])
+        em[j] = _acc_weight(c[j], mp)
     _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     _terms(a, B, w.sc, w.tot, lo, hi, n)
@@ -417,8 +431,8 @@ def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):  # type: i
     the same bits as two calls."""
     em, em2 = w.em, w2.em
     for j in range(n):
-        em[j] = pow2_of(c[j])
-        em2[j] = pow2_of(c2[j])
+        em[j] = _acc_weight(c[j], mp)
+        em2[j] = _acc_weight(c2[j], mp)
     _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     _scales(c2, n, mp, w2)
