@@ -19,6 +19,7 @@ on the way; other rows go to ``dot_acc`` whole.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "operand_powers",
     "round_operands",
     "row_mma",
+    "scaled_rows",
     "tame",
     "work",
 ]
@@ -666,6 +668,45 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     if out.shape[0] * out.shape[1] > 0:
         run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, out, mp)
     return out
+
+
+@jit
+def _scale_weights(s, emin):  # type: ignore[no-untyped-def]
+    """2**max(floor(log2 s), emin) of positive scales (NaN stays NaN, zero gives 0)."""
+    out = np.empty(s.size)
+    lo = 2.0**emin
+    for i in range(s.size):
+        v = s[i]
+        out[i] = max(2.0 ** np.floor(np.log2(v)), lo) if v > 0.0 else (v if v != v else 0.0)
+    return out
+
+
+def scaled_rows(
+    a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray, c: np.ndarray, model: BlockFMA
+) -> np.ndarray | None:
+    """The block-scaled MMA of :func:`simfloat.accumulate.matmul_scaled` on the row kernels, for kinds whose
+    products are the terms: ``a * sa`` and ``b * sb`` (per-element scales, exact products) with alignment weights
+    ``2**max(e(a), emin) * 2**max(e(sa), scale_emin)`` (and the same for b) give the terms and exponents of
+    :func:`simfloat.accumulate.dot_scaled_acc`. Returns None (the caller then runs the reference) when some
+    scaled operand or accumulator is not tame (a NaN scale, magnitudes beyond 2**+-450): the row kernels' own
+    fallback, dot_acc on the scaled operands, would clamp the scaled exponents instead of the elements'."""
+    ai = np.ascontiguousarray(a * sa)[None]
+    bi = np.ascontiguousarray(b * sb)[None]
+    if not tame(ai, bi, c):
+        return None
+    plain = replace(model, scale_block=0, operand_emin_b=None)
+    mp = mma(plain)
+    ap = acc_params(model)
+    mp = for_operands(mp, ai, bi)
+    ea, eb = np.empty(ai.shape), np.empty(bi.shape)
+    operand_powers(np.ascontiguousarray(a).reshape(-1), ea.reshape(-1), float(2.0**ap.opnd_emin))
+    operand_powers(np.ascontiguousarray(b).reshape(-1), eb.reshape(-1), float(2.0**ap.opnd_emin_b))
+    ea *= _scale_weights(np.ascontiguousarray(sa).reshape(-1), ap.scale_emin).reshape(ea.shape)
+    eb *= _scale_weights(np.ascontiguousarray(sb).reshape(-1), ap.scale_emin).reshape(eb.shape)
+    out = np.array(c, dtype=np.float64, copy=True)[None]
+    if out.size:
+        run_rows(_mm_units, out.shape[1], ai, ea, bi, eb, out, mp)
+    return out[0]
 
 
 @jit

@@ -872,6 +872,7 @@ def matmul_scaled(
     c: np.ndarray | None = None,
     *,
     acc: BlockFMA,
+    engine: str = "vector",
 ) -> np.ndarray:
     """Emulated block-scaled MMA ``c + (a * a_scales) @ (b * b_scales)`` as the tensor core sums it.
 
@@ -882,10 +883,13 @@ def matmul_scaled(
         b_scales: (K // scale_block, N) scales of b's blocks along k (``quantize_block(x, ..., axis=0)``).
         c: optional (M, N) incoming accumulator (zeros by default).
         acc: a block-scaled :class:`BlockFMA` (``tensor_core(arch, fmt, kind=...)``).
+        engine: ``"vector"`` or ``"reference"`` (:func:`dot_scaled_acc` per output); the same bits. The vector
+            engine covers the kinds whose products are terms (``mxf8f6f4``): the operands are scaled exactly
+            and their alignment weights are the elements' times the scales', so the plain row kernels of
+            :mod:`simfloat._mma` apply; the grouped fp4 kinds (``mxf4``, ``nvf4``) run the reference.
 
     Returns:
-        float64 (M, N) array. This runs the scalar reference (:func:`dot_scaled_acc`) for every output; the
-        vector row kernels of :mod:`simfloat._mma` do not cover block-scaled kinds yet.
+        float64 (M, N) array.
 
     Raises:
         TypeError: a non-float array or a model without scales. ValueError: shapes that do not match, or K not
@@ -909,6 +913,14 @@ def matmul_scaled(
     c3 = np.zeros((1, m, n)) if c is None else np.array(_as_float_array(c, "c"), dtype=np.float64).reshape(1, m, n)
     sa_e = np.ascontiguousarray(np.repeat(sa64, sb_k, axis=1))[None]
     sb_e = np.ascontiguousarray(np.repeat(sb64, sb_k, axis=0))[None]
+    if engine not in ("vector", "reference"):
+        raise ValueError(f"engine must be 'vector' or 'reference', got {engine!r}")
+    if engine == "vector" and acc.group == 1 and acc.align != "scale":
+        from simfloat._mma import scaled_rows
+
+        res = scaled_rows(a64, b64, sa_e[0], sb_e[0], c3[0], acc)
+        if res is not None:
+            return res
     out = np.empty((1, m, n))
     run_rows(
         _scaled_rows, m, np.ascontiguousarray(a64)[None], np.ascontiguousarray(b64)[None], sa_e, sb_e, c3, out,

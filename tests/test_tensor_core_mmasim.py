@@ -282,11 +282,40 @@ def test_block_scaled_kinds_match_mmasim(arch, kind, cls, sim_arch, st, ta, tb, 
             _torch_scales(sa[:, s_lo:s_hi], sfmt),
             _torch_scales(sb[:, s_lo:s_hi], sfmt),
         ).numpy()
-    ours = np.diagonal(
-        matmul_scaled(a, np.ascontiguousarray(b.T), sa, np.ascontiguousarray(sb.T), np.diag(c), acc=model)
-    )
     # the diagonal of (a_i . b_j) with c only on the diagonal: output (i, i) is row i's dot product
-    _same(ours, want.astype(np.float64))
+    for engine in ("reference", "vector"):
+        out = matmul_scaled(a, b.T.copy(), sa, sb.T.copy(), np.diag(c), acc=model, engine=engine)
+        _same(np.diagonal(out), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("m", [1, 97])
+def test_block_scaled_engines_agree(m: int) -> None:
+    """The vector path of mxf8f6f4 against the reference: odd shapes, mixed formats, 1 and 2 threads; a NaN
+    scale sends the call to the reference."""
+    import numba
+
+    from simfloat._mma import scaled_rows
+
+    rng = np.random.default_rng(m)
+    model = tensor_core("sm100", "e4m3", "e2m1", kind="mxf8f6f4")
+    k, n = 96, 33
+    a, b = _values("e4m3", (m, k), rng), _values("e2m1", (k, n), rng)
+    sa, sb = _scales_e8m0((m, k // 32), rng), _scales_e8m0((k // 32, n), rng)
+    c = (rng.standard_normal((m, n)) * 2.0**-120).astype(np.float32).astype(np.float64)
+    ref = matmul_scaled(a, b, sa, sb, c, acc=model, engine="reference")
+    e = (np.repeat(sa, 32, axis=1), np.repeat(sb, 32, axis=0))
+    assert scaled_rows(a, b, e[0], e[1], c, model) is not None  # the row kernels do run
+    prev = numba.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            _same(matmul_scaled(a, b, sa, sb, c, acc=model, engine="vector"), ref)
+    finally:
+        numba.set_num_threads(prev)
+    sb[1, 2] = np.nan
+    ref = matmul_scaled(a, b, sa, sb, c, acc=model, engine="reference")
+    _same(matmul_scaled(a, b, sa, sb, c, acc=model, engine="vector"), ref)
+    assert np.isnan(ref[:, 2]).all() and not np.isnan(ref[:, 3]).any()
 
 
 def test_preset_errors() -> None:
