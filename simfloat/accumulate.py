@@ -20,7 +20,8 @@ A model says how ``c + sum_k a[k] * b[k]`` is accumulated, rounding by rounding:
 Every model checks its formats and modes when it is made (a misspelt mode is a ValueError at once, naming the
 field).
 
-:func:`tensor_core` returns the published presets ("sm80", "sm90"); :func:`matmul` and :func:`dot` apply any model.
+:func:`tensor_core` returns the presets (sm80, sm89, sm90, sm100, sm120; block-scaled kinds run through
+:func:`matmul_scaled`); :func:`matmul` and :func:`dot` apply any other model.
 """
 
 from __future__ import annotations
