@@ -80,7 +80,9 @@ def lane(fmt: FloatFormat, mode: int) -> Lane:
     m, emin, emax = fmt.mantissa_bits, fmt.emin, fmt.emax
     native = m == 52 and emin == -1022 and mode == 0 and p.has_inf
     fast = native or (
-        m <= 50
+        fmt.signed
+        and fmt.zero  # unsigned / zero-less formats (block scales) take round_exact's NaN rules
+        and m <= 50
         and mode in (0, 1, 2, 3, 4, 5)
         and emin - m >= -1022
         and m - emin <= 1023

@@ -19,6 +19,7 @@ on the way; other rows go to ``dot_acc`` whole.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "operand_powers",
     "round_operands",
     "row_mma",
+    "scaled_rows",
     "tame",
     "work",
 ]
@@ -76,6 +78,8 @@ class MMA(NamedTuple):
     native: int  # Sequential done by the hardware's own arithmetic: N_FMA64, N_MULADD64, N_FMA32 (else 0)
     tame: bool  # the B operands were checked: zero or within 2**+-450 (block FMA; see for_operands)
     plain_sum: bool  # products rounded into the accumulator's own format, nearest rounding, <= 24 fraction bits
+    acc_lo: float  # 2**acc_emin: the least weight a nonzero accumulator counts with (0: none)
+    zero_w: float  # 2**zero_exp: the weight a zero accumulator counts with (0: none)
 
 
 class Work(NamedTuple):
@@ -145,6 +149,9 @@ def mma(model: Model) -> MMA:
         exact = False
         native = N_NONE
         plain = False
+        # mixed operand clamps (both operands' weights come from one emin in the row kernels' callers) and
+        # block-scaled kinds (which need their scales) take the reference path
+        fast = fast and ap.opnd_emin_b == ap.opnd_emin and inner.scale_block == 0
     if chunk != 0:
         fast = fast and outer.fast
     in_round = ap.round_inputs
@@ -172,6 +179,8 @@ def mma(model: Model) -> MMA:
         native,
         False,
         bool(plain),
+        float(2.0**ap.acc_emin) if ap.acc_emin > -1074 else 0.0,
+        float(2.0**ap.zero_exp) if ap.zero_exp > -1074 else 0.0,
     )
 
 
@@ -397,6 +406,13 @@ def _normalize(c, n, r, w):
             c[j] = lround(tot[j] * back[j], r)
 
 
+@ljit
+def _acc_weight(c, mp):
+    """The alignment weight of the incoming accumulator: 2**exponent, at least ``acc_lo``; ``zero_w`` for 0."""
+    p = pow2_of(c)
+    return (p if p > mp.acc_lo else mp.acc_lo) if p != 0.0 else mp.zero_w
+
+
 @jit
 def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     """One block-FMA step, k in [lo, hi) (at most one block), for outputs c[:n] (updated in place). Alignment
@@ -404,7 +420,7 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     simfloat._lanes). The caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
     em = w.em
     for j in range(n):
-        em[j] = pow2_of(c[j])
+        em[j] = _acc_weight(c[j], mp)
     _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     _terms(a, B, w.sc, w.tot, lo, hi, n)
@@ -417,8 +433,8 @@ def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):
     the same bits as two calls."""
     em, em2 = w.em, w2.em
     for j in range(n):
-        em[j] = pow2_of(c[j])
-        em2[j] = pow2_of(c2[j])
+        em[j] = _acc_weight(c[j], mp)
+        em2[j] = _acc_weight(c2[j], mp)
     _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     _scales(c2, n, mp, w2)
@@ -652,6 +668,45 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     if out.shape[0] * out.shape[1] > 0:
         run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, out, mp)
     return out
+
+
+@jit
+def _scale_weights(s, emin):
+    """2**max(floor(log2 s), emin) of positive scales (NaN stays NaN, zero gives 0)."""
+    out = np.empty(s.size)
+    lo = 2.0**emin
+    for i in range(s.size):
+        v = s[i]
+        out[i] = max(2.0 ** np.floor(np.log2(v)), lo) if v > 0.0 else (v if v != v else 0.0)
+    return out
+
+
+def scaled_rows(
+    a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray, c: np.ndarray, model: BlockFMA
+) -> np.ndarray | None:
+    """The block-scaled MMA of :func:`simfloat.accumulate.matmul_scaled` on the row kernels, for kinds whose
+    products are the terms: ``a * sa`` and ``b * sb`` (per-element scales, exact products) with alignment weights
+    ``2**max(e(a), emin) * 2**max(e(sa), scale_emin)`` (and the same for b) give the terms and exponents of
+    :func:`simfloat.accumulate.dot_scaled_acc`. Returns None (the caller then runs the reference) when some
+    scaled operand or accumulator is not tame (a NaN scale, magnitudes beyond 2**+-450): the row kernels' own
+    fallback, dot_acc on the scaled operands, would clamp the scaled exponents instead of the elements'."""
+    ai = np.ascontiguousarray(a * sa)[None]
+    bi = np.ascontiguousarray(b * sb)[None]
+    if not tame(ai, bi, c):
+        return None
+    plain = replace(model, scale_block=0, operand_emin_b=None)
+    mp = mma(plain)
+    ap = acc_params(model)
+    mp = for_operands(mp, ai, bi)
+    ea, eb = np.empty(ai.shape), np.empty(bi.shape)
+    operand_powers(np.ascontiguousarray(a).reshape(-1), ea.reshape(-1), float(2.0**ap.opnd_emin))
+    operand_powers(np.ascontiguousarray(b).reshape(-1), eb.reshape(-1), float(2.0**ap.opnd_emin_b))
+    ea *= _scale_weights(np.ascontiguousarray(sa).reshape(-1), ap.scale_emin).reshape(ea.shape)
+    eb *= _scale_weights(np.ascontiguousarray(sb).reshape(-1), ap.scale_emin).reshape(eb.shape)
+    out = np.array(c, dtype=np.float64, copy=True)[None]
+    if out.size:
+        run_rows(_mm_units, out.shape[1], ai, ea, bi, eb, out, mp)
+    return out[0]
 
 
 @jit

@@ -20,7 +20,8 @@ A model says how ``c + sum_k a[k] * b[k]`` is accumulated, rounding by rounding:
 Every model checks its formats and modes when it is made (a misspelt mode is a ValueError at once, naming the
 field).
 
-:func:`tensor_core` returns the published presets ("sm80", "sm90"); :func:`matmul` and :func:`dot` apply any model.
+:func:`tensor_core` returns the presets (sm80, sm89, sm90, sm100, sm120; block-scaled kinds run through
+:func:`matmul_scaled`); :func:`matmul` and :func:`dot` apply any other model.
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ __all__ = [
     "acc_params",
     "dot",
     "dot_acc",
+    "dot_scaled_acc",
     "fp8_mma_sync",
     "matmul",
+    "matmul_scaled",
     "split_k",
     "tensor_core",
 ]
 
 _ZERO = np.uint64(0)
+_NONE = -100000  # "no clamp" for the alignment exponents of AccParams
 
 # -- model descriptions ---------------------------------------------------------------------------------------
 
@@ -117,6 +121,19 @@ class BlockFMA:
             e4m3 and e5m2 tensor-core probe matches ``"exponent_sum"`` bit for bit, ``"product"`` 98.5-99.8%.
         operand_emin: with ``"exponent_sum"``, the exponent a subnormal operand counts with (the operand
             format's emin: the hardware reads the biased exponent field). ``None``: no clamp.
+        operand_emin_b: the same for the B operand where its format differs (``kind::f8f6f4`` mixes element
+            formats); ``None``: ``operand_emin``.
+        acc_emin: the exponent a subnormal incoming accumulator counts with when aligning (MMA-Sim: -126, the
+            fp32 accumulator's emin). ``None``: its own exponent.
+        zero_exp: the alignment exponent of a zero accumulator (MMA-Sim's ``e_zero``: the least exponent the
+            block aligns to, -132 on sm80/sm89, -133 on sm90 and later, -139 for the fp4 kinds). ``None``: a
+            zero accumulator does not take part.
+        scale_block: block-scaled kinds (``mxf8f6f4``, ``mxf4``, ``nvf4``): consecutive k sharing one scale of
+            each operand (32 or 16); 0: no scales. Such a model runs through :func:`matmul_scaled`.
+        scale_emin: the exponent a subnormal scale counts with (-127 for ue8m0, -6 for ue4m3).
+        group: products summed exactly in groups of this many consecutive k before alignment (the fp4 kinds:
+            16); 1: each product is a term.
+        align ``"scale"``: (block-scaled kinds with groups) a term is aligned by its scales' exponent sum only.
     """
 
     block: int
@@ -127,18 +144,36 @@ class BlockFMA:
     input_mode: RoundingMode | str = "toward_zero"
     align: str = "product"
     operand_emin: int | None = None
+    operand_emin_b: int | None = None
+    acc_emin: int | None = None
+    zero_exp: int | None = None
+    scale_block: int = 0
+    scale_emin: int = -127
+    group: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.block, int) or self.block < 1:
             raise ValueError(f"BlockFMA.block must be a positive int, got {self.block!r}")
         if not isinstance(self.fraction_bits, int) or not 1 <= self.fraction_bits <= 45:
             raise ValueError(f"BlockFMA.fraction_bits must be an int in 1..45, got {self.fraction_bits!r}")
-        if self.align not in ("product", "exponent_sum"):
-            raise ValueError(f"BlockFMA.align must be 'product' or 'exponent_sum', got {self.align!r}")
-        if self.operand_emin is not None and (
-            isinstance(self.operand_emin, bool) or not isinstance(self.operand_emin, int)
-        ):
-            raise TypeError(f"BlockFMA.operand_emin must be an int or None, got {self.operand_emin!r}")
+        if self.align not in ("product", "exponent_sum", "scale"):
+            raise ValueError(f"BlockFMA.align must be 'product', 'exponent_sum' or 'scale', got {self.align!r}")
+        for name in ("operand_emin", "operand_emin_b", "acc_emin", "zero_exp"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise TypeError(f"BlockFMA.{name} must be an int or None, got {v!r}")
+        for name in ("scale_block", "group", "scale_emin"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"BlockFMA.{name} must be an int, got {v!r}")
+        if self.scale_block < 0 or self.group < 1:
+            raise ValueError(f"BlockFMA.scale_block must be >= 0 and group >= 1, got {self.scale_block}, {self.group}")
+        if self.scale_block and (self.block % self.scale_block and self.scale_block % self.block):
+            raise ValueError(f"BlockFMA.scale_block ({self.scale_block}) and block ({self.block}) must nest")
+        if self.block % self.group or (self.scale_block and self.scale_block % self.group):
+            raise ValueError(f"BlockFMA.group ({self.group}) must divide block and scale_block")
+        if (self.align == "scale" or self.group > 1) and not self.scale_block:
+            raise ValueError("BlockFMA: align='scale' and group > 1 describe block-scaled kinds (scale_block > 0)")
         _check_fields(self, ("out_fmt", "input_fmt"), ("out_mode", "input_mode"))
 
 
@@ -254,41 +289,149 @@ def fp8_mma_sync(arch: str = "sm90") -> Interleaved:
     return Interleaved(tensor_core("sm90", "fp16"), chunk=32, group=2)
 
 
-def tensor_core(arch: str, input_format: str | FloatFormat) -> BlockFMA:
-    """Published tensor-core accumulation models.
+_ARCHS = {
+    "sm80": "sm80",
+    "a100": "sm80",
+    "ampere": "sm80",
+    "sm86": "sm80",
+    "sm89": "sm89",
+    "ada": "sm89",
+    "l40": "sm89",
+    "sm90": "sm90",
+    "h100": "sm90",
+    "h200": "sm90",
+    "hopper": "sm90",
+    "sm100": "sm100",
+    "b200": "sm100",
+    "blackwell": "sm100",
+    "sm120": "sm120",
+    "rtx_blackwell": "sm120",
+}
+# per architecture, as MMA-Sim (Xie et al. 2025) models it: fraction bits F, the bytes of k one step sums
+# (block = bytes / operand size), the least alignment exponent (e_zero) and F for fp8 where it differs
+_ARCH_DATA = {
+    "sm80": {"f": 24, "bytes": 16, "zero": -132, "fp8_f": None},
+    "sm89": {"f": 24, "bytes": 16, "zero": -132, "fp8_f": 13},
+    "sm90": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 13},
+    "sm100": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 25},
+    "sm120": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 25},
+}
+_F8F6F4 = ("float8_e4m3fn", "float8_e5m2", "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn")
+_BLOCK_KINDS = ("mxf8f6f4", "mxf4", "nvf4")
+VARIANTS = ("mmasim", "fasi2021", "h200")
+
+
+def tensor_core(
+    arch: str,
+    input_format: str | FloatFormat,
+    b_format: str | FloatFormat | None = None,
+    *,
+    kind: str | None = None,
+    variant: str | None = None,
+) -> BlockFMA:
+    """Tensor-core accumulation models, fp32 output (every difference between architectures is a field value).
 
     Args:
-        arch: ``"sm80"`` (A100) or ``"sm90"`` (H100/H200).
-        input_format: operand format: bf16, fp16, tf32 (fp32 operands), e4m3/e5m2 (sm90 only).
+        arch: ``"sm80"`` (A100), ``"sm89"`` (Ada), ``"sm90"`` (H100/H200), ``"sm100"`` (B200, tcgen05) or
+            ``"sm120"`` (RTX Blackwell); names such as ``"a100"``, ``"hopper"``, ``"blackwell"`` too.
+        input_format: operand format (the A operand's): bf16, fp16, tf32 (fp32 operands), e4m3/e5m2 (sm89 and
+            later), e3m2/e2m3/e2m1 (``kind::f8f6f4``, sm100/sm120).
+        b_format: the B operand's format where it differs (mixed f8f6f4 kinds); default ``input_format``.
+        kind: ``None`` (plain MMA), or a block-scaled kind of sm100/sm120: ``"mxf8f6f4"`` (fp8/fp6/fp4
+            elements, ue8m0 scales per 32 k), ``"mxf4"`` (e2m1, ue8m0 per 32 k), ``"nvf4"`` (e2m1, ue4m3 per
+            16 k). Block-scaled models run through :func:`matmul_scaled`.
+        variant: ``None`` for the default. sm90: ``"h200"`` (the default: measured bit for bit on an H200,
+            tests/fixtures/gpu/h200) or ``"mmasim"`` (adds MMA-Sim's accumulator clamps, ``acc_emin=-126``
+            and ``zero_exp=-133``: they differ from the default only where the accumulator and every product
+            of a step lie below 2**-126). sm80: ``"mmasim"`` (the default, MMA-Sim's Ampere model: alignment
+            by the operands' exponent sum) or ``"fasi2021"`` (the published model of Fasi et al. 2021:
+            alignment by each product's exponent, no clamps). Other archs: ``"mmasim"`` only.
 
     Returns:
-        The :class:`BlockFMA` model. sm80: bf16/fp16/tf32 blocks of 8 (tf32: 4), F=24. sm90: bf16/fp16 blocks
-        of 16, F=25; tf32 blocks of 8, F=25; fp8 blocks of 32 with 13 fraction bits and the result truncated to
-        e8m13 (Xie et al. 2025; DeepSeek-V3 reports ~14 bits). fp32 outputs are rounded toward zero.
+        The :class:`BlockFMA` model. Per MMA-Sim: sm80/sm89 sum 16 bytes of k per step (8 fp16/bf16, 4 tf32,
+        16 fp8) with F=24 (fp8 on sm89: F=13, result truncated to e8m13); sm90 32 bytes (16, 8, 32) with F=25
+        (fp8: F=13, e8m13); sm100/sm120 32 bytes with F=25 for every kind, fp8/fp6/fp4 included; mxf8f6f4
+        blocks of 32 with the scales' exponents added to the products'; mxf4/nvf4 steps of 64 k, each group
+        of 16 products summed exactly, scaled and aligned by the scales' exponents with F=35. fp32 results
+        are rounded toward zero.
+
+    Raises:
+        ValueError: an unknown arch, format, kind or variant, or a combination the architecture lacks.
     """
-    fmt = _format(input_format)
-    arch_key = arch.lower()
-    if arch_key not in ("sm80", "sm90"):
-        raise ValueError(f"unknown tensor-core arch {arch!r}; known: 'sm80', 'sm90'")
-    name = fmt.name
-    # sm90: alignment by the operands' exponent sum, measured bit for bit on an H200; sm80: the published model
-    # (alignment by the product's exponent), not measured here.
-    kw = {"align": "exponent_sum"} if arch_key == "sm90" else {}
-    if name in ("float32", "tfloat32"):
-        block = 4 if arch_key == "sm80" else 8
-        f = 24 if arch_key == "sm80" else 25
-        if kw:
-            kw["operand_emin"] = -126
-        return BlockFMA(block, f, input_fmt="tfloat32", input_mode="toward_zero", **kw)
-    if kw:
-        kw["operand_emin"] = fmt.emin
-    if name in ("bfloat16", "float16"):
-        return BlockFMA(8, 24) if arch_key == "sm80" else BlockFMA(16, 25, **kw)
-    if name in ("float8_e4m3fn", "float8_e5m2"):
-        if arch_key != "sm90":
-            raise ValueError("fp8 tensor cores need sm89/sm90; no sm80 preset")
-        return BlockFMA(32, 13, out_fmt=_E8M13, out_mode="toward_zero", **kw)
-    raise ValueError(f"no tensor-core preset for input format {name!r} on {arch}")
+    if not isinstance(arch, str) or arch.lower() not in _ARCHS:
+        raise ValueError(f"unknown tensor-core arch {arch!r}; known: {', '.join(sorted(set(_ARCHS.values())))}")
+    a_key = _ARCHS[arch.lower()]
+    d = _ARCH_DATA[a_key]
+    fa = _format(input_format)
+    fb = _format(b_format) if b_format is not None else fa
+    default = "h200" if a_key == "sm90" else "mmasim"
+    var = default if variant is None else variant
+    allowed = {"sm90": ("h200", "mmasim"), "sm80": ("mmasim", "fasi2021")}.get(a_key, ("mmasim",))
+    if var not in allowed:
+        raise ValueError(f"tensor_core: variant {variant!r} is not one of {allowed} for {a_key}")
+    if kind is not None and kind not in _BLOCK_KINDS:
+        raise ValueError(f"tensor_core: kind must be None or one of {_BLOCK_KINDS}, got {kind!r}")
+    if kind is not None and a_key not in ("sm100", "sm120"):
+        raise ValueError(f"tensor_core: block-scaled kind {kind!r} needs sm100 or sm120, got {a_key}")
+    names = (fa.name, fb.name)
+    clamps: dict = {"acc_emin": -126, "zero_exp": d["zero"]} if var == "mmasim" else {}
+    if kind in ("mxf4", "nvf4"):
+        if names != ("float4_e2m1fn", "float4_e2m1fn"):
+            raise ValueError(f"tensor_core: kind {kind!r} takes e2m1 operands, got {fa.name} and {fb.name}")
+        return BlockFMA(
+            64,
+            35,
+            align="scale",
+            acc_emin=-126,
+            zero_exp=-139,
+            scale_block=32 if kind == "mxf4" else 16,
+            scale_emin=-127 if kind == "mxf4" else -6,
+            group=16,
+        )
+    if kind == "mxf8f6f4":
+        if not set(names) <= set(_F8F6F4):
+            raise ValueError(f"tensor_core: kind 'mxf8f6f4' takes fp8/fp6/fp4 operands, got {fa.name}, {fb.name}")
+        return BlockFMA(
+            32,
+            25,
+            align="exponent_sum",
+            operand_emin=fa.emin,
+            operand_emin_b=fb.emin if fb != fa else None,
+            scale_block=32,
+            scale_emin=-127,
+            **clamps,
+        )
+    if var == "fasi2021":
+        if fa.name in ("float32", "tfloat32"):
+            return BlockFMA(4, 24, input_fmt="tfloat32", input_mode="toward_zero")
+        if fa.name in ("bfloat16", "float16"):
+            return BlockFMA(8, 24)
+        raise ValueError(f"tensor_core: no {a_key} preset for {fa.name!r} (variant fasi2021)")
+    if fa != fb and not set(names) <= set(_F8F6F4):
+        raise ValueError(f"tensor_core: mixed operand formats exist only among fp8/fp6/fp4, got {names}")
+    if fa.name in ("float32", "tfloat32"):
+        return BlockFMA(
+            d["bytes"] // 4, d["f"], input_fmt="tfloat32", input_mode="toward_zero", align="exponent_sum",
+            operand_emin=-126, **clamps,
+        )  # fmt: skip
+    if fa.name in ("bfloat16", "float16"):
+        return BlockFMA(d["bytes"] // 2, d["f"], align="exponent_sum", operand_emin=fa.emin, **clamps)
+    if set(names) <= set(_F8F6F4):
+        small = not set(names) <= {"float8_e4m3fn", "float8_e5m2"}
+        if d["fp8_f"] is None or (small and a_key not in ("sm100", "sm120")):
+            raise ValueError(f"tensor_core: {a_key} has no tensor-core kind for {fa.name} x {fb.name}")
+        f8 = d["fp8_f"]
+        kw = {"out_fmt": _E8M13, "out_mode": "toward_zero"} if f8 == 13 else {}
+        return BlockFMA(
+            d["bytes"],
+            f8,
+            align="exponent_sum",
+            operand_emin=fa.emin,
+            operand_emin_b=fb.emin if fb != fa else None,
+            **kw,
+            **clamps,
+        )
+    raise ValueError(f"no tensor-core preset for input format {fa.name!r} on {a_key}")
 
 
 # -- njit parameters --------------------------------------------------------------------------------------------
@@ -312,6 +455,13 @@ class AccParams(NamedTuple):
     outer_mode: int
     align_sum: bool  # BlockFMA aligns products by the operands' exponent sum
     opnd_emin: int  # exponent a subnormal operand counts with (align_sum only)
+    opnd_emin_b: int  # the same for the B operand
+    acc_emin: int  # exponent a subnormal accumulator counts with (-100000: its own)
+    zero_exp: int  # alignment exponent of a zero accumulator (-100000: none)
+    scale_block: int  # k per scale of block-scaled kinds (0: none)
+    scale_emin: int  # exponent a subnormal scale counts with
+    group: int  # products summed exactly in groups before alignment
+    align_scale: bool  # terms aligned by their scales' exponents only
 
 
 def acc_params(model: Model) -> AccParams:
@@ -344,8 +494,16 @@ def acc_params(model: Model) -> AccParams:
             int(outer_mode),
             False,
             -1074,
+            -1074,
+            _NONE,
+            _NONE,
+            0,
+            -127,
+            1,
+            False,
         )
     if isinstance(model, BlockFMA):
+        emin_a = model.operand_emin if model.operand_emin is not None else -1074
         acc = _format(model.out_fmt)
         inp = _format(model.input_fmt) if model.input_fmt is not None else acc
         return AccParams(
@@ -363,7 +521,14 @@ def acc_params(model: Model) -> AccParams:
             outer.params,
             int(outer_mode),
             model.align == "exponent_sum",
-            model.operand_emin if model.operand_emin is not None else -1074,
+            emin_a,
+            model.operand_emin_b if model.operand_emin_b is not None else emin_a,
+            model.acc_emin if model.acc_emin is not None else _NONE,
+            model.zero_exp if model.zero_exp is not None else _NONE,
+            model.scale_block,
+            model.scale_emin,
+            model.group,
+            model.align == "scale",
         )
     if isinstance(model, Interleaved):
         raise TypeError(
@@ -440,7 +605,7 @@ def product_exponent(a: float, b: float, p: float, ap: AccParams) -> int:
     """The exponent a nonzero product is aligned by: its own, or the sum of its operands' exponents (each at
     least ``opnd_emin``), as the tensor core's multiplier delivers it before normalization."""
     if ap.align_sum:
-        return max(_exponent(a), ap.opnd_emin) + max(_exponent(b), ap.opnd_emin)
+        return max(_exponent(a), ap.opnd_emin) + max(_exponent(b), ap.opnd_emin_b)
     return _exponent(p)
 
 
@@ -451,7 +616,9 @@ def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:
     special = c - c != 0.0
     emax = np.int64(-100000)
     if c != 0.0 and not special:
-        emax = _exponent(c)
+        emax = max(_exponent(c), ap.acc_emin)
+    elif c == 0.0:
+        emax = np.int64(ap.zero_exp)
     for k in range(lo, hi):
         ak = _opnd(a[k], ap)
         bk = _opnd(b[k], ap)
@@ -481,6 +648,82 @@ def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:
         return 0.0
     # |total| < (block+1) * 2**(F+2) <= 2**53 for the presets: exact as float64, then one rounding.
     return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
+
+
+@jit
+def _scale_exp(x: float, emin: int) -> int:
+    return max(_exponent(x), emin)
+
+
+@jit
+def _scaled_block_step(c: float, a, b, sa, sb, lo: int, hi: int, ap: AccParams) -> float:
+    """One step of a block-scaled kind: the terms are the products a[k]*b[k]*sa[k]*sb[k] (or, with groups, the
+    exact sum of each group of ``ap.group`` products times its scales), each aligned by its operands' and
+    scales' exponent sum (or by its scales' alone), truncated to F bits below the largest, summed exactly with
+    the accumulator and rounded once, as :func:`_block_step` does."""
+    special = c - c != 0.0
+    emax = np.int64(-100000)
+    if c != 0.0 and not special:
+        emax = max(_exponent(c), ap.acc_emin)
+    elif c == 0.0:
+        emax = np.int64(ap.zero_exp)
+    g = ap.group
+    for k0 in range(lo, hi, g):
+        for k in range(k0, min(hi, k0 + g)):
+            s = sa[k] * sb[k]
+            pk = a[k] * b[k] * s
+            if pk - pk != 0.0 or s != s:
+                special = True
+            elif pk != 0.0:
+                w = _scale_exp(sa[k], ap.scale_emin) + _scale_exp(sb[k], ap.scale_emin)
+                if not ap.align_scale:
+                    w += max(_exponent(a[k]), ap.opnd_emin) + max(_exponent(b[k]), ap.opnd_emin_b)
+                emax = max(emax, w)
+    if special:  # inf/nan anywhere (a NaN scale included): IEEE propagation
+        t = c
+        for k in range(lo, hi):
+            t += a[k] * b[k] * (sa[k] * sb[k])
+        return round_scalar(t, ap.acc_p, ap.acc_mode, _ZERO)
+    if emax == -100000:
+        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _ZERO)
+    q = emax - ap.frac_bits
+    total = np.int64(0)
+    if c != 0.0:
+        total += np.int64(math.trunc(math.ldexp(c, -q)))
+    for k0 in range(lo, hi, g):
+        part = 0.0
+        for k in range(k0, min(hi, k0 + g)):
+            pk = a[k] * b[k] * (sa[k] * sb[k])  # exact: low-precision elements, scales of <= 4 bits
+            t, err = _two_sum(part, pk)
+            if err != 0.0:
+                raise ValueError("block-scaled group sum is not exact in float64 (elements wider than fp8?)")
+            part = t
+        if part != 0.0:
+            total += np.int64(math.trunc(math.ldexp(part, -q)))
+    if total == 0:
+        return 0.0
+    return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
+
+
+@jit
+def dot_scaled_acc(a, b, sa, sb, c: float, ap: AccParams) -> float:
+    """``c + sum_k a[k]*b[k]*sa[k]*sb[k]`` under a block-scaled model (``ap.scale_block > 0``).
+
+    Args:
+        a, b: 1-D float64 arrays of K element values (of the element formats).
+        sa, sb: 1-D float64 arrays of K: the scale of each element (each scale repeated over its block).
+        c: incoming accumulator. ap: :class:`AccParams` of the model.
+
+    Returns:
+        The accumulated value.
+    """
+    n = a.shape[0]
+    k = 0
+    while k < n:
+        kend = min(n, k + ap.block)
+        c = _scaled_block_step(c, a, b, sa, sb, k, kend, ap)
+        k = kend
+    return c
 
 
 @jit
@@ -518,6 +761,8 @@ def dot_acc(a, b, c: float, ap: AccParams) -> float:
         The accumulated value (representable in the accumulator format, or the chunk-sum format if chunked).
     """
     n = a.shape[0]
+    if ap.scale_block > 0:
+        raise ValueError("a block-scaled model needs the scales: use matmul_scaled / dot_scaled_acc")
     if ap.chunk == 0:
         return _accumulate(a, b, c, 0, n, ap)
     size = ap.chunk if ap.chunk > 0 else max(1, -((-n) // (-ap.chunk)))
@@ -540,6 +785,12 @@ def _matmul_rows(lo, hi, a, b, c, out, ap):
         i = r - bi * m
         for j in range(n):
             out[bi, i, j] = dot_acc(a[bi, i, :], b[bi, :, j], c[bi, i, j], ap)
+
+
+def _no_scales(acc: object) -> None:
+    inner = acc.inner if isinstance(acc, (Chunked, Interleaved)) else acc
+    if isinstance(inner, BlockFMA) and inner.scale_block:
+        raise TypeError("a block-scaled model (scale_block > 0) needs the scales: use matmul_scaled")
 
 
 def _as_float_array(x: object, name: str) -> np.ndarray:
@@ -576,6 +827,7 @@ def matmul(
         raise ValueError(f"matmul needs arrays of at least 2 dims, got a.ndim={a64.ndim}, b.ndim={b64.ndim}")
     if a64.shape[-1] != b64.shape[-2]:
         raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
+    _no_scales(acc)
     if isinstance(acc, Interleaved):
         order = acc.order(a64.shape[-1])
         a64, b64, acc = a64[..., order], b64[..., order, :], acc.inner
@@ -602,12 +854,89 @@ def matmul(
     return out.reshape(lead + (m, n))
 
 
+@jit
+def _scaled_rows(lo, hi, a, b, sa, sb, c, out, ap):
+    m = a.shape[1]
+    n = b.shape[2]
+    for r in range(lo, hi):
+        bi = r // m
+        i = r - bi * m
+        for j in range(n):
+            out[bi, i, j] = dot_scaled_acc(a[bi, i, :], b[bi, :, j], sa[bi, i, :], sb[bi, :, j], c[bi, i, j], ap)
+
+
+def matmul_scaled(
+    a: np.ndarray,
+    b: np.ndarray,
+    a_scales: np.ndarray,
+    b_scales: np.ndarray,
+    c: np.ndarray | None = None,
+    *,
+    acc: BlockFMA,
+    engine: str = "vector",
+) -> np.ndarray:
+    """Emulated block-scaled MMA ``c + (a * a_scales) @ (b * b_scales)`` as the tensor core sums it.
+
+    Args:
+        a: (M, K) element values (of the model's element formats, e.g. ``quantize_block(...).codes``).
+        b: (K, N) element values.
+        a_scales: (M, K // scale_block) scales of a's blocks along k (``quantize_block(x, ..., axis=-1)``).
+        b_scales: (K // scale_block, N) scales of b's blocks along k (``quantize_block(x, ..., axis=0)``).
+        c: optional (M, N) incoming accumulator (zeros by default).
+        acc: a block-scaled :class:`BlockFMA` (``tensor_core(arch, fmt, kind=...)``).
+        engine: ``"vector"`` or ``"reference"`` (:func:`dot_scaled_acc` per output); the same bits. The vector
+            engine covers the kinds whose products are terms (``mxf8f6f4``): the operands are scaled exactly
+            and their alignment weights are the elements' times the scales', so the plain row kernels of
+            :mod:`simfloat._mma` apply; the grouped fp4 kinds (``mxf4``, ``nvf4``) run the reference.
+
+    Returns:
+        float64 (M, N) array.
+
+    Raises:
+        TypeError: a non-float array or a model without scales. ValueError: shapes that do not match, or K not
+            a multiple of ``scale_block``.
+    """
+    if not isinstance(acc, BlockFMA) or acc.scale_block == 0:
+        raise TypeError("matmul_scaled needs a block-scaled BlockFMA (tensor_core(arch, fmt, kind=...))")
+    a64, b64 = _as_float_array(a, "a"), _as_float_array(b, "b")
+    sa64, sb64 = _as_float_array(a_scales, "a_scales"), _as_float_array(b_scales, "b_scales")
+    if a64.ndim != 2 or b64.ndim != 2 or a64.shape[1] != b64.shape[0]:
+        raise ValueError(f"matmul_scaled needs a (M, K) and b (K, N), got {a64.shape} and {b64.shape}")
+    m, k = a64.shape
+    n = b64.shape[1]
+    sb_k = acc.scale_block
+    if k % sb_k:
+        raise ValueError(f"K = {k} is not a multiple of the model's scale_block = {sb_k}")
+    if sa64.shape != (m, k // sb_k) or sb64.shape != (k // sb_k, n):
+        raise ValueError(
+            f"a_scales must be {(m, k // sb_k)} and b_scales {(k // sb_k, n)}, got {sa64.shape} and {sb64.shape}"
+        )
+    c3 = np.zeros((1, m, n)) if c is None else np.array(_as_float_array(c, "c"), dtype=np.float64).reshape(1, m, n)
+    sa_e = np.ascontiguousarray(np.repeat(sa64, sb_k, axis=1))[None]
+    sb_e = np.ascontiguousarray(np.repeat(sb64, sb_k, axis=0))[None]
+    if engine not in ("vector", "reference"):
+        raise ValueError(f"engine must be 'vector' or 'reference', got {engine!r}")
+    if engine == "vector" and acc.group == 1 and acc.align != "scale":
+        from simfloat._mma import scaled_rows
+
+        res = scaled_rows(a64, b64, sa_e[0], sb_e[0], c3[0], acc)
+        if res is not None:
+            return res
+    out = np.empty((1, m, n))
+    run_rows(
+        _scaled_rows, m, np.ascontiguousarray(a64)[None], np.ascontiguousarray(b64)[None], sa_e, sb_e, c3, out,
+        acc_params(acc),
+    )  # fmt: skip
+    return out[0]
+
+
 def dot(a: np.ndarray, b: np.ndarray, c: float = 0.0, *, acc: Model | Interleaved) -> float:
     """Emulated ``c + a . b`` of two 1-D arrays under an accumulation model (Interleaved: k reordered)."""
     a64 = _as_float_array(a, "a")
     b64 = _as_float_array(b, "b")
     if a64.ndim != 1 or b64.shape != a64.shape:
         raise ValueError(f"dot needs two 1-D arrays of equal length, got {a.shape} and {b.shape}")
+    _no_scales(acc)
     if isinstance(acc, Interleaved):
         order = acc.order(a64.shape[0])
         a64, b64, acc = a64[order], b64[order], acc.inner

@@ -10,6 +10,13 @@ special-value policy. The policy follows the conventions of the OCP/ml_dtypes fo
   NaN. The bias is one larger than IEEE's.
 * no NaN at all (``float6_*``, ``float4_e2m1fn``): every code is a finite number.
 
+Two fields describe the scale formats of block-scaled MMAs (OCP MX, NVFP4): ``signed=False`` drops the sign bit
+(``ue4m3``: e4m3fn's codes 0x00..0x7F, 0x7F the NaN), and ``zero=False`` makes exponent code 0 a normal binade
+instead of zero and subnormals (``float8_e8m0fnu``: the powers of two 2**-127..2**127, 0xFF the NaN). Rounding a
+value a format has no code for (a negative value into an unsigned format, zero into one without zero) gives NaN;
+a positive value below the smallest value of a format without zero gives that smallest value in every mode (there
+is nothing below it), as ml_dtypes does for float8_e8m0fnu.
+
 The overflow policy says what a finite value too large for the format becomes when the rounding mode would give
 an infinity (IEEE semantics): ``"inf"``, ``"nan"`` (ml_dtypes' choice for the fn/fnuz fp8 formats) or
 ``"saturate"`` (the largest finite value, as ml_dtypes does for fp6/fp4 and PTX's ``.satfinite`` does).
@@ -33,7 +40,11 @@ __all__ = [
     "bfloat16",
     "float16",
     "float8_e4m3fn",
+    "float8_e4m3",
+    "float8_e3m4",
     "float8_e5m2",
+    "float8_e8m0fnu",
+    "ue4m3",
     "float8_e4m3fnuz",
     "float8_e5m2fnuz",
     "float6_e2m3fn",
@@ -59,6 +70,8 @@ class FormatParams(NamedTuple):
         has_nan: whether the format has a NaN code.
         neg_zero: whether -0 is a code (False for fnuz formats: -0 becomes +0).
         subnormals: whether subnormals exist (False: subnormal results flush to signed zero).
+        signed: whether negative values are codes (False: a negative nonzero value rounds to NaN).
+        zero: whether zero is a code (False: zero rounds to NaN, tiny positive values to ``2**emin``).
     """
 
     mantissa_bits: int
@@ -69,6 +82,8 @@ class FormatParams(NamedTuple):
     has_nan: bool
     neg_zero: bool
     subnormals: bool
+    signed: bool
+    zero: bool
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,10 @@ class FloatFormat:
         has_infinity: whether +-inf are codes of the format (only with ``nan="ieee"``).
         subnormals: whether the format has subnormal numbers.
         overflow: what an overflowing finite value becomes, ``"inf"``, ``"nan"`` or ``"saturate"``.
+        signed: whether the format has a sign bit (False: no negative values, no -0; needs a NaN code, which
+            negative inputs round to).
+        zero: whether exponent code 0 holds zero and subnormals (True, every IEEE-like format) or is a normal
+            binade (False: no zero, no subnormals, ``emin = -bias``; ``float8_e8m0fnu``; needs a NaN code).
 
     Raises:
         ValueError: a field out of range or an inconsistent combination: infinities without the IEEE encoding,
@@ -103,6 +122,8 @@ class FloatFormat:
     has_infinity: bool = True
     subnormals: bool = True
     overflow: Overflow = "inf"
+    signed: bool = True
+    zero: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.exponent_bits, int) or not 1 <= self.exponent_bits <= 11:
@@ -127,6 +148,17 @@ class FloatFormat:
             )
         if self.nan == "fn" and self.exponent_bits == 1 and self.mantissa_bits == 0:
             raise ValueError(f"{self.name}: no nonzero finite value (S.1 is the NaN code and S.0 is zero)")
+        if not isinstance(self.signed, bool) or not isinstance(self.zero, bool):
+            raise TypeError(f"{self.name}: signed and zero must be bools, got {self.signed!r}, {self.zero!r}")
+        if not (self.signed and self.zero) and self.nan == "none":
+            raise ValueError(f"{self.name}: an unsigned or zero-less format needs a NaN code for the values it lacks")
+        if not self.zero and (self.subnormals or self.nan in ("ieee", "fnuz")):
+            raise ValueError(
+                f"{self.name}: a format without zero has no subnormals and no IEEE/fnuz codes (use nan='fn', "
+                "subnormals=False, has_infinity=False)"
+            )
+        if not self.signed and self.nan == "fnuz":
+            raise ValueError(f"{self.name}: the fnuz encoding puts its NaN at the sign bit; it needs signed=True")
         if self.emax > 1023 or self.emin - self.mantissa_bits < -1074:
             raise ValueError(
                 f"format {self.name} has values outside float64's range (largest binade 2**{self.emax}, "
@@ -139,8 +171,8 @@ class FloatFormat:
     # -- finfo-named properties -------------------------------------------------------------------------------
     @property
     def bits(self) -> int:
-        """Total width in bits (sign + exponent + fraction)."""
-        return 1 + self.exponent_bits + self.mantissa_bits
+        """Total width in bits (sign, if any, + exponent + fraction)."""
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
 
     @property
     def bias(self) -> int:
@@ -149,8 +181,8 @@ class FloatFormat:
 
     @property
     def emin(self) -> int:
-        """Exponent of the smallest normal number (``tiny == 2**emin``)."""
-        return 1 - self.bias
+        """Exponent of the smallest normal number (``tiny == 2**emin``; ``-bias`` without a zero code)."""
+        return 1 - self.bias if self.zero else -self.bias
 
     @property
     def emax(self) -> int:
@@ -192,6 +224,17 @@ class FloatFormat:
         return math.ldexp(1.0, -self.mantissa_bits)
 
     @property
+    def epsneg(self) -> float:
+        """Distance from 1.0 to the next smaller value (the quantum below 1.0: of the binade [1/2, 1), or of the
+        subnormals when 1.0 is the smallest normal value)."""
+        return math.ldexp(1.0, -self.mantissa_bits - 1 if self.emin < 0 else self.emin - self.mantissa_bits)
+
+    @property
+    def min(self) -> float:
+        """Smallest finite value: ``-max``, or the smallest positive value of an unsigned format."""
+        return -self.max if self.signed else (0.0 if self.zero else self.tiny)
+
+    @property
     def precision(self) -> int:
         """Significand bits including the implicit one."""
         return self.mantissa_bits + 1
@@ -203,8 +246,8 @@ class FloatFormat:
 
     @property
     def has_negative_zero(self) -> bool:
-        """Whether -0 is a code of the format (not for fnuz)."""
-        return self.nan != "fnuz"
+        """Whether -0 is a code of the format (not for fnuz or unsigned formats)."""
+        return self.nan != "fnuz" and self.signed and self.zero
 
     @property
     def params(self) -> FormatParams:
@@ -218,6 +261,8 @@ class FloatFormat:
             self.has_nan,
             self.has_negative_zero,
             self.subnormals,
+            self.signed,
+            self.zero,
         )
 
     def replace(self, **changes: object) -> FloatFormat:
@@ -241,6 +286,12 @@ bfloat16 = _ieee("bfloat16", 8, 7)
 float16 = _ieee("float16", 5, 10)
 float8_e5m2 = _ieee("float8_e5m2", 5, 2)
 float8_e4m3fn = FloatFormat("float8_e4m3fn", 4, 3, nan="fn", has_infinity=False, overflow="nan")
+float8_e4m3 = _ieee("float8_e4m3", 4, 3)
+float8_e3m4 = _ieee("float8_e3m4", 3, 4)
+float8_e8m0fnu = FloatFormat(
+    "float8_e8m0fnu", 8, 0, nan="fn", has_infinity=False, subnormals=False, overflow="nan", signed=False, zero=False
+)
+ue4m3 = FloatFormat("ue4m3", 4, 3, nan="fn", has_infinity=False, overflow="nan", signed=False)
 float8_e4m3fnuz = FloatFormat("float8_e4m3fnuz", 4, 3, nan="fnuz", has_infinity=False, overflow="nan")
 float8_e5m2fnuz = FloatFormat("float8_e5m2fnuz", 5, 2, nan="fnuz", has_infinity=False, overflow="nan")
 float6_e2m3fn = FloatFormat("float6_e2m3fn", 2, 3, nan="none", has_infinity=False, overflow="saturate")
@@ -256,7 +307,11 @@ _NAMED: dict[str, FloatFormat] = {
         bfloat16,
         float16,
         float8_e4m3fn,
+        float8_e4m3,
+        float8_e3m4,
         float8_e5m2,
+        float8_e8m0fnu,
+        ue4m3,
         float8_e4m3fnuz,
         float8_e5m2fnuz,
         float6_e2m3fn,
@@ -282,6 +337,12 @@ _ALIASES = {
     "e5m2": "float8_e5m2",
     "fp8_e5m2": "float8_e5m2",
     "e4m3fnuz": "float8_e4m3fnuz",
+    "e4m3_ieee": "float8_e4m3",
+    "fp8_e3m4": "float8_e3m4",
+    "e8m0": "float8_e8m0fnu",
+    "ue8m0": "float8_e8m0fnu",
+    "e8m0fnu": "float8_e8m0fnu",
+    "float8_ue4m3": "ue4m3",
     "e5m2fnuz": "float8_e5m2fnuz",
     "e2m3": "float6_e2m3fn",
     "fp6_e2m3": "float6_e2m3fn",

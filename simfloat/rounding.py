@@ -175,6 +175,9 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
     """
     if s != s:
         return s
+    if not (p.signed and p.zero):  # a format without negative values or without zero: NaN for those
+        if (s < 0.0 or (s == 0.0 and d < 0)) or (s == 0.0 and d == 0 and not p.zero):
+            return np.nan
     if s == np.inf or s == -np.inf:
         neg_inf = s < 0.0
         if p.has_inf:
@@ -247,6 +250,8 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
         return overflow_value(neg, p, mode)
     if not p.subnormals and r != 0.0 and r < _pow2(p.emin):
         r = 0.0  # flush-to-zero of subnormal results, as FTZ hardware does
+    if r == 0.0 and not p.zero:
+        r = _pow2(p.emin)  # no zero code: the smallest value is the nearest one in every mode
     if neg:
         if r == 0.0 and not p.neg_zero:
             return 0.0
@@ -403,6 +408,7 @@ def _bit_params(f: FloatFormat, dtype: np.dtype, mode: int) -> _BitParams:
         mode == RoundingMode.STOCHASTIC
         or base < 2  # bit 0 must lie strictly below the half-quantum bit (it carries the sticky bit)
         or f.mantissa_bits == 0  # bit ``base`` would be the exponent's lowest bit, not the significand parity
+        or not (f.signed and f.zero)  # unsigned or zero-less formats: NaN for negatives / zero (round_exact)
         or f.emin < int(fi.minexp)
         or f.emax >= int(fi.maxexp)
         or (has_sub and frac - f.emin >= int(fi.maxexp))  # 2**(F - emin) must be a finite input-type number

@@ -115,7 +115,10 @@ def test_chunked_and_split_k():
 
 
 def test_tensor_core_presets():
-    assert tensor_core("sm80", "bf16") == BlockFMA(8, 24)
+    assert tensor_core("sm80", "bf16", variant="fasi2021") == BlockFMA(8, 24)
+    assert tensor_core("sm80", "bf16") == BlockFMA(
+        8, 24, align="exponent_sum", operand_emin=-126, acc_emin=-126, zero_exp=-132
+    )
     assert tensor_core("sm90", "fp16") == BlockFMA(16, 25, align="exponent_sum", operand_emin=-14)
     assert tensor_core("sm90", "bf16") == BlockFMA(16, 25, align="exponent_sum", operand_emin=-126)
     tf = tensor_core("sm90", "tf32")
