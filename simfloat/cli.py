@@ -1,5 +1,6 @@
-"""Command line: ``simfloat demo | attribute | validate``. Each subcommand lives in its own module and is
-imported only when run, so ``simfloat --help`` stays fast."""
+"""Command line: ``simfloat demo | attribute | validate | sweep | report``. Each subcommand lives in its own
+module and is imported only when run, so ``simfloat --help`` stays fast (``sweep`` and ``report`` declare their
+options in :mod:`simfloat.sweep.cli`, which imports the standard library only)."""
 
 from __future__ import annotations
 
@@ -222,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
     _add_validate(sub)
     _add_attribute(sub)
+    from simfloat.sweep.cli import add_report, add_sweep
+
+    add_sweep(sub)
+    add_report(sub)
     return parser
 
 
