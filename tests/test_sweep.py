@@ -213,36 +213,61 @@ def _rows(store: Path) -> int:
         return 0
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
-def test_sigkill_of_the_client_mid_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
-    n = 10
-    spec = tmp_path / "slow.toml"
-    spec.write_text(f'[sweep]\nname = "slow"\nkind = "{TOY}"\n[grid]\nx = {list(range(n))}\nsleep = 0.4\n')
-    store = tmp_path / "slow.db"
+def _client(spec: Path, store: Path, cwd: Path) -> subprocess.Popen:
+    """``simfloat sweep SPEC --store STORE --workers 1`` in a subprocess, in a session of its own."""
     env = dict(
         os.environ,
         PYTHONUNBUFFERED="1",
         PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")]),
     )
     cmd = [sys.executable, "-m", "simfloat.cli", "sweep", str(spec), "--store", str(store), "--workers", "1"]
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    return subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
+
+
+def _wait_rows(proc: subprocess.Popen, store: Path, more_than: int) -> None:
+    deadline = time.monotonic() + 120
+    while _rows(store) <= more_than:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "no run committed within 120 s"
+        time.sleep(0.05)
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    try:  # the client's worker processes, in its session, if any outlive it
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT / SIGKILL to a subprocess are POSIX")
+def test_ctrl_c_then_sigkill_of_the_client_mid_sweep_resume_without_duplicates(tmp_path: Path) -> None:
+    n = 10
+    spec = tmp_path / "slow.toml"
+    spec.write_text(f'[sweep]\nname = "slow"\nkind = "{TOY}"\n[grid]\nx = {list(range(n))}\nsleep = 0.4\n')
+    store = tmp_path / "slow.db"
+    proc = _client(spec, store, tmp_path)  # Ctrl-C: stops, says so, exit status 130, keeps what finished
     try:
-        deadline = time.monotonic() + 120
-        while _rows(store) < 1:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "no run committed within 120 s"
-            time.sleep(0.05)
+        _wait_rows(proc, store, 0)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        _reap(proc)
+    assert proc.returncode == 130, out
+    assert "sweep slow: interrupted" in out
+    after_int = _rows(store)
+    assert 1 <= after_int < n
+    proc = _client(spec, store, tmp_path)  # kill -9 of the client once it has committed another run
+    try:
+        _wait_rows(proc, store, after_int)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
-        try:  # the client's worker processes, in its session, if any outlive it
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _reap(proc)
     kept = _rows(store)
-    assert 1 <= kept < n, "the client was to be killed mid-sweep"
+    assert after_int < kept < n, "the client was to be killed mid-sweep"
     first = load(store)[["config_hash", "start"]]
     res = run_sweep(spec, store, workers=2, progress=False)
     assert res.skipped == kept and res.ok == n - kept and res.complete

@@ -41,8 +41,12 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 def run_sweep_cli(args: argparse.Namespace) -> int:
     """Exit status: 0 every config has a finished row, 1 some failed or were lost, 2 a bad SPEC or store,
     130 Ctrl-C (the finished runs are in the store)."""
+    import os
+
     from simfloat.sweep import SpecError, run_sweep
 
+    if os.getcwd() not in sys.path:  # a kind "package.module:function" imports from here, as with python -m
+        sys.path.insert(0, os.getcwd())
     try:
         res = run_sweep(
             args.spec,
@@ -92,7 +96,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"simfloat report: error: {err}", file=sys.stderr)
         return 2
     print(
-        f"simfloat report: {rep.runs} finished runs ({rep.failed} failed, left out), {len(rep.metrics)} metrics "
+        f"simfloat report: {rep.runs} finished runs ({rep.failed} failed, left out), {len(rep.metrics)} "
+        f"metric{'s' if len(rep.metrics) != 1 else ''} "
         f"grouped by {', '.join(rep.by) or '(one group)'}" + (f", plotted against {rep.x}" if rep.x else "")
     )
     print(f"wrote {len(rep.files)} files to {rep.out}: report.md, <metric>.csv" + (", <metric>.png" if rep.x else ""))

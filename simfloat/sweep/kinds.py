@@ -5,7 +5,9 @@ Config keys are ``simfloat attribute``'s options with underscores (``seq``, ``se
 ``batch``, ``heads``, ``kv_heads``, ``format``, ``plan``, ``baseline``, ``block_m``, ``block_n``, ``tiles``,
 ``block_ns``, ``rows``, ``trace_rows``, ``dist``, ``seed``, ``causal``, ``quick``) plus ``ops``. One ``plan``
 per config (a grid axis, not a list), defaults as the command's, except that the tile and rescaling-steps
-studies and the traced run are off unless asked for (in a sweep, tiles are grid axes).
+studies and the traced run are off unless asked for (in a sweep, tiles are grid axes). A list-valued key
+(``ops``, ``tiles``, ``block_ns``) is written as a list of lists in ``[grid]`` (a plain list is an axis); one op
+or one block_n may be given bare.
 """
 
 from __future__ import annotations
@@ -111,13 +113,20 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
         isinstance(t, list) and len(t) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in t)
         for t in tiles
     ):
-        raise ValueError(f"config key 'tiles' must be a list of [block_m, block_n] pairs, got {tiles!r}")
+        raise ValueError(
+            f"config key 'tiles' must be a list of [block_m, block_n] pairs, got {tiles!r} (in [grid], a list is "
+            "an axis: write tiles = [[[64, 64], [128, 64]]] for one value)"
+        )
     block_ns = config.get("block_ns", [])
+    if isinstance(block_ns, int) and not isinstance(block_ns, bool):
+        block_ns = [block_ns]
     if not isinstance(block_ns, list) or not all(
         isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block_ns
     ):
         raise ValueError(f"config key 'block_ns' must be a list of positive ints, got {block_ns!r}")
     ops = config.get("ops", list(FLASH_OPS))
+    if isinstance(ops, str):  # one op (a grid axis over single ops)
+        ops = [ops]
     if not isinstance(ops, list) or not ops or not all(op in FLASH_OPS for op in ops):
         raise ValueError(
             f"config key 'ops' must be a non-empty list of flash ops ({', '.join(FLASH_OPS)}), got {ops!r}"

@@ -271,6 +271,7 @@ def run_sweep(
         try:
             client, cluster = _client(scheduler, workers)
             dd = _distributed()
+            by_key = {f"simfloat-sweep-{h}": (h, c) for h, c in todo}
             futures = [
                 client.submit(
                     execute, sp.target, sp.kind, sp.name, dict(c), h, key=f"simfloat-sweep-{h}", pure=False, retries=0
@@ -292,9 +293,8 @@ def run_sweep(
                     if isinstance(exc, dd.KilledWorker):
                         result.lost += 1
                     else:  # the run's task itself could not run (e.g. unpicklable): store why
-                        h = fut.key.removeprefix("simfloat-sweep-")
-                        config = dict(todo[[t[0] for t in todo].index(h)][1])
-                        st.put(_failed_row(sp, config, h, exc))
+                        h, config = by_key[fut.key]
+                        st.put(_failed_row(sp, dict(config), h, exc))
                         result.failed += 1
                 if bar is not None:
                     bar.update(1)
