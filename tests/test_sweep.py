@@ -58,6 +58,9 @@ def test_grid_expansion_with_exclude_include_and_seeds(tmp_path: Path) -> None:
     # seeds as a count; scalars only: one config
     assert [c["seed"] for c in expand(_spec({"x": 1}, seeds=3))[0]] == [0, 1, 2]
     assert expand(_spec({"x": 1, "a": 2})) == ([{"x": 1, "a": 2}], ())
+    # an include takes the grid's fixed values and one-value axes (a list value is written as a list of lists)
+    raw = {**_spec({"x": [1, 2], "ops": [["exp", "l_i"]], "b": 0}), "include": [{"x": 5}]}
+    assert expand(raw) == ([{"x": x, "ops": ["exp", "l_i"], "b": 0} for x in (1, 2, 5)], ("x",))
 
 
 def test_config_hash_is_canonical() -> None:
@@ -133,7 +136,10 @@ def toy_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Pat
     store = d / "runs.db"
     res = run_sweep(raw, store, workers=2, progress=False)
     assert marker.exists()  # the worker did die once
-    assert (res.total, res.ok, res.failed, res.lost, res.skipped) == (10, 8, 2, 0, 0)
+    assert (res.total, res.failed) == (10, 2) and res.ok + res.lost == 8, res.summary()
+    if res.lost:  # the dead worker's run is retried by Dask; one it gave up on is retried by a rerun
+        res = run_sweep(raw, store, workers=2, progress=False)
+        assert res.lost == 0 and res.ok + res.skipped == 10, res.summary()
     return store, raw, marker
 
 

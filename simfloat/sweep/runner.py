@@ -7,7 +7,6 @@ loses only the runs in flight.
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import socket
@@ -37,7 +36,9 @@ class SweepResult:
         skipped_failed: of those, the ones whose stored run failed.
         ok: runs finished and stored in this call.
         failed: runs that raised in this call (stored with their traceback).
-        lost: runs whose worker died more often than the scheduler retries (not stored: a rerun retries them).
+        lost: runs whose worker died more often than the scheduler retries, or that the cluster could not run
+            (not stored: a rerun retries them).
+        lost_errors: the cluster's errors of the first few lost runs.
         interrupted: Ctrl-C stopped the sweep (the runs still in flight were cancelled).
         seconds: wall time of the call.
         axes: the config keys that vary across the grid.
@@ -52,6 +53,7 @@ class SweepResult:
     failed: int = 0
     lost: int = 0
     interrupted: bool = False
+    lost_errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     axes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -69,7 +71,7 @@ class SweepResult:
         if self.failed:
             parts.append(f"{self.failed} failed (stored with their traceback; rerun with --retry-failed)")
         if self.lost:
-            parts.append(f"{self.lost} lost with their workers (a rerun retries them)")
+            parts.append(f"{self.lost} lost with their workers (a rerun retries them: {'; '.join(self.lost_errors)})")
         head = "interrupted" if self.interrupted else "done"
         return f"sweep {self.name}: {head} in {self.seconds:.1f} s: " + ", ".join(parts) + f" -> {self.store}"
 
@@ -178,9 +180,10 @@ def _client(scheduler: str | None, workers: int | None) -> tuple[Any, Any]:
         n_workers=n,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: never a clash with another cluster on this machine
         silence_logs=logging.ERROR,
-        env={"NUMBA_NUM_THREADS": str(threads)},
+        # the workers import the kind's module as the client does
+        env={"NUMBA_NUM_THREADS": str(threads), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
     )
     try:
         return dd.Client(cluster), cluster
@@ -288,14 +291,11 @@ def run_sweep(
                         result.failed += 1
                 elif fut.status == "cancelled":
                     continue
-                else:
-                    exc = fut.exception()
-                    if isinstance(exc, dd.KilledWorker):
-                        result.lost += 1
-                    else:  # the run's task itself could not run (e.g. unpicklable): store why
-                        h, config = by_key[fut.key]
-                        st.put(_failed_row(sp, dict(config), h, exc))
-                        result.failed += 1
+                else:  # execute() returns a run's own exception as a row: this is the cluster's (a dead worker)
+                    result.lost += 1
+                    if len(result.lost_errors) < 5:
+                        h, _ = by_key[fut.key]
+                        result.lost_errors.append(f"{h[:12]}: {fut.exception()!r}")
                 if bar is not None:
                     bar.update(1)
                     if result.failed or result.lost:
@@ -313,26 +313,3 @@ def run_sweep(
                 bar.close()
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def _failed_row(sp: Spec, config: dict[str, Any], h: str, exc: BaseException | None) -> dict[str, Any]:
-    now = time.time()
-    text = "".join(traceback.format_exception(exc)) if exc is not None else "the task failed without an exception"
-    return dict(
-        config_hash=h,
-        sweep=sp.name,
-        kind=sp.kind,
-        config=config,
-        metrics=None,
-        status="failed",
-        error=text,
-        start=now,
-        end=now,
-        wall_s=math.nan,
-        worker=None,
-        hostname=None,
-        python=None,
-        numpy=None,
-        numba=None,
-        simfloat=None,
-    )

@@ -199,7 +199,8 @@ def expand(raw: Mapping[str, Any]) -> tuple[list[Config], tuple[str, ...]]:
 
     The grid's lists are its axes and the other values fixed; the product of the axes, minus every config an
     exclude table matches (all its keys equal; a list in an exclude matches any of its items), plus the
-    include tables (each: the fixed values and its own keys, its lists expanded as a small grid of their own),
+    include tables (each: the fixed values and one-value axes, and its own keys, its lists expanded as a small
+    grid of their own),
     distinct in that order; then each config once per seed (a ``seed`` key).
 
     Returns:
@@ -232,9 +233,10 @@ def expand(raw: Mapping[str, Any]) -> tuple[list[Config], tuple[str, ...]]:
         if len(kept) == len(configs):
             raise SpecError(f"[[exclude]] #{i + 1} {ex} matches no config of the grid (a misspelt value?)")
         configs = kept
+    single = {k: v[0] for k, v in axes.items() if len(v) == 1}  # a one-value axis is a fixed value
     for t in includes:
         t_axes = {k: v for k, v in t.items() if isinstance(v, list)}
-        t_fixed = {**fixed, **{k: v for k, v in t.items() if not isinstance(v, list)}}
+        t_fixed = {**fixed, **single, **{k: v for k, v in t.items() if not isinstance(v, list)}}
         configs += _product(t_fixed, t_axes)
     seen: dict[str, Config] = {}
     for c in configs:
