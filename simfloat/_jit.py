@@ -10,6 +10,7 @@ package are deleted whenever any of its source files differs from when they were
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -23,19 +24,21 @@ from numba.extending import intrinsic
 __all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
 
 
-# pure-Python modules no jitted function reads (they import torch, never the other way): editing them leaves the
-# machine code valid
-_UNCOMPILED = frozenset({"torch.py"})
+# A source file can hold compiled code only if it names a decorator or an intrinsic; the others (the CLI, the
+# sweep, attribution, the torch bridge, ...) are pure Python that no jitted function reads, so editing them leaves
+# every cached machine code valid.
+_COMPILED = re.compile(rb"\b(?:jit|ljit|pjit|njit|intrinsic)\b")
 
 
 def _drop_stale_caches() -> None:
-    """Delete this package's numba cache files when its sources changed since they were written."""
+    """Delete this package's numba cache files when a source file that can hold compiled code changed since they
+    were written."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256(numba.__version__.encode())
     for p in sorted(root.rglob("*.py")):
-        if p.relative_to(root).as_posix() in _UNCOMPILED:
-            continue
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+        text = p.read_bytes()
+        if _COMPILED.search(text):
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + text)
     stamp = root / "__pycache__" / "numba-sources.sha256"
     digest = h.hexdigest()
     try:

@@ -1,5 +1,6 @@
-"""Command line: ``simfloat demo | attribute``. Each subcommand lives in its own module and is
-imported only when run, so ``simfloat --help`` stays fast."""
+"""Command line: ``simfloat demo | attribute | sweep | report``. Each subcommand lives in its own module
+and is imported only when run, so ``simfloat --help`` stays fast (``sweep`` and ``report`` declare their options
+in :mod:`simfloat.sweep.cli`, which imports the standard library only)."""
 
 from __future__ import annotations
 
@@ -177,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=_nonnegative, default=0, help="seed of the dot product's inputs (default 0)")
     demo.set_defaults(func=_demo)
     _add_attribute(sub)
+    from simfloat.sweep.cli import add_report, add_sweep
+
+    add_sweep(sub)
+    add_report(sub)
     return parser
 
 

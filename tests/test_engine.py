@@ -413,3 +413,33 @@ def test_stale_numba_caches_are_dropped_when_the_sources_change():
     stamp.write_text("another source tree")
     j._drop_stale_caches()
     assert not dummy.exists() and stamp.read_text() == digest
+
+
+def test_the_stale_cache_hash_covers_every_module_with_compiled_code():
+    """Editing a pure-Python module (CLI, sweep, attribution, the torch bridge) keeps numba's caches; every module
+    that defines or imports a jitted function or an intrinsic is in the hash that drops them."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import numba
+    from numba.core.extending import _Intrinsic
+
+    import simfloat
+    import simfloat._jit as j
+
+    compiled, pure = [], []
+    for info in pkgutil.walk_packages(simfloat.__path__, "simfloat."):
+        if info.name in ("simfloat.torch",):  # needs torch; pure Python by construction
+            pure.append(info.name)
+            continue
+        mod = importlib.import_module(info.name)
+        has = any(isinstance(v, (numba.core.registry.CPUDispatcher, _Intrinsic)) for v in vars(mod).values())
+        source = Path(mod.__file__).read_bytes()
+        if has:
+            compiled.append(info.name)
+            assert j._COMPILED.search(source), f"{info.name} holds compiled code but is not hashed"
+        elif not j._COMPILED.search(source):
+            pure.append(info.name)
+    assert "simfloat._mma" in compiled and "simfloat.attention._engine" in compiled
+    assert {"simfloat.cli", "simfloat.sweep.runner", "simfloat.torch"} <= set(pure)

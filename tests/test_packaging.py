@@ -42,6 +42,7 @@ def test_extras_hold_what_uses_them():
     extras = {k: _names(v) for k, v in PROJECT["optional-dependencies"].items()}
     assert {"pandas", "matplotlib", "tqdm"} <= extras["analysis"]  # simfloat attribute
     assert {"torch", "triton", "ml_dtypes"} <= extras["gpu"]  # the kernels; simfloat_gpu.campaign.fit decodes fp8 bits
+    assert {"dask", "pandas", "matplotlib", "tqdm"} <= extras["sweep"]  # simfloat sweep / report
     assert {"pytest", "mpmath", "ml_dtypes", "pandas", "matplotlib", "tqdm"} <= extras["test"]
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pinned = _names(x for x in lines if x.strip() and not x.startswith("#"))

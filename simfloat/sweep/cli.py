@@ -1,0 +1,104 @@
+"""``simfloat sweep`` and ``simfloat report``: their options and what they print."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["add_report", "add_sweep", "run_report", "run_sweep_cli"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_sweep(sub: argparse._SubParsersAction) -> None:
+    """The ``sweep`` subcommand's options."""
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of attribution or error runs (a TOML SPEC) on Dask into a resumable SQLite store",
+        description="Expand the SPEC's grid, skip the configs the store already has, run the others on a "
+        "local Dask cluster (or --scheduler) and commit each run to the store as it finishes. Rerun the same "
+        "command after a kill to resume.",
+    )
+    p.add_argument(
+        "spec", metavar="SPEC", help="the TOML file ([sweep] name, kind, seeds; [grid]; [[include]]/[[exclude]])"
+    )
+    p.add_argument("--store", required=True, metavar="PATH", help="the SQLite results store (created if missing)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler (default: a local cluster)")
+    p.add_argument("--workers", type=_positive, metavar="N", help="local cluster processes (default: the cores)")
+    p.add_argument("--retry-failed", action="store_true", help="run the configs whose stored run failed again")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_sweep_cli)
+
+
+def run_sweep_cli(args: argparse.Namespace) -> int:
+    """Exit status: 0 every config has a finished row, 1 some failed or were lost, 2 a bad SPEC or store,
+    130 Ctrl-C (the finished runs are in the store)."""
+    import os
+
+    from simfloat.sweep import SpecError, run_sweep
+
+    if os.getcwd() not in sys.path:  # a kind "package.module:function" imports from here, as with python -m
+        sys.path.insert(0, os.getcwd())
+    try:
+        res = run_sweep(
+            args.spec,
+            args.store,
+            scheduler=args.scheduler,
+            workers=args.workers,
+            progress=not args.no_progress,
+            retry_failed=args.retry_failed,
+            echo=lambda line: print(line, flush=True),
+        )
+    except (SpecError, ValueError, ImportError) as err:
+        print(f"simfloat sweep: error: {err}", file=sys.stderr)
+        return 2
+    print(res.summary(), flush=True)
+    if res.interrupted:
+        return 130
+    return 0 if res.complete else 1
+
+
+def add_report(sub: argparse._SubParsersAction) -> None:
+    """The ``report`` subcommand's options."""
+    p = sub.add_parser(
+        "report",
+        help="a sweep's results store as tables (CSV + markdown) and plots",
+        description="Per metric: the finished runs grouped by the --by axes (mean, std, min, max, count over "
+        "the others, e.g. the seeds), as a CSV and a section of report.md, and a plot of the metric against "
+        "--x, one line per value of the other --by axes.",
+    )
+    p.add_argument("--store", required=True, metavar="PATH", help="the SQLite results store")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: <store stem>-report next to the store)")
+    p.add_argument(
+        "--by", nargs="+", metavar="AXIS", help="config keys to group by (default: every varying key but seed)"
+    )
+    p.add_argument("--metric", action="append", metavar="M", help="metric to tabulate (repeatable; default: all)")
+    p.add_argument("--x", metavar="AXIS", help="the plots' horizontal axis, one of --by (default: the first numeric)")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Exit status 0, or 2 for a missing store or a bad --by/--metric/--x."""
+    from simfloat.sweep import report
+
+    try:
+        rep = report(args.store, args.out, by=args.by, metrics=args.metric, x=args.x, plots=not args.no_plots)
+    except (ValueError, ImportError) as err:
+        print(f"simfloat report: error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"simfloat report: {rep.runs} finished runs ({rep.failed} failed, left out), {len(rep.metrics)} "
+        f"metric{'s' if len(rep.metrics) != 1 else ''} "
+        f"grouped by {', '.join(rep.by) or '(one group)'}" + (f", plotted against {rep.x}" if rep.x else "")
+    )
+    print(f"wrote {len(rep.files)} files to {rep.out}: report.md, <metric>.csv" + (", <metric>.png" if rep.x else ""))
+    return 0

@@ -1,0 +1,315 @@
+"""Running a sweep on Dask: the client submits the runs the store lacks, and commits each result to the store
+the moment its future completes (workers only compute and return), so that killing the client or a worker
+loses only the runs in flight.
+
+``dask.distributed`` is imported only here, when a sweep runs (the ``sweep`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simfloat.sweep.spec import RESERVED, Spec, load_spec, resolve_kind
+from simfloat.sweep.store import Store
+
+__all__ = ["SweepResult", "execute", "run_sweep"]
+
+
+@dataclass
+class SweepResult:
+    """What :func:`run_sweep` did.
+
+    Attributes:
+        name: the sweep's name.
+        store: the store's path.
+        total: configs in the SPEC.
+        skipped: configs already in the store (finished, or failed without ``retry_failed``).
+        skipped_failed: of those, the ones whose stored run failed.
+        ok: runs finished and stored in this call.
+        failed: runs that raised in this call (stored with their traceback).
+        lost: runs whose worker died more often than the scheduler retries, or that the cluster could not run
+            (not stored: a rerun retries them).
+        lost_errors: the cluster's errors of the first few lost runs.
+        interrupted: Ctrl-C stopped the sweep (the runs still in flight were cancelled).
+        seconds: wall time of the call.
+        axes: the config keys that vary across the grid.
+    """
+
+    name: str
+    store: Path
+    total: int
+    skipped: int = 0
+    skipped_failed: int = 0
+    ok: int = 0
+    failed: int = 0
+    lost: int = 0
+    interrupted: bool = False
+    lost_errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    axes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every config of the SPEC now has a row that did not fail (in this call or before)."""
+        bad = self.failed + self.lost + self.skipped_failed
+        return not self.interrupted and bad == 0 and self.skipped + self.ok == self.total
+
+    def summary(self) -> str:
+        """One line: how many runs were stored, skipped, failed or lost, and the wall time."""
+        parts = [f"{self.ok} run{'s' if self.ok != 1 else ''} stored", f"{self.skipped} already in the store"]
+        if self.skipped_failed:
+            parts[-1] += f" ({self.skipped_failed} of them failed: --retry-failed runs them again)"
+        if self.failed:
+            parts.append(f"{self.failed} failed (stored with their traceback; rerun with --retry-failed)")
+        if self.lost:
+            parts.append(f"{self.lost} lost with their workers (a rerun retries them: {'; '.join(self.lost_errors)})")
+        head = "interrupted" if self.interrupted else "done"
+        return f"sweep {self.name}: {head} in {self.seconds:.1f} s: " + ", ".join(parts) + f" -> {self.store}"
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return f"pid-{os.getpid()}"
+
+
+def _metrics(out: object, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The kind's return value checked: a dict of str -> number, bool or str (numpy scalars converted)."""
+    if not isinstance(out, Mapping):
+        raise TypeError(f"a sweep kind must return a dict of metrics, got {type(out).__name__}")
+    metrics: dict[str, Any] = {}
+    for k, v in out.items():
+        if not isinstance(k, str):
+            raise TypeError(f"metric names must be strings, got {k!r}")
+        if k in RESERVED or k in config:
+            raise ValueError(f"metric {k!r} has the name of a store column or config key; rename it")
+        if hasattr(v, "item") and not isinstance(v, bool | int | float | str):
+            v = v.item()  # numpy scalar
+        if not isinstance(v, bool | int | float | str):
+            raise TypeError(f"metric {k!r} must be a number, bool or string, got {type(v).__name__}")
+        metrics[k] = v
+    return metrics
+
+
+def execute(target: str, kind: str, sweep: str, config: dict[str, Any], config_hash: str) -> dict[str, Any]:
+    """One run, on a worker: the kind's function on the config, with timings and the environment.
+
+    An exception of the run is caught and returned as a failed row (its traceback in ``error``), so that the
+    client stores it; only the worker's death escapes (the scheduler then retries the run elsewhere).
+
+    Returns:
+        The store row (:data:`simfloat.sweep.store.COLUMNS`, ``config``, ``metrics``).
+    """
+    import simfloat
+
+    row: dict[str, Any] = dict(
+        config_hash=config_hash,
+        sweep=sweep,
+        kind=kind,
+        config=config,
+        worker=_worker_name(),
+        hostname=socket.gethostname(),
+        python=platform.python_version(),
+        numpy=_version("numpy"),
+        numba=_version("numba"),
+        simfloat=simfloat.__version__,
+        start=time.time(),
+    )
+    t0 = time.perf_counter()
+    try:
+        _, fn, _ = resolve_kind(target)
+        row["metrics"] = _metrics(fn(dict(config)), config)
+        row["status"], row["error"] = "ok", None
+    except Exception:
+        row["metrics"], row["status"], row["error"] = None, "failed", traceback.format_exc()
+    row["wall_s"] = time.perf_counter() - t0
+    row["end"] = time.time()
+    return row
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise ImportError("simfloat sweep needs dask.distributed: pip install 'simfloat[sweep]'") from None
+    return distributed
+
+
+def _client(scheduler: str | None, workers: int | None) -> tuple[Any, Any]:
+    """(client, cluster): a connection to ``scheduler``, or a local cluster of ``workers`` processes with one
+    Dask thread each (numba gets the cores divided among them); cluster is None for an existing scheduler."""
+    import logging
+
+    dd = _distributed()
+    if scheduler is not None:
+        try:
+            return dd.Client(scheduler, timeout="20s"), None
+        except (OSError, TimeoutError) as err:
+            raise ValueError(f"scheduler {scheduler!r}: cannot connect: {err}") from None
+    n = workers if workers is not None else _cores()
+    threads = max(1, _cores() // n)
+    cluster = dd.LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # a free port: never a clash with another cluster on this machine
+        silence_logs=logging.ERROR,
+        # the workers import the kind's module as the client does
+        env={"NUMBA_NUM_THREADS": str(threads), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    try:
+        return dd.Client(cluster), cluster
+    except BaseException:
+        cluster.close()
+        raise
+
+
+def _bar(progress: bool, total: int, initial: int, name: str) -> Any:
+    if not progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        raise ImportError("the sweep's progress bar needs tqdm: pip install 'simfloat[sweep]'") from None
+    return tqdm(total=total, initial=initial, desc=f"sweep {name}", unit="run", file=sys.stderr, dynamic_ncols=True)
+
+
+def _positive(value: int | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+def run_sweep(
+    spec: str | Path | Mapping[str, Any] | Spec,
+    store: str | Path,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    retry_failed: bool = False,
+    echo: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Run every config of a SPEC that the store lacks, on Dask, committing each run as it finishes.
+
+    The SPEC is checked (:func:`simfloat.sweep.spec.load_spec`) and the store opened before any cluster
+    starts. A config whose hash has a row is skipped (a failed row too, unless ``retry_failed``); so a
+    rerun after a kill resumes, and ends with one row per config.
+
+    Args:
+        spec: a TOML path, a SPEC dict or a checked :class:`~simfloat.sweep.spec.Spec`.
+        store: the SQLite file (created if missing; its folder must exist).
+        scheduler: the address of a running Dask scheduler (``tcp://host:8786``); None: a local cluster of
+            ``workers`` processes on this machine.
+        workers: processes of the local cluster (default: this machine's cores); not with ``scheduler``.
+        progress: a tqdm bar on stderr, up before the cluster starts.
+        retry_failed: run the configs whose stored row failed again (their rows are replaced).
+        echo: called with status lines (the counts before the runs start); None: silent.
+
+    Returns:
+        A :class:`SweepResult`.
+
+    Raises:
+        SpecError: a bad SPEC (nothing runs).
+        ValueError: a bad store path, ``workers`` with ``scheduler``, or an unreachable scheduler.
+        ImportError: dask.distributed is not installed.
+    """
+    t0 = time.perf_counter()
+    workers = _positive(workers, "workers")
+    if scheduler is not None and workers is not None:
+        raise ValueError("workers sets the size of the local cluster; an existing scheduler has its own workers")
+    sp = spec if isinstance(spec, Spec) else load_spec(spec)
+    result = SweepResult(name=sp.name, store=Path(store), total=len(sp.configs), axes=sp.axes)
+    with Store(store) as st:
+        done = st.statuses()
+        todo = [
+            (h, c)
+            for h, c in zip(sp.hashes(), sp.configs, strict=True)
+            if h not in done or (retry_failed and done[h] == "failed")
+        ]
+        result.skipped = result.total - len(todo)
+        result.skipped_failed = 0 if retry_failed else sum(done.get(h) == "failed" for h in sp.hashes())
+        if echo is not None:
+            echo(
+                f"sweep {sp.name}: {result.total} configs (axes: {', '.join(sp.axes) or 'none'}), "
+                f"{result.skipped} already in {store}, {len(todo)} to run"
+            )
+        if not todo:
+            result.seconds = time.perf_counter() - t0
+            return result
+        _distributed()  # before the bar: a missing extra is said at once
+        bar = _bar(progress, result.total, result.skipped, sp.name)
+        client = cluster = None
+        futures: list[Any] = []
+        try:
+            client, cluster = _client(scheduler, workers)
+            dd = _distributed()
+            by_key = {f"simfloat-sweep-{h}": (h, c) for h, c in todo}
+            futures = [
+                client.submit(
+                    execute, sp.target, sp.kind, sp.name, dict(c), h, key=f"simfloat-sweep-{h}", pure=False, retries=0
+                )
+                for h, c in todo
+            ]
+            for fut in dd.as_completed(futures):
+                if fut.status == "finished":
+                    row = fut.result()
+                    st.put(row)  # committed before the next result is looked at
+                    if row["status"] == "ok":
+                        result.ok += 1
+                    else:
+                        result.failed += 1
+                elif fut.status == "cancelled":
+                    continue
+                else:  # execute() returns a run's own exception as a row: this is the cluster's (a dead worker)
+                    result.lost += 1
+                    if len(result.lost_errors) < 5:
+                        h, _ = by_key[fut.key]
+                        result.lost_errors.append(f"{h[:12]}: {fut.exception()!r}")
+                if bar is not None:
+                    bar.update(1)
+                    if result.failed or result.lost:
+                        bar.set_postfix(failed=result.failed, lost=result.lost, refresh=False)
+        except KeyboardInterrupt:
+            result.interrupted = True
+        finally:
+            if client is not None:
+                if futures:
+                    client.cancel(futures)
+                client.close()
+            if cluster is not None:
+                cluster.close()
+            if bar is not None:
+                bar.close()
+    result.seconds = time.perf_counter() - t0
+    return result
