@@ -30,6 +30,7 @@ test-fast: $(VENV)/.full
 lint: $(VENV)/.full
 	$(BIN)/ruff check simfloat simfloat_gpu tests experiments benchmarks
 	$(BIN)/ruff format --check simfloat simfloat_gpu tests experiments benchmarks
+	$(BIN)/mypy
 
 bench: $(VENV)/.full
 	$(BIN)/python benchmarks/bench_engine.py

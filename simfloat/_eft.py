@@ -122,7 +122,7 @@ def dd_div(ah: float, al: float, bh: float, bl: float) -> tuple[float, float]:
 
 
 @jit
-def pow2(q: int) -> float:
+def pow2(q: int | np.int64) -> float:
     """``2.0**q`` exactly, for ``-1074 <= q <= 1023`` (built from bits)."""
     if q >= -1022:
         return bits_f64(np.uint64(q + 1023) << np.uint64(52))
@@ -130,7 +130,7 @@ def pow2(q: int) -> float:
 
 
 @jit
-def exponent(x: float) -> int:
+def exponent(x: float) -> int | np.int64:
     """``floor(log2(|x|))`` of a finite nonzero ``x``, subnormals included."""
     b = f64_bits(x)
     expo = np.int64((b >> np.uint64(52)) & _EXP_MASK)
@@ -145,7 +145,7 @@ def exponent(x: float) -> int:
 
 
 @jit
-def scale(x: float, k: int) -> float:
+def scale(x: float, k: int | np.int64) -> float:
     """``x * 2**k`` computed in steps of at most ``2**+-1000``: exact whenever the result is a normal number
     or ``k >= 0`` and nothing overflows (the caller's guarantee); the last step rounds otherwise."""
     while k > 1000:
@@ -158,7 +158,7 @@ def scale(x: float, k: int) -> float:
 
 
 @jit
-def split(x: float) -> tuple[float, int]:
+def split(x: float) -> tuple[float, int | np.int64]:
     """``(m, e)`` with ``x == m * 2**e`` and ``1 <= |m| < 2``, for finite nonzero ``x`` (subnormals
     included)."""
     e = exponent(x)

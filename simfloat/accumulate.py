@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -586,7 +586,7 @@ def _opnd(x: float, ap: AccParams) -> float:
 
 
 @jit
-def _exponent(x: float) -> int:
+def _exponent(x: float) -> np.int64:
     """floor(log2 |x|) of a nonzero finite float64 (subnormals included)."""
     b = f64_bits(abs(x))
     expo = np.int64(b >> np.uint64(52))
@@ -601,7 +601,7 @@ def _exponent(x: float) -> int:
 
 
 @jit
-def product_exponent(a: float, b: float, p: float, ap: AccParams) -> int:
+def product_exponent(a, b, p, ap):
     """The exponent a nonzero product is aligned by: its own, or the sum of its operands' exponents (each at
     least ``opnd_emin``), as the tensor core's multiplier delivers it before normalization."""
     if ap.align_sum:
@@ -610,7 +610,7 @@ def product_exponent(a: float, b: float, p: float, ap: AccParams) -> int:
 
 
 @jit
-def _block_step(c: float, a, b, lo: int, hi: int, ap: AccParams) -> float:
+def _block_step(c, a, b, lo, hi, ap):
     """One tensor-core step: c and the exact products a[k]*b[k], k in [lo, hi), aligned to the largest exponent,
     truncated to F fraction bits, summed exactly, normalized and rounded once into the accumulator format."""
     special = c - c != 0.0
@@ -748,7 +748,7 @@ def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:
 
 
 @jit
-def dot_acc(a, b, c: float, ap: AccParams) -> float:
+def dot_acc(a: np.ndarray, b: np.ndarray, c: float, ap: AccParams) -> float:
     """``c + sum_k a[k]*b[k]`` under the model ``ap``.
 
     Args:

@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -150,11 +150,11 @@ class _Chain:
     """Per-element sums describing a product of roundings ``prod (1 + d_k)`` (arrays broadcast)."""
 
     def __init__(self) -> None:
-        self.up = 0.0  # sum log1p(u_k) over every rounding (B2)
-        self.lo = 0.0  # sum log1p(-u_k) over every rounding
-        self.q2 = 0.0  # sum u_k^2 over round-to-nearest roundings (B4)
-        self.dup = 0.0  # sum log1p(u_k) over the others (kept worst case in B4)
-        self.dlo = 0.0
+        self.up: float | np.ndarray = 0.0  # sum log1p(u_k) over every rounding (B2)
+        self.lo: float | np.ndarray = 0.0  # sum log1p(-u_k) over every rounding
+        self.q2: float | np.ndarray = 0.0  # sum u_k^2 over round-to-nearest roundings (B4)
+        self.dup: float | np.ndarray = 0.0  # sum log1p(u_k) over the others (kept worst case in B4)
+        self.dlo: float | np.ndarray = 0.0
         self.umax = 0.0
 
     def add(self, count: object, r: Rounding | tuple[float, bool]) -> _Chain:
@@ -300,7 +300,7 @@ def _exact_inputs(x: np.ndarray, d: _Dot, model: Model) -> bool:
         return True
     from simfloat.rounding import round as sround
 
-    return bool(np.array_equal(sround(x, inner.input_fmt, inner.input_mode), x))
+    return bool(np.array_equal(sround(x, cast(FloatFormat, inner.input_fmt), inner.input_mode), x))
 
 
 # -- results ----------------------------------------------------------------------------------------------------
@@ -787,7 +787,7 @@ def baseline_bound(
 def _versus(kind: str, q, k, v, pl: Plan, out: np.ndarray, golden: np.ndarray, gold: np.ndarray, **kw) -> dict:
     """Bound, measured error and tightness of one run (``note`` says why a bound is missing)."""
     err = np.abs(out - golden)
-    row = dict(
+    row: dict[str, Any] = dict(
         measured_max=float(err.max()) if err.size else 0.0,
         bound_max=math.nan,
         prob_max=math.nan,

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from simfloat.accumulate import Sequential, dot, tensor_core
+from simfloat.accumulate import BlockFMA, Sequential, dot, tensor_core
 from simfloat.formats import formats
 from simfloat.rounding import RoundingMode, round
 
@@ -29,7 +29,7 @@ def _dot_table(k: int, seed: int) -> list[str]:
     a = round(rng.standard_normal(k), "bf16")
     b = round(rng.standard_normal(k), "bf16")
     exact = sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a, b, strict=True)), Fraction(0))
-    models = {
+    models: dict[str, Sequential | BlockFMA] = {
         "sequential fp32 (FMA loop)": Sequential("fp32"),
         "sequential bf16": Sequential("bf16"),
         "tensor core sm80 (8, F=24)": tensor_core("sm80", "bf16"),

@@ -269,7 +269,7 @@ class FloatFormat:
         """A copy with some fields changed (e.g. ``float8_e4m3fn.replace(overflow="saturate")``)."""
         if "name" not in changes:
             changes["name"] = self.name + "*"
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
 
     def __str__(self) -> str:
         return self.name

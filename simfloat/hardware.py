@@ -161,7 +161,7 @@ def _pow2(k):
 
 
 @jit
-def ex2_approx_f32(x, tab, ftz):
+def ex2_approx_f32(x: float, tab: np.ndarray, ftz: bool) -> float:
     """ex2.approx(.ftz).f32 of a float32 value ``x`` (given as a float), as a float (a float32 value)."""
     if x != x:
         return x
@@ -215,7 +215,7 @@ def exp_approx(x: np.ndarray) -> np.ndarray:
 
 
 @jit
-def tl_sum_mma_f32(p, n):
+def tl_sum_mma_f32(p: np.ndarray, n: int) -> float:
     """tl.sum of p[:n] (float32 values as floats) in the measured mma-layout order, fp32 additions."""
     s0 = 0.0
     s1 = 0.0

@@ -22,7 +22,7 @@ import math
 import numbers
 import os
 from fractions import Fraction
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from llvmlite import ir
@@ -107,7 +107,7 @@ _QUIET = np.uint64(1 << 51)  # float64's quiet-NaN bit (the top fraction bit)
 
 
 @jit
-def _pow2(q: int) -> float:
+def _pow2(q: int | np.int64) -> float:
     """2**q for -1074 <= q <= 1023, built from bits (exact, and cheaper than ldexp)."""
     if q >= -1022:
         return bits_f64(np.uint64(q + 1023) << np.uint64(52))
@@ -196,7 +196,7 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
     if expo == 0:  # float64 subnormal (or zero with a tail): uniform grid of 2**-1074
         m = frac
         ex = np.int64(-1074)
-        e_val = np.int64(-1023)  # below every format's emin, so the target grid is its subnormal grid
+        e_val: int | np.int64 = np.int64(-1023)  # below every format's emin, so the target grid is its subnormal grid
     else:
         m = frac | _HIDDEN
         ex = expo - 1075
@@ -245,7 +245,7 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
             if rbits < thr:
                 kept += _ONE
         # mode 2 (toward zero): truncation, nothing to add
-    r = np.float64(kept) * _pow2(q)  # kept <= 2**53 and the product is representable: exact
+    r: float = np.float64(kept) * _pow2(q)  # kept <= 2**53 and the product is representable: exact
     if r > p.max_value:
         return overflow_value(neg, p, mode)
     if not p.subnormals and r != 0.0 and r < _pow2(p.emin):
@@ -576,7 +576,7 @@ def _narrow_float(dtype: np.dtype) -> bool:
 class _Inexact(NamedTuple):
     """An input number float64 cannot hold: flat position, the number, and its exact split for round_exact."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index
     value: object
     tail: int  # the class of value - head, as sticky() gives it (+-1 inside half an ulp, +-2 exactly half)
     beyond: bool  # |value| >= 2**1024 - 2**970: overflows every format (head is then +-float64 max)
@@ -728,7 +728,7 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
     else:  # stochastic bits are indexed in C order, so layout never changes results
         src = np.ascontiguousarray(arr)
     direct = out is not None and out.flags.c_contiguous and (out is src or not np.shares_memory(out, src))
-    dst = out if direct else np.empty(arr.shape, dtype=dtype)
+    dst = cast(np.ndarray, out) if direct else np.empty(arr.shape, dtype=dtype)
     flat = dst.reshape(-1)
     p = f.params
     _round_flat(src.reshape(-1), flat, _bit_params(f, dtype, m), p, m, useed)

@@ -38,7 +38,7 @@ _NSTAT = 4  # max_abs, sum_sq, count, ref_max
 
 
 @jit
-def record(arr, b, t, kv, idx, err, ref):
+def record(arr: np.ndarray, b: int, t: int, kv: int, idx: int, err: float, ref: float) -> None:
     """Add one error sample ``err`` (reference value ``ref``) to ``arr[b, t, kv, idx]``; NaN sticks."""
     a = abs(err)
     if a != a or a > arr[b, t, kv, idx, 0]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -66,11 +66,11 @@ def _tame(f: FloatFormat) -> bool:
 
 
 def _lanes(pl: Plan) -> Lanes:
-    def ln(op: str) -> object:
+    def ln(op: str) -> Lane:
         s = getattr(pl, op)
         return lane(s.fmt, int(s.mode))
 
-    return Lanes(*(ln(op) for op in Lanes._fields))  # type: ignore[arg-type]
+    return Lanes(*(ln(op) for op in Lanes._fields))
 
 
 def engine(
@@ -89,7 +89,8 @@ def engine(
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
     p_fmt = pl.p.fmt if bn else pl.softmax.fmt  # P's values, as the P.V dot reads them
     if mpv.in_round:
-        p_fmt = _format(inner.input_fmt)  # type: ignore[union-attr]
+        assert inner.input_fmt is not None  # in_round: the model has an input format
+        p_fmt = _format(inner.input_fmt)
     mpv = for_operands(mpv, vi)
     if mpv.fast and mpv.exact_products and not _tame(p_fmt):
         mpv = mpv._replace(fast=False)
@@ -157,7 +158,8 @@ def quant_engine(
 
     p = pl.p_quant
     pre = p.pre if p.pre is not None else pl.exp
-    code = lane(p.fmt, int(p.rounding)) if p.kind == "float" else lane(f64, 0)
+    assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
+    code = lane(cast(FloatFormat, p.fmt), int(p.rounding)) if p.kind == "float" else lane(f64, 0)
     lanes = QLanes(
         ln(pl.dequant),
         ln(pl.scale),
@@ -172,17 +174,18 @@ def quant_engine(
         code,
     )
     exp_fmt = pl.exp.fmt
-    t_fmt = p.pre.fmt if p.pre is not None else exp_fmt  # P before its codes
+    t_fmt = cast(OpSpec, p.pre).fmt if p.pre is not None else exp_fmt  # P before its codes
     if p.kind == "int":  # integer codes <= 2**20: narrow, float32 values
         p_fmt, p_tame, p_f32 = None, True, True
     else:
-        p_fmt = p.fmt if p.kind == "float" else exp_fmt
+        p_fmt = cast(FloatFormat, p.fmt) if p.kind == "float" else exp_fmt
         p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
     mqk = for_operands(mqk, qi, ki)
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
     if mpv.in_round:
+        assert inner.input_fmt is not None  # in_round: the model has an input format
         p_fmt = _format(inner.input_fmt)
         p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
     mpv = for_operands(mpv, vi)
@@ -210,7 +213,7 @@ def quant_engine(
     acc_exact = _tame(pl.acc.fmt) and _tame(pl.alpha.fmt)
     v = pl.v_quant
     v_scaled = v.kind != "none" and v.granularity != "unscaled"
-    pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(v.arith.fmt))
+    pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(cast(OpSpec, v.arith).fmt))
     p_exact = _tame(t_fmt)
     consistent = pl.row_sum == "consistent"
     sum_fmt_f32 = (p_f32 if p.kind == "float" else within_float32(exp_fmt)) if consistent else within_float32(exp_fmt)

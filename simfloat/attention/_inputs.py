@@ -153,7 +153,7 @@ def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, s
     Warns:
         RuntimeWarning: NaN or infinite operand values (the first one's index is named).
     """
-    pl = plan(plan_)  # type: ignore[arg-type]
+    pl = plan(plan_)  # type: ignore[arg-type]  # plan() raises TypeError for other types
     qa, ka, va = (operand(x, n, finite=False) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     ka, va = group_kv(qa, ka, "k"), group_kv(qa, va, "v")
     if ka.shape[-1] != qa.shape[-1]:

@@ -45,8 +45,10 @@ from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, operand
 from simfloat.attention._kernels import add, exp, exp2_hw, fma, mul, rnd, sub
-from simfloat.attention.plan import BackwardPlan, OpSpec, backward_plan
+from simfloat.attention.plan import BackwardParams, BackwardPlan, OpSpec, backward_plan
+from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
+from simfloat.rounding import RoundingMode
 
 __all__ = ["baseline_backward", "flash_backward", "lse_from_stats"]
 
@@ -333,8 +335,8 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
     return w
 
 
-def _tame(f: object) -> bool:
-    return f.mantissa_bits <= 25 and f.emin - f.mantissa_bits >= -400 and f.emax <= 400  # type: ignore[attr-defined]
+def _tame(f: FloatFormat) -> bool:
+    return f.mantissa_bits <= 25 and f.emin - f.mantissa_bits >= -400 and f.emax <= 400
 
 
 def _flat(x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
@@ -408,7 +410,7 @@ def _log_rounded(x: np.ndarray, spec: OpSpec, base2: bool) -> np.ndarray:
     return r
 
 
-def _round_fraction(val: Fraction, fmt: object, mode: object) -> float:
+def _round_fraction(val: Fraction, fmt: FloatFormat, mode: RoundingMode) -> float:
     """A Fraction rounded into a format of at most 51 fraction bits: rounded to odd in float64 first (one of the
     two float64 neighbours, the one with an odd last bit, when it is not a float64 number), which then rounds
     like the exact value in every mode."""
@@ -450,7 +452,7 @@ def _lanes(pl: BackwardPlan) -> BwdLanes:
 
 def _vector(
     pl: BackwardPlan,
-    pp: object,
+    pp: BackwardParams,
     ln: BwdLanes,
     qf: np.ndarray,
     kf: np.ndarray,

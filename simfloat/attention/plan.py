@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -62,7 +62,7 @@ def _checked_format(fmt: object, what: str) -> FloatFormat:
 
 
 def _checked_mode(mode: object, what: str) -> RoundingMode:
-    m = mode_code(mode)  # type: ignore[arg-type]
+    m = mode_code(mode)  # type: ignore[arg-type]  # mode_code raises TypeError for other types
     if m == RoundingMode.STOCHASTIC:
         raise ValueError(f"{what}: stochastic rounding is not supported in attention plans")
     return m
@@ -80,6 +80,11 @@ class OpSpec:
     fmt: FloatFormat
     mode: RoundingMode = RoundingMode.NEAREST_EVEN
 
+    if TYPE_CHECKING:  # what the generated __init__ accepts: __post_init__ turns names into the field types
+
+        def __init__(self, fmt: FloatFormat | str, mode: RoundingMode | str | int = RoundingMode.NEAREST_EVEN) -> None:
+            pass
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "fmt", _checked_format(self.fmt, "OpSpec.fmt"))
         object.__setattr__(self, "mode", _checked_mode(self.mode, "OpSpec.mode"))
@@ -93,7 +98,7 @@ def _scalar_spec(name: str, value: object) -> OpSpec:
     if isinstance(value, OpSpec):
         return value
     if isinstance(value, (str, FloatFormat)):
-        return OpSpec(value)  # type: ignore[arg-type]
+        return OpSpec(value)
     if isinstance(value, tuple) and len(value) == 2:
         return OpSpec(*value)
     is_model = isinstance(value, (Sequential, BlockFMA, Chunked))
@@ -282,7 +287,7 @@ class Plan:
                 )
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
 
     def kernels(self) -> tuple[str, ...]:
         """The kernels this plan is for, by the preset family its name starts with: ``("flash",)`` for
@@ -327,10 +332,10 @@ class Plan:
                 raise ValueError(f"scale {scale} becomes {v} in {self.scale.fmt.name}: it must stay finite and > 0")
         t = self.lazy_threshold
         threshold = 0.0 if t is None else rnd(t, op("m_i"))  # a constant of the m_i format, as in the kernel
-        return PlanParams(
+        return PlanParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
             acc_params(self.qk),
             acc_params(self.pv),
-            *(op(n) for n in _OPS if n not in _DOTS),
+            *(op(n) for n in _OPS if n not in _DOTS),  # type: ignore[arg-type]  # mypy cannot count the * spread
             self.exp2,
             self.contract,
             self.normalization == "per_step",
@@ -366,7 +371,7 @@ def _check_exp2_impl(impl: object, what: str) -> None:
 
 
 def _uniform(name: str, fmt: str, dot: Model) -> Plan:
-    return Plan(name, dot, *([fmt] * 7), dot, fmt, fmt, fmt)  # type: ignore[arg-type]
+    return Plan(name, dot, *([fmt] * 7), dot, fmt, fmt, fmt)  # type: ignore[arg-type, call-arg]  # names -> OpSpecs in __post_init__; * spread
 
 
 def _triton(fmt: str) -> Plan:
@@ -375,7 +380,7 @@ def _triton(fmt: str) -> Plan:
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     wide = fmt in ("fp32", "tf32")
     io = "float32" if wide else f
-    return Plan(f"triton-{fmt}", dot, *(["float32"] * 6), io, dot, "float32", io, "float32", exp2=True, contract=True)  # type: ignore[arg-type]
+    return Plan(f"triton-{fmt}", dot, *(["float32"] * 6), io, dot, "float32", io, "float32", exp2=True, contract=True)  # type: ignore[arg-type, call-arg, misc]  # names -> OpSpecs in __post_init__; * spread
 
 
 def _pytorch(fmt: str) -> Plan:
@@ -386,7 +391,7 @@ def _pytorch(fmt: str) -> Plan:
     else:  # fp32 accumulation from 0, the result rounded once into fmt; P read as fmt
         qk = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
         pv = Chunked(_BIG_CHUNK, Sequential("float32", input_fmt=f), outer_fmt=f)
-    return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type]
+    return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type, call-arg]  # names -> OpSpecs in __post_init__; * spread
 
 
 def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
@@ -629,7 +634,7 @@ class BackwardPlan:
             )
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in BACKWARD_OPS)
@@ -660,8 +665,8 @@ class BackwardPlan:
         for v in (qk_scale, sm_scale):
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")
-        return BackwardParams(
-            *(acc_params(getattr(self, d)) for d in _BWD_DOTS),
+        return BackwardParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
+            *(acc_params(getattr(self, d)) for d in _BWD_DOTS),  # type: ignore[arg-type]  # mypy cannot count the * spread
             *(op(n) for n in BACKWARD_OPS if n not in _BWD_DOTS),
             self.exp2,
             self.contract,
@@ -672,14 +677,14 @@ class BackwardPlan:
 
 
 def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
-    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]
+    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
 
 
 def _bwd_triton(fmt: str) -> BackwardPlan:
     f = _format(fmt).name
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
-    io = "float32" if fmt in ("fp32", "tf32") else f
-    fp32 = "float32"
+    io: Any = "float32" if fmt in ("fp32", "tf32") else f  # format names: OpSpecs after __post_init__
+    fp32: Any = "float32"
     return BackwardPlan(
         f"triton-{fmt}",
         fp32,
@@ -699,7 +704,7 @@ def _bwd_triton(fmt: str) -> BackwardPlan:
         fp32,
         exp2=True,
         contract=True,
-    )  # type: ignore[arg-type]
+    )
 
 
 def _bwd_pytorch(fmt: str) -> BackwardPlan:
@@ -712,7 +717,7 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     else:
         dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
     fp32 = "float32"
-    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)  # type: ignore[arg-type]
+    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
 
 
 @functools.cache

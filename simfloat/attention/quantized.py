@@ -181,7 +181,7 @@ class Quant:
                 raise ValueError("a float Quant needs fmt (e.g. 'float8_e4m3fn')")
             f = _checked_format(self.fmt, "Quant.fmt")
             object.__setattr__(self, "fmt", f)
-            m = mode_code(self.rounding)  # type: ignore[arg-type]
+            m = mode_code(self.rounding)
             if m == RoundingMode.STOCHASTIC:
                 raise ValueError("stochastic rounding is not supported in attention plans")
             object.__setattr__(self, "rounding", m)
@@ -328,7 +328,7 @@ class QuantPlan:
             raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(QUANT_OPS)}; flags: {', '.join(_FLAGS)}")
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
 
     def exact(self) -> QuantPlan:
         """The same dataflow with nothing quantized and every op exact (float64; dots ``EXACT``)."""
@@ -390,9 +390,10 @@ class QuantPlan:
             raise ValueError(f"scale {scale} becomes {qk_scale} in {self.scale.fmt.name}: it must stay finite and > 0")
         p = self.p_quant
         pre = p.pre if p.pre is not None else _F64
-        code = OpSpec(p.fmt, p.rounding) if p.kind == "float" else _F64  # type: ignore[arg-type]
+        assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
+        code = OpSpec(p.fmt, p.rounding) if p.kind == "float" else _F64  # type: ignore[arg-type]  # fmt set for floats
         p_kind = {"none": _qk.K_NONE, "int": _qk.K_INT, "float": _qk.K_FLOAT}[p.kind]
-        rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0  # type: ignore[arg-type]
+        rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0
         return _qk.QParams(
             acc_params(self.qk),
             acc_params(self.pv),
@@ -411,7 +412,7 @@ class QuantPlan:
             p_kind,
             p.pre is not None,
             OpParams(pre.fmt.params, int(pre.mode)),
-            OpParams(p.arith.fmt.params, int(p.arith.mode)),  # type: ignore[union-attr]
+            OpParams(p.arith.fmt.params, int(p.arith.mode)),
             OpParams(code.fmt.params, int(code.mode)),
             float(p.qmax or 1.0),
             rule,
@@ -483,7 +484,7 @@ def _build() -> dict[str, QuantPlan]:
             cast,
             tensor_core("sm90", f),
             tensor_core("sm90", f),
-            out=f,
+            out=f,  # type: ignore[arg-type]  # a name: an OpSpec after __post_init__
             score_scaling="folded",
             pv_update="into_acc",
         )
@@ -591,10 +592,10 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
     gran = quant.granularity
     if gran == "unscaled":
         assert isinstance(quant.fmt, FloatFormat)
-        return _round(x64, quant.fmt, quant.rounding), np.ones(())  # type: ignore[arg-type]
+        return _round(x64, quant.fmt, quant.rounding), np.ones(())
     if gran == "fixed":
         codes = np.empty(x64.size)
-        rule = _INT_RULES.index(quant.rounding)  # type: ignore[arg-type]
+        rule = _INT_RULES.index(quant.rounding)
         _qk.fixed_codes(x64.reshape(-1), codes, arith, quant.qmax, rule)
         return codes.reshape(x64.shape), np.asarray(1.0 / quant.qmax)
     if x64.ndim < 2:
@@ -604,17 +605,17 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
             raise ValueError(f"granularity 'per-block' needs group, a positive int, got {group!r}")
         group = int(group)
     amax = np.ascontiguousarray(_amax_groups(x64, gran, group))
-    scale = np.empty(amax.size)
+    scale: np.ndarray = np.empty(amax.size)
     _qk.scales_from_amax(amax.reshape(-1), scale, quant.qmax, arith)
     scale = scale.reshape(amax.shape)
     codes = np.empty(x64.size)
     full = np.ascontiguousarray(np.broadcast_to(scale, x64.shape)).reshape(-1)
     if quant.kind == "int":
-        kind, code_op, rule = _qk.K_INT, arith, _INT_RULES.index(quant.rounding)  # type: ignore[arg-type]
+        kind, code_op, rule = _qk.K_INT, arith, _INT_RULES.index(quant.rounding)
     else:
         assert isinstance(quant.fmt, FloatFormat)
         kind, rule = _qk.K_FLOAT, 0
-        code_op = OpParams(quant.fmt.params, int(quant.rounding))  # type: ignore[arg-type]
+        code_op = OpParams(quant.fmt.params, int(quant.rounding))
     _qk.quant_elems(x64.reshape(-1), full, codes, kind, arith, code_op, quant.qmax, rule)
     return codes.reshape(x64.shape), scale
 

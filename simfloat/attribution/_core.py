@@ -203,7 +203,7 @@ def _need(module: str, what: str) -> Any:
 def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """(report(done, total), close) for :meth:`_Runner.run`."""
     if callable(progress):
-        return progress, lambda: None  # type: ignore[return-value]
+        return progress, lambda: None
     if not progress:
         return (lambda done, total: None), lambda: None
     bar = _need("tqdm", "progress=True").tqdm(
@@ -217,7 +217,7 @@ def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None],
 
 
 def _plans(p: object) -> list[Plan]:
-    items = [p] if isinstance(p, (str, Plan)) else list(p)  # type: ignore[call-overload]
+    items = [p] if isinstance(p, (str, Plan)) else list(p)  # type: ignore[call-overload]  # not iterable: list() raises TypeError
     if not items:
         raise ValueError("attribute needs at least one plan")
     out = [_plan(x) for x in items]
@@ -522,6 +522,8 @@ def _long(summary: Any, col: str, plan_name: str, stats: Sequence[str]) -> Any:
         part = wide.reset_index().melt(id_vars="kv_block", var_name=col, value_name=s)
         part[col] = part[col].astype(str)
         df = part if df is None else df.merge(part, on=["kv_block", col])
+    if df is None:
+        raise ValueError("stats must name at least one statistic")
     df = df.dropna(subset=list(stats), how="all").reset_index(drop=True)  # (block, op) pairs never recorded
     df.insert(0, "plan", plan_name)
     return df

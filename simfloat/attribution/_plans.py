@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from simfloat.accumulate import BlockFMA, Chunked, Sequential
 from simfloat.attention import BASELINE_OPS, FLASH_OPS, Plan, plan, presets
 from simfloat.attention.plan import OpSpec
+from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 
 __all__ = [
@@ -69,7 +70,7 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
     if isinstance(override, Mapping):
         override = override.get(fp.name)
     if override is not None:
-        bp = plan(override)  # type: ignore[arg-type]
+        bp = plan(override)  # type: ignore[arg-type]  # plan() raises TypeError for other types
         if "baseline" not in bp.kernels():
             raise ValueError(
                 f"baseline plan {bp.name!r} (for {fp.name!r}) is a plan of the flash kernel; the "
@@ -132,8 +133,8 @@ _SHORT = {
 }
 
 
-def _fmt(f: object) -> str:
-    name = _format(f).name  # type: ignore[arg-type]
+def _fmt(f: str | FloatFormat) -> str:
+    name = _format(f).name
     return _SHORT.get(name, name)
 
 

@@ -95,7 +95,7 @@ def not_representable(x: np.ndarray, fmt: str) -> int:
         return int(np.count_nonzero(sf.round(x, fmt) != x))
 
 
-def _pick(args: argparse.Namespace, name: str) -> object:
+def _pick(args: argparse.Namespace, name: str) -> Any:
     value = getattr(args, name, None)
     if value is not None:
         return value
@@ -254,10 +254,10 @@ def _with_hardware(
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _check_analysis()
-    seq = int(_pick(args, "seq"))  # type: ignore[call-overload]
+    seq = int(_pick(args, "seq"))
     seq_k = int(args.seq_k) if args.seq_k is not None else seq
-    d = int(_pick(args, "head_dim"))  # type: ignore[call-overload]
-    batch, heads = int(_pick(args, "batch")), int(_pick(args, "heads"))  # type: ignore[call-overload]
+    d = int(_pick(args, "head_dim"))
+    batch, heads = int(_pick(args, "batch")), int(_pick(args, "heads"))
     fmt = args.format
     if fmt is None and args.plan:  # the plans' own input format, when they agree on one
         wanted = {f for f in map(input_format, args.plan) if f is not None}
@@ -269,11 +269,11 @@ def _run(args: argparse.Namespace) -> int:
         rows = None
     if rows is not None and args.causal:
         raise ValueError("--rows cannot be combined with --causal (a causal row's keys depend on its position)")
-    bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))  # type: ignore[call-overload]
+    bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
     tiles = _pick(args, "tiles")
     block_ns = (
         args.block_ns if args.block_ns is not None else [b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]
-    )  # type: ignore[attr-defined]
+    )
     if args.block_ns is None and max(block_ns) < seq_k:
         block_ns.append(seq_k)  # always include the single-step (one kv block) point
     baseline = _baseline_arg(args.baseline)

@@ -37,6 +37,7 @@ import numpy as np
 
 from simfloat._eft import dd_add, dd_add_d, dd_div, dd_mul, fast_two_sum, split, two_prod, two_sum
 from simfloat._jit import jit
+from simfloat.formats import FormatParams
 from simfloat.ops._scalar import overflow_value, round_scaled
 from simfloat.rounding import round_exact, sticky
 
@@ -151,7 +152,7 @@ def log_dd(x: float) -> tuple[float, float]:
 
 
 @jit
-def _round_dd(h: float, lo: float, k: int, p, mode: int, rbits: np.uint64) -> float:
+def _round_dd(h: float, lo: float, k: int, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """Round ``(h + lo) * 2**k`` (a double-double approximation of a transcendental value, relative error
     below ``2**-100``) into ``p``: decided by the ends of ``(h + lo)(1 +- 2**-97)``, else by the value
     itself."""
@@ -167,7 +168,7 @@ def _round_dd(h: float, lo: float, k: int, p, mode: int, rbits: np.uint64) -> fl
 
 
 @jit
-def _libm_decides(y: float, p, mode: int, rbits: np.uint64) -> tuple[bool, float]:
+def _libm_decides(y: float, p: FormatParams, mode: int, rbits: np.uint64) -> tuple[bool, float]:
     """Whether every value within ``y(1 +- 2**-50)`` rounds alike (then: to what)."""
     if mode == 6:
         return False, 0.0
@@ -180,7 +181,7 @@ def _libm_decides(y: float, p, mode: int, rbits: np.uint64) -> tuple[bool, float
 
 
 @jit
-def exp_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:
+def exp_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``exp(x)`` rounded once into ``p`` (see the module docstring for the accuracy contract)."""
     if x != x:
         return round_exact(x, 0, p, mode, rbits)
@@ -205,7 +206,7 @@ def exp_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:
 
 
 @jit
-def exp2_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:
+def exp2_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``2**x`` rounded once into ``p`` (exact for integer ``x``; see the module docstring)."""
     if x != x:
         return round_exact(x, 0, p, mode, rbits)
@@ -230,7 +231,7 @@ def exp2_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:
 
 
 @jit
-def log_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:
+def log_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``log(x)`` (natural) rounded once into ``p`` (see the module docstring)."""
     if x != x or x < 0.0:
         return round_exact(np.nan, 0, p, mode, rbits)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._jit import jit
+from simfloat.formats import FormatParams
 from simfloat.ops._scalar import add_scalar, max2
 from simfloat.rounding import rand_bits, round_exact
 
@@ -44,19 +45,19 @@ _Z = np.uint64(0)
 
 
 @jit
-def _load(x, i: int, p, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
+def _load(x, i: int, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
     rb = rand_bits(seed, counter0 + np.uint64(i)) if mode == 6 else _Z
     return round_exact(np.float64(x[i]), 0, p, mode, rb)
 
 
 @jit
-def _add(a: float, b: float, p, mode: int, seed: np.uint64, counter: np.uint64) -> float:
+def _add(a: float, b: float, p: FormatParams, mode: int, seed: np.uint64, counter: np.uint64) -> float:
     rb = rand_bits(seed, counter) if mode == 6 else _Z
     return add_scalar(a, b, p, mode, rb)
 
 
 @jit
-def sum_sequential(x, p, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
+def sum_sequential(x: np.ndarray, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
     """Left-to-right sum of the 1-D slice ``x`` (see the module docstring)."""
     n = x.shape[0]
     if n == 0:
@@ -69,7 +70,7 @@ def sum_sequential(x, p, mode: int, seed: np.uint64, counter0: np.uint64) -> flo
 
 
 @jit
-def sum_chunked(x, p, mode: int, seed: np.uint64, counter0: np.uint64, chunk: int) -> float:
+def sum_chunked(x: np.ndarray, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64, chunk: int) -> float:
     """Sequential within chunks of ``chunk`` elements, then sequential over the chunk sums."""
     n = x.shape[0]
     if n == 0:
@@ -91,7 +92,7 @@ def sum_chunked(x, p, mode: int, seed: np.uint64, counter0: np.uint64, chunk: in
 
 
 @jit
-def sum_pairwise(x, p, mode: int, seed: np.uint64, counter0: np.uint64, fan_in: int) -> float:
+def sum_pairwise(x: np.ndarray, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64, fan_in: int) -> float:
     """Tree sum over groups of ``fan_in`` adjacent values, level by level (see the module docstring)."""
     n = x.shape[0]
     if n == 0:
@@ -116,7 +117,7 @@ def sum_pairwise(x, p, mode: int, seed: np.uint64, counter0: np.uint64, fan_in: 
 
 
 @jit
-def _np_block(x, lo: int, n: int, p, mode: int, seed: np.uint64, counter0: np.uint64, j: int):
+def _np_block(x, lo: int, n: int, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64, j: int):
     """numpy's ``pairwise_sum`` over ``x[lo:lo+n]`` for ``n <= 128``; returns (sum, next addition index)."""
     cadd = counter0 + np.uint64(x.shape[0])
     if n < 8:
@@ -150,7 +151,7 @@ def _np_block(x, lo: int, n: int, p, mode: int, seed: np.uint64, counter0: np.ui
 
 
 @jit
-def _np_pairwise(x, n: int, p, mode: int, seed: np.uint64, counter0: np.uint64):
+def _np_pairwise(x, n: int, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64):
     """numpy's recursive ``pairwise_sum`` over ``x[0:n]`` run with an explicit stack (numba's cache does not
     support recursive functions): post-order, so additions happen in the recursion's order."""
     cadd = counter0 + np.uint64(n)
@@ -197,7 +198,7 @@ def _np_pairwise(x, n: int, p, mode: int, seed: np.uint64, counter0: np.uint64):
 
 
 @jit
-def sum_numpy(x, p, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
+def sum_numpy(x: np.ndarray, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
     """numpy's pairwise summation order (see the module docstring)."""
     n = x.shape[0]
     if n == 0:
@@ -207,7 +208,9 @@ def sum_numpy(x, p, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
 
 
 @jit
-def sum_slice(x, p, mode: int, order: int, fan_in: int, chunk: int, seed: np.uint64, counter0: np.uint64) -> float:
+def sum_slice(
+    x: np.ndarray, p: FormatParams, mode: int, order: int, fan_in: int, chunk: int, seed: np.uint64, counter0: np.uint64
+) -> float:
     """Dispatch on ``order``: 0 sequential, 1 pairwise (``fan_in``), 2 chunked (``chunk``), 3 numpy."""
     if order == 0:
         return sum_sequential(x, p, mode, seed, counter0)
@@ -219,9 +222,9 @@ def sum_slice(x, p, mode: int, order: int, fan_in: int, chunk: int, seed: np.uin
 
 
 @jit
-def max_slice(x) -> float:
+def max_slice(x: np.ndarray) -> float:
     """IEEE ``maximum`` over a nonempty 1-D slice: NaN if any element is NaN, and -0 < +0."""
-    m = np.float64(x[0])
+    m: float = np.float64(x[0])
     for i in range(1, x.shape[0]):
         m = max2(m, np.float64(x[i]))
         if m != m:

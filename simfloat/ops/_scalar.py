@@ -23,6 +23,7 @@ import numpy as np
 
 from simfloat._eft import exponent, next_away, pow2, scale, split, two_prod, two_sum
 from simfloat._jit import f64_bits, fma64, jit
+from simfloat.formats import FormatParams
 from simfloat.rounding import overflow_value, round_exact, sticky
 
 __all__ = [
@@ -48,7 +49,7 @@ _NEGLIGIBLE = 2.0**-800
 
 
 @jit
-def round_scaled(h: float, d: int, k: int, p, mode: int, rbits: np.uint64) -> float:
+def round_scaled(h: float, d: int, k: int | np.int64, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """Round the exact value ``(h + tail) * 2**k`` once, where ``d`` classifies ``tail`` against ``ulp(h)`` as
     :func:`~simfloat.rounding.sticky` does and ``h`` is finite, nonzero unless ``d == 0``, and ``h`` came from
     a round-to-nearest (so a negative tail below a power of two is at most a quarter ulp). ``|k| <= 2200``.
@@ -98,7 +99,7 @@ def _zero_sum(a: float, b: float, mode: int) -> float:
 
 
 @jit
-def add_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
+def add_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``a + b`` rounded once into ``p``. IEEE special values: inf - inf is NaN; an exact zero sum is +0 (-0
     when rounding down), -0 + -0 is -0."""
     s = a + b
@@ -116,13 +117,13 @@ def add_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
 
 
 @jit
-def sub_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
+def sub_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``a - b`` rounded once into ``p`` (``a + (-b)``, also for the signs of zeros)."""
     return add_scalar(a, -b, p, mode, rbits)
 
 
 @jit
-def _mul_slow(a: float, b: float, pr: float, p, mode: int, rbits: np.uint64) -> float:
+def _mul_slow(a: float, b: float, pr: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     if pr != pr or not (abs(a) <= _DBL_MAX and abs(b) <= _DBL_MAX) or a == 0.0 or b == 0.0:
         return round_exact(pr, 0, p, mode, rbits)  # NaN, infinities, exact signed zeros: IEEE's result is exact
     ma, ea = split(a)
@@ -132,7 +133,7 @@ def _mul_slow(a: float, b: float, pr: float, p, mode: int, rbits: np.uint64) -> 
 
 
 @jit
-def mul_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
+def mul_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``a * b`` rounded once into ``p``. IEEE special values: 0 * inf is NaN, signs multiply (also of zeros).
     Products below 2**-960 or beyond float64's range are computed on normalized significands and scaled back
     exactly (:func:`round_scaled`)."""
@@ -145,7 +146,7 @@ def mul_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
 
 
 @jit
-def div_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
+def div_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``a / b`` rounded once into ``p``. IEEE special values: x/0 is +-inf for x != 0, 0/0 and inf/inf are
     NaN, x/inf is a signed zero (the format's overflow policy then applies to the infinity).
 
@@ -176,7 +177,7 @@ def div_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
 
 
 @jit
-def sqrt_scalar(x: float, p, mode: int, rbits: np.uint64) -> float:
+def sqrt_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``sqrt(x)`` rounded once into ``p``; sqrt(-0) = -0, sqrt(x < 0) = NaN, sqrt(inf) = inf.
 
     ``r = RN(sqrt(x))``, the residual ``x - r*r`` is exact (one FMA) for ``x >= 2**-960`` and has the sign of
@@ -249,7 +250,7 @@ def _fma_core(a: float, b: float, c: float) -> tuple[float, int]:
 
 
 @jit
-def fma_scalar(a: float, b: float, c: float, p, mode: int, rbits: np.uint64) -> float:
+def fma_scalar(a: float, b: float, c: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``a*b + c`` with one rounding into ``p`` (the exact sum of the exact product and ``c``).
 
     IEEE special values come from the hardware fma (0*inf + c is NaN, inf - inf is NaN). An exactly-zero
@@ -316,7 +317,7 @@ def max2(a: float, b: float) -> float:
 
 
 @jit
-def maximum_scalar(a: float, b: float, p, mode: int, rbits: np.uint64) -> float:
+def maximum_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """IEEE 754-2019 ``maximum`` (NaN propagating, -0 < +0), rounded into ``p`` (exact for operands of
     ``p``)."""
     return round_exact(max2(a, b), 0, p, mode, rbits)
