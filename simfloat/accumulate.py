@@ -309,7 +309,7 @@ _ARCHS = {
 }
 # per architecture, as MMA-Sim (Xie et al. 2025) models it: fraction bits F, the bytes of k one step sums
 # (block = bytes / operand size), the least alignment exponent (e_zero) and F for fp8 where it differs
-_ARCH_DATA = {
+_ARCH_DATA: dict[str, dict[str, Any]] = {
     "sm80": {"f": 24, "bytes": 16, "zero": -132, "fp8_f": None},
     "sm89": {"f": 24, "bytes": 16, "zero": -132, "fp8_f": 13},
     "sm90": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 13},
@@ -374,7 +374,7 @@ def tensor_core(
     if kind is not None and a_key not in ("sm100", "sm120"):
         raise ValueError(f"tensor_core: block-scaled kind {kind!r} needs sm100 or sm120, got {a_key}")
     names = (fa.name, fb.name)
-    clamps: dict = {"acc_emin": -126, "zero_exp": d["zero"]} if var == "mmasim" else {}
+    clamps: dict[str, Any] = {"acc_emin": -126, "zero_exp": d["zero"]} if var == "mmasim" else {}
     if kind in ("mxf4", "nvf4"):
         if names != ("float4_e2m1fn", "float4_e2m1fn"):
             raise ValueError(f"tensor_core: kind {kind!r} takes e2m1 operands, got {fa.name} and {fb.name}")
@@ -421,7 +421,7 @@ def tensor_core(
         if d["fp8_f"] is None or (small and a_key not in ("sm100", "sm120")):
             raise ValueError(f"tensor_core: {a_key} has no tensor-core kind for {fa.name} x {fb.name}")
         f8 = d["fp8_f"]
-        kw = {"out_fmt": _E8M13, "out_mode": "toward_zero"} if f8 == 13 else {}
+        kw: dict[str, Any] = {"out_fmt": _E8M13, "out_mode": "toward_zero"} if f8 == 13 else {}
         return BlockFMA(
             d["bytes"],
             f8,
@@ -651,12 +651,12 @@ def _block_step(c, a, b, lo, hi, ap):
 
 
 @jit
-def _scale_exp(x: float, emin: int) -> int:
+def _scale_exp(x, emin):
     return max(_exponent(x), emin)
 
 
 @jit
-def _scaled_block_step(c: float, a, b, sa, sb, lo: int, hi: int, ap: AccParams) -> float:
+def _scaled_block_step(c, a, b, sa, sb, lo, hi, ap):
     """One step of a block-scaled kind: the terms are the products a[k]*b[k]*sa[k]*sb[k] (or, with groups, the
     exact sum of each group of ``ap.group`` products times its scales), each aligned by its operands' and
     scales' exponent sum (or by its scales' alone), truncated to F bits below the largest, summed exactly with

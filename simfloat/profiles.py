@@ -148,7 +148,8 @@ def model_from_json(obj: Mapping[str, Any]) -> Sequential | BlockFMA | Chunked |
     unknown = sorted(set(obj) - names - {"model"})
     if unknown:
         raise ValueError(f"{kind}: unknown fields {unknown}; fields: {', '.join(sorted(names))}")
-    return cls(**{k: _value_from_json(v) for k, v in obj.items() if k != "model"})  # type: ignore[no-any-return]
+    fields: dict[str, Any] = {k: _value_from_json(v) for k, v in obj.items() if k != "model"}
+    return cls(**fields)
 
 
 # -- parts -----------------------------------------------------------------------------------------------------

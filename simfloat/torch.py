@@ -169,7 +169,7 @@ def timings(reset: bool = False) -> dict[str, float]:
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cfg):  # type: ignore[no-untyped-def, override]
+    def forward(ctx, q, k, v, cfg):
         t0 = time.perf_counter()
         qa, ka, va = _numpy(q), _numpy(k), _numpy(v)
         if cfg.kernel == "flash":
@@ -194,7 +194,7 @@ class _Attention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, grad_out):
         t0 = time.perf_counter()
         cfg = ctx.cfg
         qa, ka, va = ctx.arrays
@@ -379,7 +379,7 @@ def emulate_sdpa(
     with _lock:
         if _users[0] == 0:
             _installed[:] = [torch.nn.functional.scaled_dot_product_attention]
-            torch.nn.functional.scaled_dot_product_attention = _routed_sdpa  # type: ignore[assignment]
+            torch.nn.functional.scaled_dot_product_attention = _routed_sdpa
         _users[0] += 1
     stack = getattr(_local, "stack", None)
     if stack is None:

@@ -66,7 +66,7 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
     quick = config.get("quick", False)
     if not isinstance(quick, bool):
         raise ValueError(f"config key 'quick' must be true or false, got {quick!r}")
-    base = QUICK if quick else DEFAULTS
+    base: Mapping[str, Any] = QUICK if quick else DEFAULTS
     plan_name = config.get("plan", "triton-bf16")
     if not isinstance(plan_name, str):
         raise ValueError(
@@ -94,6 +94,7 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
     seq = _int(config, "seq", base["seq"])
     heads = _int(config, "heads", base["heads"])
     kv_heads = _int(config, "kv_heads", heads)
+    assert heads is not None and kv_heads is not None  # both have int defaults
     try:
         kv_group(heads, kv_heads)
     except ValueError as err:
