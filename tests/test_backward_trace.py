@@ -33,7 +33,7 @@ def _case(plan, seq_q=37, seq_k=45, d=8, lead=(2,), causal=False, bm=16, bn=16, 
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("plan", ["triton-bf16", "h200-bf16"])
+@pytest.mark.parametrize("plan", ["triton-bf16"])
 def test_traced_equals_untraced_bitwise(plan, causal):
     args, kw = _case(plan, seq_q=97, seq_k=33, causal=causal, bm=32, bn=16)
     want = flash_backward(*args, return_delta=True, **kw)
