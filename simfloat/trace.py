@@ -1,9 +1,11 @@
 """Error attribution for emulated attention: where the rounding error comes from, op by op and block by block.
 
-Pass a :class:`Tracer` as ``trace=`` to :func:`simfloat.attention.flash` or
-:func:`~simfloat.attention.baseline`. For every op instance, identified by (op, lead index, q tile, kv block),
-the kernel records the *local* error the op introduced: its low-precision result minus the float64 result of
-the same operation on the same low-precision inputs (a dot's "exact" value is a float64 loop; exp is libm's).
+Pass a :class:`Tracer` as ``trace=`` to :func:`simfloat.attention.flash`,
+:func:`~simfloat.attention.baseline` or :func:`~simfloat.attention.flash_backward` (whose records are
+described in its docstring: its states are the gradient accumulators dq, dk, dv). For every op instance,
+identified by (op, lead index, q tile, kv block), the kernel records the *local* error the op introduced: its
+low-precision result minus the float64 result of the same operation on the same low-precision inputs (a dot's
+"exact" value is a float64 loop; exp is libm's).
 It also runs a float64 *shadow* of the same dataflow alongside (same tiling, same lazy-rescaling decisions,
 FMAs where the plan contracts) and records, after every kv block, how far the state (``m_i``, ``l_i``,
 ``acc``) has drifted from the shadow's, and at the end the output's drift (``out``). ``l_i`` and ``acc`` are
@@ -70,18 +72,27 @@ class Tracer:
         self._runs.clear()
 
     def _start(
-        self, kernel: str, plan: str, ops: tuple[str, ...], n_lead: int, n_qt: int, n_kv: int, **meta: object
+        self,
+        kernel: str,
+        plan: str,
+        ops: tuple[str, ...],
+        n_lead: int,
+        n_qt: int,
+        n_kv: int,
+        states: tuple[str, ...] = STATES,
+        **meta: object,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Allocate the record arrays of a new run: local (lead, q tile, kv block + epilogue, op, stat) and
-        state (lead, q tile, kv block + epilogue, state, stat). Called by the kernels."""
+        state (lead, q tile, kv block + epilogue, state, stat); ``states`` names the kernel's state quantities
+        (the forward's :data:`STATES`; the backward's dq, dk, dv). Called by the kernels."""
         local = np.zeros((n_lead, n_qt, n_kv + 1, len(ops), _NSTAT))
-        state = np.zeros((n_lead, n_qt, n_kv + 1, len(STATES), _NSTAT))
-        self._runs.append(dict(kernel=kernel, plan=plan, ops=ops, local=local, state=state, meta=meta))
+        state = np.zeros((n_lead, n_qt, n_kv + 1, len(states), _NSTAT))
+        self._runs.append(dict(kernel=kernel, plan=plan, ops=ops, states=states, local=local, state=state, meta=meta))
         return local, state
 
     @property
     def runs(self) -> list[dict[str, Any]]:
-        """The raw runs: kernel, plan name, op names, record arrays and call metadata."""
+        """The raw runs: kernel, plan name, op and state names, record arrays and call metadata."""
         return list(self._runs)
 
     def _frame(self, key: str, names_of: str) -> pd.DataFrame:
@@ -90,7 +101,7 @@ class Tracer:
         parts = []
         for r, run in enumerate(self._runs):
             arr = run[key]
-            names = run["ops"] if names_of == "op" else STATES
+            names = run["ops"] if names_of == "op" else run["states"]
             lead, qt, kv, idx = np.nonzero(arr[..., 2] > 0)
             sel = arr[lead, qt, kv, idx]
             n_kv = arr.shape[2] - 1

@@ -16,7 +16,13 @@ Both kernels take (..., seq, head_dim) float32/float64 arrays and return float64
 plan's output format; pass ``trace=simfloat.Tracer()`` to attribute the error to ops and kv blocks.
 """
 
-from simfloat.attention.backward import baseline_backward, flash_backward, lse_from_stats
+from simfloat.attention.backward import (
+    BACKWARD_STATES,
+    TRACED_BACKWARD_OPS,
+    baseline_backward,
+    flash_backward,
+    lse_from_stats,
+)
 from simfloat.attention.baseline import baseline
 from simfloat.attention.flash import flash
 from simfloat.attention.plan import (
@@ -48,11 +54,13 @@ from simfloat.attention.quantized import (
 
 __all__ = [
     "BACKWARD_OPS",
+    "BACKWARD_STATES",
     "BASELINE_OPS",
     "EXACT",
     "FLASH_OPS",
     "QUANTIZERS",
     "QUANT_OPS",
+    "TRACED_BACKWARD_OPS",
     "BackwardPlan",
     "OpSpec",
     "Plan",

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 import simfloat
-from simfloat._jit import jit
+from simfloat._jit import fma64, jit
 from simfloat._lanes import Lane, ladd, lane, lmul, lround
 from simfloat._mma import MMA, for_operands, mma, operand_powers, round_operands, row_mma, work
 from simfloat._parallel import run_rows
@@ -44,13 +44,35 @@ from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, operand
-from simfloat.attention._kernels import add, exp, exp2_hw, fma, mul, rnd, sub
+from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
 from simfloat.attention.plan import BackwardParams, BackwardPlan, OpSpec, backward_plan
 from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
 from simfloat.rounding import RoundingMode
+from simfloat.trace import Tracer, record
 
-__all__ = ["baseline_backward", "flash_backward", "lse_from_stats"]
+__all__ = ["BACKWARD_STATES", "TRACED_BACKWARD_OPS", "baseline_backward", "flash_backward", "lse_from_stats"]
+
+#: the ops a traced :func:`flash_backward` records, in the kernels' order (``lse`` is :func:`lse_from_stats`'s)
+TRACED_BACKWARD_OPS = (
+    "delta",
+    "qk",
+    "scale",
+    "exp",
+    "p",
+    "dv",
+    "dp",
+    "ds",
+    "ds_cast",
+    "dk",
+    "dq",
+    "grad_scale",
+    "grad",
+)
+#: the accumulators whose drift from the float64 shadow a traced :func:`flash_backward` records
+BACKWARD_STATES = ("dq", "dk", "dv")
+B_DELTA, B_QK, B_SCALE, B_EXP, B_P, B_DV, B_DP, B_DS, B_DS_CAST, B_DK, B_DQ, B_GRAD_SCALE, B_GRAD = range(13)
+S_DQ, S_DK, S_DV = range(3)
 
 
 class BwdLanes(NamedTuple):
@@ -251,9 +273,14 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
 
 
 @jit
-def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):
+def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh):
     """The scalar reference (test oracle) for lead indices [lo, hi): every value by the scalar ops and
-    ``dot_acc`` per output, the dots over the kernels' zero-padded tiles, in the kernels' order."""
+    ``dot_acc`` per output, the dots over the kernels' zero-padded tiles, in the kernels' order.
+
+    With a tracer's arrays ``tr`` (local, state), it also records each op's local error at (lead, query tile,
+    key tile) and runs a float64 shadow of the same dataflow from the same inputs (``sh``: the float64
+    qk_scale and softmax scale), recording the drift of the dq, dk and dv accumulators from it after every
+    tile step; key tile ``n_kv`` (``-1`` in the frames) holds D2 and the epilogue E1..E3."""
     bm, bn, causal = geo
     seq_q, d = q.shape[1], q.shape[2]
     seq_k, dvd = v.shape[1], v.shape[2]
@@ -261,12 +288,27 @@ def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):
     pm, dsm = np.zeros((n_qt * bm, n_kv * bn)), np.zeros((n_qt * bm, n_kv * bn))
     qp, dop = np.zeros((n_qt * bm, d)), np.zeros((n_qt * bm, dvd))
     kp = np.zeros((n_kv * bn, d))
+    ns = n_qt * bm if tr is not None else 1
+    ps, dss, d64 = np.zeros((ns, n_kv * bn)), np.zeros((ns, n_kv * bn)), np.zeros(ns)
     for b in range(lo, hi):
         pm[:, :] = 0.0
         dsm[:, :] = 0.0
         qp[:seq_q] = q[b]
         dop[:seq_q] = do[b]
         kp[:seq_k] = k[b]
+        if tr is not None:  # D2's local errors (the same ops as _ref_delta) and the shadow's delta
+            for i in range(seq_q):
+                s, s64 = 0.0, 0.0
+                for c in range(o.shape[2]):
+                    x = mul(o[b, i, c], do[b, i, c], pp.delta)
+                    record(tr[0], b, i // bm, n_kv, B_DELTA, x - o[b, i, c] * do[b, i, c], o[b, i, c] * do[b, i, c])
+                    y = add(s, x, pp.delta)
+                    record(tr[0], b, i // bm, n_kv, B_DELTA, y - (s + x), s + x)
+                    s = y
+                    s64 += o[b, i, c] * do[b, i, c]
+                d64[i] = s64
+            ps[:, :] = 0.0
+            dss[:, :] = 0.0
         for i in range(seq_q):
             jv = min(seq_k, i + 1) if causal else seq_k
             for j in range(jv):
@@ -281,27 +323,80 @@ def _ref_units(lo, hi, q, k, v, do, lse, delta, dq, dk, dv, psum, pp, geo):
                 ds = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds)  # B7
                 dsm[i, j] = rnd(ds, pp.ds_cast)  # B8
                 pm[i, j] = rnd(pv, pp.p)
+                if tr is not None:
+                    t, jt = i // bm, j // bn
+                    loc = tr[0]
+                    s64 = dot64(q[b, i], k[b, j], 0.0)
+                    record(loc, b, t, jt, B_QK, sc - s64, s64)
+                    xr = fma64(sc, pp.qk_scale, -lse[b, i]) if pp.contract else sc * pp.qk_scale - lse[b, i]
+                    record(loc, b, t, jt, B_SCALE, x - xr, xr)
+                    er = math.exp2(x) if pp.exp2 else math.exp(x)
+                    record(loc, b, t, jt, B_EXP, pv - er, er)
+                    record(loc, b, t, jt, B_P, pm[i, j] - pv, pv)
+                    dp64 = dot64(do[b, i], v[b, j], 0.0)
+                    record(loc, b, t, jt, B_DP, dp - dp64, dp64)
+                    dr = pv * (dp - delta[b, i])
+                    record(loc, b, t, jt, B_DS, ds - dr, dr)
+                    record(loc, b, t, jt, B_DS_CAST, dsm[i, j] - ds, ds)
+                    x64 = fma64(s64, sh[0], -lse[b, i]) if pp.contract else s64 * sh[0] - lse[b, i]
+                    p64 = math.exp2(x64) if pp.exp2 else math.exp(x64)
+                    ps[i, j] = p64
+                    dss[i, j] = p64 * (dp64 - d64[i])
         for j in range(seq_k):  # B5, B9 over the query tiles; E1, E2
             jt = j // bn
             t0 = (jt * bn) // bm if causal else 0
             for c in range(dvd):
-                acc = 0.0
+                acc, a64 = 0.0, 0.0
                 for t in range(t0, n_qt):
-                    acc = dot_acc(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc, pp.dv)
+                    new = dot_acc(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc, pp.dv)
+                    if tr is not None:
+                        ex = dot64(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc)
+                        record(tr[0], b, t, jt, B_DV, new - ex, ex)
+                        a64 = dot64(ps[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], a64)
+                        record(tr[1], b, t, jt, S_DV, new - a64, a64)
+                    acc = new
                 dv[b, j, c] = rnd(acc, pp.grad)
+                if tr is not None:
+                    record(tr[0], b, 0, n_kv, B_GRAD, dv[b, j, c] - acc, acc)
+                    record(tr[1], b, 0, n_kv, S_DV, dv[b, j, c] - a64, a64)
             for c in range(d):
-                acc = 0.0
+                acc, a64 = 0.0, 0.0
                 for t in range(t0, n_qt):
-                    acc = dot_acc(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc, pp.dk)
-                dk[b, j, c] = rnd(mul(acc, pp.sm_scale, pp.grad_scale), pp.grad)
+                    new = dot_acc(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc, pp.dk)
+                    if tr is not None:
+                        ex = dot64(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc)
+                        record(tr[0], b, t, jt, B_DK, new - ex, ex)
+                        a64 = dot64(dss[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], a64)
+                        record(tr[1], b, t, jt, S_DK, new - a64, a64)
+                    acc = new
+                dk[b, j, c] = _ref_epilogue(acc, a64, pp, tr, b, 0, n_kv, S_DK, sh[1])
         for i in range(seq_q):  # Q4 over the key tiles; E3
             t = i // bm
             hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
             for c in range(d):
-                acc = 0.0
+                acc, a64 = 0.0, 0.0
                 for jt in range((hi_k + bn - 1) // bn):
-                    acc = dot_acc(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc, pp.dq)
-                dq[b, i, c] = rnd(mul(acc, pp.sm_scale, pp.grad_scale), pp.grad)
+                    new = dot_acc(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc, pp.dq)
+                    if tr is not None:
+                        ex = dot64(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc)
+                        record(tr[0], b, t, jt, B_DQ, new - ex, ex)
+                        a64 = dot64(dss[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], a64)
+                        record(tr[1], b, t, jt, S_DQ, new - a64, a64)
+                    acc = new
+                dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
+
+
+@jit
+def _ref_epilogue(acc, a64, pp, tr, b, t, kv, state, sm64):
+    """E1/E3 for one value: ``grad(grad_scale(acc * sm_scale))``, recording the two ops' local errors and the
+    final gradient's drift from the shadow's ``a64 * sm64`` at (b, t, kv) when tracing."""
+    x = mul(acc, pp.sm_scale, pp.grad_scale)
+    g = rnd(x, pp.grad)
+    if tr is not None:
+        record(tr[0], b, t, kv, B_GRAD_SCALE, x - acc * pp.sm_scale, acc * pp.sm_scale)
+        record(tr[0], b, t, kv, B_GRAD, g - x, x)
+        record(tr[1], b, t, kv, state, g - a64 * sm64, a64 * sm64)
+    return g
 
 
 @jit
@@ -535,6 +630,7 @@ def flash_backward(
     scale: float | None = None,
     return_delta: bool = False,
     engine: str | None = None,
+    trace: Tracer | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
 
@@ -550,7 +646,15 @@ def flash_backward(
         causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
         return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).
         engine: ``"vector"`` (default: the row kernels) or ``"reference"`` (the scalar ops and ``dot_acc`` per
-            output: the test oracle). Both give the same bits.
+            output: the test oracle). Both give the same bits. None: vector, reference when tracing.
+        trace: a :class:`simfloat.Tracer`, or None. Traced calls run on the reference engine and return the
+            same bits. The run (kernel ``"flash_backward"``) holds, per (lead, query tile, key tile), the local
+            error of every op of :data:`TRACED_BACKWARD_OPS` (its result minus the float64 result of the same
+            operation on the same operands; an MMA step's reference is its float64 dot from the same
+            accumulator) and the drift of the dq, dk, dv accumulators after each tile step from a float64 shadow
+            of the same dataflow (same inputs, o and lse; P, dP, delta, dS and every dot in float64), unscaled.
+            Key tile -1 holds D2 (delta, at the row's query tile) and the epilogue E1..E3 with the final
+            gradients' drift (dq at the row's query tile, dk and dv at query tile 0).
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
@@ -566,7 +670,9 @@ def flash_backward(
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
-    which = check_engine(engine, False)
+    if trace is not None and not isinstance(trace, Tracer):
+        raise TypeError(f"trace must be a simfloat.Tracer or None, got {type(trace).__name__}")
+    which = check_engine(engine, trace is not None)
     sc = _scale_of(scale, qa.shape[-1])
     pp = pl.params(sc)
     lead = qa.shape[:-2]
@@ -584,8 +690,27 @@ def flash_backward(
     if which == "reference":
         if n_lead * seq_q:
             run_rows(_ref_delta, n_lead * seq_q, of, dof, delta, pp.delta)
+        tr = None
+        if trace is not None:
+            n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
+            tr = trace._start(
+                "flash_backward",
+                pl.name,
+                TRACED_BACKWARD_OPS,
+                n_lead,
+                n_qt,
+                n_kv,
+                states=BACKWARD_STATES,
+                lead=lead,
+                block_m=bm,
+                block_n=bn,
+                causal=bool(causal),
+                scale=sc,
+            )
+        sh = (sc * math.log2(math.e) if pl.exp2 else sc, sc)
         if n_lead:
-            run_rows(_ref_units, n_lead, qf, kf, vf, dof, lf, delta, dq, dk, dv, psum, pp, (bm, bn, bool(causal)))
+            geo = (bm, bn, bool(causal))
+            run_rows(_ref_units, n_lead, qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh)
     else:
         _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal))
     bad = ~((psum > 0.5) & (psum < 2.0))
