@@ -134,3 +134,17 @@ def test_sum_once_is_the_float32_sum_rounded_once():
         acc32 = acc32 + p[:, j].astype(np.float32)
     assert np.array_equal(l_once, sf.round(acc32.astype(np.float64), "bf16"))
     assert not np.array_equal(l_once, l_seq)  # 97 bf16 additions lose what one rounding keeps
+
+
+def test_tile_rule_in_attribute_and_cli():
+    import argparse
+
+    from simfloat.attribution._core import _tiles
+    from simfloat.cli import _tile
+
+    assert _tiles(["fa1:M=300", (8, 16), (8, 10)], 8) == [(8, 10), (8, 16)]
+    assert _tile("fa1:M=98304") == "fa1:M=98304" and _tile("64x32") == (64, 32)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown tile rule"):
+        _tile("fa1:K=3")
+    with pytest.raises(ValueError, match="rule such as"):
+        _tiles([(1, 2, 3)], 8)

@@ -140,9 +140,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     def panel(ax, data, x: str, title: str, log_x: bool = False) -> None:  # type: ignore[no-untyped-def]
         for lab, g in data.groupby("placement"):
             ax.errorbar(g[x], g["flash_max_abs_mean"], yerr=g["flash_max_abs_std"], label=lab, marker="o", capsize=2)
-        base = data.groupby(x)[["pytorch_max_abs_mean", "all_max_abs_mean"]].mean().reset_index()
-        ax.plot(base[x], base["pytorch_max_abs_mean"], "k--", label="baseline pytorch-<f>")
-        ax.plot(base[x], base["all_max_abs_mean"], "k:", label="baseline all-<f>")
+        cols_b = ["pytorch_max_abs_mean", "all_max_abs_mean"]
+        for suffix, style in (("RN", ":"), ("RZ", "-.")):
+            sub = data[data["placement"].str.endswith(suffix)]
+            if len(sub):
+                base = sub.groupby(x)[cols_b].mean().reset_index()
+                if suffix == "RN":
+                    ax.plot(base[x], base["pytorch_max_abs_mean"], "k--", label="baseline pytorch-<f> (RN)")
+                ax.plot(base[x], base["all_max_abs_mean"], "k" + style, label=f"baseline all-<f> {suffix}")
         ax.set_yscale("log")
         if log_x:
             ax.set_xscale("log", base=2)
