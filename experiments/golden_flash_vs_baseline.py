@@ -65,7 +65,8 @@ def plans(placement: str, fmt: str) -> tuple:
     if placement == "state":
         f = tri.p.fmt  # the low-precision format (triton-fp32 has fp32 everywhere: the same plan)
         pv = tri.pv if f.name == "float32" else Chunked(_BIG, tri.pv, outer_fmt=f)
-        return tri.replace(name=f"state-{fmt}", m_i=f, l_i=f, alpha=f, acc=f, pv=pv), plan(f"pytorch-{fmt}")
+        st = tri.replace(name=f"state-{fmt}", m_i=f, l_ij=f, l_i=f, alpha=f, acc=f, pv=pv)  # l_ij: in-tile sum in f
+        return st, plan(f"pytorch-{fmt}")
     raise ValueError(f"unknown placement {placement!r}")
 
 

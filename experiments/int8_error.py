@@ -14,8 +14,9 @@ FA3's FP8 or INT8 alone (``FULL["long"]``: the emulation's cost grows as seq**2)
   plan ``pytorch-fp16``: fp32-accumulated matmuls rounded to fp16, softmax in fp32, P cast to fp16; computed
   here by a vectorized copy of that plan, equal to ``simfloat.attention.baseline(plan="pytorch-fp16")`` bit
   for bit);
-* metrics: MRE = mean |out - ref| / (|ref| + 1e-5) over all elements and over the last 4 elements only (the
-  INT-FlashAttention code's variant), RMSE, max |out - ref|, cosine similarity;
+* metrics (:func:`simfloat.metrics.error_metrics`): MRE = mean |out - ref| / (|ref| + 1e-5) over all elements
+  and over the last 4 elements only (the INT-FlashAttention code's variant), RMSE, max |out - ref|, cosine
+  similarity; and mean/std of |out - ref|, relative L1, SNR in dB;
 * attribution: for the INT8 and FP8 plans, each quantizer alone (``QuantPlan.isolate``: everything else
   exact), all quantizers with exact arithmetic (``arith_fp64``) and the full plan with one dot's accumulation
   made exact (``QuantPlan.ablate``), RMSE against float64.
@@ -182,17 +183,22 @@ def fp16_standard_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.n
 
 
 def metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
-    """MRE over all elements and over the last 4 (flattened), RMSE, max abs error, cosine similarity."""
-    a = np.asarray(out, np.float64).ravel()
-    b = np.asarray(ref, np.float64).ravel()
-    rel = np.abs(a - b) / (np.abs(b) + 1e-5)
-    cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    """:func:`simfloat.metrics.error_metrics` over all elements (flattened), under this table's column names:
+    ``mre_all``, ``mre_last4``, ``rmse``, ``max_abs``, ``cos`` (cosine similarity), then ``mean_abs``,
+    ``std_abs``, ``rel_l1`` and ``snr_db``."""
+    from simfloat.metrics import error_metrics
+
+    m = error_metrics(out, ref)
     return {
-        "mre_all": float(rel.mean()),
-        "mre_last4": float(rel[-4:].mean()),
-        "rmse": float(np.sqrt(np.mean((a - b) ** 2))),
-        "max_abs": float(np.abs(a - b).max()),
-        "cos": cos,
+        "mre_all": m["mre"],
+        "mre_last4": m["mre_last4"],
+        "rmse": m["rmse"],
+        "max_abs": m["max_abs"],
+        "cos": m["cos_sim"],
+        "mean_abs": m["mean_abs"],
+        "std_abs": m["std_abs"],
+        "rel_l1": m["rel_l1"],
+        "snr_db": m["snr_db"],
     }
 
 

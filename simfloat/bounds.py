@@ -496,10 +496,23 @@ def flash_bound(
     if pl.normalization == "per_step":
         step.add(1, r_acc).add(1, r_norm)  # w = l_old * alpha, and the division by l_new
     _scale_chain(ca, step, later)
-    cb = _Chain().add(bn + 1, r_l)  # l_ij (bn roundings at most on any path) + the own tile's update
+    cb = _Chain()  # l_ij (bn roundings at most on any path) + the own tile's update
+    lij = pl.l_ij
+    if isinstance(lij, Chunked):
+        assert isinstance(lij.inner, Sequential) and lij.chunk is not None  # checked by Plan.__post_init__
+        r_lij = rounding(lij.inner.fmt, lij.inner.mode)
+        n_chunks = -(-bn // lij.chunk)
+        cb.add(min(bn, lij.chunk), r_lij).add(n_chunks, rounding(lij.outer_fmt, lij.outer_mode)).add(1, r_l)
+    else:
+        assert lij is not None  # Plan.__post_init__ fills the default
+        r_lij = rounding(lij.fmt, lij.mode)
+        if r_lij == r_l:
+            cb.add(bn + 1, r_l)
+        else:
+            cb.add(bn, r_lij).add(1, r_l)
     _scale_chain(cb, _Chain().add(1 if pl.contract else 2, r_l), later)
     chains = seq_k * (2 + dv) + (seq_k * dh if _has_nearest(qk_chain) else 0)
-    umax = max(r.u for r in (r_sc, r_mi, r_al, r_l, r_acc, r_p, r_norm, r_out, qk.out, pv.out))
+    umax = max(r.u for r in (r_sc, r_mi, r_al, r_l, r_lij, r_acc, r_p, r_norm, r_out, qk.out, pv.out))
     lam = _lam(chains, fp, umax)
     s_all, mag_all = _scores(x.q, x.k)
     vmax = float(np.max(np.abs(x.v))) if x.v.size else 0.0
@@ -560,6 +573,7 @@ def flash_bound(
             if which is None:
                 _overflow("exp", p_up, _op(pl.exp))
                 _overflow("l_i", l_up, r_l)
+                _overflow("l_ij", l_up, r_lij)
                 _overflow("acc", l_up * a_max * max(vmax, 1.0), r_acc)
             # (B11) absolute terms in computed units (then / kappa, / sum w)
             aw = mask(exp_eta + later * al_eta * p_up)  # per key: exp and alpha underflow

@@ -50,10 +50,18 @@ def positive_int(text: str) -> int:
 _positive = positive_int
 
 
-def _tile(text: str) -> tuple[int, int]:
+def _tile(text: str) -> tuple[int, int] | str:
+    if text.lower().startswith("fa1:"):  # a tile rule, resolved for the inputs' head dim
+        from simfloat.attention.tiling import resolve_tiles
+
+        try:
+            resolve_tiles(text, 1)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
     parts = text.lower().split("x")
     if len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"a tile is BLOCK_MxBLOCK_N (e.g. 64x64), got {text!r}")
+        raise argparse.ArgumentTypeError(f"a tile is BLOCK_MxBLOCK_N (e.g. 64x64) or fa1:M=<elements>, got {text!r}")
     return _positive(parts[0]), _positive(parts[1])
 
 
@@ -123,7 +131,12 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-m", type=_positive, help="query rows per tile (default 64)")
     p.add_argument("--block-n", type=_positive, help="keys per tile (default 64)")
     p.add_argument(
-        "--tiles", type=_tile, nargs="+", metavar="MxN", help="tile study grid (default 32x64 128x64 64x128 128x128)"
+        "--tiles",
+        type=_tile,
+        nargs="+",
+        metavar="MxN|fa1:M=ELEMS",
+        help="tile study grid: MxN pairs or FlashAttention-1's rule fa1:M=<SRAM elements> (block_n = ceil(M/4d), "
+        "block_m = min(block_n, d)); default 32x64 128x64 64x128 128x128",
     )
     p.add_argument(
         "--block-ns",

@@ -12,7 +12,7 @@ import pytest
 
 import simfloat as sf
 from simfloat.accumulate import matmul
-from simfloat.attention import FLASH_OPS, flash, plan
+from simfloat.attention import FLASH_OPS, OpSpec, flash, plan
 
 RNG = np.random.default_rng(1234)
 
@@ -166,8 +166,9 @@ def reference_flash(q, k, v, pl, bm, bn, causal=False, scale=None):
                     x = _add(_mul(sv, qs, sc), -m_sub[:, None], sc)
                 p = np.where(vis, _r(exf(np.where(vis, x, -np.inf)), pl.exp), 0.0)
                 l_ij = np.zeros(n)
+                lij_op = OpSpec(pl.l_ij.fmt, pl.l_ij.mode)  # the in-tile sum: sequential l_ij models only
                 for j in range(bn):
-                    l_ij = _add(l_ij, p[:, j], pl.l_i)
+                    l_ij = _add(l_ij, p[:, j], lij_op)
                 alpha = np.where(m == -np.inf, 0.0, _r(exf(_add(m, -m_sub, pl.alpha)), pl.alpha))
                 alpha = np.where(rescale, alpha, 1.0)
             if pl.contract:

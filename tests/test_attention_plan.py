@@ -29,8 +29,9 @@ def test_preset_names():
 def test_all_fmt_rounds_everything_into_fmt(f):
     pl = plan(f"all-{f}")
     fmt = sf.format(f)
-    for op in set(FLASH_OPS + BASELINE_OPS) - {"qk", "pv"}:
+    for op in set(FLASH_OPS + BASELINE_OPS) - {"qk", "pv", "l_ij"}:
         assert getattr(pl, op) == OpSpec(fmt)
+    assert acc_params(pl.l_ij) == acc_params(Sequential(fmt))
     assert acc_params(pl.qk) == acc_params(pl.pv) == acc_params(Sequential(fmt, product_fmt=fmt))
     assert not pl.exp2 and not pl.contract and pl.normalization == "deferred" and pl.lazy_threshold is None
 

@@ -36,6 +36,7 @@ from simfloat.attention.plan import (
     backward_presets,
     plan,
     presets,
+    sum_once,
 )
 from simfloat.attention.quantized import (
     EXACT,
@@ -51,6 +52,7 @@ from simfloat.attention.quantized import (
     quant_presets,
     quantize,
 )
+from simfloat.attention.tiling import fa1_tiles
 
 __all__ = [
     "BACKWARD_OPS",
@@ -70,6 +72,7 @@ __all__ = [
     "backward_presets",
     "baseline",
     "baseline_backward",
+    "fa1_tiles",
     "flash",
     "flash_backward",
     "fp8_flash",
@@ -82,4 +85,5 @@ __all__ = [
     "quant_plan",
     "quant_presets",
     "quantize",
+    "sum_once",
 ]

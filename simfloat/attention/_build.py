@@ -15,6 +15,7 @@ from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
 from simfloat.attention.plan import _NO_TABLE, OpSpec, Plan, PlanParams
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
+from simfloat.rounding import mode_code
 
 if TYPE_CHECKING:
     from simfloat.attention._quant_kernels import QParams
@@ -68,7 +69,9 @@ def _tame(f: FloatFormat) -> bool:
 def _lanes(pl: Plan) -> Lanes:
     def ln(op: str) -> Lane:
         s = getattr(pl, op)
-        return lane(s.fmt, int(s.mode))
+        if op == "l_ij":
+            s = _sum_inner(pl)
+        return lane(_format(s.fmt), int(mode_code(s.mode)))
 
     return Lanes(*(ln(op) for op in Lanes._fields))
 
@@ -102,9 +105,16 @@ def engine(
     vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
     xs = Operands(qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv))
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
-    l_native32 = pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0 and within_float32(pl.exp.fmt)
+    li = _sum_inner(pl)
+    l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and within_float32(pl.exp.fmt)
     eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn, seq_k)
     return eng, xs
+
+
+def _sum_inner(pl: Plan) -> Sequential:
+    """The sequential model of the l_ij row sum's additions (a chunked model's inner one)."""
+    m = pl.l_ij
+    return m.inner if isinstance(m, Chunked) else m  # type: ignore[return-value]
 
 
 def _tiles(x: np.ndarray, width: int) -> np.ndarray:

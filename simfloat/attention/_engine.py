@@ -35,6 +35,7 @@ class Lanes(NamedTuple):
     exp: Lane
     m_i: Lane
     alpha: Lane
+    l_ij: Lane  # the additions of the in-tile row sum (a chunked model's inner ones)
     l_i: Lane
     acc: Lane
     p: Lane
@@ -51,8 +52,8 @@ class Engine(NamedTuple):
         ln: :class:`Lanes`.
         qk, pv: the dots as :class:`~simfloat._mma.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the contracted scale op may use lane form).
-        l_native32: the row sum's additions are float32 additions (l_i in float32 with nearest-even, and the
-            summed values float32 values): done as such.
+        l_native32: the row sum's additions are float32 additions (l_ij's in float32 with nearest-even, and
+            the summed values float32 values): done as such.
         bm, bn: tile sizes (clamped to the sequences; baseline: bn is the K^T tile width); causal; wn: warps
             along the keys of the measured tl.sum layout (from the requested block_m); seq_k: keys.
     """
@@ -230,6 +231,21 @@ def tree_sum(p, n, r, o, wn, native32):
     return _add32(_add32(w0, w2), _add32(w1, w3))
 
 
+@ljit
+def _row_sum_ij(p, nv, eng):
+    """T8: the in-tile row sum of p[:nv] under the plan's l_ij model and sum order."""
+    pp, ln = eng.pp, eng.ln
+    if pp.sum_order != 0:  # zeros past nv leave the tree's value unchanged (x + 0 = x): the tree runs over nv
+        return tree_sum(p, nv, ln.l_ij, pp.l_ij, eng.wn, eng.l_native32)
+    c = pp.l_ij_chunk
+    if c == 0:
+        return _seq_sum(p, nv, ln.l_ij, pp.l_ij, eng.l_native32)
+    s = 0.0
+    for c0 in range(0, nv, c):
+        s = add(s, _seq_sum(p[c0:], min(c, nv - c0), ln.l_ij, pp.l_ij, eng.l_native32), pp.l_ij_out)
+    return s
+
+
 @jit
 def _row_max(x, lo, n):
     m = _NINF
@@ -317,10 +333,7 @@ def _flash_step(b, i, r, jt, xs, eng, sc):
     _scores(p, s, nv, m_sub, eng)  # T6, T7
     for jj in range(nv, bn):
         p[jj] = 0.0
-    if pp.sum_order == 0:  # T8
-        l_ij = _seq_sum(p, nv, ln.l_i, pp.l_i, eng.l_native32)
-    else:  # zeros past nv leave the tree's value unchanged (x + 0 = x), so the tree runs over nv only
-        l_ij = tree_sum(p, nv, ln.l_i, pp.l_i, eng.wn, eng.l_native32)
+    l_ij = _row_sum_ij(p, nv, eng)  # T8
     alpha = 1.0  # T9
     if rescale:
         if m_i == _NINF:

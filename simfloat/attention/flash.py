@@ -10,7 +10,8 @@ bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x r
   ``m_i(m_new - m_i) > threshold``; T5 ``m_sub = m_new``, or 0 while no key has been seen (-inf);
 * T6 ``x_j = scale(fma(s_j, qk_scale, -m_sub))`` (``contract``),
   else ``scale(scale(s_j * qk_scale) - m_sub)``;
-* T7 ``p_j = exp(exp2(x_j))`` (or exp); T8 ``l_ij = l_i(... l_i(p_0 + p_1) ...)`` sequentially;
+* T7 ``p_j = exp(exp2(x_j))`` (or exp); T8 ``l_ij = l_ij(... l_ij(p_0 + p_1) ...)`` sequentially (a chunked
+  ``l_ij`` model: each chunk so from 0 in its inner format, the chunk sums added in the outer one, e.g. once);
 * T9 ``alpha = alpha(exp2(alpha(m_i - m_sub)))``, 0 while ``m_i`` is -inf, 1 when lazy rescaling skips;
 * T10 ``l_i = l_i(fma(l_i, alpha, l_ij))`` (``contract``), else ``l_i(l_i(l_i * alpha) + l_ij)``;
 * T11 ``acc_d = acc(acc_d * alpha)``; per-step normalization (FA1):
@@ -44,6 +45,7 @@ from simfloat.attention._engine import flash_units
 from simfloat.attention._inputs import block, prepare
 from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
+from simfloat.attention.tiling import pick_tiles
 from simfloat.hardware import ex2_approx_f32
 from simfloat.trace import record
 
@@ -51,7 +53,7 @@ __all__ = ["flash"]
 
 _NINF = -np.inf
 # op indices (FLASH_OPS order) and state indices (simfloat.trace.STATES order)
-QK, SCALE, EXP, M_I, ALPHA, L_I, ACC, P, PV, NORMALIZE, OUT = range(11)
+QK, SCALE, EXP, M_I, ALPHA, L_IJ, L_I, ACC, P, PV, NORMALIZE, OUT = range(12)
 S_M, S_L, S_ACC, S_OUT = range(4)
 
 
@@ -106,6 +108,18 @@ def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp
         record(tr[1], b, t, jt, S_M, m_lp - m_new, m_new)
     record(tr[1], b, t, jt, S_L, l_lp - l_new, l_new)
     return m_new, l_new
+
+
+@jit
+def _seq(p, lo, hi, o, b, t, jt, tr):
+    """T8's sequential sum of p[lo:hi] from 0, each addition rounded by ``o`` (traced as l_ij)."""
+    s = 0.0
+    for jj in range(lo, hi):
+        y = add(s, p[jj], o)
+        if tr is not None:
+            record(tr[0], b, t, jt, L_IJ, y - (s + p[jj]), s + p[jj])
+        s = y
+    return s
 
 
 @jit
@@ -170,19 +184,22 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
     for jj in range(nv, bn):
         p[jj] = 0.0
     l_ij = 0.0  # T8
-    if pp.sum_order == 0:
-        for jj in range(nv):
-            y = add(l_ij, p[jj], pp.l_i)
-            if tr is not None:
-                record(tr[0], b, t, jt, L_I, y - (l_ij + p[jj]), l_ij + p[jj])
-            l_ij = y
-    else:  # the plan's tree order over the whole tile (masked / padded p are 0)
-        l_ij = row_sum(p, bn, pp.l_i, pp.sum_order, wn)
+    if pp.sum_order != 0:  # the plan's tree order over the whole tile (masked / padded p are 0)
+        l_ij = row_sum(p, bn, pp.l_ij, pp.sum_order, wn)
         if tr is not None:
             ex = 0.0
             for jj in range(nv):
                 ex += p[jj]
-            record(tr[0], b, t, jt, L_I, l_ij - ex, ex)
+            record(tr[0], b, t, jt, L_IJ, l_ij - ex, ex)
+    elif pp.l_ij_chunk == 0:
+        l_ij = _seq(p, 0, nv, pp.l_ij, b, t, jt, tr)
+    else:
+        for c0 in range(0, nv, pp.l_ij_chunk):
+            cs = _seq(p, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, b, t, jt, tr)
+            y = add(l_ij, cs, pp.l_ij_out)
+            if tr is not None:
+                record(tr[0], b, t, jt, L_IJ, y - (l_ij + cs), l_ij + cs)
+            l_ij = y
     alpha = 1.0  # T9
     if rescale:
         if m_i == _NINF:
@@ -281,8 +298,9 @@ def flash(
     v: np.ndarray,
     *,
     plan: Plan | str,
-    block_m: int = 64,
-    block_n: int = 64,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    tiles: str | None = None,
     causal: bool = False,
     scale: float | None = None,
     trace: object = None,
@@ -299,8 +317,12 @@ def flash(
             q_heads a multiple of kv_heads; query head h reads kv head h // (q_heads // kv_heads) (the bits of
             k and v repeated per query head).
         plan: a :class:`~simfloat.attention.Plan` or preset name (``"triton-bf16"``, ...).
-        block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial).
-            Tiles larger than the sequence give the bits of tiles clamped to it, and cost as much.
+        block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial;
+            default 64 each). Tiles larger than the sequence give the bits of tiles clamped to it, and cost as
+            much.
+        tiles: a tile rule instead of block_m/block_n: ``"fa1:M=<elements>"``, FlashAttention-1's
+            ``block_n = ceil(M / (4 d))``, ``block_m = min(block_n, d)`` for head dim d
+            (:func:`~simfloat.attention.tiling.fa1_tiles`).
         causal: top-left aligned mask: query i sees keys j <= i.
         scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)); with ``plan.exp2`` the kernel uses
             ``scale_op(scale_op(scale) * scale_op(log2 e))``.
@@ -327,6 +349,7 @@ def flash(
                 "engine=None (which runs such plans on the reference engine)"
             )
         which = "reference"
+    block_m, block_n = pick_tiles(block_m, block_n, tiles, x.q.shape[-1])
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
     pp = x.plan.params(x.scale)
     n_lead, seq_q = x.q.shape[:2]

@@ -2,10 +2,11 @@
 
 A :class:`Plan` names one entry per operation. The names are those of the Triton kernel's variables
 (``simfloat_gpu/kernels/flash_attention.py``); :mod:`simfloat.attention.flash` uses
-``qk scale exp m_i alpha l_i acc p pv normalize out`` and :mod:`simfloat.attention.baseline` uses
+``qk scale exp m_i alpha l_ij l_i acc p pv normalize out`` and :mod:`simfloat.attention.baseline` uses
 ``qk scale softmax pv out``. Scalar operations take an :class:`OpSpec` (format + rounding mode: the exact
 result of the operation on its inputs is rounded once); the two dot products ``qk`` and ``pv`` take an
-accumulation model (:mod:`simfloat.accumulate`).
+accumulation model (:mod:`simfloat.accumulate`), and the in-tile row sum ``l_ij`` a sum model (sequential in a
+format, or accumulated in one format and rounded once into another: :func:`sum_once`).
 
 The flags choose the algorithm: ``exp2`` (exp2 with log2(e) folded into the scale, else exp), ``contract``
 (``qk*scale - m`` and ``l*alpha + l_ij`` as single-rounding FMAs), ``normalization`` (``"deferred"``: FA2,
@@ -39,12 +40,14 @@ __all__ = [
     "backward_presets",
     "plan",
     "presets",
+    "sum_once",
 ]
 
-FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "pv", "normalize", "out")
+FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_ij", "l_i", "acc", "p", "pv", "normalize", "out")
 BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
 _OPS = FLASH_OPS + ("softmax",)
 _DOTS = ("qk", "pv")
+_MODELS = _DOTS + ("l_ij",)  # ops that take a model rather than an OpSpec
 _FLAGS = ("exp2", "contract", "normalization", "lazy_threshold", "exp2_impl", "sum_order", "exp_impl")
 EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
 EXP_IMPLS = ("correctly_rounded", "tl.exp")  # tl.exp: exp2(op(x * op(log2 e))), as Triton lowers tl.exp
@@ -128,6 +131,55 @@ def _dot_spec(name: str, value: object) -> Model:
     return value
 
 
+def sum_once(
+    fmt: FloatFormat | str, mode: RoundingMode | str = "nearest_even", acc: FloatFormat | str = "float32"
+) -> Chunked:
+    """The row-sum model "accumulate in ``acc``, round the result once into ``fmt``" (as a torch reduction
+    of a low-precision tensor does: float32 partial sums, one cast), for a plan's ``l_ij``.
+
+    Args:
+        fmt: the format of the sum's result; mode: its rounding.
+        acc: the format of the partial sums (each addition rounded to nearest even into it).
+
+    Returns:
+        a :class:`~simfloat.accumulate.Chunked` model with one chunk.
+    """
+    return Chunked(_BIG_CHUNK, Sequential(acc), outer_fmt=fmt, outer_mode=mode)
+
+
+def _sum_spec(name: str, value: object) -> Sequential | Chunked:
+    """A row-sum model: a format / (format, mode) / OpSpec (sequential: each addition rounded into it), a
+    :class:`Sequential` without product or input formats, or a one-level :class:`Chunked` of such a model."""
+    if isinstance(value, OpSpec):
+        value = (value.fmt, value.mode)
+    if isinstance(value, (str, FloatFormat)):
+        value = (value, RoundingMode.NEAREST_EVEN)
+    if isinstance(value, tuple) and len(value) == 2:
+        f = _checked_format(value[0], f"op {name!r}")
+        return Sequential(f, _checked_mode(value[1], f"op {name!r}"))
+    if isinstance(value, Chunked):
+        if value.splits is not None:
+            raise ValueError(f"op {name!r}: a row sum takes Chunked(chunk=...), not splits (the tile decides k)")
+        inner = _sum_spec(name, value.inner)
+        if not isinstance(inner, Sequential):
+            raise ValueError(f"op {name!r}: a Chunked row sum takes a Sequential inner model")
+        f = _checked_format(value.outer_fmt, f"op {name!r}: outer_fmt")
+        m = _checked_mode(value.outer_mode, f"op {name!r}: outer_mode")
+        return Chunked(value.chunk, inner, outer_fmt=f, outer_mode=m)
+    if isinstance(value, Sequential):
+        if value.product_fmt is not None or value.input_fmt is not None:
+            raise ValueError(
+                f"op {name!r} sums P: its Sequential model takes no product_fmt or input_fmt (each term is added "
+                "exactly, then the sum rounded)"
+            )
+        f = _checked_format(value.fmt, f"op {name!r}")
+        return Sequential(f, _checked_mode(value.mode, f"op {name!r}"))
+    raise TypeError(
+        f"op {name!r} takes a format, (format, mode), OpSpec, Sequential or Chunked (see sum_once), "
+        f"got {type(value).__name__}"
+    )
+
+
 class OpParams(NamedTuple):
     """An :class:`OpSpec` for njit code."""
 
@@ -160,6 +212,9 @@ class PlanParams(NamedTuple):
     sm_scale: float  # baseline: the scale rounded into the scale op's format
     ex2_tab: np.ndarray  # flash exp/alpha exp2: empty = correctly rounded, else simfloat.hardware.ex2_table()
     sum_order: int  # flash l_ij: 0 sequential, 1 the H200's tl.sum order in the mma layout
+    l_ij: OpParams  # flash l_ij: each addition of the in-tile row sum (a chunk's, with l_ij_chunk)
+    l_ij_out: OpParams  # with l_ij_chunk: the running sum of the chunk sums (one chunk: the one final rounding)
+    l_ij_chunk: int  # 0: sequential in l_ij; else chunks of this many keys, each summed from 0 in l_ij
     exp_tl: bool = False  # flash exp/alpha without exp2: tl.exp's exp2(op(x * op(log2 e))) (reference engine)
 
 
@@ -178,7 +233,12 @@ class Plan:
         exp: exp (or exp2) of the shifted scores.
         m_i: storage of the running max (and the lazy-rescaling test ``m_new - m_old``).
         alpha: ``m_old - m_new`` and its exp/exp2.
-        l_i: row-sum accumulation (sequential) and its rescale ``l*alpha + l_ij``.
+        l_ij: the in-tile row sum of P (T8): a sum model, ``Sequential(fmt, mode)`` (each addition rounded
+            into fmt, in ``sum_order``: the kernel's ``tl.sum`` in its working format) or a one-level
+            ``Chunked`` of one (``sum_once(fmt)``: float32 partial sums, the result rounded once into fmt, as a
+            torch reduction). A format or ``(format, mode)`` means sequential in it. Default (``None``):
+            sequential in ``l_i``'s format and mode.
+        l_i: the running row sum's update ``l*alpha + l_ij`` (T10) and its storage.
         acc: accumulator rescale ``acc*alpha`` (per-step normalization: ``acc*(l_old*alpha)``, two roundings).
         p: cast of P before P.V.
         pv: P.V accumulated into the incoming accumulator, as ``tl.dot(p, v, acc)`` (accumulation model).
@@ -215,6 +275,7 @@ class Plan:
     normalize: OpSpec
     out: OpSpec
     softmax: OpSpec
+    l_ij: Sequential | Chunked | None = None
     exp2: bool = False
     contract: bool = False
     normalization: str = "deferred"
@@ -228,8 +289,12 @@ class Plan:
             raise TypeError(f"Plan.name must be a string, got {type(self.name).__name__}")
         for op in _OPS:
             value = getattr(self, op)
+            if op == "l_ij":
+                continue
             spec = _dot_spec(op, value) if op in _DOTS else _scalar_spec(op, value)
             object.__setattr__(self, op, spec)
+        lij = (self.l_i.fmt, self.l_i.mode) if self.l_ij is None else self.l_ij
+        object.__setattr__(self, "l_ij", _sum_spec("l_ij", lij))
         for flag in ("exp2", "contract"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"Plan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
@@ -238,6 +303,11 @@ class Plan:
         _check_exp2_impl(self.exp2_impl, "Plan.exp2_impl")
         if self.sum_order not in SUM_ORDERS:
             raise ValueError(f"Plan.sum_order must be one of {SUM_ORDERS}, got {self.sum_order!r}")
+        if self.sum_order != "sequential" and isinstance(self.l_ij, Chunked):
+            raise ValueError(
+                f"Plan.sum_order={self.sum_order!r} (the measured tl.sum order) takes a sequential l_ij model, "
+                "not Chunked"
+            )
         if self.exp_impl not in EXP_IMPLS:
             raise ValueError(f"Plan.exp_impl must be one of {EXP_IMPLS}, got {self.exp_impl!r}")
         if self.exp_impl == "tl.exp" and self.exp2:
@@ -335,7 +405,7 @@ class Plan:
         return PlanParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
             acc_params(self.qk),
             acc_params(self.pv),
-            *(op(n) for n in _OPS if n not in _DOTS),  # type: ignore[arg-type]  # mypy cannot count the * spread
+            *(op(n) for n in _OPS if n not in _MODELS),  # type: ignore[arg-type]  # mypy cannot count the * spread
             self.exp2,
             self.contract,
             self.normalization == "per_step",
@@ -346,8 +416,22 @@ class Plan:
             sm_scale,
             _ex2_tab(self.exp2_impl),
             SUM_ORDERS.index(self.sum_order),
+            *self._l_ij_params(),
             self.exp_impl == "tl.exp",
         )
+
+    def _l_ij_params(self) -> tuple[OpParams, OpParams, int]:
+        m = self.l_ij
+        if isinstance(m, Chunked):
+            assert isinstance(m.inner, Sequential) and m.chunk is not None  # checked by __post_init__
+            inner = m.inner
+            out = OpParams(_format(m.outer_fmt).params, int(mode_code(m.outer_mode)))
+            chunk = int(m.chunk)
+        else:
+            assert m is not None  # __post_init__ fills the default
+            inner, chunk = m, 0
+        op = OpParams(_format(inner.fmt).params, int(mode_code(inner.mode)))
+        return op, (op if chunk == 0 else out), chunk
 
 
 _NO_TABLE = np.zeros(0, dtype=np.int8)

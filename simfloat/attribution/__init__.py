@@ -4,18 +4,21 @@ rescaling-step studies, flash vs baseline, and per-kv-block traces, all against 
 * :func:`attribute` — the whole study for one or more flash plans; returns an :class:`Attribution`.
 * :func:`isolation_plan`, :func:`ablation_plan`, :func:`reference_plan` — the plans it runs.
 * :func:`baseline_plan_for` / :data:`BASELINE_PAIRS` — which baseline plan a flash plan is compared with.
-* :func:`deviation` — the metrics (max_abs, mean_abs, rms, rel_rms).
+* :func:`deviation` — the metrics (max_abs, mean_abs, rms, rel_rms); :func:`literature` — the literature's
+  (:data:`LITERATURE`, :mod:`simfloat.metrics`), added to the flash-vs-baseline table.
 
 pandas is needed for the tables, matplotlib for ``Attribution.plot``, tqdm for progress bars.
 """
 
 from simfloat.attribution._core import (
+    LITERATURE,
     METRICS,
     AttributionInterrupted,
     attribute,
     default_block_ns,
     default_tiles,
     deviation,
+    literature,
     select_rows,
 )
 from simfloat.attribution._plans import (
@@ -30,6 +33,7 @@ from simfloat.attribution._result import Attribution
 
 __all__ = [
     "BASELINE_PAIRS",
+    "LITERATURE",
     "METRICS",
     "Attribution",
     "AttributionInterrupted",
@@ -41,6 +45,7 @@ __all__ = [
     "describe",
     "deviation",
     "isolation_plan",
+    "literature",
     "reference_plan",
     "select_rows",
 ]

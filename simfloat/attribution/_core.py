@@ -16,6 +16,7 @@ from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
 from simfloat.attention._inputs import kv_repeats, operand
+from simfloat.attention.tiling import resolve_tiles
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
@@ -25,20 +26,36 @@ from simfloat.attribution._plans import (
     reference_plan,
 )
 from simfloat.attribution._result import Attribution
+from simfloat.metrics import error_metrics
 from simfloat.trace import Tracer
 
 __all__ = [
+    "LITERATURE",
     "METRICS",
     "AttributionInterrupted",
     "attribute",
     "default_block_ns",
     "default_tiles",
     "deviation",
+    "literature",
     "select_rows",
 ]
 
 #: Deviation metrics of every table row (against the float64 golden output).
 METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
+
+
+#: The literature's metrics (:func:`simfloat.metrics.error_metrics`, per output row along the head dim) that the
+#: flash-vs-baseline table adds to :data:`METRICS` (``rms`` is the RMSE already).
+LITERATURE = ("std_abs", "mre", "mre_last4", "cos_sim", "rel_l1", "snr_db")
+
+
+def literature(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
+    """:data:`LITERATURE` of an output against the golden one (NaN for no elements)."""
+    if np.size(out) == 0:
+        return dict.fromkeys(LITERATURE, math.nan)
+    m = error_metrics(out, golden, axis=-1)
+    return {k: m[k] for k in LITERATURE}
 
 
 def deviation(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
@@ -235,13 +252,16 @@ def _plans(p: object) -> list[Plan]:
     return out
 
 
-def _tiles(tiles: object) -> list[tuple[int, int]]:
+def _tiles(tiles: object, d: int) -> list[tuple[int, int]]:
     if isinstance(tiles, (str, bytes)) or not isinstance(tiles, Sequence):
         raise TypeError(f"tiles must be a sequence of (block_m, block_n) pairs, got {type(tiles).__name__}")
     out = []
     for t in tiles:
-        if isinstance(t, (str, bytes)) or not isinstance(t, Sequence) or len(t) != 2:
-            raise ValueError(f"each tile must be a (block_m, block_n) pair, got {t!r}")
+        if isinstance(t, str):  # a tile rule, e.g. "fa1:M=98304"
+            out.append(resolve_tiles(t, d))
+            continue
+        if isinstance(t, bytes) or not isinstance(t, Sequence) or len(t) != 2:
+            raise ValueError(f"each tile must be a (block_m, block_n) pair or a rule such as 'fa1:M=98304', got {t!r}")
         out.append((_positive_int(t[0], "block_m"), _positive_int(t[1], "block_n")))
     return list(dict.fromkeys(out))
 
@@ -294,7 +314,9 @@ def attribute(
         block_m, block_n: the tiles of the isolation, ablation, flash-vs-baseline and traced runs.
         causal, scale: as for :func:`simfloat.attention.flash`.
         ops: the ops to attribute (default all of ``FLASH_OPS``).
-        tiles: (block_m, block_n) pairs of the tile study (default :func:`default_tiles`; ``()`` skips it).
+        tiles: (block_m, block_n) pairs of the tile study, or tile rules such as ``"fa1:M=98304"``
+            (:func:`simfloat.attention.tiling.resolve_tiles`, for q's head dim; default :func:`default_tiles`;
+            ``()`` skips it).
         block_ns: block_n values of the steps study at ``block_m`` (default :func:`default_block_ns`; ``()``
             skips it).
         rows: query rows to evaluate: None (all), an int (that many, evenly spaced) or row indices. Every
@@ -345,7 +367,7 @@ def attribute(
             "rows (a subset of query rows) cannot be used with causal=True: a causal row's keys "
             "depend on its position; use rows=None"
         )
-    tile_list = default_tiles(bm, bn) if tiles is None else _tiles(tiles)
+    tile_list = default_tiles(bm, bn) if tiles is None else _tiles(tiles, int(np.shape(q)[-1]))
     bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
     bns = list(dict.fromkeys(bns))
     pairs = {p.name: baseline_plan_for(p, baseline) for p in plans}
@@ -422,8 +444,9 @@ def attribute(
                 )
             )
         bp = pairs[p.name]
-        for kernel, kplan, d in (("flash", p.name, full), ("baseline", bp.name, base)):
+        for kernel, kplan, d, key in (("flash", p.name, full, kk["main"]), ("baseline", bp.name, base, kk["base"])):
             is_flash = kernel == "flash"
+            lit = literature(run.out(key), golden)
             fvb_rows.append(
                 dict(
                     plan=p.name,
@@ -434,6 +457,7 @@ def attribute(
                     **d,
                     ratio_max=_ratio(d["max_abs"], base["max_abs"]),
                     ratio_rms=_ratio(d["rms"], base["rms"]),
+                    **lit,
                 )
             )
         tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
@@ -487,7 +511,8 @@ def attribute(
         tiles=frame(tile_rows, [*geo, *m, "ratio_max"]),
         steps=frame(step_rows, [*geo, *m, "ratio_max"]),
         flash_vs_baseline=frame(
-            fvb_rows, ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m, "ratio_max", "ratio_rms"]
+            fvb_rows,
+            ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m, "ratio_max", "ratio_rms", *LITERATURE],
         ),
         by_block=pd.concat(blocks, ignore_index=True)
         if blocks

@@ -41,7 +41,8 @@ class Attribution:
             ``ratio_max``: max_abs over the paired baseline's.
         steps: per (plan, block_n) at the default block_m.
         flash_vs_baseline: per (plan, kernel): the flash run and its paired baseline plan's run
-            (``kernel_plan``); ratios against the baseline row.
+            (``kernel_plan``); ratios against the baseline row; and the literature's metrics
+            (:data:`~simfloat.attribution.LITERATURE`: std_abs, mre, mre_last4, cos_sim, rel_l1, snr_db).
         by_block: per (plan, kv block, op): the traced run's local rounding error (max_abs, rms, rel_max);
             kv block -1 is the epilogue (normalize, output cast).
         state_by_block: per (plan, kv block, state): drift of m_i, l_i, acc, out from the float64 shadow.
