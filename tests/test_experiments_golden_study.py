@@ -87,3 +87,17 @@ def test_smoke_study_resumes_and_plots(tmp_path, capsys):
         assert len(pd.read_csv(tmp_path / f"{name}.csv")) > 0
     claims = pd.read_csv(tmp_path / "claims.csv")
     assert len(claims) == 2 * 2 * 2 and set(claims["baseline"]) == {"pytorch", "all"}
+
+
+def test_the_spec_runs_through_simfloat_sweep_as_the_study_ran_it():
+    """`simfloat sweep experiments/golden/spec.toml` expands to exactly the configs (and hashes-worth of
+    content) of the committed study, so the sweep reruns nothing the loop finished and misses nothing."""
+    import json
+
+    from simfloat.sweep.spec import load_spec
+
+    with open(study.SPEC, "rb") as fh:
+        loop = study.expand(tomllib.load(fh))
+    swept = load_spec(study.SPEC).configs
+    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
+    assert sorted(map(key, swept)) == sorted(map(key, loop))
