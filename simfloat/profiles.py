@@ -563,3 +563,43 @@ def save_profile(profile: HardwareProfile, path: str | Path, table: Any = None) 
         (path.parent / part.table).write_bytes(hardware.pack_ex2_table(table))
     path.write_text(json.dumps(profile.to_json(), indent=1) + "\n")
     return path
+
+
+#: the shipped profiles of published models: name -> (arch, GPU description)
+PUBLISHED_GPUS = {
+    "a100": ("sm80", "NVIDIA A100 (published models)"),
+    "ada": ("sm89", "NVIDIA Ada Lovelace, e.g. RTX 4090 / L40S (published models)"),
+    "blackwell": ("sm100", "NVIDIA Blackwell, e.g. B200 (published models)"),
+}
+
+
+def published_profile(name: str) -> HardwareProfile:
+    """A profile of published models only: the tensor-core presets :func:`simfloat.accumulate.tensor_core`
+    has for the GPU's arch (MMA-Sim's models, checked bit for bit against ``mmasim``), marked "published, not
+    measured"; every other part absent. The shipped ``a100``, ``ada`` and ``blackwell`` files are this.
+
+    Args:
+        name: a key of :data:`PUBLISHED_GPUS`.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    from simfloat.accumulate import tensor_core
+
+    if name not in PUBLISHED_GPUS:
+        raise ValueError(f"no published profile {name!r}; known: {', '.join(PUBLISHED_GPUS)}")
+    arch, gpu = PUBLISHED_GPUS[name]
+    parts, missing = [], []
+    for fmt in DOT_FORMATS:
+        try:
+            parts.append(DotPart(fmt, "any", tensor_core(arch, fmt)))
+        except ValueError:
+            missing.append(fmt)
+    notes = [
+        f"tensor cores: simfloat.accumulate.tensor_core({arch!r}, fmt), MMA-Sim's model of the arch "
+        "(checked bit for bit against mmasim); not measured on this GPU",
+        "exp2, exp, tl.sum, isa: not published as bit-level models; absent (plans keep triton-<fmt>'s defaults)",
+    ]
+    if missing:
+        notes.append(f"no tensor-core kind on {arch} for {', '.join(missing)}")
+    return HardwareProfile(name, arch, {"gpu": gpu}, tuple(parts), notes=tuple(notes))

@@ -16,6 +16,7 @@ from simfloat.attention.plan import Plan
 from simfloat.formats import FloatFormat
 from simfloat.profiles import (
     PUBLISHED,
+    PUBLISHED_GPUS,
     DotPart,
     Exp2Part,
     HardwareProfile,
@@ -24,6 +25,7 @@ from simfloat.profiles import (
     measured_status,
     model_from_json,
     model_to_json,
+    published_profile,
     save_profile,
     shipped_profiles,
 )
@@ -69,17 +71,18 @@ def test_h200_profile_parts_are_measured_exact():
 
 
 def test_published_profiles():
-    a100 = load_profile("a100")
-    for d in a100.tensor_cores:
-        assert d.status == PUBLISHED and d.model == tensor_core("sm80", d.input_format)
-    p = plan("triton-bf16", hardware=a100)
-    assert p.name == "a100-bf16" and p.qk == p.pv == tensor_core("sm80", "bf16")
-    assert (p.exp2_impl, p.sum_order) == ("correctly_rounded", "sequential")  # absent parts: triton defaults
-    for name in ("ada", "blackwell"):
+    """The shipped a100 / ada / blackwell files are the published presets of their arch, nothing measured."""
+    for name, (arch, _) in PUBLISHED_GPUS.items():
         prof = load_profile(name)
-        assert prof.notes and all(d.status == PUBLISHED for d in prof.tensor_cores)
-        q = plan("triton-fp16", hardware=prof)
-        assert q.replace(name="triton-fp16") == plan("triton-fp16").replace(name="triton-fp16")
+        assert prof == published_profile(name), f"{name}.json differs from tensor_core({arch!r}, ...): regenerate it"
+        assert prof.tensor_cores and all(d.status == PUBLISHED for d in prof.tensor_cores)
+        assert prof.exp2 is None and prof.exp is None and not prof.sums
+        p = plan("triton-bf16", hardware=prof)
+        assert p.name == f"{name}-bf16" and p.qk == p.pv == tensor_core(arch, "bf16")
+        assert (p.exp2_impl, p.sum_order) == ("correctly_rounded", "sequential")  # absent parts: triton defaults
+    assert [d.input_format for d in load_profile("a100").tensor_cores] == ["bf16", "fp16", "tf32"]  # no fp8
+    with pytest.raises(ValueError, match="no published profile"):
+        published_profile("h200")
 
 
 def test_model_json_round_trip():
