@@ -128,10 +128,16 @@ def _candidates(fmt: str) -> list[tuple[str, Any]]:
     return cands
 
 
+#: the operand formats the dot probes use (simfloat.formats names)
+_PROBE_FORMATS = ("bf16", "fp16", "tf32", "e4m3", "e5m2")
+
+
 def _preset(fmt: str) -> Any:
     from simfloat.accumulate import tensor_core
 
-    return tensor_core("sm90", {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2"}[fmt])
+    if fmt not in _PROBE_FORMATS:
+        raise ValueError(f"no sm90 preset for probe format {fmt!r}; probe formats: {', '.join(_PROBE_FORMATS)}")
+    return tensor_core("sm90", fmt)
 
 
 def _predict(model: Any, a: np.ndarray, b: np.ndarray, c0: np.ndarray) -> np.ndarray:
