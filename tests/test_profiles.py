@@ -4,6 +4,7 @@ reach plans, faithful() and the CLIs."""
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +222,10 @@ def test_dot_fit_refuses_to_call_a_wrong_model_exact():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("SIMFLOAT_REFIT"),
+    reason="re-derives the shipped h200 profile from the probes (13 min on 2 cores); set SIMFLOAT_REFIT=1",
+)
 def test_refit_h200_profile_from_the_committed_probes():
     """The whole fit but the dot-model search (the shipped models are scored on every dot probe): equal to the
     shipped profile, part for part (minutes: the exp2 binades and the sum probes)."""
