@@ -706,7 +706,7 @@ def _scaled_block_step(c, a, b, sa, sb, lo, hi, ap):
 
 
 @jit
-def dot_scaled_acc(a, b, sa, sb, c: float, ap: AccParams) -> float:
+def dot_scaled_acc(a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray, c: float, ap: AccParams) -> float:
     """``c + sum_k a[k]*b[k]*sa[k]*sb[k]`` under a block-scaled model (``ap.scale_block > 0``).
 
     Args:
