@@ -48,7 +48,6 @@ from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd,
 from simfloat.attention.plan import BackwardParams, BackwardPlan, OpSpec, backward_plan
 from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
-from simfloat.rounding import RoundingMode
 from simfloat.trace import Tracer, record
 
 __all__ = ["BACKWARD_STATES", "TRACED_BACKWARD_OPS", "baseline_backward", "flash_backward", "lse_from_stats"]
@@ -496,47 +495,18 @@ def _log_rounded(x: np.ndarray, spec: OpSpec, base2: bool) -> np.ndarray:
     if np.any(near):
         h2, l2 = log_dd(2.0)
         ln2 = Fraction(h2) + Fraction(l2)
-        for i in np.flatnonzero(near):
+        idx = np.flatnonzero(near)
+        vals = []
+        for i in idx:
             xi = float(x.flat[i])
             mant, ex = math.frexp(xi)
             if base2 and mant == 0.5:  # a power of two: log2 is the integer itself
-                val = Fraction(ex - 1)
+                vals.append(Fraction(ex - 1))
             else:
                 h, lo = log_dd(xi)
-                val = Fraction(h) + Fraction(lo)
-                if base2:
-                    val /= ln2
-            r.flat[i] = _round_fraction(val, fmt, mode)
+                vals.append((Fraction(h) + Fraction(lo)) / ln2 if base2 else Fraction(h) + Fraction(lo))
+        r.flat[idx] = simfloat.round(vals, fmt, mode)  # Fractions are rounded once from their exact value
     return r
-
-
-def _round_fraction(val: Fraction, fmt: FloatFormat, mode: RoundingMode) -> float:
-    """A Fraction rounded once into ``fmt`` in ``mode``. Formats of at most 51 fraction bits: rounded to odd in
-    float64 first (the float64 neighbour with an odd last bit, when val is not a float64 number), which then
-    rounds like the exact value in every mode. float64 itself: the neighbour the mode picks."""
-    f = float(val)  # correctly rounded to nearest, ties to even
-    if Fraction(f) == val:
-        return float(simfloat.round(np.array([f]), fmt, mode)[0])
-    other = float(np.nextafter(f, np.inf) if Fraction(f) < val else np.nextafter(f, -np.inf))
-    if fmt.mantissa_bits <= 51:
-        if int(np.float64(f).view(np.int64)) & 1 == 0:
-            f = other
-        return float(simfloat.round(np.array([f]), fmt, mode)[0])
-    lo, hi = (f, other) if f < other else (other, f)
-    if mode == RoundingMode.NEAREST_EVEN:
-        return f
-    if mode == RoundingMode.NEAREST_AWAY:
-        tie = val - Fraction(lo) == Fraction(hi) - val
-        return (hi if val > 0 else lo) if tie else f
-    if mode == RoundingMode.TOWARD_ZERO:
-        return lo if val > 0 else hi
-    if mode == RoundingMode.UP:
-        return hi
-    if mode == RoundingMode.DOWN:
-        return lo
-    if mode == RoundingMode.ODD:
-        return lo if int(np.float64(lo).view(np.int64)) & 1 else hi
-    raise ValueError(f"lse: rounding mode {mode!r} is not supported")
 
 
 def lse_from_stats(m: np.ndarray, l: np.ndarray, *, plan: BackwardPlan | str) -> np.ndarray:  # noqa: E741
