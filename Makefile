@@ -21,11 +21,14 @@ $(VENV)/.full: $(VENV)/.core
 demo: $(VENV)/.core
 	$(BIN)/simfloat attribute
 
+# The test files are spread over one worker process per core (pytest-xdist; a file's tests stay in one worker,
+# the workers share numba's on-disk cache); WORKERS=0 runs everything in one process.
+WORKERS ?= auto
 test: $(VENV)/.full
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
 
 test-fast: $(VENV)/.full
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
 
 lint: $(VENV)/.full
 	$(BIN)/ruff check simfloat simfloat_gpu tests experiments benchmarks

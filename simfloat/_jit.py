@@ -10,6 +10,7 @@ package are deleted whenever any of its source files differs from when they were
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +48,9 @@ def _drop_stale_caches() -> None:
         for f in list(root.rglob("*.nbi")) + list(root.rglob("*.nbc")):
             f.unlink(missing_ok=True)
         stamp.parent.mkdir(exist_ok=True)
-        stamp.write_text(digest)
+        tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}")
+        tmp.write_text(digest)
+        os.replace(tmp, stamp)  # atomic: a process starting at the same moment never reads half a stamp
     except OSError:  # a read-only installation: numba then caches elsewhere, or not at all
         pass
 
