@@ -133,6 +133,8 @@ def run_grid(
         with path.open(newline="") as fh:
             fields = next(csv.reader(fh))
     t0 = time.perf_counter()
+    if progress is not None:
+        progress(0, len(todo), 0.0)
     for i, cfg in enumerate(todo):
         metrics = fn(dict(cfg))
         row = {**cfg, "config_hash": config_hash(cfg), **metrics}
@@ -149,8 +151,8 @@ def run_grid(
 
 
 def _bar(done: int, total: int, elapsed: float) -> None:
-    eta = elapsed / done * (total - done)
-    print(f"\r{done}/{total} runs, {elapsed:.0f} s, eta {eta:.0f} s", end="", file=sys.stderr, flush=True)
+    eta = f"{elapsed / done * (total - done):.0f} s" if done else "? (the first run compiles)"
+    print(f"\r{done}/{total} runs, {elapsed:.0f} s, eta {eta}", end="", file=sys.stderr, flush=True)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
