@@ -31,10 +31,11 @@ __all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32"
 _COMPILED = re.compile(rb"\b(?:jit|ljit|pjit|njit|intrinsic)\b")
 
 
-def _drop_stale_caches() -> None:
-    """Delete this package's numba cache files when a source file that can hold compiled code changed since they
-    were written."""
-    root = Path(__file__).resolve().parent
+def _drop_stale_caches(root: Path | None = None) -> None:
+    """Delete the numba cache files under ``root`` (this package by default) when a source file under it that can
+    hold compiled code changed since they were written."""
+    if root is None:
+        root = Path(__file__).resolve().parent
     h = hashlib.sha256(numba.__version__.encode())
     for p in sorted(root.rglob("*.py")):
         text = p.read_bytes()

@@ -397,22 +397,33 @@ def test_block_sizes_beyond_the_sequence_give_the_same_bits_at_the_cost_of_the_s
         assert same(x, y) and same(y, z)
 
 
-def test_stale_numba_caches_are_dropped_when_the_sources_change():
-    from pathlib import Path
-
+def test_stale_numba_caches_are_dropped_when_the_sources_change(tmp_path):
+    """On a copy of a package tree (the real caches stay: other test processes are using them)."""
     import simfloat._jit as j
 
-    cache = Path(j.__file__).resolve().parent / "__pycache__"
+    (tmp_path / "kernels.py").write_text("@jit\ndef f(x):\n    return x\n")
+    (tmp_path / "cli.py").write_text("print('pure python')\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    entries = [cache / "kernels.f-1.py311.nbi", cache / "kernels.f-1.py311.1.nbc"]
+
+    def fill() -> None:
+        for e in entries:
+            e.write_bytes(b"")
+
+    j._drop_stale_caches(tmp_path)  # no stamp yet: written
     stamp = cache / "numba-sources.sha256"
-    j._drop_stale_caches()
     digest = stamp.read_text()
-    dummy = cache / "stale-test-entry.nbi"
-    dummy.write_bytes(b"")
-    j._drop_stale_caches()  # sources unchanged: the caches stay
-    assert dummy.exists()
-    stamp.write_text("another source tree")
-    j._drop_stale_caches()
-    assert not dummy.exists() and stamp.read_text() == digest
+    fill()
+    j._drop_stale_caches(tmp_path)  # sources unchanged: the caches stay
+    assert all(e.exists() for e in entries)
+    (tmp_path / "cli.py").write_text("print('still pure python')\n")
+    j._drop_stale_caches(tmp_path)  # a module without compiled code changed: the caches stay
+    assert all(e.exists() for e in entries) and stamp.read_text() == digest
+    (tmp_path / "kernels.py").write_text("@jit\ndef f(x):\n    return x + 1\n")
+    j._drop_stale_caches(tmp_path)
+    assert not any(e.exists() for e in entries) and stamp.read_text() != digest
+    assert [p.name for p in cache.iterdir()] == [stamp.name]  # no temporary stamp left behind
 
 
 def test_the_stale_cache_hash_covers_every_module_with_compiled_code():
