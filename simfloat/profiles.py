@@ -49,9 +49,11 @@ __all__ = [
     "IsaPart",
     "SumPart",
     "load_profile",
+    "loaded_profile",
     "measured_status",
     "model_from_json",
     "model_to_json",
+    "register_profile",
     "save_profile",
     "shipped_profiles",
 ]
@@ -290,7 +292,7 @@ class HardwareProfile:
     """One GPU's numerics (see the module docstring).
 
     Attributes:
-        name: short name (``"h200"``); plans built with the profile are named ``<name>-<fmt>``.
+        name: short name (``"h200"``); plans built with the profile are named ``triton-<fmt>@<name>``.
         arch: compute capability as ``"sm90"``.
         environment: GPU, driver, CUDA, torch, triton of the run (strings).
         tensor_cores: the tensor-core parts (at most one per input format and MMA).
@@ -538,6 +540,52 @@ def load_profile(source: str | Path | HardwareProfile) -> HardwareProfile:
     except json.JSONDecodeError as exc:
         raise ValueError(f"hardware profile {path.name}: not JSON ({exc})") from None
     return HardwareProfile.from_json(obj, directory=path.resolve().parent)
+
+
+#: profiles plans were built with in this process, by name (:func:`register_profile`)
+_REGISTERED: dict[str, HardwareProfile] = {}
+
+
+def register_profile(profile: HardwareProfile) -> HardwareProfile:
+    """Make ``profile`` reachable by its name in plan names (``triton-bf16@<name>``) in this process;
+    ``plan(..., hardware=profile)`` does this. Registering the same profile again is a no-op.
+
+    Raises:
+        ValueError: another profile of that name is registered already, or the name is a shipped profile's
+            and the profile differs from it (a plan name must mean one set of models).
+    """
+    if not isinstance(profile, HardwareProfile):
+        raise TypeError(f"register_profile: expected a HardwareProfile, got {type(profile).__name__}")
+    name = profile.name
+    known = _REGISTERED.get(name)
+    if known is None and name in shipped_profiles():
+        known = load_profile(name)
+    if known is not None and known != profile:
+        raise ValueError(
+            f"hardware profile {name!r} differs from the {'shipped' if name in shipped_profiles() else 'loaded'} "
+            f"profile of that name, so plan names such as 'triton-bf16@{name}' would be ambiguous; give it "
+            "another name (simfloat-gpu fit --name NAME, or dataclasses.replace(profile, name=...))"
+        )
+    _REGISTERED.setdefault(name, profile)
+    return _REGISTERED[name]
+
+
+def loaded_profile(ref: str) -> HardwareProfile:
+    """The profile a plan name's ``@<ref>`` means: a profile registered in this process
+    (:func:`register_profile`), else a shipped profile, else a profile file at the path ``ref``.
+
+    Raises:
+        ValueError: none of these (the message lists what is known).
+    """
+    if ref in _REGISTERED:
+        return _REGISTERED[ref]
+    if ref in shipped_profiles() or Path(ref).is_file():
+        return load_profile(ref)
+    known = sorted(set(_REGISTERED) | set(shipped_profiles()))
+    raise ValueError(
+        f"hardware profile {ref!r}: not a profile loaded in this process, a shipped profile or a file "
+        f"(known: {', '.join(known)}); pass the profile file's path, or build the plan with hardware=PROFILE first"
+    )
 
 
 def save_profile(profile: HardwareProfile, path: str | Path, table: Any = None) -> Path:

@@ -50,13 +50,16 @@ def test_h200_preset_is_triton_with_the_shipped_profile(fmt):
     prof = load_profile("h200")
     got = plan(f"triton-{fmt}", hardware=prof)
     want = plan(f"h200-{fmt}")
+    assert got.name == f"triton-{fmt}@h200" and want.name == f"h200-{fmt}"  # the name says the profile
     for f in dataclasses.fields(Plan):
-        assert getattr(got, f.name) == getattr(want, f.name), f.name
-    assert got == want
+        if f.name != "name":
+            assert getattr(got, f.name) == getattr(want, f.name), f.name
+    assert dataclasses.replace(got, name=want.name) == want
     # what the profile holds: the measured sm90 model, the H200 ex2 table, the mma-layout tl.sum order
     assert got.qk == got.pv == tensor_core("sm90", fmt)
     assert (got.exp2_impl, got.sum_order, got.contract) == ("h200", "h200-mma", True)
-    assert plan(f"triton-{fmt}", hardware="h200") == want  # by shipped name too
+    assert plan(f"triton-{fmt}", hardware="h200") == got  # by shipped name too
+    assert plan(got.name) == got and got.kernels() == ("flash",)  # the name parses back
 
 
 def test_h200_profile_parts_are_measured_exact():
@@ -79,7 +82,7 @@ def test_published_profiles():
         assert prof.tensor_cores and all(d.status == PUBLISHED for d in prof.tensor_cores)
         assert prof.exp2 is None and prof.exp is None and not prof.sums
         p = plan("triton-bf16", hardware=prof)
-        assert p.name == f"{name}-bf16" and p.qk == p.pv == tensor_core(arch, "bf16")
+        assert p.name == f"triton-bf16@{name}" and p.qk == p.pv == tensor_core(arch, "bf16")
         assert (p.exp2_impl, p.sum_order) == ("correctly_rounded", "sequential")  # absent parts: triton defaults
     assert [d.input_format for d in load_profile("a100").tensor_cores] == ["bf16", "fp16", "tf32"]  # no fp8
     with pytest.raises(ValueError, match="no published profile"):
@@ -157,7 +160,7 @@ def test_user_table_profile(tmp_path):
     path = save_profile(prof, tmp_path / "mine.json", table=table)
     loaded = load_profile(path)
     p = plan("triton-bf16", hardware=loaded)
-    assert p.exp2_impl == f"table-{sha[:16]}" and p.name == "mine-bf16"
+    assert p.exp2_impl == f"table-{sha[:16]}" and p.name == "triton-bf16@mine"
     x = np.float32([-1.5, -0.25, -3.75])
     mine = hardware.ex2_approx(x, table=p.exp2_impl)
     cr = np.exp2(x.astype(np.float64)).astype(np.float32)
@@ -270,4 +273,41 @@ def test_validate_hardware_family(tmp_path):
     prof = dataclasses.replace(load_profile("h200"), name="myh200")
     assert V.use_hardware(prof) == "myh200"
     cfg = V.Config(kind="flash", fmt="bf16", seq=64, head_dim=16, block_m=64, block_n=64, causal=False, out="fp32")
-    assert V.emulator_plan(cfg, "myh200") == "myh200-bf16"
+    assert V.emulator_plan(cfg, "myh200") == "triton-bf16@myh200"
+    assert V._family_of({"kind": "flash", "plan": "triton-bf16@myh200"}) == "myh200"
+    assert V._family_of({"kind": "flash", "plan": "h200-bf16"}) == "h200"
+
+
+def test_profile_plan_names_round_trip(tmp_path):
+    """triton-<fmt>@<profile>: the name a profile's plan gets parses back (shipped name, a profile loaded in this
+    process, a file), is the flash kernel's, pairs with triton-<fmt>'s baseline, and sweep specs and the
+    attribution CLI take it; a name that could mean two profiles is refused."""
+    from simfloat.attribution import baseline_plan_for
+    from simfloat.attribution.cli import input_format
+    from simfloat.sweep import kinds
+
+    mine = dataclasses.replace(load_profile("h200"), name="mineplans", notes=("a copy",))
+    path = save_profile(mine, tmp_path / "mine.json")
+    by_file = plan(f"triton-fp16@{path}")  # a file: loaded, named by the profile's own name
+    assert by_file.name == "triton-fp16@mineplans" and plan("triton-fp16@mineplans") == by_file
+    assert by_file.qk == tensor_core("sm90", "fp16") and by_file.sum_order == "h200-mma"
+    assert by_file.kernels() == ("flash",) and input_format(by_file.name) == "fp16"
+    assert baseline_plan_for(by_file).name == "pytorch-fp16"
+    assert baseline_plan_for("triton-bf16@h200").name == "pytorch-bf16"
+    settings = kinds._settings({"plan": "triton-bf16@h200"})
+    assert settings["plan"] == plan("triton-bf16", hardware="h200") and settings["baseline"].name == "pytorch-bf16"
+    from simfloat.attribution.cli import _with_hardware
+
+    runs, _, pairs = _with_hardware(
+        ["triton-bf16", "all-bf16"], {"triton-bf16": "pytorch-bf16", "all-bf16": "all-bf16"}, None, "h200"
+    )
+    assert [getattr(r, "name", r) for r in runs] == ["triton-bf16@h200", "all-bf16"]
+    assert pairs == {"triton-bf16@h200": "pytorch-bf16", "all-bf16": "all-bf16"}
+    with pytest.raises(ValueError, match="not a profile loaded"):
+        plan("triton-bf16@nosuchprofile")
+    with pytest.raises(ValueError, match="names its hardware profile"):
+        plan("triton-bf16@h200", hardware="h200")
+    with pytest.raises(ValueError, match="ambiguous"):  # another profile under the shipped name
+        plan("triton-bf16", hardware=dataclasses.replace(load_profile("h200"), notes=("edited",)))
+    with pytest.raises(ValueError, match="ambiguous"):  # another profile under a name used in this process
+        plan("triton-bf16", hardware=dataclasses.replace(mine, notes=("edited again",)))
