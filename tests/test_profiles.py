@@ -185,6 +185,18 @@ def test_ex2_table_from_binades_recovers_the_table():
         ex2_table_from_binades((neg, y), (pos, hardware.ex2_approx(pos)))
 
 
+def test_tl_sum_rejects_bad_arguments():
+    from simfloat.profiles import tl_sum
+
+    x = np.ones((2, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="rule"):
+        tl_sum(x, "pairwise")
+    with pytest.raises(ValueError, match="warps_n"):
+        tl_sum(x, "h200-mma", 3)
+    with pytest.raises(ValueError, match="shape"):
+        tl_sum(np.ones(8, dtype=np.float32), "sequential")
+
+
 def test_sum_rule_matches_the_engine_and_the_probes():
     from simfloat.attention._kernels import row_sum
     from simfloat.attention.plan import OpParams
@@ -300,12 +312,14 @@ def test_refit_h200_profile_from_the_committed_probes():
 def test_faithful_hardware_settings():
     from simfloat_gpu.interpreter import _hardware_settings
 
-    dot, arch, exp2 = _hardware_settings("h200", None, "sm80", "correctly_rounded")
+    dot, arch, exp2, order = _hardware_settings("h200", None, "sm80", "correctly_rounded")
+    assert order == "h200-mma" and _hardware_settings("h200", None, "sm80", "correctly_rounded", "numpy")[3] == "numpy"
     assert arch == "sm90" and dot["bf16"] == tensor_core("sm90", "bf16") and dot["fp8"] == tensor_core("sm90", "e4m3")
     x = np.float32([-1.3, -7.1, 2.0**-130])
     np.testing.assert_array_equal(exp2(x), hardware.ex2_approx(x))
     mine = Sequential("float32")
-    dot, _, exp2 = _hardware_settings("a100", {"bf16": mine}, "sm90", "correctly_rounded")
+    dot, _, exp2, order = _hardware_settings("a100", {"bf16": mine}, "sm90", "correctly_rounded")
+    assert order is None  # no tl.sum part: faithful() keeps its sequential default
     assert arch == "sm90" and dot["bf16"] == mine and dot["fp16"] == tensor_core("sm80", "fp16")
     assert exp2 == "correctly_rounded"
 
