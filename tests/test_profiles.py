@@ -291,7 +291,7 @@ def test_fit_calls_a_corrupted_probe_not_exact(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("SIMFLOAT_REFIT"),
-    reason="re-derives the shipped h200 profile from the probes (tens of minutes on 2 cores); set SIMFLOAT_REFIT=1",
+    reason="re-fits the shipped h200 profile from the probes, search included (3-12 min, 2 cores): SIMFLOAT_REFIT=1",
 )
 def test_refit_h200_profile_from_the_committed_probes():
     """The whole fit, the dot-model search included: equal to the shipped profile, part for part."""
