@@ -118,7 +118,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         "--hardware",
         metavar="FILE",
         help="hardware profile (simfloat-gpu fit --profile, or a shipped name: h200, a100, ada, blackwell): "
-        "every triton-<format> plan becomes plan('triton-<format>', hardware=FILE), named <profile>-<format>, "
+        "every triton-<format> plan becomes plan('triton-<format>', hardware=FILE), named "
+        "triton-<format>@<profile> (a name --plan takes back), "
         "paired with triton-<format>'s baseline",
     )
     p.add_argument(

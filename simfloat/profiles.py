@@ -49,11 +49,16 @@ __all__ = [
     "IsaPart",
     "SumPart",
     "load_profile",
+    "loaded_profile",
     "measured_status",
     "model_from_json",
+    "model_label",
     "model_to_json",
+    "register_profile",
     "save_profile",
     "shipped_profiles",
+    "SUM_RULES",
+    "tl_sum",
 ]
 
 PROFILE_VERSION = 1
@@ -290,7 +295,7 @@ class HardwareProfile:
     """One GPU's numerics (see the module docstring).
 
     Attributes:
-        name: short name (``"h200"``); plans built with the profile are named ``<name>-<fmt>``.
+        name: short name (``"h200"``); plans built with the profile are named ``triton-<fmt>@<name>``.
         arch: compute capability as ``"sm90"``.
         environment: GPU, driver, CUDA, torch, triton of the run (strings).
         tensor_cores: the tensor-core parts (at most one per input format and MMA).
@@ -472,7 +477,7 @@ class HardwareProfile:
         """One line per part: what it is and its status."""
         lines = [f"profile {self.name} ({self.arch}; {self.environment.get('gpu', 'no environment recorded')})"]
         for d in self.tensor_cores:
-            lines.append(f"  tensor core {d.input_format:5s} {d.mma:9s} {_model_str(d.model)}: {d.status}")
+            lines.append(f"  tensor core {d.input_format:5s} {d.mma:9s} {model_label(d.model)}: {d.status}")
         if self.exp2 is not None:
             what = f"table {self.exp2.table}" if self.exp2.model == "table" else self.exp2.model
             lines.append(f"  exp2  {what}{' (ftz)' if self.exp2.ftz else ''}: {self.exp2.status}")
@@ -498,12 +503,81 @@ class HardwareProfile:
         return out
 
 
-def _model_str(m: object) -> str:
+def model_label(m: object) -> str:
+    """A short label of an accumulation model, as :meth:`HardwareProfile.report` prints it."""
+    if isinstance(m, Chunked):
+        n = f"{m.splits} splits" if m.splits is not None else f"chunks of {m.chunk}"
+        return f"split-k({n}, {model_label(m.inner)})"
+    if isinstance(m, Interleaved):
+        return f"Interleaved(chunk {m.chunk}, groups of {m.group}, {model_label(m.inner)})"
     if isinstance(m, BlockFMA):
         extra = "" if m.align == "product" else f", align {m.align}"
         out = m.out_fmt if isinstance(m.out_fmt, str) else m.out_fmt.name
         return f"BlockFMA({m.block}, F={m.fraction_bits}, out {out}{extra})"
     return type(m).__name__
+
+
+# -- the tl.sum rules ------------------------------------------------------------------------------------------
+
+#: the tl.sum order rules a :class:`SumPart` can name (``Plan.sum_order`` takes the same values)
+SUM_RULES = ("sequential", "h200-mma")
+
+
+def tl_sum(x: Any, rule: str, warps_n: int = 1) -> Any:
+    """Row sums of float32 rows in a tl.sum rule's order, each addition rounded to float32.
+
+    ``"sequential"``: left to right. ``"h200-mma"``: the tensor-core accumulator layout with ``warps_n`` warps
+    along the row (simfloat.attention's ``row_sum``): lane t of warp w sums its columns 8w + 2t + 8 warps_n r
+    (and + 1) left to right, then the lane butterfly (s0 + s2) + (s1 + s3), then the warp butterfly (2 warps:
+    w0 + w1; 4: (w0 + w2) + (w1 + w3)).
+
+    Args:
+        x: float32 values, shape (R, n) with n >= 1.
+        rule: one of :data:`SUM_RULES`.
+        warps_n: warps along the row for ``"h200-mma"``: 1, 2 or 4.
+
+    Returns:
+        float32 array of shape (R,).
+
+    Raises:
+        ValueError: an unknown rule, a warps_n other than 1/2/4, or x not 2-D with columns.
+    """
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] < 1:
+        raise ValueError(f"tl_sum: x must have shape (rows, n) with n >= 1, got {x.shape}")
+    if rule not in SUM_RULES:
+        raise ValueError(f"tl_sum: rule must be one of {SUM_RULES}, got {rule!r}")
+    if warps_n not in (1, 2, 4):
+        raise ValueError(f"tl_sum: warps_n must be 1, 2 or 4, got {warps_n!r}")
+    n = x.shape[1]
+    if rule == "sequential":
+        s = x[:, 0].copy()
+        for j in range(1, n):
+            s = s + x[:, j]
+        return s
+    nw = max(1, min(warps_n, (n + 7) // 8))
+    period = 8 * warps_n
+
+    def lane(w: int, t: int) -> Any:
+        cols = [c for base in range(8 * w + 2 * t, n, period) for c in range(base, min(base + 2, n))]
+        if not cols:
+            return np.zeros(x.shape[0], dtype=np.float32)
+        s = x[:, cols[0]].copy()
+        for c in cols[1:]:
+            s = s + x[:, c]
+        return s
+
+    lw = []
+    for w in range(nw):
+        lt = [lane(w, t) for t in range(4)]
+        lw.append((lt[0] + lt[2]) + (lt[1] + lt[3]))
+    if nw == 1:
+        return lw[0]
+    if nw == 2:
+        return lw[0] + lw[1]
+    return (lw[0] + lw[2]) + (lw[1] + lw[3])
 
 
 # -- files -----------------------------------------------------------------------------------------------------
@@ -538,6 +612,52 @@ def load_profile(source: str | Path | HardwareProfile) -> HardwareProfile:
     except json.JSONDecodeError as exc:
         raise ValueError(f"hardware profile {path.name}: not JSON ({exc})") from None
     return HardwareProfile.from_json(obj, directory=path.resolve().parent)
+
+
+#: profiles plans were built with in this process, by name (:func:`register_profile`)
+_REGISTERED: dict[str, HardwareProfile] = {}
+
+
+def register_profile(profile: HardwareProfile) -> HardwareProfile:
+    """Make ``profile`` reachable by its name in plan names (``triton-bf16@<name>``) in this process;
+    ``plan(..., hardware=profile)`` does this. Registering the same profile again is a no-op.
+
+    Raises:
+        ValueError: another profile of that name is registered already, or the name is a shipped profile's
+            and the profile differs from it (a plan name must mean one set of models).
+    """
+    if not isinstance(profile, HardwareProfile):
+        raise TypeError(f"register_profile: expected a HardwareProfile, got {type(profile).__name__}")
+    name = profile.name
+    known = _REGISTERED.get(name)
+    if known is None and name in shipped_profiles():
+        known = load_profile(name)
+    if known is not None and known != profile:
+        raise ValueError(
+            f"hardware profile {name!r} differs from the {'shipped' if name in shipped_profiles() else 'loaded'} "
+            f"profile of that name, so plan names such as 'triton-bf16@{name}' would be ambiguous; give it "
+            "another name (simfloat-gpu fit --name NAME, or dataclasses.replace(profile, name=...))"
+        )
+    _REGISTERED.setdefault(name, profile)
+    return _REGISTERED[name]
+
+
+def loaded_profile(ref: str) -> HardwareProfile:
+    """The profile a plan name's ``@<ref>`` means: a profile registered in this process
+    (:func:`register_profile`), else a shipped profile, else a profile file at the path ``ref``.
+
+    Raises:
+        ValueError: none of these (the message lists what is known).
+    """
+    if ref in _REGISTERED:
+        return _REGISTERED[ref]
+    if ref in shipped_profiles() or Path(ref).is_file():
+        return load_profile(ref)
+    known = sorted(set(_REGISTERED) | set(shipped_profiles()))
+    raise ValueError(
+        f"hardware profile {ref!r}: not a profile loaded in this process, a shipped profile or a file "
+        f"(known: {', '.join(known)}); pass the profile file's path, or build the plan with hardware=PROFILE first"
+    )
 
 
 def save_profile(profile: HardwareProfile, path: str | Path, table: Any = None) -> Path:

@@ -672,6 +672,41 @@ def test_bf16_flash_attention_runs_faithfully():
     np.testing.assert_array_equal(l.double().numpy(), el)
 
 
+def test_hardware_profile_sets_the_tl_sum_rule():
+    """faithful(hardware=profile) takes the profile's tl.sum rule of the mma layout, as plan("triton-bf16",
+    hardware=profile) does: the flash kernel under the interpreter equals the emulator bit for bit for the H200
+    profile (rule h200-mma) and for a copy whose rule is sequential, and the two rules give different l."""
+    import dataclasses
+
+    from simfloat.attention import flash, plan
+    from simfloat.attention.plan import SUM_ORDERS
+    from simfloat.profiles import PUBLISHED, SUM_RULES, SumPart, load_profile
+    from simfloat_gpu.kernels.flash_attention import flash_attention
+
+    assert set(SUM_RULES) == set(SUM_ORDERS)
+    h200 = load_profile("h200")
+    seq = dataclasses.replace(h200, name="h200seqsum", sums=(SumPart("mma", "sequential", status=PUBLISHED),))
+    g = torch.Generator().manual_seed(16)
+    q, k, v = (torch.randn(1, 1, s, 16, generator=g).to(torch.bfloat16) for s in (64, 97, 97))
+    ls = {}
+    for prof, rule in ((h200, "h200-mma"), (seq, "sequential")):
+        with faithful(hardware=prof) as config:
+            assert config["reduce_order"] == rule
+            out, m, l = flash_attention(q, k, v, block_m=64, block_n=64, return_stats=True)  # noqa: E741
+        pl = plan("triton-bf16", hardware=prof)
+        assert pl.sum_order == rule
+        e, em, el = flash(*(t.double().numpy() for t in (q, k, v)), plan=pl, block_m=64, block_n=64, return_stats=True)
+        np.testing.assert_array_equal(out.double().numpy(), e)
+        np.testing.assert_array_equal(m.double().numpy(), em)
+        np.testing.assert_array_equal(l.double().numpy(), el)
+        ls[rule] = l
+    assert not torch.equal(ls["h200-mma"], ls["sequential"])
+    with faithful(hardware=h200, reduce_order="numpy") as config:  # an order given explicitly stays
+        assert config["reduce_order"] == "numpy"
+    with pytest.raises(FaithfulNotImplementedError, match="fp32 rule"), faithful(reduce_order="h200-mma"):
+        _row_sums(np.ones((2, 16), dtype=np.float32), torch.bfloat16)
+
+
 def test_unmodelled_ops_raise_not_implemented():
     x = np.ones(16, dtype=np.float32)
     with pytest.raises(NotImplementedError, match=r"tl\.sin on fp32"), faithful():
@@ -724,6 +759,7 @@ def test_entry_checks(monkeypatch):
     monkeypatch.undo()
     for bad in (
         {"reduce_order": "tree"},
+        {"reduce_warps_n": 3},
         {"dot": {"bf17": Sequential()}},
         {"exp2": "fast"},
         {"arch": "sm70"},

@@ -361,9 +361,10 @@ class Plan:
 
     def kernels(self) -> tuple[str, ...]:
         """The kernels this plan is for, by the preset family its name starts with: ``("flash",)`` for
-        ``triton-<fmt>`` and ``h200-<fmt>`` (the Triton flash kernel), ``("baseline",)`` for ``pytorch-<fmt>``
-        (torch's eager attention), ``("flash", "baseline")`` for ``fp64``, ``all-<fmt>`` and any other name.
-        Plans derived with :meth:`replace` keep the name's family, and so the kernel."""
+        ``triton-<fmt>``, ``triton-<fmt>@<profile>`` and ``h200-<fmt>`` (the Triton flash kernel),
+        ``("baseline",)`` for ``pytorch-<fmt>`` (torch's eager attention), ``("flash", "baseline")`` for
+        ``fp64``, ``all-<fmt>`` and any other name. Plans derived with :meth:`replace` keep the name's family,
+        and so the kernel."""
         family = self.name.split("-", 1)[0]
         return {"triton": ("flash",), "h200": ("flash",), "pytorch": ("baseline",)}.get(family, ("flash", "baseline"))
 
@@ -483,10 +484,10 @@ def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
     profile's wgmma part for the format (else its other parts; absent: the sm90 preset stays), its exp2
     (``exp2_impl``), its tl.sum rule of the mma layout (``sum_order``) and its FMA contraction fact. A part the
     profile does not have keeps triton-<fmt>'s default."""
-    from simfloat.profiles import load_profile
+    from simfloat.profiles import load_profile, register_profile
 
-    prof = load_profile(hardware)  # type: ignore[arg-type]
-    changes: dict[str, object] = {"name": f"{prof.name}-{fmt}"}
+    prof = register_profile(load_profile(hardware))  # type: ignore[arg-type]
+    changes: dict[str, object] = {"name": f"{base.name}@{prof.name}"}
     if fmt != "fp32":  # triton-fp32's "ieee" dots are FMA loops, no tensor core
         part = prof.dot(fmt)
         if part is not None:
@@ -512,8 +513,8 @@ def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
 
 def _h200(fmt: str) -> Plan:
     # triton-<fmt> on an H200 (sm_90, triton 3.6) as measured: the shipped profile simfloat/data/profiles/h200.json
-    # (fitted from tests/fixtures/gpu/h200/probes; README "GPU validation (H200)")
-    return _with_hardware(_triton(fmt), fmt, "h200")
+    # (fitted from tests/fixtures/gpu/h200/probes; README "GPU validation (H200)"), under its historic name
+    return dataclasses.replace(_with_hardware(_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
 
 
 @functools.cache
@@ -540,9 +541,13 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
     """A preset precision plan (a :class:`Plan` is returned unchanged).
 
     With ``hardware`` (a :class:`simfloat.profiles.HardwareProfile`, a shipped profile's name such as
-    ``"h200"`` or a profile file), a ``triton-<fmt>`` preset becomes ``<profile>-<fmt>``: the profile's
-    tensor-core model, exp2, tl.sum order and FMA contraction in place of the triton defaults (a part the
-    profile lacks keeps the default). ``plan("h200-bf16")`` is ``plan("triton-bf16", hardware="h200")``.
+    ``"h200"`` or a profile file), a ``triton-<fmt>`` preset becomes ``triton-<fmt>@<profile name>``: the
+    profile's tensor-core model, exp2, tl.sum order and FMA contraction in place of the triton defaults (a
+    part the profile lacks keeps the default). The name parses back: ``plan("triton-bf16@h200")`` is
+    ``plan("triton-bf16", hardware="h200")``, and after the ``@`` may stand a shipped profile's name, the name
+    of a profile this process loaded from a file (:func:`simfloat.profiles.load_profile` registers it) or a
+    profile file's path (the plan is then named by the profile's own name). ``plan("h200-bf16")`` is
+    ``plan("triton-bf16@h200")`` under its historic name (every other field equal).
 
     Presets:
         ``fp64``: golden, every op float64 (dots: plain float64 loops, products rounded then added).
@@ -560,9 +565,19 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
 
     Raises:
         ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a
-            ``triton-<fmt>`` preset, or a profile a plan cannot use (the message names the part).
+            ``triton-<fmt>`` preset, or a profile a plan cannot use (the message names the part); a
+            ``@<profile>`` that is no shipped, loaded or file profile.
         TypeError: ``name`` is neither a string nor a Plan.
     """
+    if isinstance(name, str) and "@" in name:
+        if hardware is not None:
+            raise ValueError(f"plan {name!r} names its hardware profile already; do not pass hardware= too")
+        name, _, hardware = name.partition("@")
+        if not hardware:
+            raise ValueError(f"plan {name + '@'!r}: no hardware profile after '@' (triton-<fmt>@<profile>)")
+        from simfloat.profiles import loaded_profile
+
+        hardware = loaded_profile(hardware)
     if hardware is not None and not (isinstance(name, str) and name.startswith("triton-")):
         raise ValueError(
             f"plan(hardware=...) applies to the triton-<fmt> presets (the Triton flash kernel), got {name!r}"

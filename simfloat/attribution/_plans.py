@@ -58,7 +58,8 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
 
     Args:
         p: the flash plan (a preset name or :class:`Plan`).
-        override: ``None`` (use :data:`BASELINE_PAIRS` by the plan's name), a plan or preset name (used as
+        override: ``None`` (use :data:`BASELINE_PAIRS` by the plan's name; ``triton-<f>@<profile>`` takes
+            ``triton-<f>``'s pair), a plan or preset name (used as
             is), or a mapping from flash plan names to baseline plans (plans missing from it fall back to the
             pairs).
 
@@ -77,13 +78,15 @@ def baseline_plan_for(p: Plan | str, override: object = None) -> Plan:
                 "baseline kernel takes pytorch-<fmt>, all-<fmt>, fp64 or a plan of another name"
             )
         return bp
-    if fp.name not in BASELINE_PAIRS:
+    base, at, prof = fp.name.partition("@")
+    key = base if at and not prof.endswith("*") else fp.name  # triton-<f>@<profile>: the pair of triton-<f>
+    if key not in BASELINE_PAIRS:
         raise ValueError(
             f"no baseline plan is paired with flash plan {fp.name!r}: pass baseline=<plan> "
             f"(CLI: --baseline {fp.name}=<plan>); known pairs: "
             + ", ".join(f"{a}->{b}" for a, b in BASELINE_PAIRS.items())
         )
-    return plan(BASELINE_PAIRS[fp.name])
+    return plan(BASELINE_PAIRS[key])
 
 
 def reference_plan(p: Plan | str) -> Plan:

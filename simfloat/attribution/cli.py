@@ -80,8 +80,9 @@ def inputs(
 def input_format(plan_name: str) -> str | None:
     """The input format a preset-family plan takes (its kernel's q, k, v dtype), by its name: ``<f>`` for
     ``triton-``/``h200-``/``all-``/``pytorch-<f>`` (``fp32`` for the tf32 kernel, which reads fp32 inputs),
-    also for plans derived from them (a trailing ``*``); None for ``fp64`` and other plans (any input)."""
-    family, _, fmt = plan_name.rstrip("*").partition("-")
+    also for plans derived from them (a trailing ``*``) and plans of a hardware profile
+    (``triton-<f>@<profile>``); None for ``fp64`` and other plans (any input)."""
+    family, _, fmt = plan_name.rstrip("*").partition("@")[0].partition("-")
     if family not in _FAMILIES or not fmt:
         return None
     return "fp32" if fmt == "tf32" else fmt
@@ -236,12 +237,12 @@ def _with_hardware(
 
     source = Path(hardware) if Path(hardware).is_file() else hardware
     prof = load_profile(source)  # a bad profile stops here, naming it
-    if not any(p.startswith("triton-") for p in plans):
+    if not any(p.startswith("triton-") and "@" not in p for p in plans):
         raise ValueError(f"--hardware {hardware}: no triton-<format> plan among {', '.join(plans)} to apply it to")
     run_plans: list[Any] = []
     new_pairs: dict[str, str] = {}
     for p in plans:
-        if p.startswith("triton-"):
+        if p.startswith("triton-") and "@" not in p:
             hp = plan(p, hardware=prof)
             run_plans.append(hp)
             new_pairs[hp.name] = pairs[p]

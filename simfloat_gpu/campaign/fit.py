@@ -667,7 +667,7 @@ def _write_profile(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     if args.name is not None and (not args.name or "-" in args.name):
         p.error(f"--name must be a non-empty name without '-', got {args.name!r}")
     try:
-        profile, table, rows = fit_profile(args.inputs, name=args.name, coarse_rows=args.coarse_rows)
+        profile, table, rows = fit_profile(args.inputs, name=args.name)
     except ValueError as exc:
         p.error(str(exc))
     args.profile.parent.mkdir(parents=True, exist_ok=True)

@@ -3,19 +3,26 @@
 :func:`fit_profile` turns the probes into a :class:`~simfloat.profiles.HardwareProfile`, part by part, each
 with its status from the probes it reproduces (never "bit-exact" unless every probe output is):
 
-* tensor cores: per input format and MMA instruction (wgmma / mma.sync, read off the probe's PTX), the model
-  :func:`simfloat_gpu.campaign.fit.fit_dot` finds best over every probe tile of that group (``dot_models``
-  given: only those candidates are scored, e.g. to check a profile against its probes);
-* exp2: the table T-/T+ read off the binades (-2, -1] and [1, 2) (``exp2_neg_binade``, ``exp2_pos_binade``),
-  scored on the held-out sweep and edge inputs;
-* exp: ``tl.exp`` as ex2(rn32(x * rn32(log2 e))) with that table, not flushed, scored on ``exp_sweep``;
+* tensor cores: per input format and MMA instruction (wgmma / mma.sync, read off the probe's PTX), a search of
+  :func:`dot_space` (block, fraction bits, alignment, output rounding, tf32 conversion, split-k, fp8 through
+  fp16 mma.sync) by :func:`search_dot` for the model that reproduces every output of every probe tile of the
+  group (``dot_models`` given: only those models are scored, e.g. to check a profile against its probes);
+* exp2: the table T-/T+ read off the binades (-2, -1] and [1, 2) (``exp2_neg_binade``, ``exp2_pos_binade``);
+  that table and correctly rounded 2^x, each with and without flushing subnormals, scored on the held-out
+  sweep and edge inputs;
+* exp: ``tl.exp`` as ex2(rn32(x * rn32(log2 e))) with the chosen exp2, not flushed, or correctly rounded,
+  scored on ``exp_sweep`` and the edges;
 * tl.sum: per layout, the plan rules (``h200-mma`` with 1, 2 or 4 warps along the row; ``sequential``)
   replayed on the FPRev design of every probe shape;
 * isa: FMA contraction, exp2 instruction and division of the compiled flash kernels (isa.tar.xz).
+
+Each part keeps the candidate that reproduces the most probe outputs (ties: the first candidate); the report
+rows give, per part, probe and design family, the bit-exact count, so a part that is not exact shows where.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -33,9 +40,19 @@ from simfloat.profiles import (
     IsaPart,
     SumPart,
     measured_status,
+    model_label,
+    tl_sum,
 )
 
-__all__ = ["ENV_KEYS", "ex2_table_from_binades", "fit_profile", "sum_rule_outputs"]
+__all__ = [
+    "ENV_KEYS",
+    "dot_space",
+    "ex2_table_from_binades",
+    "family_summary",
+    "fit_profile",
+    "search_dot",
+    "sum_rule_outputs",
+]
 
 #: the environment entries a profile keeps
 ENV_KEYS = ("gpu", "capability", "sm_count", "driver", "cuda", "torch", "triton", "time_utc")
@@ -48,9 +65,166 @@ def _mma_kind(ptx: str) -> str:
 
 # -- tensor cores ----------------------------------------------------------------------------------------------
 
+#: the operand formats' least normal exponents: what a subnormal operand counts with when products are aligned
+#: by their operands' exponent sum (``BlockFMA.operand_emin``)
+_OPERAND_EMIN = {"bf16": -126, "fp16": -14, "tf32": -126, "e4m3": -6, "e5m2": -14}
+_FP8 = ("e4m3", "e5m2")
+_OUT_MODES = ("toward_zero", "nearest_even")
+_ALIGNS = ("exponent_sum", "product")
+
+
+def _block_fma(block: int, f: int, align: str, emin: int, **kw: Any) -> Any:
+    from simfloat.accumulate import BlockFMA
+
+    return BlockFMA(block, f, align=align, operand_emin=emin if align == "exponent_sum" else None, **kw)
+
+
+def dot_space(fmt: str, mma: str) -> list[Any]:
+    """The tensor-core models the fit searches for one operand format and MMA instruction, in the order
+    ties are broken (the first model that reproduces every probe wins).
+
+    Every :class:`~simfloat.accumulate.BlockFMA` of: block (products per step) 4, 8, 16, 32 (fp8: 16, 32, 64);
+    fraction bits F 22..28 (fp8: 10..16); alignment by the operands' exponent sum (subnormal operands counted
+    at the format's least normal exponent) or by each product's exponent; output rounding toward zero or to
+    nearest even (fp8: into e8m13 or float32); tf32: the fp32 operands converted toward zero, to nearest even
+    or to nearest away; then each of these as split-k in two halves (:func:`simfloat.accumulate.split_k`, fp32
+    combine). fp8 through ``mma.sync`` adds the operands converted to fp16 and reordered into k16 steps
+    (:class:`~simfloat.accumulate.Interleaved`, chunks of 32, groups of 1, 2 or 4 consecutive k) over blocks of
+    8 or 16 with F 24..26.
+
+    Args:
+        fmt: operand format (``bf16``, ``fp16``, ``tf32``, ``e4m3``, ``e5m2``).
+        mma: ``"wgmma"`` or ``"mma.sync"``.
+
+    Raises:
+        ValueError: an unknown format or instruction.
+    """
+    from simfloat.accumulate import Interleaved, split_k
+    from simfloat.formats import FloatFormat
+
+    if fmt not in _OPERAND_EMIN:
+        raise ValueError(f"dot_space: unknown operand format {fmt!r}; formats: {', '.join(_OPERAND_EMIN)}")
+    if mma not in ("wgmma", "mma.sync"):
+        raise ValueError(f"dot_space: mma must be 'wgmma' or 'mma.sync', got {mma!r}")
+    emin = _OPERAND_EMIN[fmt]
+    plain: list[Any] = []
+    if fmt in _FP8:
+        for align in _ALIGNS:
+            for block in (16, 32, 64):
+                for f in range(10, 17):
+                    for mant in (13, 23):
+                        out = FloatFormat(f"e8m{mant}", 8, mant) if mant != 23 else "float32"
+                        for mode in _OUT_MODES:
+                            plain.append(_block_fma(block, f, align, emin, out_fmt=out, out_mode=mode))
+    else:
+        convs: tuple[str | None, ...] = ("toward_zero", "nearest_even", "nearest_away") if fmt == "tf32" else (None,)
+        for align in _ALIGNS:
+            for block in (4, 8, 16, 32):
+                for f in range(22, 29):
+                    for mode in _OUT_MODES:
+                        for conv in convs:
+                            kw: dict[str, Any] = {"input_fmt": "tfloat32", "input_mode": conv} if conv else {}
+                            plain.append(_block_fma(block, f, align, emin, out_mode=mode, **kw))
+    space = plain + [split_k(2, m) for m in plain if fmt not in _FP8]
+    if fmt in _FP8 and mma == "mma.sync":
+        for group in (2, 1, 4):
+            for block in (16, 8):
+                for f in (25, 24, 26):
+                    for mode in _OUT_MODES:
+                        inner = _block_fma(block, f, "exponent_sum", _OPERAND_EMIN["fp16"], out_mode=mode)
+                        space.append(Interleaved(inner, chunk=32, group=group))
+    return space
+
+
+def _subset(prob: dict[str, Any], per_family: int, seed: int) -> np.ndarray:
+    """Rows of a probe, up to ``per_family`` of each design family (sorted)."""
+    rng = np.random.default_rng(seed)
+    fam = np.asarray(prob["family"])[: prob["rows"]]
+    pick = []
+    for f in np.unique(fam):
+        rows = np.flatnonzero(fam == f)
+        pick.append(rng.choice(rows, size=min(per_family, rows.size), replace=False))
+    return np.sort(np.concatenate(pick))
+
+
+def _score_group(model: Any, probs: Sequence[tuple[str, dict[str, Any]]], sels: Sequence[np.ndarray | None]) -> int:
+    from simfloat_gpu.campaign import fit as F
+
+    total = 0
+    for (_, prob), sel in zip(probs, sels, strict=True):
+        try:
+            total += int(F.score_dot(model, prob, sel)[1].sum())
+        except ValueError:  # a model the probe's shape does not admit (e.g. K not a multiple of its chunk)
+            return -1
+    return total
+
+
+def search_dot(
+    fmt: str,
+    mma: str,
+    variants: Sequence[tuple[str, dict[str, np.ndarray]]],
+    *,
+    space: Sequence[Any] | None = None,
+    stages: Sequence[int] = (4, 48),
+    keep: int = 12,
+    log: Callable[[str], None] = print,
+) -> tuple[Any, int, int, list[dict[str, Any]], list[Any]]:
+    """The model of ``space`` (default :func:`dot_space`) that reproduces the most outputs of every probe
+    tile of one (format, MMA) group, found in stages: every model on a few rows of each design family of every
+    tile (``stages``: rows per family), the best ``keep`` (all that tie with the best, at most ``keep``) on more
+    rows, then those on every output; ties go to the first in ``space``.
+
+    Returns:
+        The model, its bit-exact outputs, the outputs scored, the per-(tile, family) rows (``part``, ``probe``,
+        ``family``, ``exact``, ``n``) and the other models that reproduce every output (the probes cannot
+        tell them apart).
+    """
+    from simfloat_gpu.campaign import fit as F
+
+    cands = list(dot_space(fmt, mma) if space is None else space)
+    if not cands:
+        raise ValueError(f"search_dot: no candidate models for {fmt} {mma}")
+    probs = [(name, F.dot_problem(name, v)) for name, v in variants]
+    n_start = len(cands)
+    for stage, per_family in enumerate(stages):
+        sels = [_subset(p, per_family, seed=stage) for _, p in probs]
+        scored = [(_score_group(m, probs, sels), i, m) for i, m in enumerate(cands)]
+        best = max(s for s, _, _ in scored)
+        top = [r for r in scored if r[0] == best]  # every model that ties with the best goes on
+        if len(top) < keep:  # few tie: the runners-up too, in score order
+            rest = sorted((r for r in scored if 0 <= r[0] < best), key=lambda r: (-r[0], r[1]))
+            top += rest[: keep - len(top)]
+        cands = [m for _, _, m in sorted(top, key=lambda r: r[1])]
+    full = []
+    for m in cands:
+        per = [(name, prob, F.score_dot(m, prob)[1]) for name, prob in probs]
+        full.append((sum(int(e.sum()) for _, _, e in per), m, per))
+    total = sum(int(e.size) for _, _, e in full[0][2])
+    exact, model, per = max(full, key=lambda r: r[0])  # max keeps the first of equals: space order
+    ties = [m for s, m, _ in full if s == total and m is not model]
+    rows = []
+    for name, prob, e in per:
+        fams, fam = prob["families"], np.asarray(prob["family"])[: prob["rows"]]
+        for f in np.unique(fam):
+            sel = e[:, fam == f]
+            rows.append(
+                {
+                    "part": f"tensor core {fmt} {mma}",
+                    "probe": name,
+                    "family": fams[int(f)],
+                    "exact": int(sel.sum()),
+                    "n": int(sel.size),
+                }
+            )
+    log(
+        f"tensor core {fmt} {mma}: searched {n_start} models, {len(cands)} scored on every output; best "
+        f"{exact}/{total}" + (f"; {len(ties)} other model(s) also reproduce every output" if ties else "")
+    )
+    return model, exact, total, rows, ties
+
 
 def _fit_dots(
-    z: Any, dot_models: Mapping[tuple[str, str], Any] | None, coarse_rows: int, log: Callable[[str], None]
+    z: Any, dot_models: Mapping[tuple[str, str], Any] | None, log: Callable[[str], None]
 ) -> tuple[list[DotPart], list[dict[str, Any]]]:
     from simfloat_gpu.campaign import fit as F
 
@@ -63,32 +237,30 @@ def _fit_dots(
         groups.setdefault((fmt, _mma_kind(str(v["mma"][0]))), []).append((name, v))
     parts, rows = [], []
     for (fmt, mma), variants in sorted(groups.items()):
+        space = None
         if dot_models is not None:
-            cands = [dot_models[(fmt, mma)]] if (fmt, mma) in dot_models else []
-            if not cands:
+            if (fmt, mma) not in dot_models:
                 log(f"dot {fmt} {mma}: no candidate model given, part left out")
                 continue
-        else:  # the best model of each tile, then the one best over all tiles of the group
-            cands = []
-            for name, v in variants:
-                res = F.fit_dot(name, v, coarse_rows=coarse_rows, log=log)
-                if all(res["model"] != c for c in cands):
-                    cands.append(res["model"])
-        probs = [(name, F.dot_problem(name, v)) for name, v in variants]
-        scored = []
-        for model in cands:
-            per = [(name, F.score_dot(model, prob)[1]) for name, prob in probs]
-            exact = sum(int(e.sum()) for _, e in per)
-            total = sum(int(e.size) for _, e in per)
-            scored.append((exact, total, model, per))
-        exact, total, model, per = max(scored, key=lambda r: r[0])  # first of the best: fit_dot's order
+            space = [dot_models[(fmt, mma)]]
+        model, exact, total, r, _ = search_dot(fmt, mma, variants, space=space, log=log)
         shapes = tuple("x".join(str(int(s)) for s in v["shape"]) for _, v in variants)
         status = measured_status(exact, total)
         parts.append(DotPart(fmt, mma, model, shapes, status))
-        for name, e in per:
-            rows.append({"part": f"tensor core {fmt} {mma}", "probe": name, "exact": int(e.sum()), "n": int(e.size)})
-        log(f"tensor core {fmt} {mma} ({', '.join(shapes)}): {model}: {status}")
+        rows += r
+        log(f"tensor core {fmt} {mma} ({', '.join(shapes)}): {model_label(model)}: {status}")
+        log("  " + family_summary(r))
     return parts, rows
+
+
+def family_summary(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``family x% (exact/n), ...`` over report rows (summed over probes), in first-seen order."""
+    acc: dict[str, list[int]] = {}
+    for r in rows:
+        a = acc.setdefault(str(r.get("family", r["probe"])), [0, 0])
+        a[0] += int(r["exact"])
+        a[1] += int(r["n"])
+    return ", ".join(f"{f} {100.0 * e / n:.4g}% ({e}/{n})" for f, (e, n) in acc.items() if n)
 
 
 # -- exp2 / exp ------------------------------------------------------------------------------------------------
@@ -147,89 +319,109 @@ def _fit_exp(
         log(f"exp2: no table model ({exc}), part left out")
         return None, None, None, []
     name = hardware.register_ex2_table(table)
-    rows: list[dict[str, Any]] = []
-    held = [("exp2_sweep", True)]
     edges = next((z for z in zs if "edges_x" in z.files), None)
-    exact = total = 0
-    for seg, ftz in held:
-        if seg in segs:
-            x, y = segs[seg]
-            ok = int(_same_bits(hardware.ex2_approx(x, ftz=ftz, table=name), y).sum())
-            rows.append({"part": "exp2", "probe": seg, "exact": ok, "n": int(x.size)})
-            exact, total = exact + ok, total + int(x.size)
+    held: list[tuple[str, np.ndarray, np.ndarray]] = []  # (probe, x, y) the exp2 models are scored on
+    if "exp2_sweep" in segs:
+        held.append(("exp2_sweep", *segs["exp2_sweep"]))
     if edges is not None:
-        ex, ey = edges["edges_x"].astype(np.float32), edges["edges_exp2_y"].view(np.float32)
-        with np.errstate(over="ignore", invalid="ignore"):
-            ok = int(_same_bits(hardware.ex2_approx(ex, ftz=True, table=name), ey).sum())
-        rows.append({"part": "exp2", "probe": "edges", "exact": ok, "n": int(ex.size)})
-        exact, total = exact + ok, total + int(ex.size)
-    if total == 0:
+        held.append(("edges", edges["edges_x"].astype(np.float32), edges["edges_exp2_y"].view(np.float32)))
+    if not held:
         raise ValueError("exp2: no held-out inputs (exp2_sweep or edges) to score the table on")
     sha = hardware.ex2_table_sha256(table)
     file = "ex2_h200.bin.xz" if name == "h200" else f"ex2_{sha[:16]}.bin.xz"
-    exp2 = Exp2Part("table", file, sha, True, measured_status(exact, total))
-    log(f"exp2: table {file} (held out: {exact}/{total}): {exp2.status}")
+    cands = [(Exp2Part("table", file, sha, ftz), name) for ftz in (True, False)]
+    cands += [(Exp2Part("correctly_rounded", ftz=ftz), "correctly_rounded") for ftz in (True, False)]
+    exp2, rows = _pick(
+        "exp2",
+        cands,
+        held,
+        lambda c, x: _ex2(x, c[1], c[0].ftz),
+        lambda c, st: dataclasses.replace(c[0], status=st),
+        lambda c: f"{c[0].model} {c[0].table or ''} ftz {c[0].ftz}".replace("  ", " "),
+    )
+    log(f"exp2: {exp2.model} {exp2.table or ''} (ftz {exp2.ftz}): {exp2.status}; {family_summary(rows[-len(held) :])}")
     exp = None
+    impl = name if exp2.model == "table" else "correctly_rounded"
     if "exp_sweep" in segs:
-        x, y = segs["exp_sweep"]
-        ok_e = _same_bits(_tl_exp(x, name), y)
-        n_ok, n = int(ok_e.sum()), int(x.size)
-        rows.append({"part": "exp", "probe": "exp_sweep", "exact": n_ok, "n": n})
+        held_e = [("exp_sweep", *segs["exp_sweep"])]
         if edges is not None:
-            ex, ey = edges["edges_x"].astype(np.float32), edges["edges_exp_y"].view(np.float32)
-            ok = int(_same_bits(_tl_exp(ex, name), ey).sum())
-            rows.append({"part": "exp", "probe": "edges", "exact": ok, "n": int(ex.size)})
-            n_ok, n = n_ok + ok, n + int(ex.size)
-        exp = ExpPart("exp2_of_scaled", measured_status(n_ok, n))
-        log(f"exp: ex2(rn32(x * log2e)), not flushed: {exp.status}")
+            held_e.append(("edges", edges["edges_x"].astype(np.float32), edges["edges_exp_y"].view(np.float32)))
+        cands_e = [("exp2_of_scaled", impl), ("correctly_rounded", "correctly_rounded")]
+        exp, rows_e = _pick(
+            "exp",
+            cands_e,
+            held_e,
+            lambda c, x: _tl_exp(x, c[1]) if c[0] != "correctly_rounded" else _cr_exp(x),
+            lambda c, st: ExpPart(c[0], st),
+            lambda c: str(c[0]),
+        )
+        rows += rows_e
+        log(f"exp: {exp.model}: {exp.status}; {family_summary(rows_e[-len(held_e) :])}")
     return exp2, exp, table, rows
 
 
-def _tl_exp(x: np.ndarray, table: str) -> np.ndarray:
-    from simfloat import hardware
+def _pick(
+    part: str,
+    cands: Sequence[Any],
+    held: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    run: Callable[[Any, np.ndarray], np.ndarray],
+    make: Callable[[Any, str], Any],
+    label: Callable[[Any], str],
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The candidate that reproduces the most held-out outputs (ties: the first), as a part with its status,
+    and the report rows of every candidate (``model`` names it: ``label(c)``; the chosen one's rows come
+    last)."""
+    scored = []
+    for c in cands:
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            per = [(probe, int(_same_bits(run(c, x), y).sum()), int(x.size)) for probe, x, y in held]
+        scored.append((sum(e for _, e, _ in per), c, per))
+    exact, best, per = max(scored, key=lambda r: r[0])
+    total = sum(n for _, _, n in per)
+    chosen = make(best, measured_status(exact, total))
+    rows = [
+        {"part": part, "model": label(c), "probe": probe, "family": probe, "exact": e, "n": n}
+        for _, c, p in scored
+        if c is not best
+        for probe, e, n in p
+    ]
+    rows += [
+        {"part": part, "model": label(best), "probe": probe, "family": probe, "exact": e, "n": n} for probe, e, n in per
+    ]
+    return chosen, rows
 
+
+def _ex2(x: np.ndarray, table: str, ftz: bool) -> np.ndarray:
+    from simfloat import hardware, ops
+
+    if table != "correctly_rounded":
+        return hardware.ex2_approx(x, ftz=ftz, table=table)
+    xf = np.asarray(x, dtype=np.float32)
+    tiny = np.float32(2.0**-126)
+    if ftz:
+        xf = np.where(np.abs(xf) < tiny, np.float32(0.0), xf)
+    y = np.asarray(ops.exp2(xf, "float32"), dtype=np.float32)
+    return np.where(np.abs(y) < tiny, np.float32(0.0), y) if ftz else y
+
+
+def _cr_exp(x: np.ndarray) -> np.ndarray:
+    from simfloat import ops
+
+    return np.asarray(ops.exp(np.asarray(x, dtype=np.float32), "float32"), dtype=np.float32)
+
+
+def _tl_exp(x: np.ndarray, table: str) -> np.ndarray:
     xf = np.asarray(x, dtype=np.float32)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         t = (xf.astype(np.float64) * np.float64(_LOG2E_F32)).astype(np.float32)
-        return hardware.ex2_approx(t, ftz=False, table=table)
+        return _ex2(t, table, False)
 
 
 # -- tl.sum ----------------------------------------------------------------------------------------------------
 
 
-def sum_rule_outputs(x: np.ndarray, rule: str, warps_n: int = 1) -> np.ndarray:
-    """Row sums of float32 rows ``x`` (R, n) in a plan rule's order, fp32 additions: ``"sequential"`` or
-    ``"h200-mma"`` with ``warps_n`` warps along the row (simfloat.attention's ``row_sum`` order 1)."""
-    x = np.asarray(x, dtype=np.float32)
-    n = x.shape[1]
-    if rule == "sequential":
-        s = x[:, 0].copy()
-        for j in range(1, n):
-            s = s + x[:, j]
-        return s
-    if rule != "h200-mma":
-        raise ValueError(f"unknown sum rule {rule!r}")
-    nw = max(1, min(warps_n, (n + 7) // 8))
-    period = 8 * warps_n
-
-    def lane(w: int, t: int) -> np.ndarray:
-        cols = [c for base in range(8 * w + 2 * t, n, period) for c in range(base, min(base + 2, n))]
-        if not cols:
-            return np.zeros(x.shape[0], dtype=np.float32)
-        s = x[:, cols[0]].copy()
-        for c in cols[1:]:
-            s = s + x[:, c]
-        return s
-
-    lw = []
-    for w in range(nw):
-        lt = [lane(w, t) for t in range(4)]
-        lw.append((lt[0] + lt[2]) + (lt[1] + lt[3]))
-    if nw == 1:
-        return lw[0]
-    if nw == 2:
-        return lw[0] + lw[1]
-    return (lw[0] + lw[2]) + (lw[1] + lw[3])
+#: the row sums of a plan's tl.sum rule (:func:`simfloat.profiles.tl_sum`), replayed on the probe designs
+sum_rule_outputs = tl_sum
 
 
 def _fit_sums(z: Any, log: Callable[[str], None]) -> tuple[list[SumPart], list[dict[str, Any]]]:
@@ -271,6 +463,7 @@ def _fit_sums(z: Any, log: Callable[[str], None]) -> tuple[list[SumPart], list[d
         for name, best, n in detail:
             rows.append({"part": f"tl.sum {layout}", "probe": name, "exact": best[rule], "n": n})
         log(f"tl.sum {layout}: rule {part.rule} (best: {rule}, warps along the row 1/2/4 as fits): {status}")
+        log("  " + family_summary(rows[-len(detail) :]))
     return parts, rows
 
 
@@ -313,7 +506,6 @@ def fit_profile(
     *,
     name: str | None = None,
     dot_models: Mapping[tuple[str, str], Any] | None = None,
-    coarse_rows: int = 768,
     log: Callable[[str], None] = print,
 ) -> tuple[HardwareProfile, np.ndarray | None, list[dict[str, Any]]]:
     """A profile from the files of ``simfloat-gpu run`` (probes.npz, exp2*.npz, isa.tar.xz).
@@ -321,8 +513,8 @@ def fit_profile(
     Args:
         inputs: the files (recognised by their contents).
         name: the profile's name (default: the GPU's slug recorded by the run, e.g. ``"h200"``).
-        dot_models: ``{(input format, "wgmma" | "mma.sync"): model}``: score only these (no search).
-        coarse_rows: rows of fit_dot's coarse search.
+        dot_models: ``{(input format, "wgmma" | "mma.sync"): model}``: score only these in place of the search
+            of :func:`dot_space` (a group without an entry is left out).
         log: progress lines.
 
     Returns:
@@ -353,7 +545,7 @@ def fit_profile(
         if "meta" in z.files:
             env = dict(json.loads(str(z["meta"])).get("env", {}))
         if dots:
-            got, r = _fit_dots(z, dot_models, coarse_rows, log)
+            got, r = _fit_dots(z, dot_models, log)
             parts_dot += got
             rows += r
         if has_sums:

@@ -547,13 +547,13 @@ def _int8_emulator() -> Callable[..., Any] | None:
 
 
 def emulator_plan(cfg: Config, family: str = "triton") -> str:
-    """The emulator's preset for a config: ``<family>-<fmt>`` (flash; family ``triton`` or ``h200``), or the
-    int8 preset of the variant and row sum (int8-reference, int8-consistent, half-int8,
-    half-int8-consistent)."""
+    """The emulator's plan for a config: ``<family>-<fmt>`` (flash; family ``triton`` or ``h200``),
+    ``triton-<fmt>@<family>`` for a profile registered by :func:`use_hardware`, or the int8 preset of the
+    variant and row sum (int8-reference, int8-consistent, half-int8, half-int8-consistent)."""
     if cfg.kind == "flash":
         if not _known_family(family):
             raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES + tuple(_PROFILES))}")
-        return f"{family}-{cfg.fmt}"
+        return f"triton-{cfg.fmt}@{family}" if family in _PROFILES else f"{family}-{cfg.fmt}"
     return {
         ("int8", "reference"): "int8-reference",
         ("int8", "consistent"): "int8-consistent",
@@ -1022,7 +1022,7 @@ def compare_kernel(
     pl = A.plan(plan)
     backend = resolve_backend(backend)
     cfgs = grid(configs, int8=False) if isinstance(configs, str) else list(configs)
-    family, _, pfmt = pl.name.rstrip("*").partition("-")
+    family, _, pfmt = pl.name.rstrip("*").partition("@")[0].partition("-")
     chosen = []
     for c in cfgs:
         if c.kind != "flash" or (family in PLAN_FAMILIES and pfmt in FORMATS and c.fmt != pfmt):
@@ -1431,7 +1431,10 @@ _AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m",
 
 
 def _family_of(row: dict[str, Any]) -> str:
-    return str(row["plan"]).rsplit("-", 1)[0] if row["kind"] == "flash" else "int8"
+    if row["kind"] != "flash":
+        return "int8"
+    name = str(row["plan"])
+    return name.partition("@")[2] if "@" in name else name.rsplit("-", 1)[0]
 
 
 def pivot(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

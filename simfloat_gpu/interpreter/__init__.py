@@ -67,7 +67,8 @@ tl.dot fp8                  wgmma ...e4m3/e5m2                  tensor_core("sm9
                                                                 max(32, n) products added in fp32 (Triton's
                                                                 WGMMA partial accumulator)
 tl.dot int8                 imma                                exact int32 (wrapping)
-tl.sum / tl.reduce(sum)     per-thread + shuffle tree           simfloat.ops.sum, ``reduce_order``
+tl.sum / tl.reduce(sum)     per-thread + shuffle tree           simfloat.ops.sum, ``reduce_order`` (or the
+                                                                mma-layout rule ``"h200-mma"``)
 tl.max/min/argmax           exact                               exact (bf16/fp8 decoded first)
 tl.cumsum/cumprod           parallel scan                       sequential only (other orders raise)
 ==========================  =================================  ==============================================
@@ -91,8 +92,10 @@ Defaults and why
 * ``ftz=False``: as the emulator; ``True`` models the ``.ftz`` of ex2.approx.ftz / sqrt.approx.ftz.
 * ``reduce_order="sequential"``: ``simfloat.ops.sum``'s default and the order the emulator uses for the row
   sums (flash attention's l_ij); "pairwise" (``reduce_fan_in``), "chunked" (``reduce_chunk``) and "numpy"
-  (the stock interpreter's np.sum, bit for bit on a contiguous axis) are the alternatives. None of them is the
-  GPU's layout-dependent tree; choose the one the comparison needs and record it with :func:`faithful_config`.
+  (the stock interpreter's np.sum, bit for bit on a contiguous axis) are the alternatives, and ``"h200-mma"``
+  (fp32) the H200's measured tree in the tensor-core accumulator layout, which ``hardware=`` profiles set.
+  The GPU's tree depends on the layout, which the interpreter does not see; choose the order the comparison
+  needs and record it with :func:`faithful_config`.
 * ``fp8_overflow="satfinite"``: what Triton's casts compile to on sm_89+.
 
 Limitations
@@ -151,6 +154,7 @@ class _Config:
     reduce_order: str
     reduce_fan_in: int
     reduce_chunk: int
+    reduce_warps_n: int
     fp8_overflow: str
     triton_version: str
 
@@ -167,6 +171,7 @@ class _Config:
             "reduce_order": self.reduce_order,
             "reduce_fan_in": self.reduce_fan_in,
             "reduce_chunk": self.reduce_chunk,
+            "reduce_warps_n": self.reduce_warps_n,
             "fp8_overflow": self.fp8_overflow,
             "triton_version": self.triton_version,
             "exp": "exp2(rn32(x * 1.4426950f))",
@@ -218,8 +223,10 @@ def _resolve_dots(dot: Any, arch: str) -> dict:
     return dots
 
 
-def _hardware_settings(hardware: Any, dot: Any, arch: str, exp2: Any) -> tuple[Any, str, Any]:
-    """faithful()'s dot, arch and exp2 with a hardware profile's models (see :func:`faithful`)."""
+def _hardware_settings(
+    hardware: Any, dot: Any, arch: str, exp2: Any, reduce_order: str | None = None
+) -> tuple[Any, str, Any, str | None]:
+    """faithful()'s dot, arch, exp2 and reduce_order with a hardware profile's models (see :func:`faithful`)."""
     import functools
     from collections.abc import Mapping
 
@@ -243,7 +250,15 @@ def _hardware_settings(hardware: Any, dot: Any, arch: str, exp2: Any) -> tuple[A
     if exp2 == "correctly_rounded" and impl != "correctly_rounded":
         ftz = prof.exp2.ftz if prof.exp2 is not None else True
         exp2 = functools.partial(ex2_approx, ftz=ftz, table=impl)
-    return (dots or None), arch, exp2
+    mma_sum = prof.sum("mma")
+    if reduce_order is None and mma_sum is not None:
+        if mma_sum.rule is None:
+            raise ValueError(
+                f"faithful(hardware={prof.name!r}): the profile's tl.sum order of the mma layout has no rule "
+                f"({mma_sum.status}); pass reduce_order= explicitly"
+            )
+        reduce_order = mma_sum.rule
+    return (dots or None), arch, exp2, reduce_order
 
 
 def _check_fn(name: str, value: Any) -> Any:
@@ -361,9 +376,10 @@ def faithful(
     sqrt: str | Callable = "correctly_rounded",
     div: str | Callable = "correctly_rounded",
     ftz: bool = False,
-    reduce_order: str = "sequential",
+    reduce_order: str | None = None,
     reduce_fan_in: int = 2,
     reduce_chunk: int = 32,
+    reduce_warps_n: int = 1,
     fp8_overflow: str = "satfinite",
     hardware: Any = None,
 ) -> Iterator[dict[str, Any]]:
@@ -378,16 +394,21 @@ def faithful(
             float32 (models of ex2.approx, libdevice logf/log2f, sqrt.approx, div.full).
         ftz: flush subnormal inputs and outputs of exp2 and sqrt (the GPU's .ftz variants).
         reduce_order: ``"sequential"``, ``"pairwise"``, ``"chunked"`` or ``"numpy"`` for tl.sum
-            (simfloat.ops.sum).
+            (simfloat.ops.sum), or ``"h200-mma"`` (fp32 only: the tensor-core accumulator layout's order,
+            :func:`simfloat.profiles.tl_sum`, the emulator's ``sum_order="h200-mma"``). ``None``:
+            ``"sequential"``, or with ``hardware`` the profile's tl.sum rule of the mma layout.
         reduce_fan_in, reduce_chunk: parameters of the pairwise and chunked orders.
+        reduce_warps_n: warps along the reduced axis for ``"h200-mma"`` (1, 2 or 4; the emulator's flash
+            uses 4 where block_m < 64 and block_m < head_dim, else 1).
         fp8_overflow: ``"satfinite"`` (NVIDIA cvt) or ``"ieee"`` (the format's policy, as ml_dtypes).
         hardware: a hardware profile (:class:`simfloat.profiles.HardwareProfile`, a shipped name such as
             ``"h200"`` or a profile file): its tensor-core models become the ``dot`` defaults (the wgmma part
             of each format; ``"fp8"`` from e4m3's; models the njit kernels cannot run, e.g. fp8 through
             mma.sync, are left out) and its exp2 table the ``exp2`` model (with its ``.ftz``), its arch the
             ``arch`` if sm80/sm90. ``dot`` entries and an ``exp2`` other than ``"correctly_rounded"`` given
-            with it take precedence. The profile's tl.sum rule is not applied (the interpreter does not know
-            a tile's layout): ``reduce_order`` stays as given.
+            with it take precedence. Its tl.sum rule of the mma layout becomes ``reduce_order`` unless one is
+            given; the interpreter does not know a tile's layout, so the rule applies to every float tl.sum
+            (in the flash kernel the only one is l_ij over P, which is in the mma layout).
 
     Yields:
         The active settings, as :func:`faithful_config` returns them.
@@ -399,14 +420,21 @@ def faithful(
     from simfloat.ops import ORDERS
 
     if hardware is not None:
-        dot, arch, exp2 = _hardware_settings(hardware, dot, arch, exp2)
+        dot, arch, exp2, reduce_order = _hardware_settings(hardware, dot, arch, exp2, reduce_order)
+    if reduce_order is None:
+        reduce_order = "sequential"
     if not isinstance(arch, str) or arch.lower() not in ("sm80", "sm90"):
         raise ValueError(f"faithful(arch=...) must be 'sm80' or 'sm90', got {arch!r}")
     arch = arch.lower()
     if not isinstance(ftz, bool):
         raise TypeError(f"faithful(ftz=...) must be a bool, got {type(ftz).__name__}")
-    if reduce_order not in ORDERS:
-        raise ValueError(f"faithful(reduce_order=...) must be one of {', '.join(ORDERS)}, got {reduce_order!r}")
+    from simfloat.profiles import SUM_RULES
+
+    orders = ORDERS + tuple(r for r in SUM_RULES if r not in ORDERS)
+    if reduce_order not in orders:
+        raise ValueError(f"faithful(reduce_order=...) must be one of {', '.join(orders)}, got {reduce_order!r}")
+    if reduce_warps_n not in (1, 2, 4) or isinstance(reduce_warps_n, bool):
+        raise ValueError(f"faithful(reduce_warps_n=...) must be 1, 2 or 4, got {reduce_warps_n!r}")
     if fp8_overflow not in _FP8_OVERFLOW:
         raise ValueError(f"faithful(fp8_overflow=...) must be 'satfinite' or 'ieee', got {fp8_overflow!r}")
     fns = {
@@ -420,6 +448,7 @@ def faithful(
         reduce_order=reduce_order,
         reduce_fan_in=_check_int("reduce_fan_in", reduce_fan_in, 2),
         reduce_chunk=_check_int("reduce_chunk", reduce_chunk, 1),
+        reduce_warps_n=reduce_warps_n,
         fp8_overflow=fp8_overflow,
         triton_version=_check_environment(),
         **fns,

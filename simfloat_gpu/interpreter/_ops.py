@@ -554,9 +554,22 @@ def reduce_sum(self, input):
         return _stock(ti.ReduceOps, "sum")(self, input)
     c = cfg()
     vals = decode(input.handle.data, name)
-    r = np.asarray(
-        sops.sum(vals, _fmt(name), axis=self.axis, order=c.reduce_order, fan_in=c.reduce_fan_in, chunk=c.reduce_chunk)
-    )
+    if c.reduce_order not in sops.ORDERS:  # a hardware rule (simfloat.profiles.tl_sum): fp32 only
+        if name != "fp32" or self.axis is None or vals.ndim == 0:
+            raise _unsupported(
+                "tl.sum", name, f"reduce_order={c.reduce_order!r} is an fp32 rule over one axis of a tile"
+            )
+        from simfloat.profiles import tl_sum
+
+        moved = np.moveaxis(vals, self.axis, -1)
+        flat = tl_sum(moved.reshape(-1, moved.shape[-1]), c.reduce_order, c.reduce_warps_n)
+        r = np.asarray(flat, dtype=np.float64).reshape(moved.shape[:-1])
+    else:
+        r = np.asarray(
+            sops.sum(
+                vals, _fmt(name), axis=self.axis, order=c.reduce_order, fan_in=c.reduce_fan_in, chunk=c.reduce_chunk
+            )
+        )
     if self.keep_dims:
         r = np.expand_dims(r, self.axis) if self.axis is not None else r.reshape((1,) * vals.ndim)
     return self.to_tensor(to_storage(r, name), input.dtype)
