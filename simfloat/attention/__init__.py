@@ -51,6 +51,7 @@ from simfloat.attention.quantized import (
     quant_plan,
     quant_presets,
     quantize,
+    smooth_keys,
 )
 from simfloat.attention.tiling import fa1_tiles
 
@@ -85,5 +86,6 @@ __all__ = [
     "quant_plan",
     "quant_presets",
     "quantize",
+    "smooth_keys",
     "sum_once",
 ]
