@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simfloat import ops as _ops
 from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention import _quant_kernels as _qk
@@ -77,6 +78,7 @@ __all__ = [
     "quant_flash",
     "quant_plan",
     "quant_presets",
+    "mean_key",
     "quantize",
     "smooth_keys",
 ]
@@ -254,7 +256,7 @@ class QuantPlan:
         rotate: incoherent processing: the rotated Q and K (computed in float64) rounded into this op.
         k_smooth: SageAttention's smoothing of K by its mean key, or None (no smoothing): per lead index and
             channel, ``mu = k_smooth(mean(k))`` (the float64 mean over the sequence: numpy's sum / seq_k),
-            then ``k = k_smooth(k - mu)`` (the float64 difference rounded; after ``rotate``, before
+            then ``k = k_smooth(k - mu)`` (the exact difference rounded once; after ``rotate``, before
             ``k_quant``). Every score
             of a query row shifts by the same ``q . mu``, which softmax removes.
         dequant: ``score_scaling="scores"``: the two multiplications of the integer score by the scales.
@@ -696,16 +698,17 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
     return codes.reshape(x64.shape), scale
 
 
-def smooth_keys(k: np.ndarray, op: OpSpec | str) -> tuple[np.ndarray, np.ndarray]:
-    """SageAttention's K smoothing as the plan's ``k_smooth`` op computes it.
+def mean_key(k: np.ndarray, op: OpSpec | str) -> np.ndarray:
+    """The mean key of SageAttention's K smoothing, as the plan's ``k_smooth`` op rounds it (what a kernel
+    that smooths K is given: SageAttention's ``km``).
 
     Args:
         k: (..., seq_k, head_dim) float32/float64 keys (seq_k >= 1).
-        op: the format and rounding of the mean key and of the difference.
+        op: the format and rounding of the mean.
 
     Returns:
-        (smoothed, exact): ``op(k - mu)`` with ``mu = op(sum(k) / seq_k)`` (float64 sum over the sequence per
-        channel), and the unrounded ``k - mean(k)`` (float64) the trace compares it with; both of k's shape.
+        (..., 1, head_dim) float64 array: ``op(sum(k) / seq_k)``, the sum over the sequence per channel in
+        float64 (numpy's sum), then one float64 division.
 
     Raises:
         TypeError: k is not a float32/float64 array. ValueError: k has no keys or is not (..., seq, dim).
@@ -716,9 +719,28 @@ def smooth_keys(k: np.ndarray, op: OpSpec | str) -> tuple[np.ndarray, np.ndarray
         raise ValueError(f"k must be (..., seq_k >= 1, head_dim), got shape {k.shape}")
     spec = _scalar_spec("k_smooth", op)
     k64 = np.asarray(k, dtype=np.float64)
-    mean = k64.sum(axis=-2, keepdims=True) / k64.shape[-2]
-    mu = _round(mean, spec.fmt, spec.mode)
-    return _round(k64 - mu, spec.fmt, spec.mode), k64 - mean
+    return _round(k64.sum(axis=-2, keepdims=True) / k64.shape[-2], spec.fmt, spec.mode)
+
+
+def smooth_keys(k: np.ndarray, op: OpSpec | str) -> tuple[np.ndarray, np.ndarray]:
+    """SageAttention's K smoothing as the plan's ``k_smooth`` op computes it.
+
+    Args:
+        k: (..., seq_k, head_dim) float32/float64 keys (seq_k >= 1).
+        op: the format and rounding of the mean key and of the difference.
+
+    Returns:
+        (smoothed, exact): ``op(k - mu)`` (the exact difference rounded once) with ``mu = mean_key(k, op)``,
+        and the unrounded ``k - mean(k)`` (float64) the trace compares it with; both of k's shape.
+
+    Raises:
+        TypeError: k is not a float32/float64 array. ValueError: k has no keys or is not (..., seq, dim).
+    """
+    mu = mean_key(k, op)
+    spec = _scalar_spec("k_smooth", op)
+    k64 = np.asarray(k, dtype=np.float64)
+    smoothed = np.asarray(_ops.sub(k64, np.broadcast_to(mu, k64.shape), spec.fmt, spec.mode), dtype=np.float64)
+    return smoothed, k64 - k64.sum(axis=-2, keepdims=True) / k64.shape[-2]
 
 
 def hadamard_rotation(d: int, seed: int = 0) -> np.ndarray:
