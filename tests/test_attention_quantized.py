@@ -22,6 +22,7 @@ from simfloat.attention import (
     quant_plan,
     quant_presets,
     quantize,
+    smooth_keys,
 )
 from simfloat.attention import _kernels as K
 from simfloat.attention import _quant_kernels as QK
@@ -390,3 +391,105 @@ def test_bad_inputs_raise_clear_errors():
         quant_plan("int8-reference").replace(bogus=1)
     with pytest.raises(TypeError, match="Quant"):
         quant_plan("int8-reference").replace(v_quant="float16")
+
+
+# --- SageAttention2-style plans ---------------------------------------------------------------------------
+
+
+def test_smoothing_alone_matches_numpy_and_is_softmax_invariant():
+    q, k, v = _inputs(70, 16, seed=31)
+    k = k + np.float32(3.0)  # a large mean key: what smoothing removes
+    sage = quant_plan("sage2-int8-fp8")
+    only = sage.isolate("k_smooth")
+    assert only.k_smooth == sage.k_smooth and not only.k_quant.quantizes
+    k64 = k.astype(np.float64)
+    mu = (k64.sum(0) / k64.shape[0]).astype(np.float32).astype(np.float64)
+    ks = (k64 - mu).astype(np.float32).astype(np.float64)  # float64 difference, rounded once into fp32
+    got = quant_flash(q, k, v, plan=only, block_m=32, block_n=32)
+    assert np.abs(got - _attn64(q, ks, v)).max() < 1e-14  # the smoothed keys, everything else exact
+    assert 0 < np.abs(got - _attn64(q, k, v)).max() < 1e-5  # softmax removes the shift, fp32 keeps a trace
+    s, exact = smooth_keys(k[None], "float32")
+    assert np.array_equal(s[0], ks) and np.allclose(exact[0], k64 - k64.mean(0), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="seq_k"):
+        smooth_keys(np.zeros((0, 4)), "float32")
+
+
+def test_sage_p_quantizer_alone_matches_numpy():
+    """P = e4m3(fp32(p * 448)) / 448 with the row sum of the unquantized P (one key tile: no rescaling)."""
+    q, k, v = _inputs(40, 16, seed=32)
+    sage = quant_plan("sage2-int8-fp8")
+    for pl in (sage, quant_plan("sage2-int8-fp8-single")):
+        got = quant_flash(q, k, v, plan=pl.isolate("p_quant"), block_m=64, block_n=64)
+        s = (q.astype(np.float64) @ k.T.astype(np.float64)) * (LOG2E / 4.0)
+        p = np.exp2(s - s.max(-1, keepdims=True))
+        c = (p * 448).astype(np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        want = (c @ v.astype(np.float64)) / 448 / p.sum(-1, keepdims=True)
+        assert np.abs(got - want).max() < 1e-13, pl.name
+    codes, sc = quantize(np.array([0.0, 1e-4, 0.5, 1.0]), sage.p_quant)
+    assert float(sc) == 1 / 448 and codes.tolist() == [0.0, 0.04296875, 224.0, 448.0]
+
+
+def test_sage_q_per_warp_and_k_per_block_scales():
+    x = np.random.default_rng(33).standard_normal((2, 70, 8)) * np.arange(1, 71)[:, None]
+    sage = quant_plan("sage2-int8-fp8")
+    codes, sc = quantize(x, sage.q_quant)
+    assert sc.shape == (2, 70, 1)
+    for g0 in range(0, 70, 32):
+        want_c, want_s = _np_int8(x[:, g0 : g0 + 32], axis=(1, 2))
+        assert np.array_equal(sc[:, g0 : g0 + 32], np.broadcast_to(want_s, sc[:, g0 : g0 + 32].shape))
+        assert np.array_equal(codes[:, g0 : g0 + 32], want_c)
+    kc, ksc = quantize(x, sage.k_quant, group=16)
+    assert len(np.unique(ksc[0])) == 5  # one scale per key tile of 16
+
+
+def test_sage_two_level_beats_single_level_on_long_rows():
+    """The single-level plan rounds the running P.V sum to 13 fraction bits every 32 keys."""
+    q, k, v = _inputs(32, 16, seed=34, nk=2048)
+    v = np.abs(v) + np.float32(1.0)  # same-sign values: the running sum grows, its low bits get cut
+    ref = _attn64(q, k, v)
+    two = np.abs(quant_flash(q, k, v, plan="sage2-int8-fp8", block_m=32, block_n=64) - ref).mean()
+    one = np.abs(quant_flash(q, k, v, plan="sage2-int8-fp8-single", block_m=32, block_n=64) - ref).mean()
+    assert two < one
+
+
+def test_sage_isolate_ablate_and_trace_cover_every_quantizer():
+    q, k, v = _inputs(66, 16, seed=35)
+    sage = quant_plan("sage2-int8-fp8")
+    ref = _attn64(q, k, v)
+    full = np.abs(quant_flash(q, k, v, plan=sage, block_m=32, block_n=32) - ref).mean()
+    for op in ("k_smooth", *QUANTIZERS):
+        no = sage.ablate(op)
+        assert getattr(no, op) != getattr(sage, op)
+        only = sage.isolate(op)
+        e = np.abs(quant_flash(q, k, v, plan=only, block_m=32, block_n=32) - ref).mean()
+        assert 0 < e < full, op
+    assert sage.ablate("k_smooth").k_smooth.fmt.name == "float64"
+    assert sage.exact().k_smooth.fmt.name == "float64"
+    plain = quant_plan("int8-reference")
+    assert plain.ablate("k_smooth").k_smooth is None and plain.exact().k_smooth is None
+    tr = Tracer()
+    a = quant_flash(q, k, v, plan=sage, trace=tr, block_m=32, block_n=32, causal=True)
+    assert np.array_equal(a, quant_flash(q, k, v, plan=sage, block_m=32, block_n=32, causal=True))
+    ops = tr.by_op().reset_index()
+    rms = dict(zip(ops["op"].astype(str), ops["rms"], strict=True))
+    assert rms["k_smooth"] > 0 and rms["p_quant"] > 0 and rms["qk"] == 0.0
+    assert set(QUANT_OPS) >= set(rms)
+
+
+def test_sage_plan_errors():
+    e4m3 = "float8_e4m3fn"
+    with pytest.raises(ValueError, match="group"):
+        Quant("int", "per-warp")
+    with pytest.raises(ValueError, match="per-warp"):
+        Quant("int", "per-block", group=4)
+    sage = quant_plan("sage2-int8-fp8")
+    with pytest.raises(ValueError, match="fixed-scale float"):
+        sage.replace(pv_update="scaled", v_quant=Quant("float", "per-block", fmt=e4m3))
+    with pytest.raises(ValueError, match="consistent"):
+        sage.replace(row_sum="consistent")
+    with pytest.raises(ValueError, match="per-warp"):
+        sage.replace(score_scaling="folded")
+    with pytest.raises(ValueError, match="two_level"):
+        sage.replace(v_quant=Quant("float", "per-block", fmt=e4m3))
+    with pytest.raises(TypeError, match="k_smooth"):
+        sage.replace(k_smooth=3)

@@ -52,7 +52,9 @@ def test_every_preset_vector_equals_reference(name):
         _check(q, k, v, plan=name, block_m=32, block_n=16, causal=causal)
 
 
-@pytest.mark.parametrize("name", ["int8-reference", "int8-consistent", "half-int8", "fp8-e4m3", "fp8-e5m2-block"])
+@pytest.mark.parametrize(
+    "name", ["int8-reference", "int8-consistent", "half-int8", "fp8-e4m3", "fp8-e5m2-block", "sage2-int8-fp8"]
+)
 @pytest.mark.parametrize("seq", [1, 97, 257])
 def test_odd_lengths_and_block_sizes(name, seq):
     q, k, v = _qkv((1,), seq, seq, 16, seq)
@@ -164,6 +166,7 @@ def test_results_do_not_depend_on_the_thread_count():
                     int8_flash(q, k, v, causal=True, return_stats=True),
                     fp8_flash(q, k, v, scaling="per-block", return_stats=True),
                     quant_flash(q, k, v, plan="half-int8", block_m=32, block_n=64),
+                    quant_flash(q, k, v, plan="sage2-int8-fp8-single", block_m=32, block_n=64, causal=True),
                 )
             )
     finally:
@@ -196,3 +199,21 @@ def test_engine_argument():
     traced = int8_flash(q, k, v, trace=tr)  # engine=None with a tracer: the reference, which records
     assert same(traced, int8_flash(q, k, v, engine="vector"))
     assert len(tr.by_op()) > 0
+
+
+def test_sage_plan_variants_vector_equals_reference():
+    """The SageAttention2 dataflow's own paths: fixed-scale P in every P.V update that takes it, two-level with
+    and without contraction, float64 smoothing, per-warp groups that straddle q tiles, int P two-level."""
+    q, k, v = _qkv((2,), 97, 83, 16, 21)
+    sage = quant_plan("sage2-int8-fp8")
+    variants = [
+        sage.replace(pv_update="separate"),
+        sage.replace(contract=False),
+        sage.replace(k_smooth="float64", q_quant=Quant("int", "per-warp", pre="float32", group=12)),
+        sage.replace(p_quant=Quant("float", "fixed", fmt="float8_e5m2", arith="float16")),
+        sage.replace(p_quant=Quant("int", "fixed", "half_up", arith="float16", pre="float16")),
+        sage.replace(pv=Sequential("float32"), p_quant=Quant("float", "fixed", fmt="float8_e4m3fn", qmax=240.0)),
+    ]
+    for pl in variants:
+        for causal in (False, True):
+            _check(q, k, v, plan=pl, block_m=32, block_n=16, causal=causal)

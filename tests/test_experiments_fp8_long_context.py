@@ -31,8 +31,7 @@ def test_query_tiles_give_the_full_problems_rows():
     q, k, v = E.make_inputs("outlier", 160, 16, seed=3)
     rows = E.query_tiles(q, 32, 2)
     assert len(rows) % 32 == 0 and np.abs(q).argmax() // q.shape[1] in rows
-    for name, (pl, smooth) in E.methods().items():
-        kk = E.smooth_k(k) if smooth else k
-        full = quant_flash(q, kk, v, plan=pl, block_m=32, block_n=32)
-        part = quant_flash(q[rows], kk, v, plan=pl, block_m=32, block_n=32)
+    for name, pl in E.methods().items():
+        full = quant_flash(q, k, v, plan=pl, block_m=32, block_n=32)
+        part = quant_flash(q[rows], k, v, plan=pl, block_m=32, block_n=32)
         assert np.array_equal(full[rows], part), name

@@ -47,10 +47,12 @@ from simfloat.attention.quantized import (
     fp8_flash,
     hadamard_rotation,
     int8_flash,
+    mean_key,
     quant_flash,
     quant_plan,
     quant_presets,
     quantize,
+    smooth_keys,
 )
 from simfloat.attention.tiling import fa1_tiles
 
@@ -81,9 +83,11 @@ __all__ = [
     "lse_from_stats",
     "plan",
     "presets",
+    "mean_key",
     "quant_flash",
     "quant_plan",
     "quant_presets",
     "quantize",
+    "smooth_keys",
     "sum_once",
 ]

@@ -10,7 +10,7 @@ INT32 dot is the float64 multiply-add row kernel, exact on integer codes), the c
 and the tiles are walked as there (a q tile's rows meet the key tiles one at a time). What this module adds
 are the steps float flash does not have, as branch-free loops over a row segment: the scores' dequantization
 by per-key scales, the P quantizer (fixed-scale integer codes or a float cast), the per-channel V descale and
-the three P.V update forms (``separate``, ``into_acc``, ``scaled``). Running state (m_i, l_i, alpha) stays
+the four P.V update forms (``separate``, ``into_acc``, ``scaled``, ``two_level``). Running state (m_i, l_i, alpha) stays
 scalar, as in the kernel. Tracing runs on the reference kernel only.
 """
 
@@ -30,9 +30,9 @@ __all__ = ["QEngine", "QLanes", "QOperands", "quant_units"]
 
 _NINF = -np.inf
 # QParams codes (simfloat.attention._quant_kernels)
-_K_NONE, _K_INT, _K_FLOAT = range(3)
+_K_NONE, _K_INT, _K_FLOAT, _K_FFLOAT = range(4)
 _R_NEAREST_EVEN, _R_NEAREST_AWAY, _R_TOWARD_ZERO, _R_HALF_UP, _R_HALF_UP_UNFUSED = range(5)
-_PV_SEPARATE, _PV_INTO_ACC, _PV_SCALED = range(3)
+_PV_SEPARATE, _PV_INTO_ACC, _PV_SCALED, _PV_TWO_LEVEL = range(4)
 
 
 class QLanes(NamedTuple):
@@ -178,7 +178,8 @@ def _int_rule(y, qmax, rule):
 def _p_codes(p, pc, nv, eng):
     """pc[:nv] = P's codes of p[:nv] (quantized.py's p_quant): int: ``t = pre(p)``, half_up
     ``trunc(arith(t * qmax + 0.5))`` (one rounding) or half_up_unfused (two), else
-    ``round_rule(arith(t * qmax))``, clamped to +-qmax; float: ``code(pre(p))``; none: p."""
+    ``round_rule(arith(t * qmax))``, clamped to +-qmax; float: ``code(pre(p))``; fixed-scale float:
+    ``code(clamp(arith(t * qmax), +-qmax))``; none: p."""
     qp, ln = eng.qp, eng.ln
     for j in range(nv):
         pc[j] = p[j]
@@ -190,6 +191,15 @@ def _p_codes(p, pc, nv, eng):
         _cast(pc, 0, nv, ln.p_code, qp.p_code)
         return
     qm, rule, r, o = qp.p_qmax, qp.p_rule, ln.p_arith, qp.p_arith
+    if qp.p_kind == _K_FFLOAT:
+        if r.fast:
+            for j in range(nv):
+                pc[j] = min(max(lmul(pc[j], qm, r), -qm), qm)
+        else:
+            for j in range(nv):
+                pc[j] = min(max(mul(pc[j], qm, o), -qm), qm)
+        _cast(pc, 0, nv, ln.p_code, qp.p_code)
+        return
     if rule == _R_HALF_UP:
         if eng.p_exact and r.fast:
             for j in range(nv):
@@ -278,13 +288,18 @@ def _quant_step(b, i, r, jt, xs, eng, sc):
     if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
         _scale_by(acc, dv, alpha, ln.acc, qp.acc)
         row_mma(src, ep, xs.v[tile], xs.ev[tile], acc, dv, eng.pv, w)
+    elif qp.pv_mode == _PV_TWO_LEVEL:  # acc = acc(fma(acc, alpha, pv(c . v))): a fresh P.V per key tile
+        for d in range(dv):
+            y[d] = 0.0
+        row_mma(src, ep, xs.v[tile], xs.ev[tile], y, dv, eng.pv, w)
+        _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
     else:
         for d in range(dv):
             y[d] = 0.0
         row_mma(src, ep, xs.v[tile], xs.ev[tile], y, dv, eng.pv, w)
         if qp.pv_mode == _PV_SEPARATE:  # INT8 T17..T19
             _mul_each(y, vs, 0, dv, ln.pv_dequant, qp.pv_dequant)
-            if qp.p_kind == _K_INT:
+            if qp.p_kind == _K_INT or qp.p_kind == _K_FFLOAT:
                 _divide(y, dv, qp.p_qmax, ln.pv_dequant, qp.pv_dequant)
             _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
         else:  # scaled (FP8 per-block): acc = pv_dequant(fma(pv, v_scale, acc(acc * alpha)))
@@ -337,8 +352,10 @@ def quant_units(lo, hi, xs, out, m_out, l_out, eng):
             o = out[b, i]
             for d in range(dv):
                 o[d] = acc[d]
-            if qp.pv_mode == _PV_INTO_ACC:  # FP8 per-tensor E1: V's descale once
+            if qp.pv_mode == _PV_INTO_ACC or qp.pv_mode == _PV_TWO_LEVEL:  # V's descale once (E1)
                 _mul_each(o, xs.vs[b, 0], 0, dv, ln.pv_dequant, qp.pv_dequant)
+                if qp.p_kind == _K_INT or qp.p_kind == _K_FFLOAT:  # then P's fixed scale
+                    _divide(o, dv, qp.p_qmax, ln.pv_dequant, qp.pv_dequant)
             _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, qp.normalize)
             _cast(o, 0, dv, ln.out, qp.out)
             m_out[b, i] = sc.m[i - r0]

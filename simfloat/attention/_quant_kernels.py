@@ -36,6 +36,7 @@ _Z = np.uint64(0)
 # op indices (QUANT_OPS order in quantized.py) and state indices (simfloat.trace.STATES)
 (
     ROTATE,
+    K_SMOOTH,
     Q_QUANT,
     K_QUANT,
     V_QUANT,
@@ -52,15 +53,15 @@ _Z = np.uint64(0)
     PV_DEQUANT,
     NORMALIZE,
     OUT,
-) = range(17)
+) = range(18)
 S_M, S_L, S_ACC, S_OUT = range(4)
 
 # dot kinds
 DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64 = range(4)
 # quantizer kinds / code rounding rules / pv update modes
-K_NONE, K_INT, K_FLOAT = range(3)
+K_NONE, K_INT, K_FLOAT, K_FFLOAT = range(4)  # K_FFLOAT: float codes with a fixed scale 1/qmax
 R_NEAREST_EVEN, R_NEAREST_AWAY, R_TOWARD_ZERO, R_HALF_UP, R_HALF_UP_UNFUSED = range(5)
-PV_SEPARATE, PV_INTO_ACC, PV_SCALED = range(3)
+PV_SEPARATE, PV_INTO_ACC, PV_SCALED, PV_TWO_LEVEL = range(4)
 
 
 class QParams(NamedTuple):
@@ -80,7 +81,7 @@ class QParams(NamedTuple):
     pv_dequant: OpParams
     normalize: OpParams
     out: OpParams
-    p_kind: int  # K_NONE, K_INT (fixed scale 1/p_qmax), K_FLOAT (cast)
+    p_kind: int  # K_NONE, K_INT (fixed scale 1/p_qmax), K_FLOAT (cast), K_FFLOAT (float codes, scale 1/p_qmax)
     p_pre: bool
     p_pre_op: OpParams
     p_arith: OpParams
@@ -344,12 +345,14 @@ def scales_from_amax(amax, out, qmax, arith):
 def p_quant(p, pp):
     """P's code: K_INT: ``t = pre(p)``; half_up ``trunc(arith(t * qmax + 0.5))`` (one rounding, the kernel's
     fma16), half_up_unfused ``trunc(arith(arith(t * qmax) + 0.5))``, else ``round_rule(arith(t * qmax))``;
-    K_FLOAT: ``code(p)``; K_NONE: p."""
+    K_FLOAT: ``code(p)``; K_FFLOAT: ``code(clamp(arith(t * qmax), +-qmax))``; K_NONE: p."""
     if pp.p_kind == K_NONE:
         return p
     t = frnd(p, pp.p_pre_op) if pp.p_pre else p
     if pp.p_kind == K_FLOAT:
         return frnd(t, pp.p_code)
+    if pp.p_kind == K_FFLOAT:
+        return _float_code(t, pp.p_qmax, pp.p_arith, pp.p_code)
     if pp.p_rule == R_HALF_UP or pp.p_rule == R_HALF_UP_UNFUSED:
         if pp.p_rule == R_HALF_UP:
             y = ffma(t, pp.p_qmax, 0.5, pp.p_arith)
@@ -374,9 +377,22 @@ def fixed_codes(x, codes, arith, qmax, rule):
 
 
 @jit
+def _float_code(t, qmax, arith, code_op):
+    """A fixed-scale float code: ``code_op(clamp(arith(t * qmax), +-qmax))``."""
+    return frnd(min(max(fmul(t, qmax, arith), -qmax), qmax), code_op)
+
+
+@jit
+def fixed_float_codes(x, codes, arith, code_op, qmax):
+    """Fixed-scale float codes (scale 1/qmax) of the flat array x, as :func:`p_quant` computes them."""
+    for e in range(x.shape[0]):
+        codes[e] = _float_code(x[e], qmax, arith, code_op)
+
+
+@jit
 def _p_value(c, pp):
     """The value a P code stands for (float64, for traces)."""
-    return c / pp.p_qmax if pp.p_kind == K_INT else c
+    return c / pp.p_qmax if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT else c
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -520,14 +536,31 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs
             record(tr[0], b, t, jt, L_I, y - l_i * alpha, l_i * alpha)
             record(tr[0], b, t, jt, L_I, l_new - (y + l_ij), y + l_ij)
     for d in range(acc.shape[0]):  # INT8 T17..T19 / half-INT8 T17, T18 / FP8 T9, T11
-        if pp.pv_mode == PV_SEPARATE:
+        if pp.pv_mode == PV_TWO_LEVEL:  # a fresh P.V per key tile, added to the fp32 accumulator
+            pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+            if tr is not None:
+                ex = dot64(pc, vt[vrow, d], 0.0)
+                record(tr[0], b, t, jt, PV, pv - ex, ex)
+            if pp.contract:
+                a = ffma(acc[d], alpha, pv, pp.acc)
+                if tr is not None:
+                    ex = fma64(acc[d], alpha, pv)
+                    record(tr[0], b, t, jt, ACC, a - ex, ex)
+            else:
+                a0 = fmul(acc[d], alpha, pp.acc)
+                a = fadd(a0, pv, pp.acc)
+                if tr is not None:
+                    record(tr[0], b, t, jt, ACC, a0 - acc[d] * alpha, acc[d] * alpha)
+                    record(tr[0], b, t, jt, ACC, a - (a0 + pv), a0 + pv)
+            acc[d] = a
+        elif pp.pv_mode == PV_SEPARATE:
             pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
             y = fmul(pv, vs[b, jt, d], pp.pv_dequant)
             if tr is not None:
                 ex = dot64(pc, vt[vrow, d], 0.0)
                 record(tr[0], b, t, jt, PV, pv - ex, ex)
                 record(tr[0], b, t, jt, PV_DEQUANT, y - pv * vs[b, jt, d], pv * vs[b, jt, d])
-            if pp.p_kind == K_INT:
+            if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
                 z = fdiv(y, pp.p_qmax, pp.pv_dequant)
                 if tr is not None:
                     record(tr[0], b, t, jt, PV_DEQUANT, z - y / pp.p_qmax, y / pp.p_qmax)
@@ -580,9 +613,11 @@ def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k
         t = u - b * n_qt
         kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
         n_kv = (kv_hi + bn - 1) // bn
-        if pp.pv_mode == PV_INTO_ACC:
+        epi = pp.pv_mode == PV_INTO_ACC or pp.pv_mode == PV_TWO_LEVEL  # scales applied once, at the end
+        p_fixed = pp.p_kind == K_INT or pp.p_kind == K_FFLOAT
+        if epi:
             for d in range(dv):
-                vs_fin[d] = vs[b, 0, d]
+                vs_fin[d] = vs[b, 0, d] / pp.p_qmax if p_fixed else vs[b, 0, d]
         for i in range(t * bm, min(seq_q, (t + 1) * bm)):
             qss = pp.qk_scale
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
@@ -604,11 +639,16 @@ def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):
                 a = acc[d]
-                if pp.pv_mode == PV_INTO_ACC:  # FP8 per-tensor E1: V's descale once
-                    y = fmul(a, vs_fin[d], pp.pv_dequant)
+                if epi:  # FP8 per-tensor E1 / two-level: V's descale once (then P's fixed scale)
+                    y = fmul(a, vs[b, 0, d], pp.pv_dequant)
                     if tr is not None:
-                        record(tr[0], b, t, n_kv_all, PV_DEQUANT, y - a * vs_fin[d], a * vs_fin[d])
+                        record(tr[0], b, t, n_kv_all, PV_DEQUANT, y - a * vs[b, 0, d], a * vs[b, 0, d])
                     a = y
+                    if p_fixed:
+                        y = fdiv(a, pp.p_qmax, pp.pv_dequant)
+                        if tr is not None:
+                            record(tr[0], b, t, n_kv_all, PV_DEQUANT, y - a / pp.p_qmax, a / pp.p_qmax)
+                        a = y
                 o = fdiv(a, l_div, pp.normalize)
                 y = frnd(o, pp.out)
                 out[b, i, d] = y

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simfloat import ops as _ops
 from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention import _quant_kernels as _qk
@@ -77,12 +78,15 @@ __all__ = [
     "quant_flash",
     "quant_plan",
     "quant_presets",
+    "mean_key",
     "quantize",
+    "smooth_keys",
 ]
 
 #: Ops of a :class:`QuantPlan`, in kernel order (the tracer's op names).
 QUANT_OPS = (
     "rotate",
+    "k_smooth",
     "q_quant",
     "k_quant",
     "v_quant",
@@ -103,18 +107,20 @@ QUANT_OPS = (
 #: The quantizer ops.
 QUANTIZERS = ("q_quant", "k_quant", "v_quant", "p_quant")
 _DOTS = ("qk", "pv")
-_SCALARS = tuple(op for op in QUANT_OPS if op not in QUANTIZERS and op not in _DOTS)
+#: Ops that a plan may leave out (None): smoothing is a transform of the dataflow, not a rounding of it.
+_OPTIONAL = ("k_smooth",)
+_SCALARS = tuple(op for op in QUANT_OPS if op not in QUANTIZERS and op not in _DOTS and op not in _OPTIONAL)
 _FLAGS = ("exp2", "contract", "row_sum", "score_scaling", "pv_update")
 #: Exact accumulation: a float64 loop, exact for the integer codes (INT8 x INT8 -> INT32 tensor cores).
 EXACT = Sequential("float64", product_fmt="float64")
 _LOG2E = math.log2(math.e)  # rn32 of it equals rn32(1.44269504), the kernels' constant (H1)
 
 _KINDS = ("none", "int", "float")
-_GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-channel", "fixed", "unscaled")
+_GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-warp", "per-channel", "fixed", "unscaled")
 _INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up", "half_up_unfused")
 _ROW_SUMS = ("reference", "consistent")
 _SCORE_SCALINGS = ("scores", "folded")
-_PV_UPDATES = ("separate", "into_acc", "scaled")
+_PV_UPDATES = ("separate", "into_acc", "scaled", "two_level")
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
@@ -133,9 +139,11 @@ class Quant:
         kind: ``"none"`` (the value itself, scale 1), ``"int"`` (symmetric integer codes in [-qmax, qmax]) or
             ``"float"`` (codes of ``fmt``).
         granularity: one scale per ``"per-token"`` row, ``"per-tensor"`` (seq x head_dim of one lead index),
-            ``"per-block"`` (the kernel's tile: block_m rows of Q, block_n keys of K/V), ``"per-channel"``
-            (one head_dim column over the sequence; V only), ``"fixed"`` (int P: scale 1/qmax, no amax) or
-            ``"unscaled"`` (a plain cast into ``fmt``: scale 1).
+            ``"per-block"`` (the kernel's tile: block_m rows of Q, block_n keys of K/V), ``"per-warp"``
+            (``group`` consecutive tokens from the start of the sequence: the rows one warp of a q tile
+            holds), ``"per-channel"`` (one head_dim column over the sequence; V only), ``"fixed"`` (P only:
+            scale 1/qmax, no amax; int codes, or float codes ``fmt(arith(t * qmax))``) or ``"unscaled"``
+            (a plain cast into ``fmt``: scale 1).
         rounding: int: ``"nearest_even"`` (torch.round), ``"nearest_away"``, ``"toward_zero"`` or, for
             ``"fixed"`` only, ``"half_up"`` (``trunc(arith(x*qmax + 0.5))``, one rounding: the kernel's fp16
             fma), or ``"half_up_unfused"`` (``trunc(arith(arith(x*qmax) + 0.5))``, the reference code as
@@ -145,6 +153,7 @@ class Quant:
         arith: format and rounding of the quantizer's own arithmetic: ``amax/qmax``, ``x/scale``
             (fixed: ``x*qmax (+0.5)``).
         pre: a cast applied first (Q/K/V: fp32, the kernels' Q1; P: fp16, INT8 T12), or None.
+        group: tokens per scale of granularity ``"per-warp"`` (required there, None otherwise).
     """
 
     kind: str = "none"
@@ -154,10 +163,18 @@ class Quant:
     qmax: float | None = None
     arith: OpSpec | str = "float32"
     pre: OpSpec | str | None = None
+    group: int | None = None
 
     def __post_init__(self) -> None:
         kind = _choice("Quant.kind", self.kind, _KINDS)
         gran = _choice("Quant.granularity", self.granularity, _GRANULARITIES)
+        if gran == "per-warp" and kind != "none":
+            g = self.group
+            if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
+                raise ValueError(f"Quant.group must be a positive int for granularity 'per-warp', got {g!r}")
+            object.__setattr__(self, "group", int(g))
+        elif self.group is not None:
+            raise ValueError(f"Quant.group is for granularity 'per-warp' only, got granularity {gran!r}")
         object.__setattr__(self, "arith", _scalar_spec("Quant.arith", self.arith))
         if self.pre is not None:
             object.__setattr__(self, "pre", _scalar_spec("Quant.pre", self.pre))
@@ -185,8 +202,6 @@ class Quant:
             if m == RoundingMode.STOCHASTIC:
                 raise ValueError("stochastic rounding is not supported in attention plans")
             object.__setattr__(self, "rounding", m)
-            if gran == "fixed":
-                raise ValueError("granularity 'fixed' is for int quantizers of P")
             qmax = f.max if self.qmax is None else self.qmax
         if isinstance(qmax, bool) or not isinstance(qmax, (int, float)) or not (math.isfinite(qmax) and qmax > 0):
             raise ValueError(f"Quant.qmax must be a finite number > 0, got {qmax!r}")
@@ -205,12 +220,16 @@ class Quant:
         assert isinstance(self.arith, OpSpec)
         pre = f"{self.pre}->" if self.pre is not None else ""
         if self.kind == "int":
-            return f"{pre}int[{self.qmax:g}]/{self.granularity}/{self.rounding}/{self.arith}"
+            gran = f"per-warp[{self.group}]" if self.granularity == "per-warp" else self.granularity
+            return f"{pre}int[{self.qmax:g}]/{gran}/{self.rounding}/{self.arith}"
         assert isinstance(self.fmt, FloatFormat) and isinstance(self.rounding, RoundingMode)
         rn = "" if self.rounding == RoundingMode.NEAREST_EVEN else f"/{self.rounding.name.lower()}"
         if self.granularity == "unscaled":
             return f"{pre}{self.fmt.name}{rn}"
-        return f"{pre}{self.fmt.name}{rn}/{self.granularity}/{self.arith}"
+        gran = f"per-warp[{self.group}]" if self.granularity == "per-warp" else self.granularity
+        if gran == "fixed":
+            gran = f"fixed[{self.qmax:g}]"
+        return f"{pre}{self.fmt.name}{rn}/{gran}/{self.arith}"
 
 
 def _quant_spec(name: str, value: object) -> Quant:
@@ -235,6 +254,11 @@ class QuantPlan:
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`).
         qk, pv: accumulation models of the two dot products (on the codes).
         rotate: incoherent processing: the rotated Q and K (computed in float64) rounded into this op.
+        k_smooth: SageAttention's smoothing of K by its mean key, or None (no smoothing): per lead index and
+            channel, ``mu = k_smooth(mean(k))`` (the float64 mean over the sequence: numpy's sum / seq_k),
+            then ``k = k_smooth(k - mu)`` (the exact difference rounded once; after ``rotate``, before
+            ``k_quant``). Every score
+            of a query row shifts by the same ``q . mu``, which softmax removes.
         dequant: ``score_scaling="scores"``: the two multiplications of the integer score by the scales.
         scale: the softmax scale (H1), ``max * s_scale``, ``fma(s, s_scale, -m)``; folded: the scale products.
         exp, m_i, alpha, l_i, acc, normalize, out: as in :class:`~simfloat.attention.Plan`.
@@ -244,8 +268,9 @@ class QuantPlan:
         row_sum: ``"reference"`` (l from the fp32 P, INT-FlashAttention's code) or ``"consistent"`` (from the
             quantized P that multiplies V).
         score_scaling: ``"scores"`` (INT8 kernel) or ``"folded"`` (FP8 kernel).
-        pv_update: ``"separate"`` (INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash) or
-            ``"scaled"`` (FP8 per-block).
+        pv_update: ``"separate"`` (INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash),
+            ``"scaled"`` (FP8 per-block) or ``"two_level"`` (SageAttention2: each key tile's P.V from zero,
+            ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue).
     """
 
     name: str
@@ -256,6 +281,7 @@ class QuantPlan:
     qk: Model
     pv: Model
     rotate: OpSpec = OpSpec("float32")
+    k_smooth: OpSpec | None = None
     dequant: OpSpec = OpSpec("float32")
     scale: OpSpec = OpSpec("float32")
     exp: OpSpec = OpSpec("float32")
@@ -281,6 +307,9 @@ class QuantPlan:
             object.__setattr__(self, op, _dot_spec(op, getattr(self, op)))
         for op in _SCALARS:
             object.__setattr__(self, op, _scalar_spec(op, getattr(self, op)))
+        for op in _OPTIONAL:
+            if getattr(self, op) is not None:
+                object.__setattr__(self, op, _scalar_spec(op, getattr(self, op)))
         for flag in ("exp2", "contract"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"QuantPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
@@ -289,6 +318,11 @@ class QuantPlan:
         pvu = _choice("QuantPlan.pv_update", self.pv_update, _PV_UPDATES)
         q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
         for name, qu in (("q_quant", q), ("k_quant", k)):
+            if folded and qu.kind != "none" and qu.granularity == "per-warp":
+                raise ValueError(
+                    f"{name}: score_scaling 'folded' needs one scale per tile (per-tensor or "
+                    "per-block); per-warp scales need score_scaling 'scores'"
+                )
             if qu.granularity in ("per-channel", "fixed"):
                 raise ValueError(
                     f"{name}: granularity {qu.granularity!r} does not factor out of q . k; use "
@@ -299,22 +333,28 @@ class QuantPlan:
                     f"{name}: score_scaling 'folded' needs one scale per tile (per-tensor or "
                     "per-block); per-token scales need score_scaling 'scores'"
                 )
-        if v.granularity in ("per-token", "fixed") and v.kind != "none":
+        if v.granularity in ("per-token", "per-warp", "fixed") and v.kind != "none":
             raise ValueError(
                 f"v_quant: granularity {v.granularity!r} does not factor out of P . V; use "
                 "per-tensor, per-block, per-channel or unscaled"
             )
-        if pvu == "into_acc" and v.kind != "none" and v.granularity == "per-block":
+        if pvu in ("into_acc", "two_level") and v.kind != "none" and v.granularity == "per-block":
             raise ValueError(
-                "v_quant per-block needs pv_update 'separate' or 'scaled' (the scale changes "
+                f"v_quant per-block needs pv_update 'separate' or 'scaled', not {pvu!r} (the scale changes "
                 "per key tile, so it cannot be applied once at the end)"
             )
         if p.kind != "none" and p.granularity not in ("fixed", "unscaled"):
             raise ValueError(
-                "p_quant: P takes a fixed scale (int, granularity 'fixed') or a plain cast (float, 'unscaled')"
+                "p_quant: P takes a fixed scale (granularity 'fixed', int or float codes) or a plain cast "
+                "(float, 'unscaled')"
             )
-        if p.kind == "int" and pvu != "separate":
-            raise ValueError("an int p_quant (fixed scale 1/qmax) needs pv_update 'separate'")
+        if p.kind == "int" and pvu not in ("separate", "two_level"):
+            raise ValueError("an int p_quant (fixed scale 1/qmax) needs pv_update 'separate' or 'two_level'")
+        if p.kind == "float" and p.granularity == "fixed":
+            if pvu == "scaled":
+                raise ValueError("a fixed-scale float p_quant needs pv_update 'separate', 'into_acc' or 'two_level'")
+            if self.row_sum == "consistent":
+                raise ValueError("row_sum 'consistent' takes an int or unscaled p_quant, not a fixed-scale float one")
 
     def replace(self, **changes: object) -> QuantPlan:
         """A copy with some ops or flags changed (the name gets a ``*`` unless given).
@@ -335,6 +375,7 @@ class QuantPlan:
         changes: dict[str, object] = {op: Quant() for op in QUANTIZERS}
         changes.update({op: EXACT for op in _DOTS})
         changes.update({op: _F64 for op in _SCALARS})
+        changes.update({op: None if getattr(self, op) is None else _F64 for op in _OPTIONAL})
         return self.replace(name=f"{self.name}:exact", **changes)
 
     def isolate(self, op: str) -> QuantPlan:
@@ -348,6 +389,8 @@ class QuantPlan:
         if op not in QUANT_OPS:
             raise ValueError(f"unknown op {op!r}; ops: {', '.join(QUANT_OPS)}")
         value: object = Quant() if op in QUANTIZERS else (EXACT if op in _DOTS else _F64)
+        if op in _OPTIONAL and getattr(self, op) is None:
+            value = None  # an op the plan does not have stays out
         return self.replace(name=f"{self.name}:no-{op}", **{op: value})
 
     def arith_fp64(self) -> QuantPlan:
@@ -393,6 +436,8 @@ class QuantPlan:
         assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
         code = OpSpec(p.fmt, p.rounding) if p.kind == "float" else _F64  # type: ignore[arg-type]  # fmt set for floats
         p_kind = {"none": _qk.K_NONE, "int": _qk.K_INT, "float": _qk.K_FLOAT}[p.kind]
+        if p.kind == "float" and p.granularity == "fixed":
+            p_kind = _qk.K_FFLOAT
         rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0
         return _qk.QParams(
             acc_params(self.qk),
@@ -488,6 +533,26 @@ def _build() -> dict[str, QuantPlan]:
             score_scaling="folded",
             pv_update="into_acc",
         )
+    # SageAttention2 (INT8 QK^T, FP8 P.V): K smoothed by its mean key (fp32), Q INT8 per warp of 32 rows, K INT8
+    # per key tile, exact integer QK^T; V e4m3 per channel; P in [0, 1] scaled by 448 (e4m3's max) and cast to
+    # e4m3; P.V on the sm90 fp8 tensor-core model, fresh per key tile, added to the fp32 accumulator
+    e4m3 = "float8_e4m3fn"
+    sage = QuantPlan(
+        "sage2-int8-fp8",
+        Quant("int", "per-warp", pre=fp32, group=32),
+        Quant("int", "per-block", pre=fp32),
+        Quant("float", "per-channel", fmt=e4m3, pre=fp32),
+        Quant("float", "fixed", fmt=e4m3),
+        EXACT,
+        fp8_dot,
+        k_smooth=fp32,
+        pv_update="two_level",
+    )
+    out["sage2-int8-fp8"] = sage
+    out["sage2-int8-fp8-single"] = sage.replace(name="sage2-int8-fp8-single", pv_update="into_acc")
+    out["sage2-int8-fp8-qblock"] = sage.replace(
+        name="sage2-int8-fp8-qblock", q_quant=Quant("int", "per-block", pre=fp32)
+    )
     for name in list(out):
         out[f"{name}-fp64"] = out[name].arith_fp64().replace(name=f"{name}-fp64")
     out["fp64"] = out["int8-reference"].exact().replace(name="fp64")
@@ -521,6 +586,13 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
             results), as simfloat_gpu.interpreter.
         ``fp16-flash``, ``bf16-flash``: no scaling, Q/K/V/P cast to fp16/bf16, sm90 tensor-core dots: the
             ``triton-fp16``/``triton-bf16`` flash plans, bit for bit.
+        ``sage2-int8-fp8``: SageAttention2's INT8 QK^T / FP8 P.V: K smoothed by its mean key (``k_smooth``
+            fp32), Q INT8 per warp (32 consecutive rows), K INT8 per key tile (block_n), exact integer dots,
+            V e4m3 per channel, P cast to e4m3 with the fixed scale 1/448, P.V on the sm90 fp8 tensor-core
+            model fresh per key tile and added in fp32 (``pv_update="two_level"``; V's and P's scales in the
+            epilogue). ``sage2-int8-fp8-single``: P.V into the running accumulator (single-level, e8m13
+            across the whole sequence). ``sage2-int8-fp8-qblock``: Q per block_m tile (SageAttention1's
+            granularity).
         ``<any>-fp64``: the same quantizers with every other op exact (float64); ``fp64``: nothing quantized,
             everything float64.
 
@@ -566,12 +638,12 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
     Args:
         x: (..., seq, head_dim) float32/float64 array (P: any shape, with granularity 'fixed'/'unscaled').
         quant: the :class:`Quant`.
-        group: tokens per scale for granularity ``"per-block"``.
+        group: tokens per scale for granularity ``"per-block"`` (``"per-warp"`` takes ``quant.group``).
 
     Returns:
         (codes, scale): float64 codes of x's shape (integers for int kinds) and float64 scales broadcasting
         against them (per-token (..., seq, 1), per-tensor (..., 1, 1), per-channel (..., 1, head_dim),
-        per-block (..., seq, 1), fixed: ``1/qmax`` as a 0-d array, unscaled/none: 1), with
+        per-block and per-warp (..., seq, 1), fixed: ``1/qmax`` as a 0-d array, unscaled/none: 1), with
         ``x ~= codes * scale``.
 
     Raises:
@@ -595,8 +667,12 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
         return _round(x64, quant.fmt, quant.rounding), np.ones(())
     if gran == "fixed":
         codes = np.empty(x64.size)
-        rule = _INT_RULES.index(quant.rounding)
-        _qk.fixed_codes(x64.reshape(-1), codes, arith, quant.qmax, rule)
+        if quant.kind == "int":
+            _qk.fixed_codes(x64.reshape(-1), codes, arith, quant.qmax, _INT_RULES.index(quant.rounding))
+        else:
+            assert isinstance(quant.fmt, FloatFormat)
+            code_op = OpParams(quant.fmt.params, int(quant.rounding))
+            _qk.fixed_float_codes(x64.reshape(-1), codes, arith, code_op, quant.qmax)
         return codes.reshape(x64.shape), np.asarray(1.0 / quant.qmax)
     if x64.ndim < 2:
         raise ValueError(f"granularity {gran!r} needs x of shape (..., seq, head_dim), got {x64.shape}")
@@ -604,6 +680,8 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
         if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1:
             raise ValueError(f"granularity 'per-block' needs group, a positive int, got {group!r}")
         group = int(group)
+    if gran == "per-warp":
+        gran, group = "per-block", quant.group  # groups of consecutive tokens, as per-block
     amax = np.ascontiguousarray(_amax_groups(x64, gran, group))
     scale: np.ndarray = np.empty(amax.size)
     _qk.scales_from_amax(amax.reshape(-1), scale, quant.qmax, arith)
@@ -618,6 +696,51 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
         code_op = OpParams(quant.fmt.params, int(quant.rounding))
     _qk.quant_elems(x64.reshape(-1), full, codes, kind, arith, code_op, quant.qmax, rule)
     return codes.reshape(x64.shape), scale
+
+
+def mean_key(k: np.ndarray, op: OpSpec | str) -> np.ndarray:
+    """The mean key of SageAttention's K smoothing, as the plan's ``k_smooth`` op rounds it (what a kernel
+    that smooths K is given: SageAttention's ``km``).
+
+    Args:
+        k: (..., seq_k, head_dim) float32/float64 keys (seq_k >= 1).
+        op: the format and rounding of the mean.
+
+    Returns:
+        (..., 1, head_dim) float64 array: ``op(sum(k) / seq_k)``, the sum over the sequence per channel in
+        float64 (numpy's sum), then one float64 division.
+
+    Raises:
+        TypeError: k is not a float32/float64 array. ValueError: k has no keys or is not (..., seq, dim).
+    """
+    if not isinstance(k, np.ndarray) or k.dtype not in (np.float32, np.float64):
+        raise TypeError("k must be a float32 or float64 numpy array")
+    if k.ndim < 2 or k.shape[-2] < 1:
+        raise ValueError(f"k must be (..., seq_k >= 1, head_dim), got shape {k.shape}")
+    spec = _scalar_spec("k_smooth", op)
+    k64 = np.asarray(k, dtype=np.float64)
+    return _round(k64.sum(axis=-2, keepdims=True) / k64.shape[-2], spec.fmt, spec.mode)
+
+
+def smooth_keys(k: np.ndarray, op: OpSpec | str) -> tuple[np.ndarray, np.ndarray]:
+    """SageAttention's K smoothing as the plan's ``k_smooth`` op computes it.
+
+    Args:
+        k: (..., seq_k, head_dim) float32/float64 keys (seq_k >= 1).
+        op: the format and rounding of the mean key and of the difference.
+
+    Returns:
+        (smoothed, exact): ``op(k - mu)`` (the exact difference rounded once) with ``mu = mean_key(k, op)``,
+        and the unrounded ``k - mean(k)`` (float64) the trace compares it with; both of k's shape.
+
+    Raises:
+        TypeError: k is not a float32/float64 array. ValueError: k has no keys or is not (..., seq, dim).
+    """
+    mu = mean_key(k, op)
+    spec = _scalar_spec("k_smooth", op)
+    k64 = np.asarray(k, dtype=np.float64)
+    smoothed = np.asarray(_ops.sub(k64, np.broadcast_to(mu, k64.shape), spec.fmt, spec.mode), dtype=np.float64)
+    return smoothed, k64 - k64.sum(axis=-2, keepdims=True) / k64.shape[-2]
 
 
 def hadamard_rotation(d: int, seed: int = 0) -> np.ndarray:
@@ -727,6 +850,10 @@ def quant_flash(
         if tr is not None:
             _record_tokens(tr[0], _qk.ROTATE, qin - qr, qr, bm, "q")
             _record_tokens(tr[0], _qk.ROTATE, kin - kr, kr, bn, "k")
+    if pl.k_smooth is not None:
+        kin, k_exact = smooth_keys(kin, pl.k_smooth)
+        if tr is not None:
+            _record_tokens(tr[0], _qk.K_SMOOTH, kin - k_exact, k_exact, bn, "k")
     qc, qs = quantize(qin, pl.q_quant, group=bm)
     kc, ks = quantize(kin, pl.k_quant, group=bn)
     vc, vs = quantize(x.v, pl.v_quant, group=bn)

@@ -9,12 +9,13 @@
 For every config of a grid (below) it runs
 
 * the Triton kernel (``simfloat_gpu.kernels.flash_attention.flash_attention``; int8 configs
-``simfloat_gpu.kernels.int8_attention``) on the GPU
+``simfloat_gpu.kernels.int8_attention``; sage configs ``simfloat_gpu.kernels.sage_attention``, given the
+emulator's mean key ``simfloat.attention.mean_key``) on the GPU
   when ``torch.cuda.is_available()`` (backend ``gpu``), else on the CPU under :func:`simfloat_gpu.interpreter.faithful`
   (backend ``faithful``: Triton's interpreter with simfloat's numerics);
 * the emulator with the matching plan: ``simfloat.attention.flash(q, k, v, plan=plan("triton-<fmt>"),
   block_m, block_n, causal)`` with ``out`` fp32 or the input format (int8: ``simfloat.attention.int8_flash``
-  where it exists);
+  where it exists; sage: ``simfloat.attention.quant_flash`` with the ``sage2-int8-fp8`` plan);
 * a float64 reference (numpy), for the error of each against the exact softmax attention,
 
 and writes ``DIR/validation.csv`` (one row per config) and ``DIR/validation.md`` (table, environment and,
@@ -37,7 +38,8 @@ points, far too many for the interpreter. Three parts:
    for every block size), head_dim 16, the output alternating fp32 / input format;
 3. two **stress** configs (seq 256 with 16 x 16 tiles and head_dim 128; seq 1000, head_dim 64);
 
-plus int8 configs (INT-FlashAttention "int8" and "half-int8", both row sums, seq 64..1000). Queries are
+plus int8 configs (INT-FlashAttention "int8" and "half-int8", both row sums, seq 64..1000) and sage configs
+(SageAttention2-style INT8 QK^T / FP8 P.V, seq 97..1000; the ci grid: seq 40). Queries are
 standard normal x 1.5, keys and values standard normal (numpy ``default_rng(seed)``), rounded to the format
 (round to nearest even); seq_q = seq_k = seq, batch 1, 2 heads (1 at seq 1000), scale 1/sqrt(head_dim).
 
@@ -137,6 +139,8 @@ def _known_family(family: str) -> bool:
 
 
 INT8_VARIANTS = ("int8", "half-int8")
+#: Variants of the SageAttention-style kernel (simfloat_gpu.kernels.sage_attention), by emulator preset.
+SAGE_VARIANTS = ("sage2-int8-fp8",)
 #: queries are N(0, SPREAD^2): sharper softmax rows than N(0, 1), so that max / rescale paths are exercised
 SPREAD = 1.5
 #: bump when the grid or the input generation changes (recorded in fixtures)
@@ -186,7 +190,7 @@ FIELDS = (
 class Config:
     """One validation point. ``out`` is "fp32" or "low" (the input format; int8 kernels write fp16)."""
 
-    kind: str  # "flash" | "int8"
+    kind: str  # "flash" | "int8" | "sage"
     fmt: str  # input format: "bf16" | "fp16"
     seq: int
     head_dim: int
@@ -194,24 +198,26 @@ class Config:
     block_n: int
     causal: bool
     out: str
-    variant: str = ""  # int8: "int8" | "half-int8"
+    variant: str = ""  # int8: "int8" | "half-int8"; sage: a SAGE_VARIANTS preset
     row_sum: str = ""  # int8: "reference" | "consistent"
     heads: int = 2
     batch: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in ("flash", "int8"):
-            raise ValueError(f"Config.kind must be 'flash' or 'int8', got {self.kind!r}")
+        if self.kind not in ("flash", "int8", "sage"):
+            raise ValueError(f"Config.kind must be 'flash', 'int8' or 'sage', got {self.kind!r}")
         if self.fmt not in FORMATS:
             raise ValueError(f"Config.fmt must be one of {FORMATS}, got {self.fmt!r}")
         if self.out not in OUTS:
             raise ValueError(f"Config.out must be one of {OUTS}, got {self.out!r}")
         if self.kind == "int8" and (self.variant not in INT8_VARIANTS or self.out != "low"):
             raise ValueError("int8 configs need variant 'int8' or 'half-int8' and out 'low' (fp16)")
+        if self.kind == "sage" and (self.variant not in SAGE_VARIANTS or self.out != "low"):
+            raise ValueError(f"sage configs need variant one of {SAGE_VARIANTS} and out 'low' (fp16)")
 
     @property
     def id(self) -> str:
-        kind = self.kind if self.kind == "flash" else f"{self.variant}-{self.row_sum[:3]}"
+        kind = {"flash": "flash", "sage": self.variant}.get(self.kind, f"{self.variant}-{self.row_sum[:3]}")
         return (
             f"{kind}-{self.fmt}-s{self.seq}-d{self.head_dim}-m{self.block_m}n{self.block_n}-"
             f"{'causal' if self.causal else 'full'}-{self.out}-h{self.heads}"
@@ -324,6 +330,20 @@ def _int8_configs(small: bool) -> list[Config]:
     ]
 
 
+def _sage_configs(small: bool) -> list[Config]:
+    rows = [  # seq, d, bm, bn, causal
+        (97, 64, 32, 32, True),
+        (256, 128, 64, 64, False),
+        (1000, 64, 128, 64, True),
+    ]
+    if small:
+        rows = [(40, 32, 32, 32, True)]
+    return [
+        Config("sage", "fp16", s, d, bm, bn, c, "low", variant=SAGE_VARIANTS[0], heads=_heads(s))
+        for s, d, bm, bn, c in rows
+    ]
+
+
 def _dedupe(configs: Iterable[Config]) -> list[Config]:
     seen: set[str] = set()
     out = []
@@ -348,10 +368,10 @@ def grid(name: str = "full", *, int8: bool = True) -> list[Config]:
             for c in CAUSAL
         ]
         stress = [_flash("fp16", 16, 16, 256, 128, True, "fp32"), _flash("bf16", 64, 32, 1000, 64, True, "low")]
-        configs = pairs + factorial + stress + (_int8_configs(False) if int8 else [])
+        configs = pairs + factorial + stress + (_int8_configs(False) + _sage_configs(False) if int8 else [])
     elif name == "ci":
         configs = _all_values(dims, _flash) + [_flash("fp16", 32, 16, 97, 64, True, "fp32")]
-        configs += _int8_configs(True) if int8 else []
+        configs += _int8_configs(True) + _sage_configs(True) if int8 else []
     elif name == "smoke":
         configs = [_flash("bf16", 16, 16, 40, 16, True, "fp32"), _flash("fp16", 32, 16, 33, 16, False, "low")]
         configs += (
@@ -507,6 +527,22 @@ def run_kernel(
                     res["out"], res["m"], res["l"] = host(o), host(m), host(l)
                 if which == "fp32":
                     res["out32"] = host(o)
+        elif cfg.kind == "sage":
+            from simfloat.attention import mean_key, quant_plan
+            from simfloat_gpu.kernels.sage_attention import sage_attention
+
+            km = mean_key(host(tk), quant_plan(cfg.variant).k_smooth or "float32")  # the emulator's mean key
+            o, m, l = sage_attention(  # noqa: E741
+                tq,
+                tk,
+                tv,
+                km=torch.from_numpy(km.astype(np.float32)).to(device),
+                block_m=cfg.block_m,
+                block_n=cfg.block_n,
+                causal=cfg.causal,
+                return_stats=True,
+            )
+            res["out"], res["m"], res["l"] = host(o), host(m), host(l)
         else:
             from simfloat_gpu.kernels.int8_attention import int8_attention
 
@@ -554,6 +590,8 @@ def emulator_plan(cfg: Config, family: str = "triton") -> str:
         if not _known_family(family):
             raise ValueError(f"unknown plan family {family!r}; families: {', '.join(PLAN_FAMILIES + tuple(_PROFILES))}")
         return f"triton-{cfg.fmt}@{family}" if family in _PROFILES else f"{family}-{cfg.fmt}"
+    if cfg.kind == "sage":
+        return cfg.variant
     return {
         ("int8", "reference"): "int8-reference",
         ("int8", "consistent"): "int8-consistent",
@@ -588,6 +626,13 @@ def run_emulator(
             block_n=cfg.block_n,
             causal=cfg.causal,
             return_stats=True,
+        )
+        return {"out": o, "m": m, "l": l}
+    if cfg.kind == "sage":
+        import simfloat.attention as A
+
+        o, m, l = A.quant_flash(  # noqa: E741
+            q, k, v, plan=cfg.variant, block_m=cfg.block_m, block_n=cfg.block_n, causal=cfg.causal, return_stats=True
         )
         return {"out": o, "m": m, "l": l}
     fn = _int8_emulator()
@@ -1163,7 +1208,9 @@ def environment(backend: str) -> dict[str, Any]:
         "grid_version": GRID_VERSION,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    env["kernel_sha256"] = {p: _sha256(KERNELS_DIR / p) for p in ("flash_attention.py", "int8_attention.py")}
+    env["kernel_sha256"] = {
+        p: _sha256(KERNELS_DIR / p) for p in ("flash_attention.py", "int8_attention.py", "sage_attention.py")
+    }
     for mod in ("torch", "triton", "numba"):
         try:
             env[mod] = __import__(mod).__version__
@@ -1432,7 +1479,7 @@ _AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m",
 
 def _family_of(row: dict[str, Any]) -> str:
     if row["kind"] != "flash":
-        return "int8"
+        return str(row["kind"])
     name = str(row["plan"])
     return name.partition("@")[2] if "@" in name else name.rsplit("-", 1)[0]
 
