@@ -117,8 +117,9 @@ class BlockFMA:
         align: the exponent each product is aligned by. ``"product"``: the exponent of the exact product.
             ``"exponent_sum"``: the sum of the operands' exponents, as the multiplier sees them before
             normalizing the product (whose significand lies in [1, 4)): a product with significand >= 2 then
-            keeps one bit more. Measured on the H200 (tests/fixtures/gpu/h200/probes): every bf16, fp16, tf32,
-            e4m3 and e5m2 tensor-core probe matches ``"exponent_sum"`` bit for bit, ``"product"`` 98.5-99.8%.
+            keeps one bit more. The H200's tensor cores align by ``"exponent_sum"`` (the recorded probes of
+            tests/fixtures/gpu/h200/probes; README "GPU validation (H200)" gives how closely each model
+            matches them and the command that measures it).
         operand_emin: with ``"exponent_sum"``, the exponent a subnormal operand counts with (the operand
             format's emin: the hardware reads the biased exponent field). ``None``: no clamp.
         operand_emin_b: the same for the B operand where its format differs (``kind::f8f6f4`` mixes element

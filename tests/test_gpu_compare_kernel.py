@@ -98,8 +98,8 @@ def test_a_kernel_using_tl_exp_matches_the_tl_exp_plan_bit_for_bit(with_tl_exp):
     rows = with_tl_exp.rows
     assert len(rows) == len(CONFIGS)
     for r in rows:
-        assert r["status"] == "ok", r["status"]
-        assert (r["bitwise_agreement"], r["m_agreement"], r["l_agreement"]) == (1.0, 1.0, 1.0), r["id"]
+        assert r.status == "ok", r.status
+        assert (r.bitwise_agreement, r.m_agreement, r.l_agreement) == (1.0, 1.0, 1.0), r.id
     s = with_tl_exp.summary()
     assert s["compared"] == len(CONFIGS) and s["out_min"] == s["m_min"] == s["l_min"] == 1.0
     assert "3 of 3 configs compared against plan exp-flash-bf16" in with_tl_exp.table()
@@ -108,7 +108,7 @@ def test_a_kernel_using_tl_exp_matches_the_tl_exp_plan_bit_for_bit(with_tl_exp):
 def test_without_the_tl_exp_option_no_plan_reproduces_the_row_sums():
     plain = TL_EXP.replace(exp_impl="correctly_rounded")
     res = compare_kernel(exp_flash, plain, CONFIGS, backend="faithful", log=lambda m: None)
-    assert all(r["status"] == "ok" for r in res.rows)
+    assert all(r.status == "ok" for r in res.rows)
     s = res.summary()
     assert s["m_min"] == 1.0  # the running max does not go through exp
     assert s["l_mean"] < 0.9, s  # the row sums do: e**x rounded once is not exp2(rn32(x * log2e))

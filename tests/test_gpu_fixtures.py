@@ -54,7 +54,7 @@ def _table(rows):
     cols = ("id", "status", "bitwise_agreement", "out32_agreement", "m_agreement", "l_agreement", "max_ulp")
     lines = [" | ".join(cols)]
     for r in rows:
-        lines.append(" | ".join(str(r[c]) for c in cols))
+        lines.append(" | ".join(r.table_cell(c) for c in cols))
     return "\n".join(lines)
 
 
@@ -86,27 +86,28 @@ def test_fixtures_match_the_kernel_sources(compared):
 
 def test_inputs_regenerate(compared):
     _, _, rows = compared
-    bad = [r["id"] for r in rows if "regenerated inputs differ" in str(r["status"])]
+    bad = [r.id for r in rows if "regenerated inputs differ" in r.status]
     assert not bad, f"inputs no longer regenerate from the seeds for {bad}"
 
 
 def test_emulator_hardware_model_agreement(compared):
     _, _, rows = compared
-    done = [r for r in rows if r["status"] == "ok"]
-    errors = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
+    done = [r for r in rows if r.status == "ok"]
+    errors = [(r.id, r.status) for r in rows if r.status.startswith("error")]
     assert not errors, errors
     assert done, "no fixture config was compared"
     for r in done:
-        if r["kind"] == "int8":
-            assert r["m_agreement"] == 1.0, (r["id"], "int8 m_i must be exact", r["m_agreement"])
+        if r.kind == "int8":
+            assert r.m_agreement == 1.0, (r.id, "int8 m_i must be exact", r.m_agreement)
         else:
-            assert r["m_agreement"] >= M_MIN, (r["id"], "m_i", r["m_agreement"])
+            assert r.m_agreement is not None and r.m_agreement >= M_MIN, (r.id, "m_i", r.m_agreement)
         # int8 low outputs: 0.46-0.9998 on the H200 fixtures (the int8 emulator's exp2 / row sums are the
         # correctly rounded, sequential ones; see README "GPU validation (H200)"): reported, not asserted
-        if r["out"] == "low" and r["kind"] == "flash":
-            assert r["bitwise_agreement"] >= LOW_MIN, (r["id"], "low-precision output", r["bitwise_agreement"])
+        if r.out == "low" and r.kind == "flash":
+            agree = r.bitwise_agreement
+            assert agree is not None and agree >= LOW_MIN, (r.id, "low-precision output", agree)
     mean = {
-        k: float(np.mean([r[k] for r in done if r[k] != ""]))
+        k: float(np.mean([v for r in done if (v := getattr(r, k)) is not None]))
         for k in ("m_agreement", "l_agreement", "bitwise_agreement")
     }
     print(f"mean agreement over {len(done)} configs: {mean}")
@@ -115,17 +116,17 @@ def test_emulator_hardware_model_agreement(compared):
 def test_emulator_stays_close_to_the_gpu(compared):
     _, _, rows = compared
     for r in rows:
-        if r["status"] == "ok" and r["out32_rel_diff"] != "":
-            assert float(r["out32_rel_diff"]) <= OUT_REL_MAX, (r["id"], r["out32_rel_diff"])
+        if r.status == "ok" and r.out32_rel_diff is not None:
+            assert r.out32_rel_diff <= OUT_REL_MAX, (r.id, r.table_cell("out32_rel_diff"))
 
 
 @pytest.fixture(scope="module", params=DIRS, ids=[d.name for d in DIRS])
 def plans_compared(request):
     _, rows = V.compare_fixtures(request.param, families=("triton", "h200"), max_cost=MAX_COST, log=lambda m: None)
     print("\n" + V.agreement_table(rows))  # what `simfloat-gpu validate --fixtures DIR --plans triton,h200` prints
-    errors = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
+    errors = [(r.id, r.status) for r in rows if r.status.startswith("error")]
     assert not errors, errors
-    return V.pivot([r for r in rows if r["status"] == "ok"])
+    return V.pivot([r for r in rows if r.status == "ok"])
 
 
 def test_cli_reproduces_the_h200_plans_table(tmp_path, capsys):

@@ -129,19 +129,19 @@ def test_ci_grid_is_bitwise_identical_under_the_faithful_interpreter(ci_results)
     configs, results = ci_results
     rows = [r for r, _ in results]
     for row in rows:
-        assert row["status"] in ("ok",) or row["status"].startswith("kernel only"), (row["id"], row["status"])
-        if row["status"] != "ok":
+        assert row.status == "ok" or row.status.startswith("kernel only"), (row.id, row.status)
+        if row.status != "ok":
             continue
         for key in ("bitwise_agreement", "m_agreement", "l_agreement"):
-            assert row[key] == 1.0, (row["id"], key, row[key])
-        assert row["max_ulp"] == 0
-        if row["out"] == "fp32" and row["kind"] == "flash":
-            assert row["out32_agreement"] == 1.0
+            assert getattr(row, key) == 1.0, (row.id, key, getattr(row, key))
+        assert row.max_ulp == 0
+        if row.out == "fp32" and row.kind == "flash":
+            assert row.out32_agreement == 1.0
         # the same numbers, so the same error against float64
-        assert row["kernel_err_max"] == row["emulator_err_max"]
-    flash_ok = [r for r in rows if r["kind"] == "flash" and r["status"] == "ok"]
+        assert row.kernel_err_max == row.emulator_err_max
+    flash_ok = [r for r in rows if r.kind == "flash" and r.status == "ok"]
     assert len(flash_ok) == sum(c.kind == "flash" for c in configs)
-    assert {r["out"] for r in flash_ok} == {"fp32", "low"}
+    assert {r.out for r in flash_ok} == {"fp32", "low"}
 
 
 @triton_mark
@@ -156,7 +156,9 @@ def test_report_files(ci_results, tmp_path):
     with open(tmp_path / "validation.csv") as f:
         table = list(csv.DictReader(f))
     assert len(table) == len(configs)
-    assert set(V.FIELDS) <= set(table[0])
+    assert tuple(table[0]) == V.FIELDS
+    assert table == [r.to_csv_row() for r in rows]  # one line per record, in its CSV form
+    assert [V.ValidationRecord.from_csv_row(t).to_csv_row() for t in table] == table  # and read back as written
     md = (tmp_path / "validation.md").read_text()
     assert "faithful_config()" in md and '"reduce_order": "sequential"' in md
     assert md.count("\n| ") >= len(configs) + 1

@@ -706,11 +706,10 @@ def compare_plans(
     from simfloat_gpu.campaign import validate as V
 
     env, rows = V.compare_fixtures(fix_dir, max_cost=max_cost, families=prefixes, ids=ids, log=log)
-    bad = [(r["id"], r["status"]) for r in rows if str(r["status"]).startswith("error")]
+    bad = [(r.id, r.status) for r in rows if r.status.startswith("error")]
     if bad:
         raise AssertionError(f"fixture comparisons failed: {bad[:4]}")
-    rows = [r for r in rows if r["status"] == "ok"]
-    return env, V.pivot(rows)
+    return env, V.pivot([r for r in rows if r.status == "ok"])
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def _run_pool(
                     log(f"{r[0]} {r[1]}: ok ({r[3]:.1f} s)")
                 else:
                     row = r[2][0]
-                    log(f"validate {r[1]}: {row['status']} ({r[3]:.1f} s, err {row['kernel_err_max']})")
+                    log(f"validate {r[1]}: {row.status} ({r[3]:.1f} s, err {row.table_cell('kernel_err_max')})")
         for f in pending:
             kind, key, _ = futs[f]
             results.append((kind, key, None, 0.0, "skipped: time budget"))
@@ -720,14 +720,18 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
             if r is not None and not r[4]:
                 res.append(r[2])
             else:
-                row = validate._empty_row(c, "gpu")
-                row["status"] = r[4] if r is not None else "skipped"
-                res.append((row, None))
+                status = r[4] if r is not None else "skipped"
+                res.append((validate._record(c, "gpu", status=status), None))
         fix = work / "fixtures" / slug
         env_f = dict(env, recorded_by="simfloat_gpu.campaign.gpu_run", smoke=smoke)
         n = validate.write_fixtures(fix, res, configs, env_f)
         size = _tar(out / "fixtures.tar", fix, slug, "w")
-        summary["parts"]["fixtures"] = {"configs": n, "of": len(configs), "bytes": size, "rows": [r[0] for r in res]}
+        summary["parts"]["fixtures"] = {
+            "configs": n,
+            "of": len(configs),
+            "bytes": size,
+            "rows": [r[0].to_json() for r in res],
+        }
         log(f"fixtures.tar: {n}/{len(configs)} configs, {size / 2**20:.2f} MiB (extract into tests/fixtures/gpu/)")
 
     if "validate" not in skip:

@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 
 from simfloat.cli import positive_int
+from simfloat_gpu.campaign.records import ValidationRecord
 
 #: where the kernel sources are (their hashes go into every fixture record)
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
@@ -104,6 +105,9 @@ __all__ = [
     "writable_dir",
     "main",
     "FIELDS",
+    "ValidationRecord",
+    "compare_to_emulator",
+    "compare_outputs",
 ]
 
 FORMATS = ("bf16", "fp16")
@@ -146,39 +150,8 @@ SPREAD = 1.5
 #: bump when the grid or the input generation changes (recorded in fixtures)
 GRID_VERSION = 1
 
-FIELDS = (
-    "id",
-    "kind",
-    "fmt",
-    "variant",
-    "row_sum",
-    "seq",
-    "head_dim",
-    "heads",
-    "block_m",
-    "block_n",
-    "causal",
-    "out",
-    "seed",
-    "backend",
-    "plan",
-    "status",
-    "bitwise_agreement",
-    "max_ulp",
-    "out32_agreement",
-    "out32_max_ulp",
-    "out32_rel_diff",
-    "m_agreement",
-    "m_max_ulp",
-    "l_agreement",
-    "l_max_ulp",
-    "kernel_err_max",
-    "kernel_err_rms",
-    "emulator_err_max",
-    "emulator_err_rms",
-    "kernel_s",
-    "emulator_s",
-)
+#: the columns of validation.csv: the fields of :class:`ValidationRecord`
+FIELDS = ValidationRecord.csv_fields()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -601,21 +574,31 @@ def emulator_plan(cfg: Config, family: str = "triton") -> str:
 
 
 def run_emulator(
-    cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: str | None = None, family: str = "triton"
+    cfg: Config,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    out: str | None = None,
+    family: str = "triton",
+    *,
+    plan: Any = None,
 ) -> dict[str, np.ndarray]:
     """The emulator with the config's plan (:func:`emulator_plan`): ``out``, ``m``, ``l`` as float64 arrays.
     ``out`` overrides the config's output ("fp32" or "low"). flash: ``simfloat.attention.flash`` with
-    ``plan("<family>-<fmt>")``; int8 (``family`` unused): ``simfloat.attention.int8_flash`` with the int8
-    preset (EmulatorUnavailable where it does not exist)."""
+    ``plan("<family>-<fmt>")`` (its output in float32 for ``out`` "fp32"), or with ``plan`` (a
+    :class:`simfloat.attention.Plan`, used as it is) when given; int8 (``family`` and ``plan`` unused):
+    ``simfloat.attention.int8_flash`` with the int8 preset (EmulatorUnavailable where it does not exist)."""
     out = cfg.out if out is None else out
     if cfg.kind == "flash":
         import simfloat.attention as A
 
-        if family in _PROFILES:
+        if plan is not None:
+            pl = plan
+        elif family in _PROFILES:
             pl = A.plan(f"triton-{cfg.fmt}", hardware=_PROFILES[family])
         else:
             pl = A.plan(emulator_plan(cfg, family))
-        if out == "fp32":
+        if out == "fp32" and plan is None:
             pl = pl.replace(out="float32")
         o, m, l = A.flash(  # noqa: E741
             q,
@@ -729,46 +712,110 @@ def out_format(cfg: Config, which: str | None = None) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _empty_row(cfg: Config, backend: str, family: str = "triton") -> dict[str, Any]:
-    row: dict[str, Any] = {f: "" for f in FIELDS}
+def _record(cfg: Config, backend: str, family: str = "triton", **fields: Any) -> ValidationRecord:
+    """The record of ``cfg`` before any comparison: the config, the backend, the emulator plan of ``family``."""
     d = cfg.as_dict()
-    row.update({k: d[k] for k in FIELDS if k in d})
-    row["backend"] = backend
-    row["plan"] = emulator_plan(cfg, family)
-    return row
+    names = ValidationRecord.csv_fields()
+    base = {k: d[k] for k in names if k in d}
+    base.update(backend=backend, plan=emulator_plan(cfg, family))
+    base.update(fields)
+    return ValidationRecord(**base)
 
 
-def compare_into(row: dict[str, Any], cfg: Config, kernel: dict[str, np.ndarray], emu: dict[str, np.ndarray]) -> None:
-    """Fill the agreement columns of ``row`` from kernel and emulator outputs (either may lack out32)."""
+def _error_status(exc: BaseException) -> str:
+    return f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
+
+
+def compare_outputs(cfg: Config, kernel: dict[str, np.ndarray], emu: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The agreement fields of a :class:`ValidationRecord` from kernel and emulator outputs: ``out`` in the
+    config's output format, then ``out32`` (with its relative difference), ``m`` and ``l`` in fp32 where both
+    sides have them."""
+    res: dict[str, Any] = {}
     agree, ulp = agreement(kernel["out"], emu["out"], out_format(cfg))
-    row["bitwise_agreement"], row["max_ulp"] = round(agree, 6), ulp
+    res["bitwise_agreement"], res["max_ulp"] = round(agree, 6), ulp
     if "out32" in kernel and "out32" in emu:
         a32, u32 = agreement(kernel["out32"], emu["out32"], "fp32")
-        row["out32_agreement"], row["out32_max_ulp"] = round(a32, 6), u32
+        res["out32_agreement"], res["out32_max_ulp"] = round(a32, 6), u32
         k32 = np.asarray(kernel["out32"], dtype=np.float64)
         scale = float(np.max(np.abs(k32))) if k32.size else 0.0
         diff = float(np.max(np.abs(k32 - emu["out32"]))) if k32.size else 0.0
-        row["out32_rel_diff"] = f"{diff / scale if scale > 0 else diff:.3e}"
+        res["out32_rel_diff"] = diff / scale if scale > 0 else diff
     for key in ("m", "l"):
         if key in kernel and key in emu:
             a, u = agreement(kernel[key], emu[key], "fp32")
-            row[f"{key}_agreement"], row[f"{key}_max_ulp"] = round(a, 6), u
+            res[f"{key}_agreement"], res[f"{key}_max_ulp"] = round(a, 6), u
+    return res
+
+
+def compare_to_emulator(
+    rec: ValidationRecord,
+    cfg: Config,
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ref: np.ndarray,
+    kernel: dict[str, np.ndarray],
+    *,
+    family: str = "triton",
+    plan: Any = None,
+    fp32_too: bool = False,
+) -> ValidationRecord:
+    """The one comparison of the campaign: a kernel's outputs (a live run, a recorded fixture or a user's
+    kernel) against the emulator under a plan family's ``<family>-<fmt>`` preset, or ``plan`` when given
+    (int8 configs: the int8 preset).
+
+    Args:
+        rec: the config's record so far (:func:`_record`; the kernel's columns filled by the caller).
+        cfg: the config.
+        inputs: q, k, v, each (batch, heads, seq, head_dim), values of ``cfg.fmt``.
+        ref: the float64 attention of the inputs (:func:`reference64`), (batch, heads, seq, head_dim).
+        kernel: the kernel's ``out`` (the config's output format), ``m``, ``l`` and, where it has one, the
+            fp32 output ``out32``.
+        family: the plan family (:data:`PLAN_FAMILIES` or a registered hardware profile's name).
+        plan: a :class:`simfloat.attention.Plan` to use instead of the family's preset.
+        fp32_too: also run the emulator with a float32 output (flash configs of a low-precision output), so
+            that a kernel's ``out32`` is compared too.
+
+    Returns:
+        ``rec`` with the emulator's seconds and error, every agreement column and status ``ok``.
+
+    Raises:
+        EmulatorUnavailable: the emulator has no model for the config.
+    """
+    if plan is not None and fp32_too:
+        raise ValueError("compare_to_emulator: fp32_too needs a plan family (a given plan is used as it is)")
+    q, k, v = inputs
+    t0 = time.perf_counter()
+    emu = run_emulator(cfg, q, k, v, family=family, plan=plan)
+    if cfg.kind == "flash" and cfg.out == "fp32":
+        emu["out32"] = emu["out"]
+    elif cfg.kind == "flash" and fp32_too:
+        emu["out32"] = run_emulator(cfg, q, k, v, out="fp32", family=family, plan=plan)["out"]
+    emulator_s = round(time.perf_counter() - t0, 3)
+    err_max, err_rms = error_stats(emu["out"], ref)
+    return dataclasses.replace(
+        rec,
+        status="ok",
+        emulator_s=emulator_s,
+        emulator_err_max=err_max,
+        emulator_err_rms=err_rms,
+        **compare_outputs(cfg, kernel, emu),
+    )
 
 
 def validate_config(
     cfg: Config, backend: str, *, emulate: bool = True, record: bool = False
-) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
-    """Run one config: kernel, emulator (unless ``emulate`` is False), float64 reference. Returns the CSV row
+) -> tuple[ValidationRecord, dict[str, np.ndarray] | None]:
+    """Run one config: kernel, emulator (unless ``emulate`` is False), float64 reference. Returns the record
     and, with ``record``, the kernel's arrays for a fixture (out, out32, m, l as float32)."""
-    row = _empty_row(cfg, backend)
+    rec = _record(cfg, backend)
     arrays = None
     try:
         q, k, v = make_inputs(cfg)
         t0 = time.perf_counter()
         kern = run_kernel(cfg, q, k, v, backend=backend, fp32_too=record)
-        row["kernel_s"] = round(time.perf_counter() - t0, 3)
+        kernel_s = round(time.perf_counter() - t0, 3)
         ref = reference64(q, k, v, cfg.causal)
-        row["kernel_err_max"], row["kernel_err_rms"] = (f"{e:.3e}" for e in error_stats(kern["out"], ref))
+        err_max, err_rms = error_stats(kern["out"], ref)
+        rec = dataclasses.replace(rec, kernel_s=kernel_s, kernel_err_max=err_max, kernel_err_rms=err_rms)
         if record:
             arrays = {
                 key: np.asarray(val, dtype=np.float32)
@@ -776,22 +823,15 @@ def validate_config(
                 if not (key == "out32" and cfg.out == "fp32")
             }  # the same launch: stored once
             arrays["crc"] = np.array([input_crc(q, k, v)], dtype=np.uint32)
-        status = "ok"
+        rec = dataclasses.replace(rec, status="ok")
         if emulate:
             try:
-                t0 = time.perf_counter()
-                emu = run_emulator(cfg, q, k, v)
-                if cfg.out == "fp32" and cfg.kind == "flash":
-                    emu["out32"] = emu["out"]
-                row["emulator_s"] = round(time.perf_counter() - t0, 3)
-                row["emulator_err_max"], row["emulator_err_rms"] = (f"{e:.3e}" for e in error_stats(emu["out"], ref))
-                compare_into(row, cfg, kern, emu)
+                rec = compare_to_emulator(rec, cfg, (q, k, v), ref, kern)
             except EmulatorUnavailable as exc:
-                status = f"kernel only: {exc}"
-        row["status"] = status
+                rec = dataclasses.replace(rec, status=f"kernel only: {exc}")
     except Exception as exc:  # one failing config must not lose the others
-        row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
-    return row, arrays
+        rec = dataclasses.replace(rec, status=_error_status(exc))
+    return rec, arrays
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -817,7 +857,7 @@ def _worker_init(backend: str, numba_threads: int) -> None:
 
 def _worker_run(
     cfg_dict: dict[str, Any], emulate: bool, record: bool
-) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+) -> tuple[ValidationRecord, dict[str, np.ndarray] | None]:
     return validate_config(Config.from_dict(cfg_dict), _WORKER["backend"], emulate=emulate, record=record)
 
 
@@ -844,7 +884,7 @@ def run_grid(
     record: bool = False,
     deadline: float | None = None,
     log: Callable[[str], None] = print,
-) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
+) -> list[tuple[ValidationRecord, dict[str, np.ndarray] | None]]:
     """Run every config (``jobs`` worker processes; 1: in this process, on a thread of its own so that Ctrl-C
     is seen at once). Configs not started before ``deadline`` (a time.monotonic() value) are reported as
     skipped. Results come back in config order.
@@ -852,7 +892,7 @@ def run_grid(
     Raises:
         Interrupted: Ctrl-C (the worker processes are terminated; the finished configs are in its results).
     """
-    results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]] = {}
+    results: dict[int, tuple[ValidationRecord, dict[str, np.ndarray] | None]] = {}
     try:
         _run_grid(configs, backend, results, jobs=jobs, emulate=emulate, record=record, deadline=deadline, log=log)
     except KeyboardInterrupt:
@@ -863,24 +903,22 @@ def run_grid(
 def _in_order(
     configs: Sequence[Config],
     backend: str,
-    results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    results: dict[int, tuple[ValidationRecord, dict[str, np.ndarray] | None]],
     missing: str,
-) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
+) -> list[tuple[ValidationRecord, dict[str, np.ndarray] | None]]:
     out = []
     for i, cfg in enumerate(configs):
         if i in results:
             out.append(results[i])
         else:
-            row = _empty_row(cfg, backend)
-            row["status"] = missing
-            out.append((row, None))
+            out.append((_record(cfg, backend, status=missing), None))
     return out
 
 
 def _run_grid(
     configs: Sequence[Config],
     backend: str,
-    results: dict[int, tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    results: dict[int, tuple[ValidationRecord, dict[str, np.ndarray] | None]],
     *,
     jobs: int,
     emulate: bool,
@@ -892,14 +930,17 @@ def _run_grid(
 
     n = len(configs)
 
-    def done(i: int, res: tuple[dict[str, Any], dict[str, np.ndarray] | None]) -> None:
+    def done(i: int, res: tuple[ValidationRecord, dict[str, np.ndarray] | None]) -> None:
         results[i] = res
-        row = res[0]
-        agree = row["bitwise_agreement"]
+        rec = res[0]
         log(
-            f"[{len(results)}/{n}] {row['id']}: {row['status']}"
-            + (f", out {agree}, m {row['m_agreement']}, l {row['l_agreement']}" if agree != "" else "")
-            + f" ({row['kernel_s']} s + {row['emulator_s'] or 0} s)"
+            f"[{len(results)}/{n}] {rec.id}: {rec.status}"
+            + (
+                f", out {rec.bitwise_agreement}, m {_cell(rec.m_agreement)}, l {_cell(rec.l_agreement)}"
+                if rec.compared
+                else ""
+            )
+            + f" ({_cell(rec.kernel_s)} s + {rec.emulator_s or 0} s)"
         )
 
     def over() -> bool:
@@ -931,9 +972,8 @@ def _run_grid(
                     try:
                         done(i, f.result())
                     except Exception as exc:  # a worker died
-                        row = _empty_row(configs[i], backend)
-                        row["status"] = f"error: worker: {type(exc).__name__}: {str(exc)[:200]}"
-                        done(i, (row, None))
+                        status = f"error: worker: {type(exc).__name__}: {str(exc)[:200]}"
+                        done(i, (_record(configs[i], backend, status=status), None))
                 if over() and pending:
                     log(f"time budget reached: {len(pending)} config(s) not finished")
                     break
@@ -981,18 +1021,18 @@ KERNEL_COLUMNS = (
 
 @dataclasses.dataclass
 class KernelComparison:
-    """What :func:`compare_kernel` found: one row per config (the fields of :data:`FIELDS`)."""
+    """What :func:`compare_kernel` found: one record per config."""
 
     plan: str
     backend: str
-    rows: list[dict[str, Any]]
+    rows: list[ValidationRecord]
 
     def summary(self) -> dict[str, Any]:
         """Configs compared, and the min and mean bitwise agreement of the output, m_i and l_i over them."""
-        done = [r for r in self.rows if r["status"] == "ok"]
+        done = [r for r in self.rows if r.status == "ok"]
         out: dict[str, Any] = {"configs": len(self.rows), "compared": len(done)}
         for name, field in (("out", "bitwise_agreement"), ("m", "m_agreement"), ("l", "l_agreement")):
-            vals = [float(r[field]) for r in done if r[field] != ""]
+            vals = [v for r in done if (v := getattr(r, field)) is not None]
             out[f"{name}_min"] = min(vals) if vals else None
             out[f"{name}_mean"] = float(np.mean(vals)) if vals else None
         return out
@@ -1000,7 +1040,7 @@ class KernelComparison:
     def table(self) -> str:
         """The agreement table: one line per config, then the summary."""
         lines = [" | ".join(KERNEL_COLUMNS)]
-        lines += [" | ".join(_fmt_cell(r.get(c, "")) for c in KERNEL_COLUMNS) for r in self.rows]
+        lines += [" | ".join(r.table_cell(c) for c in KERNEL_COLUMNS) for r in self.rows]
         s = self.summary()
         parts = [
             f"{n} min {s[n + '_min']:.6g} mean {s[n + '_mean']:.6g}"
@@ -1084,36 +1124,22 @@ def compare_kernel(
         )
     rows = []
     for cfg in chosen:
-        row = _empty_row(cfg, backend)
-        row["plan"] = pl.name
+        rec = _record(cfg, backend, plan=pl.name)
         try:
             q, k, v = make_inputs(cfg)
             ref = reference64(q, k, v, cfg.causal)
             t0 = time.perf_counter()
             kern = _run_user_kernel(kernel, cfg, q, k, v, backend, faithful_options or {})
-            row["kernel_s"] = round(time.perf_counter() - t0, 3)
-            t0 = time.perf_counter()
-            o, m, l = A.flash(  # noqa: E741
-                q,
-                k,
-                v,
-                plan=pl,
-                block_m=cfg.block_m,
-                block_n=cfg.block_n,
-                causal=cfg.causal,
-                return_stats=True,
-            )
-            row["emulator_s"] = round(time.perf_counter() - t0, 3)
-            emu = {"out": o, "m": m, "l": l}
-            for name, x in (("kernel", kern["out"]), ("emulator", o)):
-                row[f"{name}_err_max"], row[f"{name}_err_rms"] = (f"{e:.3e}" for e in error_stats(x, ref))
-            compare_into(row, cfg, kern, emu)
-            row["status"] = "ok"
+            kernel_s = round(time.perf_counter() - t0, 3)
+            err_max, err_rms = error_stats(kern["out"], ref)
+            rec = dataclasses.replace(rec, kernel_s=kernel_s, kernel_err_max=err_max, kernel_err_rms=err_rms)
+            rec = compare_to_emulator(rec, cfg, (q, k, v), ref, kern, plan=pl)
         except Exception as exc:  # one failing config must not lose the others
-            row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
-        rows.append(row)
+            rec = dataclasses.replace(rec, status=_error_status(exc))
+        rows.append(rec)
         log(
-            f"{row['id']}: {row['status']} out {row['bitwise_agreement']} m {row['m_agreement']} l {row['l_agreement']}"
+            f"{rec.id}: {rec.status} out {_cell(rec.bitwise_agreement)} m {_cell(rec.m_agreement)} "
+            f"l {_cell(rec.l_agreement)}"
         )
     return KernelComparison(pl.name, backend, rows)
 
@@ -1243,46 +1269,37 @@ def _cpu_seconds() -> float:
         return float("nan")
 
 
-def _fmt_cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+def _cell(v: Any) -> str:
+    """A value in a log line: None (not measured) as an empty string."""
+    return "" if v is None else str(v)
 
 
-MD_COLUMNS = (
-    "id",
-    "status",
-    "bitwise_agreement",
-    "max_ulp",
-    "m_agreement",
-    "l_agreement",
-    "kernel_err_max",
-    "emulator_err_max",
-    "kernel_s",
-    "emulator_s",
-)
+#: columns of validation.md: those of :meth:`KernelComparison.table` and the seconds
+MD_COLUMNS = (*KERNEL_COLUMNS, "kernel_s", "emulator_s")
 
 
-def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    def agreed(r: dict[str, Any]) -> bool:
-        vals = [r[k] for k in ("bitwise_agreement", "out32_agreement", "m_agreement", "l_agreement") if r[k] != ""]
-        return bool(vals) and all(float(x) == 1.0 for x in vals)
-
-    compared = [r for r in rows if r["bitwise_agreement"] != ""]
+def summarize(rows: Sequence[ValidationRecord]) -> dict[str, Any]:
+    """Counts over records: configs, compared, bitwise identical in every output, kernel only, errors,
+    skipped, and the mean bitwise agreement of the output."""
+    compared = [r for r in rows if r.bitwise_agreement is not None]
     return {
         "configs": len(rows),
         "compared": len(compared),
-        "bitwise_100": sum(agreed(r) for r in compared),
-        "kernel_only": sum(1 for r in rows if str(r["status"]).startswith("kernel only")),
-        "errors": sum(1 for r in rows if str(r["status"]).startswith("error")),
-        "skipped": sum(1 for r in rows if str(r["status"]).startswith("skipped")),
-        "mean_out_agreement": (float(np.mean([float(r["bitwise_agreement"]) for r in compared])) if compared else None),
+        "bitwise_100": sum(r.bitwise for r in compared),
+        "kernel_only": sum(1 for r in rows if r.status.startswith("kernel only")),
+        "errors": sum(1 for r in rows if r.status.startswith("error")),
+        "skipped": sum(1 for r in rows if r.status.startswith("skipped")),
+        "mean_out_agreement": (
+            float(np.mean([r.bitwise_agreement for r in compared if r.bitwise_agreement is not None]))
+            if compared
+            else None
+        ),
     }
 
 
 def write_report(
     out_dir: Path,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[ValidationRecord],
     env: dict[str, Any],
     config: dict[str, Any] | None,
     *,
@@ -1296,7 +1313,7 @@ def write_report(
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k, "") for k in FIELDS})
+            w.writerow(r.to_csv_row())
     s = summarize(rows)
     lines = [
         f"# {title}",
@@ -1318,7 +1335,7 @@ def write_report(
     lines.append("| " + " | ".join(MD_COLUMNS) + " |")
     lines.append("|" + "---|" * len(MD_COLUMNS))
     for r in rows:
-        lines.append("| " + " | ".join(_fmt_cell(r.get(c, "")) for c in MD_COLUMNS) + " |")
+        lines.append("| " + " | ".join(r.table_cell(c) for c in MD_COLUMNS) + " |")
     lines += ["", "## Environment", "", "```json", json.dumps(env, indent=1, default=str), "```"]
     if config is not None:
         lines += ["", "## faithful_config()", "", "```json", json.dumps(config, indent=1, default=str), "```"]
@@ -1332,7 +1349,7 @@ def write_report(
 
 def write_fixtures(
     fix_dir: Path,
-    results: Sequence[tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    results: Sequence[tuple[ValidationRecord, dict[str, np.ndarray] | None]],
     configs: Sequence[Config],
     env: dict[str, Any],
 ) -> int:
@@ -1341,9 +1358,10 @@ def write_fixtures(
     fix_dir.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     entries = []
-    for cfg, (row, arr) in zip(configs, results, strict=True):
+    for cfg, (rec, arr) in zip(configs, results, strict=True):
         if arr is None:
             continue
+        row = rec.to_csv_row()  # configs.json keeps the errors as the text validation.csv has
         arr = dict(arr)
         crc = int(arr.pop("crc")[0])
         if cfg.out == "low":  # values of a 16-bit format: stored as their bits
@@ -1355,7 +1373,7 @@ def write_fixtures(
             input_crc=crc,
             kernel_err_max=row["kernel_err_max"],
             kernel_err_rms=row["kernel_err_rms"],
-            kernel_s=row["kernel_s"],
+            kernel_s=rec.kernel_s,
             arrays=sorted(arr),
         )
         entries.append(entry)
@@ -1393,35 +1411,28 @@ def fixture_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / "configs.json").is_file() and (p / "outputs.npz").is_file())
 
 
+def _optional_float(x: Any) -> float | None:
+    """A number of configs.json (text such as ``2.393e-03``, or a number): None where it is empty."""
+    return None if x is None or x == "" else float(x)
+
+
 def compare_fixture(
     cfg: Config, entry: dict[str, Any], arrays: dict[str, np.ndarray], backend: str, family: str = "triton"
-) -> dict[str, Any]:
+) -> ValidationRecord:
     """One recorded GPU config against the emulator under the ``<family>-<fmt>`` plan (int8 configs: the int8
-    preset, whatever the family)."""
-    row = _empty_row(cfg, backend, family)
+    preset, whatever the family): :func:`compare_to_emulator` on the regenerated inputs."""
+    kernel = {k: _optional_float(entry.get(k)) for k in ("kernel_err_max", "kernel_err_rms", "kernel_s")}
+    rec = _record(cfg, backend, family, **kernel)
     try:
         q, k, v = make_inputs(cfg)
         if input_crc(q, k, v) != int(entry["input_crc"]):
-            row["status"] = "error: regenerated inputs differ from the recorded ones (CRC32)"
-            return row
+            return dataclasses.replace(rec, status="error: regenerated inputs differ from the recorded ones (CRC32)")
         ref = reference64(q, k, v, cfg.causal)
-        row["kernel_err_max"], row["kernel_err_rms"] = entry.get("kernel_err_max", ""), entry.get("kernel_err_rms", "")
-        row["kernel_s"] = entry.get("kernel_s", "")
-        t0 = time.perf_counter()
-        emu = run_emulator(cfg, q, k, v, family=family)
-        if cfg.kind == "flash":
-            emu["out32"] = (
-                emu["out"] if cfg.out == "fp32" else run_emulator(cfg, q, k, v, out="fp32", family=family)["out"]
-            )
-        row["emulator_s"] = round(time.perf_counter() - t0, 3)
-        row["emulator_err_max"], row["emulator_err_rms"] = (f"{e:.3e}" for e in error_stats(emu["out"], ref))
-        compare_into(row, cfg, arrays, emu)
-        row["status"] = "ok"
+        return compare_to_emulator(rec, cfg, (q, k, v), ref, arrays, family=family, fp32_too=True)
     except EmulatorUnavailable as exc:
-        row["status"] = f"kernel only: {exc}"
+        return dataclasses.replace(rec, status=f"kernel only: {exc}")
     except Exception as exc:
-        row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}".replace("\n", " ")
-    return row
+        return dataclasses.replace(rec, status=_error_status(exc))
 
 
 def compare_fixtures(
@@ -1431,7 +1442,7 @@ def compare_fixtures(
     families: Sequence[str] = ("triton",),
     ids: Sequence[str] | None = None,
     log: Callable[[str], None] = print,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[ValidationRecord]]:
     """Every fixture config of ``fix_dir`` against the emulator, under each plan family of ``families``
     (flash configs: one row per family, ``<family>-<fmt>``; int8 configs: one row, the int8 preset). Configs
     whose emulator cost estimate (:func:`emulator_cost`) exceeds ``max_cost`` seconds are skipped (reported),
@@ -1451,14 +1462,13 @@ def compare_fixtures(
 
     env, items = load_fixtures(fix_dir)
     backend = f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
-    rows: list[dict[str, Any]] = []
+    rows: list[ValidationRecord] = []
     for cfg, entry, arrays in items:
         if ids is not None and cfg.id not in ids:
             continue
         for fam in families if cfg.kind == "flash" else families[:1]:
             if max_cost is not None and emulator_cost(cfg) > max_cost:
-                row = _empty_row(cfg, backend, fam)
-                row["status"] = f"skipped: emulator cost > {max_cost:g} s"
+                row = _record(cfg, backend, fam, status=f"skipped: emulator cost > {max_cost:g} s")
             else:
                 try:
                     row = call_interruptibly(compare_fixture, cfg, entry, arrays, backend, fam)
@@ -1466,8 +1476,8 @@ def compare_fixtures(
                     raise Interrupted((env, rows), len(rows)) from None
             rows.append(row)
             log(
-                f"{row['id']} {row['plan']}: {row['status']} out {row['bitwise_agreement']} out32 "
-                f"{row['out32_agreement']} m {row['m_agreement']} l {row['l_agreement']}"
+                f"{row.id} {row.plan}: {row.status} out {_cell(row.bitwise_agreement)} out32 "
+                f"{_cell(row.out32_agreement)} m {_cell(row.m_agreement)} l {_cell(row.l_agreement)}"
             )
     return env, rows
 
@@ -1477,59 +1487,52 @@ def compare_fixtures(
 _AGREEMENTS = (("out", "bitwise_agreement"), ("out32", "out32_agreement"), ("m", "m_agreement"), ("l", "l_agreement"))
 
 
-def _family_of(row: dict[str, Any]) -> str:
-    if row["kind"] != "flash":
-        return str(row["kind"])
-    name = str(row["plan"])
-    return name.partition("@")[2] if "@" in name else name.rsplit("-", 1)[0]
+def _family_of(row: ValidationRecord) -> str:
+    if row.kind != "flash":
+        return str(row.kind)
+    return row.plan.partition("@")[2] if "@" in row.plan else row.plan.rsplit("-", 1)[0]
 
 
-def pivot(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def pivot(rows: Sequence[ValidationRecord]) -> list[dict[str, Any]]:
     """Rows of :func:`compare_fixtures` as one row per config: ``id, kind, fmt, bm, bn, out_kind`` and, per
-    family F (``int8`` for the int8 presets), ``F:out``, ``F:out32``, ``F:m``, ``F:l`` (bitwise agreement; ""
-    where not compared)."""
+    family F (``int8``, ``sage``: the kind of a quantized kernel), ``F:out``, ``F:out32``, ``F:m``, ``F:l``
+    (bitwise agreement; "" where not compared)."""
     by_id: dict[str, dict[str, Any]] = {}
     for r in rows:
         p = by_id.setdefault(
-            r["id"],
-            {
-                "id": r["id"],
-                "kind": r["kind"],
-                "fmt": r["fmt"],
-                "bm": r["block_m"],
-                "bn": r["block_n"],
-                "out_kind": r["out"],
-            },
+            r.id,
+            {"id": r.id, "kind": r.kind, "fmt": r.fmt, "bm": r.block_m, "bn": r.block_n, "out_kind": r.out},
         )
         fam = _family_of(r)
         for suffix, field in _AGREEMENTS:
-            p[f"{fam}:{suffix}"] = r[field]
-        if str(r["status"]) != "ok":
-            p[f"{fam}:status"] = r["status"]
+            value = getattr(r, field)
+            p[f"{fam}:{suffix}"] = "" if value is None else value
+        if r.status != "ok":
+            p[f"{fam}:status"] = r.status
     return list(by_id.values())
 
 
-def agreement_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def agreement_summary(rows: Sequence[ValidationRecord]) -> list[dict[str, Any]]:
     """Per plan family: the number of configs compared and, over them, the min and mean bitwise agreement of
     the low-precision outputs (configs with ``out == "low"``), the fp32 outputs, m_i and l_i."""
     out = []
     for fam in dict.fromkeys(_family_of(r) for r in rows):
-        done = [r for r in rows if _family_of(r) == fam and r["status"] == "ok"]
+        done = [r for r in rows if _family_of(r) == fam and r.status == "ok"]
         item: dict[str, Any] = {"family": fam, "configs": len(done)}
-        for name, field, sel in (
-            ("low", "bitwise_agreement", lambda r: r["out"] == "low"),
-            ("fp32", "out32_agreement", lambda r: True),
-            ("m", "m_agreement", lambda r: True),
-            ("l", "l_agreement", lambda r: True),
+        for name, field, low_only in (
+            ("low", "bitwise_agreement", True),
+            ("fp32", "out32_agreement", False),
+            ("m", "m_agreement", False),
+            ("l", "l_agreement", False),
         ):
-            vals = [float(r[field]) for r in done if sel(r) and r[field] != ""]
+            vals = [v for r in done if (r.out == "low" or not low_only) and (v := getattr(r, field)) is not None]
             item[f"{name}_min"] = min(vals) if vals else None
             item[f"{name}_mean"] = float(np.mean(vals)) if vals else None
         out.append(item)
     return out
 
 
-def agreement_table(rows: Sequence[dict[str, Any]]) -> str:
+def agreement_table(rows: Sequence[ValidationRecord]) -> str:
     """The per-config table of :func:`compare_fixtures` rows (one line per config, the bitwise agreement of
     out, out32, m and l under each plan family), then the per-family summary (:func:`agreement_summary`):
     what ``simfloat-gpu validate --fixtures DIR --plans ...`` prints and tests/test_gpu_fixtures.py shows."""
@@ -1779,9 +1782,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         bwd_rows = run_backward(
             out_dir, args.grid, backend, emulate=not args.no_emulator, deadline=bwd_deadline, log=log
         )
-        bwd_failed = backend == "faithful" and not args.no_emulator and any(r["status"] != "bitwise" for r in bwd_rows)
+        bwd_failed = backend == "faithful" and not args.no_emulator and any(r.status != "bitwise" for r in bwd_rows)
         log(
-            f"backward: {sum(r['status'] == 'bitwise' for r in bwd_rows)}/{len(bwd_rows)} bitwise; wrote "
+            f"backward: {sum(r.status == 'bitwise' for r in bwd_rows)}/{len(bwd_rows)} bitwise; wrote "
             f"{out_dir / 'backward.csv'}"
         )
         if args.passes == "backward":

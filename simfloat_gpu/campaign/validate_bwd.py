@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -29,35 +30,12 @@ from typing import Any
 import numpy as np
 
 from simfloat_gpu.campaign import validate as fwd
+from simfloat_gpu.campaign.records import BackwardRecord
 
-__all__ = ["BWD_FIELDS", "backward_grid", "run_backward", "validate_backward_config"]
+__all__ = ["BWD_FIELDS", "BackwardRecord", "backward_grid", "run_backward", "validate_backward_config"]
 
-BWD_FIELDS = (
-    "id",
-    "fmt",
-    "seq",
-    "head_dim",
-    "heads",
-    "block_m",
-    "block_n",
-    "causal",
-    "out",
-    "backend",
-    "status",
-    "lse_equal",
-    "dq_agreement",
-    "dk_agreement",
-    "dv_agreement",
-    "delta_agreement",
-    "dq_err",
-    "dk_err",
-    "dv_err",
-    "emulator_dq_err",
-    "emulator_dk_err",
-    "emulator_dv_err",
-    "kernel_s",
-    "emulator_s",
-)
+#: the columns of backward.csv: the fields of :class:`BackwardRecord`
+BWD_FIELDS = BackwardRecord.csv_fields()
 
 
 def backward_grid(name: str = "ci") -> list[fwd.Config]:
@@ -88,15 +66,14 @@ def _rel(x: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(np.asarray(x, dtype=np.float64) - ref).max() / scale)
 
 
-def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = True) -> dict[str, Any]:
-    """One config: kernels (forward, then backward), the emulator, the float64 gradients; one CSV row."""
+def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = True) -> BackwardRecord:
+    """One config: kernels (forward, then backward), the emulator, the float64 gradients; one record."""
     import torch
 
     from simfloat_gpu.kernels.flash_attention import flash_attention
     from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
 
-    row: dict[str, Any] = {f: "" for f in BWD_FIELDS}
-    row.update(
+    row = BackwardRecord(
         id="bwd-" + cfg.id,
         fmt=cfg.fmt,
         seq=cfg.seq,
@@ -137,16 +114,14 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
         if backend == "gpu":
             torch.cuda.synchronize()
     except Exception as err:  # one broken config must not stop the campaign; the row says why
-        row.update(status=f"kernel error: {type(err).__name__}: {err}"[:300])
-        return row
-    row["kernel_s"] = round(time.perf_counter() - t0, 2)
+        return dataclasses.replace(row, status=f"kernel error: {type(err).__name__}: {err}"[:300])
+    row = dataclasses.replace(row, kernel_s=round(time.perf_counter() - t0, 2))
     host = [t.float().cpu().numpy().astype(np.float64) for t in (o, m, l, dq, dk, dv, delta, lse)]
     on, mn, ln, dqn, dkn, dvn, deltan, lsen = host
     want = _grads64(q, k, v, do, cfg.causal)
-    row.update(dq_err=_rel(dqn, want[0]), dk_err=_rel(dkn, want[1]), dv_err=_rel(dvn, want[2]))
+    row = dataclasses.replace(row, dq_err=_rel(dqn, want[0]), dk_err=_rel(dkn, want[1]), dv_err=_rel(dvn, want[2]))
     if not emulate:
-        row["status"] = "kernel only"
-        return row
+        return dataclasses.replace(row, status="kernel only")
     from simfloat.attention import flash_backward, lse_from_stats
 
     plan = f"triton-{cfg.fmt}"
@@ -165,20 +140,24 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
             return_delta=True,
         )
     except Exception as err:  # the row records it
-        row.update(status=f"emulator error: {type(err).__name__}: {err}"[:300])
-        return row
-    row["emulator_s"] = round(time.perf_counter() - t0, 2)
-    row["lse_equal"] = bool(np.array_equal(lse_e, lsen))
-    for name, g, w in zip(("dq", "dk", "dv", "delta"), got, (dqn, dkn, dvn, deltan), strict=True):
-        row[f"{name}_agreement"] = round(float(np.mean(g == w)), 6)
-    row.update(
+        return dataclasses.replace(row, status=f"emulator error: {type(err).__name__}: {err}"[:300])
+    emulator_s = round(time.perf_counter() - t0, 2)
+    lse_equal = bool(np.array_equal(lse_e, lsen))
+    agree = {
+        f"{name}_agreement": round(float(np.mean(g == w)), 6)
+        for name, g, w in zip(("dq", "dk", "dv", "delta"), got, (dqn, dkn, dvn, deltan), strict=True)
+    }
+    ok = lse_equal and all(a == 1.0 for a in agree.values())
+    return dataclasses.replace(
+        row,
+        status="bitwise" if ok else "differs",
+        emulator_s=emulator_s,
+        lse_equal=lse_equal,
         emulator_dq_err=_rel(got[0], want[0]),
         emulator_dk_err=_rel(got[1], want[1]),
         emulator_dv_err=_rel(got[2], want[2]),
+        **agree,
     )
-    ok = row["lse_equal"] and all(row[f"{n}_agreement"] == 1.0 for n in ("dq", "dk", "dv", "delta"))
-    row["status"] = "bitwise" if ok else "differs"
-    return row
 
 
 def run_backward(
@@ -189,30 +168,31 @@ def run_backward(
     emulate: bool = True,
     deadline: float | None = None,
     log: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:
+) -> list[BackwardRecord]:
     """Run a backward grid; writes ``out_dir/backward.csv`` and ``backward.md``; returns the rows. Configs not
     started before ``deadline`` (a time.monotonic() value) are left out (the report says how many)."""
     backend = fwd.resolve_backend(backend)
     configs = backward_grid(grid_name)
-    rows: list[dict[str, Any]] = []
+    rows: list[BackwardRecord] = []
     start = time.monotonic()
     for i, cfg in enumerate(configs):
         if deadline is not None and time.monotonic() > deadline:
             break
         row = validate_backward_config(cfg, backend, emulate=emulate)
         rows.append(row)
-        log(f"[{i + 1}/{len(configs)}] {row['id']}: {row['status']} ({row['kernel_s']} s + {row['emulator_s']} s)")
+        secs = f"{fwd._cell(row.kernel_s)} s + {fwd._cell(row.emulator_s)} s"
+        log(f"[{i + 1}/{len(configs)}] {row.id}: {row.status} ({secs})")
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "backward.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=BWD_FIELDS)
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(r.to_csv_row() for r in rows)
     _write_md(out_dir / "backward.md", rows, len(configs), grid_name, backend, time.monotonic() - start)
     return rows
 
 
 def _write_md(
-    path: Path, rows: Sequence[dict[str, Any]], n_configs: int, grid_name: str, backend: str, elapsed: float
+    path: Path, rows: Sequence[BackwardRecord], n_configs: int, grid_name: str, backend: str, elapsed: float
 ) -> None:
     cols = (
         "id",
@@ -225,7 +205,7 @@ def _write_md(
         "dq_err",
         "emulator_dq_err",
     )
-    n_bit = sum(r["status"] == "bitwise" for r in rows)
+    n_bit = sum(r.status == "bitwise" for r in rows)
     lines = [
         f"# Backward kernels ({backend}) vs simfloat flash_backward, {grid_name} grid",
         "",
@@ -236,5 +216,11 @@ def _write_md(
         "|" + "---|" * len(cols),
     ]
     for r in rows:
-        lines.append("| " + " | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(_md_cell(getattr(r, c)) for c in cols) + " |")
     path.write_text("\n".join(lines) + "\n")
+
+
+def _md_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -12,7 +12,6 @@ fp8 (payloads are not modelled). fp32/fp64 NaNs are whatever numpy/simfloat prod
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import numpy as np
@@ -175,16 +174,9 @@ def encode(values: np.ndarray, name: str, mode: str, fp8_overflow: str) -> np.nd
 
 
 def _round_to_odd_53(n: int) -> float:
-    """The integer ``n`` rounded to 53 bits with round-to-odd (then rounding it into any format of <= 51
-    fraction bits equals rounding ``n`` directly)."""
-    a = abs(n)
-    s = a.bit_length() - 53
-    if s <= 0:
-        return float(n)
-    m = a >> s
-    if a & ((1 << s) - 1):
-        m |= 1
-    return math.copysign(math.ldexp(float(m), s), n)
+    """The integer ``n`` rounded to float64 with round-to-odd (then rounding it into any format of <= 51
+    fraction bits equals rounding ``n`` directly): :func:`simfloat.round` of the exact integer."""
+    return float(simfloat.round(n, float64, "odd"))
 
 
 def ints_to_values(data: np.ndarray, target: str) -> np.ndarray:
@@ -221,18 +213,6 @@ def values_to_ints(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def fraction_to_f32(q: Fraction) -> float:
-    """Round a nonzero rational of normal fp32 magnitude to the nearest fp32 (ties to even), as a float."""
-    if q == 0:
-        return 0.0
-    a = abs(q)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    elif Fraction(2) ** (e + 1) <= a:
-        e += 1
-    scaled = a / Fraction(2) ** (e - 23)  # in [2**23, 2**24)
-    n = scaled.numerator // scaled.denominator
-    rem = scaled - n
-    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2 == 1):
-        n += 1
-    return math.copysign(math.ldexp(float(n), e - 23), q)
+    """Round a rational to the nearest fp32 (ties to even), once, as a float: :func:`simfloat.round` of the
+    exact value."""
+    return float(simfloat.round(q, float32))
