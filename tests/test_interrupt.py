@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sigint
 
 ROOT = Path(__file__).resolve().parents[1]
 #: seconds allowed from SIGINT to the exit (the commands poll every 0.1 s; this machine may be loaded)
@@ -43,6 +44,7 @@ class _Job:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=sigint.restore,
         )
         self.out: list[str] = []
         self.err: list[str] = []

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sigint
 
 from simfloat.sweep import SpecError, config_hash, load, load_spec, report, run_sweep
 from simfloat.sweep.spec import expand
@@ -228,7 +229,14 @@ def _client(spec: Path, store: Path, cwd: Path) -> subprocess.Popen:
     )
     cmd = [sys.executable, "-m", "simfloat.cli", "sweep", str(spec), "--store", str(store), "--workers", "1"]
     return subprocess.Popen(
-        cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=sigint.restore,
     )
 
 
