@@ -326,6 +326,7 @@ def test_faithful_hardware_settings():
 
 def test_validate_hardware_family(tmp_path):
     import argparse
+    import types
 
     from simfloat_gpu.campaign import validate as V
 
@@ -338,8 +339,9 @@ def test_validate_hardware_family(tmp_path):
     assert V.use_hardware(prof) == "myh200"
     cfg = V.Config(kind="flash", fmt="bf16", seq=64, head_dim=16, block_m=64, block_n=64, causal=False, out="fp32")
     assert V.emulator_plan(cfg, "myh200") == "triton-bf16@myh200"
-    assert V._family_of({"kind": "flash", "plan": "triton-bf16@myh200"}) == "myh200"
-    assert V._family_of({"kind": "flash", "plan": "h200-bf16"}) == "h200"
+    row = types.SimpleNamespace  # _family_of reads a record's kind and plan
+    assert V._family_of(row(kind="flash", plan="triton-bf16@myh200")) == "myh200"  # type: ignore[arg-type]
+    assert V._family_of(row(kind="flash", plan="h200-bf16")) == "h200"  # type: ignore[arg-type]
 
 
 def test_profile_plan_names_round_trip(tmp_path):
