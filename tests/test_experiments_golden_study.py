@@ -87,6 +87,43 @@ def test_smoke_study_resumes_and_plots(tmp_path, capsys):
         assert len(pd.read_csv(tmp_path / f"{name}.csv")) > 0
     claims = pd.read_csv(tmp_path / "claims.csv")
     assert len(claims) == 2 * 2 * 2 and set(claims["baseline"]) == {"pytorch", "all"}
+    cov = pd.read_csv(tmp_path / "coverage.csv")
+    assert cov["complete"].all() and cov["runs"].sum() == 48
+    assert set(claims["N_tiles"]) == set(claims["N_swap"]) == {40}
+
+
+def test_first_filters_order_the_runs_and_nothing_else():
+    configs = study.expand({"sweep": {"seeds": 2}, "grid": {"M": [1, 2, 3], "N": [10, 20], "t": "a"}})
+    first = [study.parse_filter("M=2"), study.parse_filter("N=20,M=1|3")]
+    assert first[1] == {"N": [20], "M": [1, 3]}
+    out = study.prioritize(configs, first)
+    assert sorted(map(study.config_hash, out)) == sorted(map(study.config_hash, configs))
+    key = [(c["M"], c["N"], c["seed"]) for c in out]
+    assert key[:4] == [(2, 10, 0), (2, 20, 0), (2, 10, 1), (2, 20, 1)]  # grid order (seed outermost) within
+    assert key[4:8] == [(1, 20, 0), (3, 20, 0), (1, 20, 1), (3, 20, 1)]
+    assert key[8:] == [(1, 10, 0), (3, 10, 0), (1, 10, 1), (3, 10, 1)]
+    assert study.prioritize(configs, []) == configs
+    with pytest.raises(ValueError, match="unknown key"):
+        study.prioritize(configs, [{"Q": [1]}])
+    for bad in ("M", "M=", "=2", "M=1|"):
+        with pytest.raises(ValueError, match="KEY=V"):
+            study.parse_filter(bad)
+
+
+def test_a_partial_grid_is_reported_and_the_tile_claims_use_a_complete_n():
+    rows = [
+        {"N": n, "M": m, "tiles": "fa1", "seed": 0, "config_hash": f"{n}-{m}"}
+        for n, ms in ((256, (1, 2, 3)), (4096, (1, 2, 3)), (16384, (2,)))
+        for m in ms
+    ]
+    df = pd.DataFrame(rows)
+    assert figures._largest_n_with(df, "M", [1, 2, 3]) == 4096
+    assert figures._largest_n_with(df, "M", [2]) == 16384
+    want = rows + [{"N": 16384, "M": m, "tiles": "fa1", "seed": s} for m in (1, 2, 3) for s in (1, 2)]
+    cov = figures.coverage(df, want).set_index(["N", "M"])
+    assert cov.loc[(16384, 2), ["runs", "configs", "complete"]].tolist() == [1, 3, False]
+    assert cov.loc[(16384, 1), ["runs", "configs", "complete"]].tolist() == [0, 2, False]
+    assert cov.loc[(4096, 1), "complete"] and cov.loc[(256, 3), "complete"]
 
 
 def test_the_spec_runs_through_simfloat_sweep_as_the_study_ran_it():

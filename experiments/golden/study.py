@@ -7,8 +7,12 @@ config first, then runs :func:`experiments.golden.run.run` on each and appends i
 it finishes. A rerun skips the configs already in the CSV, so an interrupted study (Ctrl-C, a kill) resumes
 where it stopped. One process per CSV (two at once would both run the configs neither has finished).
 
-``python -m experiments.golden.study [--spec PATH] [--csv PATH] [--limit K] [--smoke]`` (from the repository
-root); then ``python -m experiments.golden.figures``.
+``--first KEY=V[|V...][,KEY=V...]`` (repeatable) runs the configs matching the first such partial config first,
+then those matching the second, and so on, then the rest, each group in grid order (the order only; which
+configs run is the spec's): a study too long for the time at hand finishes its most important configs first.
+
+``python -m experiments.golden.study [--spec PATH] [--csv PATH] [--limit K] [--first FILTER]... [--smoke]``
+(from the repository root); then ``python -m experiments.golden.figures``.
 """
 
 from __future__ import annotations
@@ -109,6 +113,41 @@ def load_kind(kind: str) -> tuple[Callable[..., dict], Callable[..., None] | Non
     return getattr(mod, fn), getattr(mod, "validate", None)
 
 
+def parse_filter(text: str) -> dict[str, list[Any]]:
+    """A ``--first`` filter ``KEY=V[|V...][,KEY=V...]`` as ``{key: [values]}`` (ints where a value is one).
+
+    Raises:
+        ValueError: an item without ``=`` or an empty key or value.
+    """
+    out: dict[str, list[Any]] = {}
+    for item in text.split(","):
+        key, eq, vals = item.partition("=")
+        values = [v.strip() for v in vals.split("|")]
+        if not eq or not key.strip() or not all(values):
+            raise ValueError(f"--first: expected KEY=V[|V...][,KEY=V...], got {text!r}")
+        out[key.strip()] = [int(v) if v.lstrip("-").isdigit() else v for v in values]
+    return out
+
+
+def prioritize(configs: Sequence[dict[str, Any]], first: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``configs`` reordered: those matching ``first[0]`` (every key, a list matching any of its items), then
+    those matching ``first[1]``, ..., then the rest; stable within each group.
+
+    Raises:
+        ValueError: a filter key that no config has (a misspelt key).
+    """
+    keys = set().union(*(c.keys() for c in configs)) if configs else set()
+    for f in first:
+        unknown = sorted(set(f) - keys)
+        if unknown:
+            raise ValueError(f"--first: unknown key(s) {unknown}; the configs have {sorted(keys)}")
+
+    def rank(c: dict[str, Any]) -> int:
+        return next((i for i, f in enumerate(first) if _matches(c, f)), len(first))
+
+    return sorted(configs, key=rank)
+
+
 def _done(path: Path) -> set[str]:
     if not path.exists():
         return set()
@@ -141,7 +180,7 @@ def run_grid(
         if fields is None:
             fields = list(row)
         with path.open("a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+            w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
             if fh.tell() == 0:
                 w.writeheader()
             w.writerow(row)
@@ -152,7 +191,9 @@ def run_grid(
 
 def _bar(done: int, total: int, elapsed: float) -> None:
     eta = f"{elapsed / done * (total - done):.0f} s" if done else "? (the first run compiles)"
-    print(f"\r{done}/{total} runs, {elapsed:.0f} s, eta {eta}", end="", file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()  # a terminal: one line redrawn; a log file: one line per run
+    line = f"{done}/{total} runs, {elapsed:.0f} s, eta {eta}"
+    print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -161,7 +202,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=SPEC)
     ap.add_argument("--csv", type=Path, default=CSV)
-    ap.add_argument("--limit", type=int, default=None, help="run at most this many configs (in grid order)")
+    ap.add_argument("--limit", type=int, default=None, help="run at most this many configs (in run order)")
+    ap.add_argument(
+        "--first",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="KEY=V[|V...][,KEY=V...]: run the configs matching it first (repeatable: in the order given)",
+    )
     ap.add_argument("--smoke", action="store_true", help="a tiny grid (seconds)")
     args = ap.parse_args(None if argv is None else list(argv))
     with args.spec.open("rb") as fh:
@@ -173,6 +221,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     if validate is not None:
         for c in configs:
             validate(c)
+    try:
+        configs = prioritize(configs, [parse_filter(f) for f in args.first])
+    except ValueError as err:
+        ap.error(str(err))
     if args.limit is not None:
         configs = configs[: args.limit]
     t0 = time.perf_counter()
