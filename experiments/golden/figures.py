@@ -235,15 +235,22 @@ def main(argv: Iterable[str] | None = None) -> int:
     fig.tight_layout(rect=(0, 0, 0.82, 1))
     fig.savefig(args.out / "fig4_seq.png", dpi=120)
     plt.close(fig)
-    # Figure 5: vs tile size (block_n from M and d), at the largest N that ran every M
-    f5 = _agg(fa1[(fa1["fmt"] == "bf16") & (fa1["N"] == n_tiles)], ["placement", "block_n"], cols)
-    f5 = f5.sort_values("block_n")
+    # Figure 5: vs tile size (block_n from M and d; one panel per d, where the block_n differ), at the largest N
+    # that ran every M
+    f5 = _agg(fa1[(fa1["fmt"] == "bf16") & (fa1["N"] == n_tiles)], ["placement", "d", "M", "block_n"], cols)
+    f5 = f5.sort_values(["d", "block_n"])
+    f5["M_i"] = f5["M"].map({m: i for i, m in enumerate(ms)})  # evenly spaced: 384 and 391 keys apart
     f5.to_csv(args.out / "fig5_tiles.csv", index=False)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    panel(ax, f5, "block_n", f"bf16 deviation vs block_n = ceil(M / 4d) (N={n_tiles})")
-    ax.set_xlabel("block_n (keys per tile)")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, len(ds), figsize=(5 * len(ds) + 2.5, 4.5), squeeze=False)
+    for ax, d in zip(axes[0], ds, strict=True):
+        sub = f5[f5["d"] == d]
+        panel(ax, sub, "M_i", f"bf16 deviation vs block_n = ceil(M / 4d) (N={n_tiles}, d={d})")
+        ticks = sub.drop_duplicates("M_i").sort_values("M_i")
+        ax.set_xticks(ticks["M_i"], [f"{b}\n(M={m})" for b, m in zip(ticks["block_n"], ticks["M"], strict=True)])
+        ax.set_xlabel("block_n (keys per tile)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.79, 1))
     fig.savefig(args.out / "fig5_tiles.png", dpi=120)
     plt.close(fig)
     # Figure 6: swapped and square tiles
