@@ -6,7 +6,7 @@ deviation over seeds of the max deviation from the golden output):
 * ``fig3_format.{png,csv}``: deviation vs format, flash (each placement) and both baselines;
 * ``fig4_seq.{png,csv}``: deviation vs N at fixed FA1 tiles (top) and the ratio flash / ``pytorch-<f>``
   vs N (bottom);
-* ``fig5_tiles.{png,csv}``: deviation vs block_n (FA1 tiles from M and d);
+* ``fig5_tiles.{png,csv}``: deviation vs block_n (FA1 tiles from M and d), one panel per d;
 * ``fig6_swap.{png,csv}``: FA1 tiles vs block dimensions swapped vs square tiles;
 * ``claims.csv``: per placement (normalization x l_ij x rounding) and baseline, the measured ratios behind the
   four claims and whether each holds: c1 the bf16 ratio (flash max deviation / baseline's, at the largest N
