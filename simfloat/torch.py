@@ -16,10 +16,9 @@ gradient then arrives in that dtype too. The (batch, heads) pairs run on the eng
 (``numba.set_num_threads``), bitwise identical for any thread count.
 
 Grouped-query attention (k, v with fewer heads than q, a divisor of them): the forward maps query head h to kv
-head h // (heads // kv_heads) as the emulator does; the emulated backward takes equal head counts, so k and v
-are repeated per query head for it and dk, dv are the float64 sums of the repeated heads' gradients over each
-group, cast once into the input dtype (a GQA backward kernel accumulates the group in its own order; that order
-is not modelled).
+head h // (heads // kv_heads) as the emulator does, and so does the backward: ``flash_backward`` accumulates dk,
+dv of a kv head over its group's query heads in the Triton kernel's order (step G1 of
+:mod:`simfloat.attention.backward`), ``baseline_backward`` sums torch's per-head gradients of the repeated k, v.
 """
 
 from __future__ import annotations
@@ -198,14 +197,12 @@ class _Attention(torch.autograd.Function):
         t0 = time.perf_counter()
         cfg = ctx.cfg
         qa, ka, va = ctx.arrays
-        group = qa.shape[1] // ka.shape[1]
-        kr, vr = (np.repeat(x, group, axis=1) if group > 1 else x for x in (ka, va))
         do = _numpy(grad_out)
         if cfg.kernel == "flash":
             dq, dk, dv = flash_backward(
                 qa,
-                kr,
-                vr,
+                ka,
+                va,
                 ctx.o,
                 do,
                 ctx.lse,
@@ -216,11 +213,7 @@ class _Attention(torch.autograd.Function):
                 scale=cfg.scale,
             )
         else:
-            dq, dk, dv = baseline_backward(qa, kr, vr, do, plan=cfg.backward_plan, causal=cfg.causal, scale=cfg.scale)
-        if group > 1:
-            b, h, s = dk.shape[:3]
-            dk = dk.reshape(b, h // group, group, s, -1).sum(axis=2)
-            dv = dv.reshape(b, h // group, group, s, -1).sum(axis=2)
+            dq, dk, dv = baseline_backward(qa, ka, va, do, plan=cfg.backward_plan, causal=cfg.causal, scale=cfg.scale)
         (tq, dq_dev), (tk, dk_dev), (tv, dv_dev) = ctx.like
         grads = _tensor(dq, tq, dq_dev), _tensor(dk, tk, dk_dev), _tensor(dv, tv, dv_dev)
         _count("backward", t0)

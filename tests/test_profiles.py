@@ -12,8 +12,8 @@ import pytest
 
 from simfloat import hardware
 from simfloat.accumulate import BlockFMA, Sequential, fp8_mma_sync, split_k, tensor_core
-from simfloat.attention import plan
-from simfloat.attention.plan import Plan
+from simfloat.attention import backward_plan, plan
+from simfloat.attention.plan import BackwardPlan, Plan, _bwd_triton
 from simfloat.formats import FloatFormat
 from simfloat.profiles import (
     PUBLISHED,
@@ -60,6 +60,32 @@ def test_h200_preset_is_triton_with_the_shipped_profile(fmt):
     assert (got.exp2_impl, got.sum_order, got.contract) == ("h200", "h200-mma", True)
     assert plan(f"triton-{fmt}", hardware="h200") == got  # by shipped name too
     assert plan(got.name) == got and got.kernels() == ("flash",)  # the name parses back
+
+
+@pytest.mark.parametrize("fmt", ("bf16", "fp16", "tf32"))
+def test_h200_backward_preset_is_triton_with_the_shipped_profile(fmt):
+    """The backward h200-<fmt> comes from the shipped profile now: field for field the plan it was built as
+    before (the backward triton-<fmt> with exp2_impl "h200"), and triton-<fmt>@h200 under its historic name."""
+    old = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200")
+    new = backward_plan(f"h200-{fmt}")
+    for f in dataclasses.fields(BackwardPlan):
+        assert getattr(new, f.name) == getattr(old, f.name), f.name
+    got = backward_plan(f"triton-{fmt}", hardware=load_profile("h200"))
+    assert got.name == f"triton-{fmt}@h200" and dataclasses.replace(got, name=new.name) == new
+    assert backward_plan(got.name) == got and backward_plan(f"triton-{fmt}", hardware="h200") == got
+    # the kernel fuses B4 with tl.fma itself: a profile without FMA contraction leaves it fused
+    assert got.contract and got.exp2_impl == plan(f"triton-{fmt}@h200").exp2_impl
+    assert got.qk == got.dk == plan(f"triton-{fmt}@h200").qk
+
+
+def test_backward_plan_hardware_errors():
+    with pytest.raises(ValueError, match="triton-<fmt>"):
+        backward_plan("pytorch-bf16", hardware="h200")
+    with pytest.raises(ValueError, match="triton-<fmt>"):
+        backward_plan("h200-bf16@h200")
+    with pytest.raises(ValueError, match="no hardware profile after"):
+        backward_plan("triton-bf16@")
+    assert backward_plan("triton-fp32@h200").dq == backward_plan("triton-fp32").dq  # FMA loops: no tensor core
 
 
 def test_h200_profile_parts_are_measured_exact():

@@ -44,8 +44,9 @@ def test_fp64_plan_gradients_equal_torch_float64_autograd(kernel, seq, heads, kv
         assert float((a - b).abs().max() / b.abs().max()) < 1e-12, name
 
 
-def test_bf16_flash_is_the_emulator_bit_for_bit_and_keeps_the_dtype():
-    q, k, v = _qkv(1, 2, 2, 40, 16, dtype=torch.bfloat16, seed=3)
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_bf16_flash_is_the_emulator_bit_for_bit_and_keeps_the_dtype(kv_heads):
+    q, k, v = _qkv(1, 2, kv_heads, 40, 16, dtype=torch.bfloat16, seed=3)
     out = st.attention(q, k, v, plan="triton-bf16", causal=True, block_m=16, block_n=16)
     do = torch.randn(out.shape, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), do)

@@ -16,6 +16,11 @@ E1..E3); ``op(x)`` is x rounded once into op's format (:class:`~simfloat.attenti
   of each query tile (one MMA per tile, rows past seq_q zero), Q4 ``dq_i = dq(dq_i + sum_j ds_ij k_j)`` over the
   block_n keys of each key tile (keys past seq_k zero), each with the accumulator entering the model;
 * E1/E3 ``dk_j = grad(grad_scale(dk_j * sm_scale))``, ``dq_i`` likewise, E2 ``dv_j = grad(dv_j)``.
+* G1 grouped-query attention (k, v with ``kv_heads`` heads, q with ``heads = group * kv_heads``; query head h
+  reads key/value head ``h // group``, :func:`simfloat.attention._inputs.kv_group`): dK and dV of a key/value
+  head and key tile run B5/B9 over the group's query heads ``h = kv * group + g`` in increasing g, each over its
+  query tiles in increasing order, in the one accumulator (no separate reduction, E1/E2 once at the end); dQ
+  and delta are per query head as above.
 
 The kernels recompute P and dS twice (the dK/dV and the dQ passes), with the same ops on the same operands, so
 the emulator computes them once per (key tile, query tile) and feeds all three gradients: each gradient still
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,7 +48,7 @@ from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
-from simfloat.attention._inputs import block, operand
+from simfloat.attention._inputs import block, kv_group, operand
 from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
 from simfloat.attention.plan import BackwardParams, BackwardPlan, OpSpec, backward_plan
 from simfloat.formats import FloatFormat
@@ -94,7 +99,7 @@ class BwdEngine(NamedTuple):
         pp: :class:`~simfloat.attention.plan.BackwardParams`. ln: :class:`BwdLanes`.
         qk, dv, dp, dk, dq: the dots as :class:`~simfloat._mma.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
-        bm, bn: tile sizes; causal; seq_q, seq_k.
+        bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
     """
 
     pp: object
@@ -110,6 +115,7 @@ class BwdEngine(NamedTuple):
     causal: bool
     seq_q: int
     seq_k: int
+    group: int
 
 
 class BwdOperands(NamedTuple):
@@ -117,11 +123,11 @@ class BwdOperands(NamedTuple):
     alignment weights (``e*``; :func:`simfloat._mma.operand_powers`).
 
     Attributes:
-        q: (L, Sq, D) rows for B2. kt: (L * n_kv, D, bn) K^T tiles for B2.
-        do: (L, Sq, Dv) rows for B6. vt: (L * n_kv, Dv, bn) V^T tiles for B6.
+        q: (L, Sq, D) rows for B2. kt: (Lk * n_kv, D, bn) K^T tiles for B2.
+        do: (L, Sq, Dv) rows for B6. vt: (Lk * n_kv, Dv, bn) V^T tiles for B6.
         do_t: (L * n_qt, bm, Dv) dO tiles for B5. q_t: (L * n_qt, bm, D) Q tiles for B9.
-        k_t: (L * n_kv, bn, D) K tiles for Q4.
-        lse, delta: (L, Sq).
+        k_t: (Lk * n_kv, bn, D) K tiles for Q4.
+        lse, delta: (L, Sq). L = Lk * group query leads, Lk key/value leads.
     """
 
     q: np.ndarray
@@ -198,9 +204,10 @@ def _epilogue(x, n, scaled, eng):
 
 @jit
 def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
-    """Lead indices [lo, hi): every key tile with its query tiles (see the module docstring)."""
+    """Key/value lead indices [lo, hi): every key tile with the query tiles of every query head of its group
+    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``."""
     pp, ln = eng.pp, eng.ln
-    bm, bn, seq_q, seq_k = eng.bm, eng.bn, eng.seq_q, eng.seq_k
+    bm, bn, seq_q, seq_k, group = eng.bm, eng.bn, eng.seq_q, eng.seq_k, eng.group
     d, dvd = xs.q.shape[2], xs.do.shape[2]
     n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
     s, x, dpr, y = np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros(bn)
@@ -209,180 +216,199 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
     rin, er = np.zeros(bm), np.zeros(bm)
     dka, dva = np.zeros((bn, d)), np.zeros((bn, dvd))
     w = work(max(bn, bm, d, dvd))
-    for b in range(lo, hi):
-        for i in range(seq_q):
-            for c in range(d):
-                dq[b, i, c] = 0.0
+    for bk in range(lo, hi):
+        for g in range(group):
+            for i in range(seq_q):
+                for c in range(d):
+                    dq[bk * group + g, i, c] = 0.0
         for jt in range(n_kv):
             j0 = jt * bn
             nk = min(bn, seq_k - j0)
-            ktile = b * n_kv + jt
+            ktile = bk * n_kv + jt
             dka[:, :] = 0.0
             dva[:, :] = 0.0
             t0 = j0 // bm if eng.causal else 0
-            for t in range(t0, n_qt):
-                r0 = t * bm
-                nr = min(bm, seq_q - r0)
-                pt[:, :] = 0.0
-                dst[:, :] = 0.0
-                for r in range(nr):
-                    i = r0 + r
-                    nv = nk
-                    if eng.causal:
-                        nv = max(0, min(nk, i + 1 - j0))
-                    if nv == 0:
-                        continue
-                    for jj in range(nv):  # B2
-                        s[jj] = 0.0
-                        dpr[jj] = 0.0
-                    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[ktile], xs.ekt[ktile], s, nv, eng.qk, w)
-                    lse_i = xs.lse[b, i]
-                    _scaled(x, s, nv, pp.qk_scale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
-                    _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
-                    tot = 0.0
-                    for jj in range(nv):
-                        tot += x[jj]
-                    psum[b, i] += tot
-                    row_mma(xs.do[b, i], xs.edo[b, i], xs.vt[ktile], xs.evt[ktile], dpr, nv, eng.dp, w)  # B6
-                    _ds_of(y, x, dpr, nv, xs.delta[b, i], ln.ds, pp.ds)  # B7
-                    _cast(y, 0, nv, ln.ds_cast, pp.ds_cast)  # B8
-                    _cast(x, 0, nv, ln.p, pp.p)  # B5's cast
-                    for jj in range(nv):
-                        pt[jj, r] = x[jj]
-                        dst[jj, r] = y[jj]
-                    for jj in range(nv, bn):
-                        y[jj] = 0.0
-                    a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4
-                    row_mma(a, ey, xs.k_t[ktile], xs.ek_t[ktile], dq[b, i], d, eng.dq, w)
-                qtile = b * n_qt + t
-                for jj in range(nk):  # B5, B9: one MMA per key over the tile's rows
-                    a = _operand_row(pt[jj], bm, eng.dv, rin, er)
-                    row_mma(a, er, xs.do_t[qtile], xs.edo_t[qtile], dva[jj], dvd, eng.dv, w)
-                    a = _operand_row(dst[jj], bm, eng.dk, rin, er)
-                    row_mma(a, er, xs.q_t[qtile], xs.eq_t[qtile], dka[jj], d, eng.dk, w)
+            for g in range(group):  # G1: the group's query heads in order, each over its query tiles
+                b = bk * group + g
+                for t in range(t0, n_qt):
+                    r0 = t * bm
+                    nr = min(bm, seq_q - r0)
+                    pt[:, :] = 0.0
+                    dst[:, :] = 0.0
+                    for r in range(nr):
+                        i = r0 + r
+                        nv = nk
+                        if eng.causal:
+                            nv = max(0, min(nk, i + 1 - j0))
+                        if nv == 0:
+                            continue
+                        for jj in range(nv):  # B2
+                            s[jj] = 0.0
+                            dpr[jj] = 0.0
+                        row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[ktile], xs.ekt[ktile], s, nv, eng.qk, w)
+                        lse_i = xs.lse[b, i]
+                        _scaled(x, s, nv, pp.qk_scale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
+                        _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+                        tot = 0.0
+                        for jj in range(nv):
+                            tot += x[jj]
+                        psum[b, i] += tot
+                        row_mma(xs.do[b, i], xs.edo[b, i], xs.vt[ktile], xs.evt[ktile], dpr, nv, eng.dp, w)  # B6
+                        _ds_of(y, x, dpr, nv, xs.delta[b, i], ln.ds, pp.ds)  # B7
+                        _cast(y, 0, nv, ln.ds_cast, pp.ds_cast)  # B8
+                        _cast(x, 0, nv, ln.p, pp.p)  # B5's cast
+                        for jj in range(nv):
+                            pt[jj, r] = x[jj]
+                            dst[jj, r] = y[jj]
+                        for jj in range(nv, bn):
+                            y[jj] = 0.0
+                        a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4
+                        row_mma(a, ey, xs.k_t[ktile], xs.ek_t[ktile], dq[b, i], d, eng.dq, w)
+                    qtile = b * n_qt + t
+                    for jj in range(nk):  # B5, B9: one MMA per key over the tile's rows
+                        a = _operand_row(pt[jj], bm, eng.dv, rin, er)
+                        row_mma(a, er, xs.do_t[qtile], xs.edo_t[qtile], dva[jj], dvd, eng.dv, w)
+                        a = _operand_row(dst[jj], bm, eng.dk, rin, er)
+                        row_mma(a, er, xs.q_t[qtile], xs.eq_t[qtile], dka[jj], d, eng.dk, w)
             for jj in range(nk):  # E1, E2
                 _epilogue(dka[jj], d, True, eng)
                 _epilogue(dva[jj], dvd, False, eng)
                 for c in range(d):
-                    dk[b, j0 + jj, c] = dka[jj, c]
+                    dk[bk, j0 + jj, c] = dka[jj, c]
                 for c in range(dvd):
-                    dv[b, j0 + jj, c] = dva[jj, c]
-        for i in range(seq_q):  # E3
-            _epilogue(dq[b, i], d, True, eng)
+                    dv[bk, j0 + jj, c] = dva[jj, c]
+        for g in range(group):
+            for i in range(seq_q):  # E3
+                _epilogue(dq[bk * group + g, i], d, True, eng)
 
 
 @jit
 def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh):
-    """The scalar reference (test oracle) for lead indices [lo, hi): every value by the scalar ops and
-    ``dot_acc`` per output, the dots over the kernels' zero-padded tiles, in the kernels' order.
+    """The scalar reference (test oracle) for key/value lead indices [lo, hi) and the query heads of their
+    groups: every value by the scalar ops and ``dot_acc`` per output, the dots over the kernels' zero-padded
+    tiles, in the kernels' order (G1: dK and dV of a key/value head over the group's query heads in order, each
+    over its query tiles).
 
     With a tracer's arrays ``tr`` (local, state), it also records each op's local error at (lead, query tile,
     key tile) and runs a float64 shadow of the same dataflow from the same inputs (``sh``: the float64
     qk_scale and softmax scale), recording the drift of the dq, dk and dv accumulators from it after every
-    tile step; key tile ``n_kv`` (``-1`` in the frames) holds D2 and the epilogue E1..E3."""
-    bm, bn, causal = geo
+    tile step; key tile ``n_kv`` (``-1`` in the frames) holds D2 and the epilogue E1..E3. A dK/dV step is
+    recorded at the query lead it reads; the dK/dV epilogue at the group's first query lead."""
+    bm, bn, causal, group = geo
     seq_q, d = q.shape[1], q.shape[2]
     seq_k, dvd = v.shape[1], v.shape[2]
     n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
-    pm, dsm = np.zeros((n_qt * bm, n_kv * bn)), np.zeros((n_qt * bm, n_kv * bn))
-    qp, dop = np.zeros((n_qt * bm, d)), np.zeros((n_qt * bm, dvd))
+    pm, dsm = np.zeros((group, n_qt * bm, n_kv * bn)), np.zeros((group, n_qt * bm, n_kv * bn))
+    qp, dop = np.zeros((group, n_qt * bm, d)), np.zeros((group, n_qt * bm, dvd))
     kp = np.zeros((n_kv * bn, d))
     ns = n_qt * bm if tr is not None else 1
-    ps, dss, d64 = np.zeros((ns, n_kv * bn)), np.zeros((ns, n_kv * bn)), np.zeros(ns)
-    for b in range(lo, hi):
-        pm[:, :] = 0.0
-        dsm[:, :] = 0.0
-        qp[:seq_q] = q[b]
-        dop[:seq_q] = do[b]
-        kp[:seq_k] = k[b]
-        if tr is not None:  # D2's local errors (the same ops as _ref_delta) and the shadow's delta
+    ps, dss, d64 = np.zeros((group, ns, n_kv * bn)), np.zeros((group, ns, n_kv * bn)), np.zeros(ns)
+    for bk in range(lo, hi):
+        pm[:, :, :] = 0.0
+        dsm[:, :, :] = 0.0
+        kp[:seq_k] = k[bk]
+        if tr is not None:
+            ps[:, :, :] = 0.0
+            dss[:, :, :] = 0.0
+        for g in range(group):
+            b = bk * group + g
+            qp[g, :seq_q] = q[b]
+            dop[g, :seq_q] = do[b]
+            if tr is not None:  # D2's local errors (the same ops as _ref_delta) and the shadow's delta
+                for i in range(seq_q):
+                    s, s64 = 0.0, 0.0
+                    for c in range(o.shape[2]):
+                        x = mul(o[b, i, c], do[b, i, c], pp.delta)
+                        rec = o[b, i, c] * do[b, i, c]
+                        record(tr[0], b, i // bm, n_kv, B_DELTA, x - rec, rec)
+                        y = add(s, x, pp.delta)
+                        record(tr[0], b, i // bm, n_kv, B_DELTA, y - (s + x), s + x)
+                        s = y
+                        s64 += o[b, i, c] * do[b, i, c]
+                    d64[i] = s64
             for i in range(seq_q):
-                s, s64 = 0.0, 0.0
-                for c in range(o.shape[2]):
-                    x = mul(o[b, i, c], do[b, i, c], pp.delta)
-                    record(tr[0], b, i // bm, n_kv, B_DELTA, x - o[b, i, c] * do[b, i, c], o[b, i, c] * do[b, i, c])
-                    y = add(s, x, pp.delta)
-                    record(tr[0], b, i // bm, n_kv, B_DELTA, y - (s + x), s + x)
-                    s = y
-                    s64 += o[b, i, c] * do[b, i, c]
-                d64[i] = s64
-            ps[:, :] = 0.0
-            dss[:, :] = 0.0
-        for i in range(seq_q):
-            jv = min(seq_k, i + 1) if causal else seq_k
-            for j in range(jv):
-                sc = dot_acc(q[b, i], k[b, j], 0.0, pp.qk)  # B2
-                if pp.contract:  # B4
-                    x = fma(sc, pp.qk_scale, -lse[b, i], pp.scale)
-                else:
-                    x = sub(mul(sc, pp.qk_scale, pp.scale), lse[b, i], pp.scale)
-                pv = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
-                psum[b, i] += pv
-                dp = dot_acc(do[b, i], v[b, j], 0.0, pp.dp)  # B6
-                ds = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds)  # B7
-                dsm[i, j] = rnd(ds, pp.ds_cast)  # B8
-                pm[i, j] = rnd(pv, pp.p)
-                if tr is not None:
-                    t, jt = i // bm, j // bn
-                    loc = tr[0]
-                    s64 = dot64(q[b, i], k[b, j], 0.0)
-                    record(loc, b, t, jt, B_QK, sc - s64, s64)
-                    xr = fma64(sc, pp.qk_scale, -lse[b, i]) if pp.contract else sc * pp.qk_scale - lse[b, i]
-                    record(loc, b, t, jt, B_SCALE, x - xr, xr)
-                    er = math.exp2(x) if pp.exp2 else math.exp(x)
-                    record(loc, b, t, jt, B_EXP, pv - er, er)
-                    record(loc, b, t, jt, B_P, pm[i, j] - pv, pv)
-                    dp64 = dot64(do[b, i], v[b, j], 0.0)
-                    record(loc, b, t, jt, B_DP, dp - dp64, dp64)
-                    dr = pv * (dp - delta[b, i])
-                    record(loc, b, t, jt, B_DS, ds - dr, dr)
-                    record(loc, b, t, jt, B_DS_CAST, dsm[i, j] - ds, ds)
-                    x64 = fma64(s64, sh[0], -lse[b, i]) if pp.contract else s64 * sh[0] - lse[b, i]
-                    p64 = math.exp2(x64) if pp.exp2 else math.exp(x64)
-                    ps[i, j] = p64
-                    dss[i, j] = p64 * (dp64 - d64[i])
-        for j in range(seq_k):  # B5, B9 over the query tiles; E1, E2
+                jv = min(seq_k, i + 1) if causal else seq_k
+                for j in range(jv):
+                    sc = dot_acc(q[b, i], k[bk, j], 0.0, pp.qk)  # B2
+                    if pp.contract:  # B4
+                        x = fma(sc, pp.qk_scale, -lse[b, i], pp.scale)
+                    else:
+                        x = sub(mul(sc, pp.qk_scale, pp.scale), lse[b, i], pp.scale)
+                    pv = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
+                    psum[b, i] += pv
+                    dp = dot_acc(do[b, i], v[bk, j], 0.0, pp.dp)  # B6
+                    ds = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds)  # B7
+                    dsm[g, i, j] = rnd(ds, pp.ds_cast)  # B8
+                    pm[g, i, j] = rnd(pv, pp.p)
+                    if tr is not None:
+                        t, jt = i // bm, j // bn
+                        loc = tr[0]
+                        s64 = dot64(q[b, i], k[bk, j], 0.0)
+                        record(loc, b, t, jt, B_QK, sc - s64, s64)
+                        xr = fma64(sc, pp.qk_scale, -lse[b, i]) if pp.contract else sc * pp.qk_scale - lse[b, i]
+                        record(loc, b, t, jt, B_SCALE, x - xr, xr)
+                        er = math.exp2(x) if pp.exp2 else math.exp(x)
+                        record(loc, b, t, jt, B_EXP, pv - er, er)
+                        record(loc, b, t, jt, B_P, pm[g, i, j] - pv, pv)
+                        dp64 = dot64(do[b, i], v[bk, j], 0.0)
+                        record(loc, b, t, jt, B_DP, dp - dp64, dp64)
+                        dr = pv * (dp - delta[b, i])
+                        record(loc, b, t, jt, B_DS, ds - dr, dr)
+                        record(loc, b, t, jt, B_DS_CAST, dsm[g, i, j] - ds, ds)
+                        x64 = fma64(s64, sh[0], -lse[b, i]) if pp.contract else s64 * sh[0] - lse[b, i]
+                        p64 = math.exp2(x64) if pp.exp2 else math.exp(x64)
+                        ps[g, i, j] = p64
+                        dss[g, i, j] = p64 * (dp64 - d64[i])
+        b0 = bk * group
+        for j in range(seq_k):  # B5, B9 over the group's query heads (G1) and their query tiles; E1, E2
             jt = j // bn
             t0 = (jt * bn) // bm if causal else 0
             for c in range(dvd):
                 acc, a64 = 0.0, 0.0
-                for t in range(t0, n_qt):
-                    new = dot_acc(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc, pp.dv)
-                    if tr is not None:
-                        ex = dot64(pm[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], acc)
-                        record(tr[0], b, t, jt, B_DV, new - ex, ex)
-                        a64 = dot64(ps[t * bm : (t + 1) * bm, j], dop[t * bm : (t + 1) * bm, c], a64)
-                        record(tr[1], b, t, jt, S_DV, new - a64, a64)
-                    acc = new
-                dv[b, j, c] = rnd(acc, pp.grad)
+                for g in range(group):
+                    for t in range(t0, n_qt):
+                        r0, r1 = t * bm, (t + 1) * bm
+                        new = dot_acc(pm[g, r0:r1, j], dop[g, r0:r1, c], acc, pp.dv)
+                        if tr is not None:
+                            ex = dot64(pm[g, r0:r1, j], dop[g, r0:r1, c], acc)
+                            record(tr[0], b0 + g, t, jt, B_DV, new - ex, ex)
+                            a64 = dot64(ps[g, r0:r1, j], dop[g, r0:r1, c], a64)
+                            record(tr[1], b0 + g, t, jt, S_DV, new - a64, a64)
+                        acc = new
+                dv[bk, j, c] = rnd(acc, pp.grad)
                 if tr is not None:
-                    record(tr[0], b, 0, n_kv, B_GRAD, dv[b, j, c] - acc, acc)
-                    record(tr[1], b, 0, n_kv, S_DV, dv[b, j, c] - a64, a64)
+                    record(tr[0], b0, 0, n_kv, B_GRAD, dv[bk, j, c] - acc, acc)
+                    record(tr[1], b0, 0, n_kv, S_DV, dv[bk, j, c] - a64, a64)
             for c in range(d):
                 acc, a64 = 0.0, 0.0
-                for t in range(t0, n_qt):
-                    new = dot_acc(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc, pp.dk)
-                    if tr is not None:
-                        ex = dot64(dsm[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], acc)
-                        record(tr[0], b, t, jt, B_DK, new - ex, ex)
-                        a64 = dot64(dss[t * bm : (t + 1) * bm, j], qp[t * bm : (t + 1) * bm, c], a64)
-                        record(tr[1], b, t, jt, S_DK, new - a64, a64)
-                    acc = new
-                dk[b, j, c] = _ref_epilogue(acc, a64, pp, tr, b, 0, n_kv, S_DK, sh[1])
-        for i in range(seq_q):  # Q4 over the key tiles; E3
-            t = i // bm
-            hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
-            for c in range(d):
-                acc, a64 = 0.0, 0.0
-                for jt in range((hi_k + bn - 1) // bn):
-                    new = dot_acc(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc, pp.dq)
-                    if tr is not None:
-                        ex = dot64(dsm[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], acc)
-                        record(tr[0], b, t, jt, B_DQ, new - ex, ex)
-                        a64 = dot64(dss[i, jt * bn : (jt + 1) * bn], kp[jt * bn : (jt + 1) * bn, c], a64)
-                        record(tr[1], b, t, jt, S_DQ, new - a64, a64)
-                    acc = new
-                dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
+                for g in range(group):
+                    for t in range(t0, n_qt):
+                        r0, r1 = t * bm, (t + 1) * bm
+                        new = dot_acc(dsm[g, r0:r1, j], qp[g, r0:r1, c], acc, pp.dk)
+                        if tr is not None:
+                            ex = dot64(dsm[g, r0:r1, j], qp[g, r0:r1, c], acc)
+                            record(tr[0], b0 + g, t, jt, B_DK, new - ex, ex)
+                            a64 = dot64(dss[g, r0:r1, j], qp[g, r0:r1, c], a64)
+                            record(tr[1], b0 + g, t, jt, S_DK, new - a64, a64)
+                        acc = new
+                dk[bk, j, c] = _ref_epilogue(acc, a64, pp, tr, b0, 0, n_kv, S_DK, sh[1])
+        for g in range(group):
+            b = b0 + g
+            for i in range(seq_q):  # Q4 over the key tiles; E3
+                t = i // bm
+                hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
+                for c in range(d):
+                    acc, a64 = 0.0, 0.0
+                    for jt in range((hi_k + bn - 1) // bn):
+                        k0, k1 = jt * bn, (jt + 1) * bn
+                        new = dot_acc(dsm[g, i, k0:k1], kp[k0:k1, c], acc, pp.dq)
+                        if tr is not None:
+                            ex = dot64(dsm[g, i, k0:k1], kp[k0:k1, c], acc)
+                            record(tr[0], b, t, jt, B_DQ, new - ex, ex)
+                            a64 = dot64(dss[g, i, k0:k1], kp[k0:k1, c], a64)
+                            record(tr[1], b, t, jt, S_DQ, new - a64, a64)
+                        acc = new
+                    dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
 
 
 @jit
@@ -437,12 +463,26 @@ def _flat(x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float64).reshape((math.prod(lead),) + x.shape[len(lead) :])
 
 
-def _check(q: object, k: object, v: object, o: object, do: object, lse: object | None) -> tuple[np.ndarray, ...]:
+def _check(q: object, k: object, v: object, o: object, do: object, lse: object | None) -> tuple[Any, ...]:
+    """The operands checked, then the group size (query heads per key/value head), then lse if given."""
     qa, ka, va, oa, da = (operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do")))
     lead = qa.shape[:-2]
-    for name, x in (("k", ka), ("v", va), ("o", oa), ("do", da)):
+    for name, x in (("o", oa), ("do", da)):
         if x.shape[:-2] != lead:
-            raise ValueError(f"{name} has leading dims {x.shape[:-2]} but q has {lead}: q, k, v, o, do must share them")
+            raise ValueError(f"{name} has leading dims {x.shape[:-2]} but q has {lead}: q, o, do must share them")
+    group = 1
+    for name, x in (("k", ka), ("v", va)):
+        kl = x.shape[:-2]
+        if kl == lead:
+            continue
+        if len(kl) != len(lead) or not lead or kl[:-1] != lead[:-1]:
+            raise ValueError(
+                f"{name} has leading dims {kl} but q has {lead}: k and v must share q's leading dims, but for "
+                "the head axis (third from last), whose size may divide q's (grouped-query attention)"
+            )
+        group = kv_group(lead[-1], kl[-1], name)
+    if ka.shape[:-2] != va.shape[:-2]:
+        raise ValueError(f"k and v must have the same leading dims (heads), got k {ka.shape}, v {va.shape}")
     if ka.shape[-1] != qa.shape[-1]:
         raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
     if ka.shape[-2] != va.shape[-2]:
@@ -454,11 +494,11 @@ def _check(q: object, k: object, v: object, o: object, do: object, lse: object |
         if x.shape != want:
             raise ValueError(f"{name} must have shape (..., seq_q, head_dim_v) = {want}, got {x.shape}")
     if lse is None:
-        return qa, ka, va, oa, da
+        return qa, ka, va, oa, da, group
     la = operand_stats(lse, "lse")
     if la.shape != qa.shape[:-1]:
         raise ValueError(f"lse must have shape (..., seq_q) = {qa.shape[:-1]}, got {la.shape}")
-    return qa, ka, va, oa, da, la
+    return qa, ka, va, oa, da, group, la
 
 
 def operand_stats(x: object, name: str) -> np.ndarray:
@@ -558,7 +598,7 @@ def _vector(
 ) -> None:
     """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P."""
     n_lead, seq_q = qf.shape[:2]
-    seq_k = kf.shape[1]
+    n_kv_lead, seq_k = kf.shape[:2]
     if n_lead * seq_q:
         run_rows(_delta_units, n_lead * seq_q, of, dof, delta, ln.delta, pp.delta)
 
@@ -602,9 +642,10 @@ def _vector(
         delta,
     )
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
-    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k)
-    if n_lead:
-        run_rows(_bwd_units, n_lead, xs, dq, dk, dv, psum, eng)
+    group = n_lead // n_kv_lead if n_kv_lead else 1
+    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group)
+    if n_kv_lead:
+        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng)
 
 
 def flash_backward(
@@ -628,7 +669,9 @@ def flash_backward(
 
     Args:
         q: (..., seq_q, head_dim); k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v) float32/float64, in the
-            kernel's input format (round them first). Leading dims must be equal for all five arrays.
+            kernel's input format (round them first). Leading dims must be equal for all five arrays, but for
+            k's and v's head axis (the third from last), whose size ``kv_heads`` may divide q's ``heads``
+            (grouped-query / multi-query attention: step G1 of the module docstring).
         o: (..., seq_q, head_dim_v) the forward's output as stored (input format or fp32: delta from fp32 O).
         do: (..., seq_q, head_dim_v) gradient of the output (input format).
         lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
@@ -653,12 +696,13 @@ def flash_backward(
         ``return_delta``, (dq, dk, dv, delta).
 
     Raises:
-        TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; an ``lse``
+        TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; k or v heads
+            that do not divide q's (named); an ``lse``
             that does not belong to these inputs under this plan (a row's recomputed P does not sum to about 1:
             the lse of another plan, scale, mask or inputs).
     """
     pl = backward_plan(plan)
-    qa, ka, va, oa, da, la = _check(q, k, v, o, do, lse)
+    qa, ka, va, oa, da, group, la = _check(q, k, v, o, do, lse)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
@@ -668,16 +712,16 @@ def flash_backward(
     sc = _scale_of(scale, qa.shape[-1])
     pp = pl.params(sc)
     lead = qa.shape[:-2]
-    qf, kf, vf, of, dof = (_flat(x, lead) for x in (qa, ka, va, oa, da))
+    qf, kf, vf, of, dof = (_flat(x, x.shape[:-2]) for x in (qa, ka, va, oa, da))
     lf = np.ascontiguousarray(la, dtype=np.float64).reshape(qf.shape[:2])
     n_lead, seq_q, d = qf.shape
-    seq_k, dvd = vf.shape[1:]
+    n_kv_lead, seq_k, dvd = vf.shape
     ln = _lanes(pl)
 
     delta = np.zeros((n_lead, seq_q))
     dq = np.zeros((n_lead, seq_q, d))
-    dk = np.zeros((n_lead, seq_k, d))
-    dv = np.zeros((n_lead, seq_k, dvd))
+    dk = np.zeros((n_kv_lead, seq_k, d))
+    dv = np.zeros((n_kv_lead, seq_k, dvd))
     psum = np.zeros((n_lead, seq_q))
     if which == "reference":
         if n_lead * seq_q:
@@ -700,9 +744,9 @@ def flash_backward(
                 scale=sc,
             )
         sh = (sc * math.log2(math.e) if pl.exp2 else sc, sc)
-        if n_lead:
-            geo = (bm, bn, bool(causal))
-            run_rows(_ref_units, n_lead, qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh)
+        if n_kv_lead:
+            geo = (bm, bn, bool(causal), group)
+            run_rows(_ref_units, n_kv_lead, qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh)
     else:
         _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal))
     bad = ~((psum > 0.5) & (psum < 2.0))
@@ -736,10 +780,15 @@ def baseline_backward(
     max, ``exp(s - max)``, sequential sum, divide, each rounded); backward ``dv = dv(p^T do)``,
     ``dp = dp(do v^T)``, ``delta_i = delta(sum_j dp_ij p_ij)`` (sequential), ``ds = ds(p * ds(dp - delta))``,
     ``ds = ds_cast(ds)``, ``ds = grad_scale(ds * scale)``, ``dq = dq(ds k)``, ``dk = dk(ds^T q)``, each gradient
-    cast into ``grad``. The order of torch's vectorized row sums is not modelled (sequential here).
+    cast into ``grad``. The order of torch's vectorized row sums is not modelled (sequential here). With fewer
+    key/value heads than query heads (grouped-query attention), k and v are repeated per query head
+    (``repeat_interleave``, :func:`simfloat.attention._inputs.kv_group`'s mapping) and the gradient of a
+    key/value head is ``grad(sum_g dk_g)``: the group's per-head gradients (each in ``grad``) summed in
+    increasing head order in the ``delta`` op's format (torch's sum reduction), then cast into ``grad``.
 
     Args:
-        q, k, v, do: as :func:`flash_backward` (no o or lse: the softmax is recomputed).
+        q, k, v, do: as :func:`flash_backward` (no o or lse: the softmax is recomputed; k and v may have fewer
+            heads than q).
         plan: backward plan or preset name (``"pytorch-bf16"``, ``"fp64"``, ...).
         causal, scale: as the forward.
 
@@ -752,7 +801,7 @@ def baseline_backward(
     from simfloat.accumulate import matmul
 
     pl = backward_plan(plan)
-    qa, ka, va, _, da = _check(q, k, v, do, do, None)
+    qa, ka, va, _, da, group = _check(q, k, v, do, do, None)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sc = _scale_of(scale, qa.shape[-1])
@@ -762,6 +811,8 @@ def baseline_backward(
         return np.asarray(simfloat.round(np.asarray(x, dtype=np.float64), spec.fmt, spec.mode))
 
     qf, kf, vf, df = (np.asarray(x, dtype=np.float64) for x in (qa, ka, va, da))
+    if group > 1:  # k.repeat_interleave(group, dim=-3), v too: the gradients are summed over the group below
+        kf, vf = np.repeat(kf, group, axis=-3), np.repeat(vf, group, axis=-3)
     kt = np.swapaxes(kf, -1, -2)
     s = matmul(qf, kt, acc=pl.qk)
     sm = float(r(np.array(sc), pl.scale))
@@ -785,4 +836,15 @@ def baseline_backward(
     ds = np.asarray(ops.mul(ds, float(r(np.array(sc), pl.grad_scale)), pl.grad_scale.fmt, pl.grad_scale.mode))
     dq = matmul(ds, kf, acc=pl.dq)
     dk = matmul(np.swapaxes(ds, -1, -2), qf, acc=pl.dk)
-    return r(dq, pl.grad), r(dk, pl.grad), r(dv, pl.grad)
+    dk, dv = r(dk, pl.grad), r(dv, pl.grad)
+    if group > 1:  # the repeat's backward: a sum over the group's heads (a torch sum, as delta's)
+        dk, dv = (_group_sum(x, group, pl) for x in (dk, dv))
+    return r(dq, pl.grad), dk, dv
+
+
+def _group_sum(x: np.ndarray, group: int, pl: BackwardPlan) -> np.ndarray:
+    """(..., heads, S, D) -> (..., heads // group, S, D): ``grad(sum_g x[h * group + g])``, the sum sequential
+    over g in the delta op's format (a torch sum reduction, fp32 for a half-precision tensor)."""
+    y = x.reshape(x.shape[:-3] + (x.shape[-3] // group, group) + x.shape[-2:])
+    tot = np.asarray(simfloat.ops.sum(np.moveaxis(y, -3, -1), pl.delta.fmt, pl.delta.mode, axis=-1))
+    return np.asarray(simfloat.round(tot, pl.grad.fmt, pl.grad.mode), dtype=np.float64)

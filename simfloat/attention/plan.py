@@ -479,6 +479,22 @@ def _pytorch(fmt: str) -> Plan:
     return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type, call-arg]  # names -> OpSpecs in __post_init__; * spread
 
 
+def _profile_dot(prof: Any, fmt: str) -> Model | None:
+    """The tensor-core model of a hardware profile's wgmma part for ``fmt`` (else its other parts), or None
+    (no part, or ``fmt`` fp32, whose "ieee" dots are FMA loops, no tensor core)."""
+    if fmt == "fp32":
+        return None
+    part = prof.dot(fmt)
+    if part is None:
+        return None
+    if not isinstance(part.model, (Sequential, BlockFMA, Chunked)):
+        raise ValueError(
+            f"hardware profile {prof.name!r}: the {fmt} {part.mma} tensor-core model is a "
+            f"{type(part.model).__name__}, which attention plans cannot run"
+        )
+    return part.model
+
+
 def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
     """triton-<fmt> with a hardware profile's models (simfloat.profiles): the tensor-core model of the
     profile's wgmma part for the format (else its other parts; absent: the sm90 preset stays), its exp2
@@ -488,15 +504,9 @@ def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
 
     prof = register_profile(load_profile(hardware))  # type: ignore[arg-type]
     changes: dict[str, object] = {"name": f"{base.name}@{prof.name}"}
-    if fmt != "fp32":  # triton-fp32's "ieee" dots are FMA loops, no tensor core
-        part = prof.dot(fmt)
-        if part is not None:
-            if not isinstance(part.model, (Sequential, BlockFMA, Chunked)):
-                raise ValueError(
-                    f"hardware profile {prof.name!r}: the {fmt} {part.mma} tensor-core model is a "
-                    f"{type(part.model).__name__}, which attention plans cannot run"
-                )
-            changes["qk"] = changes["pv"] = part.model
+    model = _profile_dot(prof, fmt)
+    if model is not None:
+        changes["qk"] = changes["pv"] = model
     changes["exp2_impl"] = prof.exp2_impl()
     mma_sum = prof.sum("mma")
     if mma_sum is not None:
@@ -806,6 +816,26 @@ def _bwd_triton(fmt: str) -> BackwardPlan:
     )
 
 
+def _bwd_with_hardware(base: BackwardPlan, fmt: str, hardware: object) -> BackwardPlan:
+    """The backward triton-<fmt> with a hardware profile's models, as the forward's (:func:`_with_hardware`):
+    the profile's tensor-core model for every dot (B2, B5, B6, B9, Q4) and its exp2 (B4). The B4 shift stays
+    fused whatever the profile's contraction fact: the kernel calls ``tl.fma`` itself; the backward has no
+    tl.sum of the mma layout (D2 sums a blocked layout, sequential here)."""
+    from simfloat.profiles import load_profile, register_profile
+
+    prof = register_profile(load_profile(hardware))  # type: ignore[arg-type]
+    changes: dict[str, object] = {"name": f"{base.name}@{prof.name}", "exp2_impl": prof.exp2_impl()}
+    model = _profile_dot(prof, fmt)
+    if model is not None:
+        changes.update(dict.fromkeys(_BWD_DOTS, model))
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _bwd_h200(fmt: str) -> BackwardPlan:
+    # the backward triton-<fmt> on an H200, from the shipped profile as the forward's h200-<fmt>
+    return dataclasses.replace(_bwd_with_hardware(_bwd_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
+
+
 def _bwd_pytorch(fmt: str) -> BackwardPlan:
     # torch's eager autograd of softmax(scale * q k^T) v in <fmt>: every matmul accumulated in fp32 from zero and
     # rounded once into <fmt>; the scale multiply in <fmt>; softmax and its backward (the row sum of dP * P, then
@@ -828,7 +858,7 @@ def _build_backward() -> dict[str, BackwardPlan]:
     for fmt in ("bf16", "fp16", "fp32", "tf32"):
         out[f"triton-{fmt}"] = _bwd_triton(fmt)
     for fmt in ("bf16", "fp16", "tf32"):
-        out[f"h200-{fmt}"] = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200")
+        out[f"h200-{fmt}"] = _bwd_h200(fmt)
     for fmt in ("bf16", "fp16", "fp32"):
         out[f"pytorch-{fmt}"] = _bwd_pytorch(fmt)
     return out
@@ -839,8 +869,14 @@ def backward_presets() -> dict[str, BackwardPlan]:
     return dict(_build_backward())
 
 
-def backward_plan(name: str | BackwardPlan) -> BackwardPlan:
+def backward_plan(name: str | BackwardPlan, hardware: object = None) -> BackwardPlan:
     """A preset backward precision plan (a :class:`BackwardPlan` is returned unchanged).
+
+    With ``hardware`` (a profile, a shipped profile's name such as ``"h200"`` or a profile file, as for
+    :func:`plan`), a ``triton-<fmt>`` preset becomes ``triton-<fmt>@<profile name>``: the profile's tensor-core
+    model for every dot and its exp2 (a part the profile lacks keeps the default); the name parses back
+    (``backward_plan("triton-bf16@h200")``). ``backward_plan("h200-bf16")`` is ``backward_plan("triton-bf16@h200")``
+    under its historic name (every other field equal).
 
     Presets (the names of the forward's, :func:`plan`):
         ``fp64``: every op float64 (golden). ``all-<fmt>``: every op in <fmt>, sequential dots with rounded
@@ -848,13 +884,28 @@ def backward_plan(name: str | BackwardPlan) -> BackwardPlan:
         ``triton-<fmt>``: ``simfloat_gpu/kernels/flash_attention_bwd.py``: sm90 tensor-core dots (``triton-fp32``: FMA
         loops),
         exp2 with an fp32 qk_scale, the B4 shift fused, fp32 delta/lse/P/dS arithmetic, P and dS cast to <fmt>,
-        gradients stored in <fmt>. ``h200-<fmt>``: with the H200's measured exp2.
+        gradients stored in <fmt>. ``h200-<fmt>``: with the shipped H200 profile (its measured exp2).
         ``pytorch-<fmt>``: torch's eager autograd (:func:`simfloat.attention.baseline_backward`).
 
     Raises:
-        ValueError: unknown name (the message lists the presets).
+        ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a
+            ``triton-<fmt>`` preset, or a profile a plan cannot use; a ``@<profile>`` that is no shipped, loaded
+            or file profile.
         TypeError: ``name`` is neither a string nor a BackwardPlan.
     """
+    if isinstance(name, str) and "@" in name:
+        if hardware is not None:
+            raise ValueError(f"backward plan {name!r} names its hardware profile already; do not pass hardware= too")
+        name, _, hardware = name.partition("@")
+        if not hardware:
+            raise ValueError(f"backward plan {name + '@'!r}: no hardware profile after '@' (triton-<fmt>@<profile>)")
+        from simfloat.profiles import loaded_profile
+
+        hardware = loaded_profile(hardware)
+    if hardware is not None and not (isinstance(name, str) and name.startswith("triton-")):
+        raise ValueError(
+            f"backward_plan(hardware=...) applies to the triton-<fmt> presets (the Triton kernels), got {name!r}"
+        )
     if isinstance(name, BackwardPlan):
         return name
     if not isinstance(name, str):
@@ -862,4 +913,6 @@ def backward_plan(name: str | BackwardPlan) -> BackwardPlan:
     table = backward_presets()
     if name not in table:
         raise ValueError(f"unknown backward plan {name!r}; presets: {', '.join(table)}")
+    if hardware is not None:
+        return _bwd_with_hardware(table[name], name.split("-", 1)[1], hardware)
     return table[name]

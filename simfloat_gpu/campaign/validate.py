@@ -116,6 +116,9 @@ SEQS = (64, 97, 256, 1000)
 HEAD_DIMS = (16, 64, 128)
 CAUSAL = (False, True)
 OUTS = ("fp32", "low")
+#: dot precisions of fp32 inputs (``input_precision``): "tf32" tensor cores (plan triton-tf32) or "ieee" FMA
+#: loops (plan triton-fp32); backward grids only
+PRECISIONS = ("tf32", "ieee")
 #: emulator plan families a flash config is compared under (``<family>-<fmt>`` presets)
 PLAN_FAMILIES = ("triton", "h200")
 #: hardware profiles registered as plan families by :func:`use_hardware` (family = the profile's name)
@@ -175,12 +178,23 @@ class Config:
     row_sum: str = ""  # int8: "reference" | "consistent"
     heads: int = 2
     batch: int = 1
+    kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as heads. Backward grids only
+    precision: str = ""  # fmt "fp32": a PRECISIONS entry (the dots' input_precision). Backward grids only
 
     def __post_init__(self) -> None:
         if self.kind not in ("flash", "int8", "sage"):
             raise ValueError(f"Config.kind must be 'flash', 'int8' or 'sage', got {self.kind!r}")
-        if self.fmt not in FORMATS:
-            raise ValueError(f"Config.fmt must be one of {FORMATS}, got {self.fmt!r}")
+        if self.fmt == "fp32" and self.kind == "flash":
+            if self.precision not in PRECISIONS:
+                raise ValueError(
+                    f"Config.precision must be one of {PRECISIONS} for fp32 inputs, got {self.precision!r}"
+                )
+        elif self.fmt not in FORMATS:
+            raise ValueError(f"Config.fmt must be one of {FORMATS} (flash: or fp32), got {self.fmt!r}")
+        elif self.precision:
+            raise ValueError(f"Config.precision is for fp32 inputs only, got {self.precision!r} with {self.fmt}")
+        if self.kv_heads < 0 or (self.kv_heads and self.heads % self.kv_heads):
+            raise ValueError(f"Config.kv_heads must divide heads ({self.heads}) or be 0, got {self.kv_heads}")
         if self.out not in OUTS:
             raise ValueError(f"Config.out must be one of {OUTS}, got {self.out!r}")
         if self.kind == "int8" and (self.variant not in INT8_VARIANTS or self.out != "low"):
@@ -194,6 +208,8 @@ class Config:
         return (
             f"{kind}-{self.fmt}-s{self.seq}-d{self.head_dim}-m{self.block_m}n{self.block_n}-"
             f"{'causal' if self.causal else 'full'}-{self.out}-h{self.heads}"
+            + (f"-kv{self.kv_heads}" if self.kv_heads else "")
+            + (f"-{self.precision}" if self.precision else "")
         )
 
     @property
@@ -204,6 +220,11 @@ class Config:
     @property
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.heads, self.seq, self.head_dim)
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        """The shape of k and v: (batch, kv_heads or heads, seq, head_dim)."""
+        return (self.batch, self.kv_heads or self.heads, self.seq, self.head_dim)
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -361,8 +382,11 @@ def grid(name: str = "full", *, int8: bool = True) -> list[Config]:
 
 
 def round_to_format(x: np.ndarray, fmt: str) -> np.ndarray:
-    """float32 values rounded to nearest even into bf16 / fp16, returned as float32 (numpy only)."""
+    """float32 values rounded to nearest even into bf16 / fp16 (fp32: unchanged), returned as float32 (numpy
+    only)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    if fmt == "fp32":
+        return x
     if fmt == "fp16":
         with np.errstate(over="ignore"):  # beyond 65520: inf, as a cast on the GPU
             return x.astype(np.float16).astype(np.float32)
@@ -374,11 +398,12 @@ def round_to_format(x: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def make_inputs(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """q, k, v: float32 arrays of ``cfg.shape`` holding values of ``cfg.fmt``, regenerable from the seed."""
+    """q (``cfg.shape``), k, v (``cfg.kv_shape``): float32 arrays holding values of ``cfg.fmt``, regenerable from
+    the seed."""
     rng = np.random.default_rng(cfg.seed)
     q = rng.standard_normal(cfg.shape) * SPREAD
-    k = rng.standard_normal(cfg.shape)
-    v = rng.standard_normal(cfg.shape)
+    k = rng.standard_normal(cfg.kv_shape)
+    v = rng.standard_normal(cfg.kv_shape)
     return tuple(round_to_format(x.astype(np.float32), cfg.fmt) for x in (q, k, v))  # type: ignore[return-value]
 
 
@@ -809,6 +834,8 @@ def validate_config(
     rec = _record(cfg, backend)
     arrays = None
     try:
+        if cfg.kv_heads or cfg.precision:
+            raise ValueError(f"{cfg.id}: kv_heads and precision configs are for the backward pass (validate_bwd)")
         q, k, v = make_inputs(cfg)
         t0 = time.perf_counter()
         kern = run_kernel(cfg, q, k, v, backend=backend, fp32_too=record)

@@ -3,14 +3,16 @@ against the
 emulator's ``triton-<fmt>`` backward plan (simfloat.attention.flash_backward), bit for bit on dQ, dK, dV and delta.
 
 For every config (format, BLOCK_M, BLOCK_N, seq, head dim, causal, and ``out``: the forward's output stored in
-the input format, "low", or in fp32, "fp32", the "delta from fp32 O" option), the forward kernel gives o, m, l;
+the input format, "low", or in fp32, "fp32", the "delta from fp32 O" option; ``kv_heads``: grouped-query and
+multi-query configs, k and v with fewer heads than q; fp32 inputs with a dot ``precision``, "tf32" against the
+``triton-tf32`` plan or "ieee" against ``triton-fp32``), the forward kernel gives o, m, l;
 the backward kernels give dq, dk, dv, delta and lse; the emulator gets the same q, k, v, o, dO and the lse of
 :func:`simfloat.attention.lse_from_stats` (checked equal to the kernel's) and must reproduce every gradient bit.
 A float64 torch autograd of the same inputs gives each side's max relative error. Grids reuse
 :mod:`simfloat_gpu.campaign.validate`'s dimensions: "full" (a cost-weighted all-pairs covering array), "ci" (every
-value of every
-dimension), "smoke" (two tiny configs). Runs under the faithful interpreter on a CPU, or on a GPU (then the
-emulator comparison measures how close the plan is to the hardware).
+value of every dimension), "smoke" (three tiny configs, one multi-query); "full" and "ci" add grouped-query and
+multi-query configs (:data:`GROUPS`) and fp32 configs of both precisions. Runs under the faithful interpreter
+on a CPU, or on a GPU (then the emulator comparison measures how close the plan is to the hardware).
 
     python -m simfloat_gpu.campaign.validate --pass backward --out DIR [--grid ci]      # or
     simfloat_gpu.campaign.validate_bwd.run_backward(...)
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -32,32 +35,87 @@ import numpy as np
 from simfloat_gpu.campaign import validate as fwd
 from simfloat_gpu.campaign.records import BackwardRecord
 
-__all__ = ["BWD_FIELDS", "BackwardRecord", "backward_grid", "run_backward", "validate_backward_config"]
+__all__ = [
+    "BWD_FIELDS",
+    "GROUPS",
+    "BackwardRecord",
+    "backward_grid",
+    "emulator_plan",
+    "run_backward",
+    "validate_backward_config",
+]
 
 #: the columns of backward.csv: the fields of :class:`BackwardRecord`
 BWD_FIELDS = BackwardRecord.csv_fields()
+
+
+#: (heads, kv_heads) of the grouped-query (GQA) and multi-query (MQA) configs
+GROUPS = ((4, 2), (4, 1))
+
+
+def _gqa(fmt: str, bm: int, bn: int, seq: int, causal: bool, out: str, heads: int, kv_heads: int) -> fwd.Config:
+    return fwd.Config("flash", fmt, seq, 32, bm, bn, causal, out, heads=heads, kv_heads=kv_heads)
+
+
+def _fp32(precision: str, bm: int, bn: int, seq: int, d: int, causal: bool) -> fwd.Config:
+    return fwd.Config("flash", "fp32", seq, d, bm, bn, causal, "fp32", heads=2, precision=precision)
+
+
+def _extra(name: str) -> list[fwd.Config]:
+    """The grouped-query and fp32 configs of a grid (head_dim 32 and short sequences: the interpreter's cost
+    grows with heads, and fp32 "ieee" dots are FMA loops)."""
+    if name == "ci":
+        gqa = [_gqa("bf16", 32, 16, 97, False, "low", 4, 2), _gqa("fp16", 16, 32, 64, True, "fp32", 4, 1)]
+        f32 = [_fp32("tf32", 32, 16, 97, 32, True), _fp32("ieee", 16, 32, 64, 16, False)]
+        return gqa + f32
+    tiles = ((16, 32, 97, "low"), (32, 16, 64, "fp32"), (64, 32, 97, "fp32"), (32, 64, 64, "low"))  # bm bn seq out
+    gqa = [
+        _gqa(fmt, *tiles[i % len(tiles)][:3], causal, tiles[i % len(tiles)][3], h, hk)
+        for i, (fmt, (h, hk), causal) in enumerate(itertools.product(fwd.FORMATS, GROUPS, fwd.CAUSAL))
+    ]
+    f32 = [
+        _fp32(prec, bm, bn, seq, d, causal)
+        for prec in fwd.PRECISIONS
+        for bm, bn, seq, d, causal in ((16, 32, 97, 16, True), (32, 16, 64, 32, False), (64, 64, 97, 16, False))
+    ]
+    return gqa + f32
 
 
 def backward_grid(name: str = "ci") -> list[fwd.Config]:
     """The backward grid ("full", "ci" or "smoke"; see the module docstring)."""
     dims = (fwd.FORMATS, fwd.BLOCKS, fwd.BLOCKS, fwd.SEQS, fwd.HEAD_DIMS, fwd.CAUSAL, fwd.OUTS)
     if name == "full":
-        return fwd._dedupe(fwd._all_pairs(dims, fwd._flash))
+        return fwd._dedupe(fwd._all_pairs(dims, fwd._flash) + _extra(name))
     if name == "ci":
-        return fwd._dedupe(fwd._all_values(dims, fwd._flash))
+        return fwd._dedupe(fwd._all_values(dims, fwd._flash) + _extra(name))
     if name == "smoke":
-        return [fwd._flash("bf16", 16, 32, 40, 16, True, "low"), fwd._flash("fp16", 32, 16, 33, 16, False, "fp32")]
+        return [
+            fwd._flash("bf16", 16, 32, 40, 16, True, "low"),
+            fwd._flash("fp16", 32, 16, 33, 16, False, "fp32"),
+            fwd.Config("flash", "bf16", 33, 16, 16, 16, True, "low", heads=2, kv_heads=1),
+        ]
     raise ValueError(f"unknown grid {name!r}; known: full, ci, smoke")
 
 
+def emulator_plan(cfg: fwd.Config) -> str:
+    """The backward plan a config's kernels are compared with: ``triton-<fmt>``; fp32 inputs: ``triton-tf32``
+    (tf32 tensor cores) or ``triton-fp32`` ("ieee" FMA loops) by the config's precision."""
+    if cfg.fmt == "fp32":
+        return "triton-tf32" if cfg.precision == "tf32" else "triton-fp32"
+    return f"triton-{cfg.fmt}"
+
+
 def _grads64(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causal: bool) -> list[np.ndarray]:
+    """float64 autograd; k and v with fewer heads are repeated per query head (their gradients summed)."""
     import torch
 
     qq, kk, vv = (torch.tensor(np.asarray(x, dtype=np.float64), requires_grad=True) for x in (q, k, v))
-    s = (qq @ kk.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    group = q.shape[1] // k.shape[1]
+    kr, vr = kk.repeat_interleave(group, dim=1), vv.repeat_interleave(group, dim=1)
+    s = (qq @ kr.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
-    (torch.softmax(s, -1) @ vv).backward(torch.tensor(np.asarray(do, dtype=np.float64)))
+    (torch.softmax(s, -1) @ vr).backward(torch.tensor(np.asarray(do, dtype=np.float64)))
     return [t.grad.numpy() for t in (qq, kk, vv)]
 
 
@@ -79,6 +137,8 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
         seq=cfg.seq,
         head_dim=cfg.head_dim,
         heads=cfg.heads,
+        kv_heads=cfg.kv_heads or cfg.heads,
+        precision=cfg.precision,
         block_m=cfg.block_m,
         block_n=cfg.block_n,
         causal=cfg.causal,
@@ -90,6 +150,7 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
     device = "cuda" if backend == "gpu" else "cpu"
     dt = fwd._torch_dtype(cfg.fmt)
     tq, tk, tv, tdo = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v, do))
+    precision = cfg.precision or None
     ctx: Any = contextlib.nullcontext()
     if backend == "faithful":
         from simfloat_gpu.interpreter import faithful
@@ -107,9 +168,21 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
                 block_n=cfg.block_n,
                 return_stats=True,
                 out_dtype=torch.float32 if cfg.out == "fp32" else dt,
+                input_precision=precision,
             )
             dq, dk, dv, delta, lse = flash_attention_backward(
-                tq, tk, tv, o, tdo, m, l, causal=cfg.causal, block_m=cfg.block_m, block_n=cfg.block_n, return_stats=True
+                tq,
+                tk,
+                tv,
+                o,
+                tdo,
+                m,
+                l,
+                causal=cfg.causal,
+                block_m=cfg.block_m,
+                block_n=cfg.block_n,
+                input_precision=precision,
+                return_stats=True,
             )
         if backend == "gpu":
             torch.cuda.synchronize()
@@ -124,7 +197,7 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
         return dataclasses.replace(row, status="kernel only")
     from simfloat.attention import flash_backward, lse_from_stats
 
-    plan = f"triton-{cfg.fmt}"
+    plan = emulator_plan(cfg)
     t0 = time.perf_counter()
     try:
         lse_e = lse_from_stats(mn, ln, plan=plan)

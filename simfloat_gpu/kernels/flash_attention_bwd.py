@@ -2,11 +2,13 @@
 
 Layout as the forward (``simfloat_gpu/kernels/flash_attention.py``): ``q``, ``o``, ``do`` are (batch, heads, seq_q,
 head_dim),
-``k``, ``v`` (batch, heads, seq_k, head_dim); any lengths; the forward's stats ``m`` (running maximum, log2
-units) and ``l`` (row sum relative to it) are (batch, heads, seq_q) fp32. Three kernels, all deterministic
-(no atomics): a preprocess per (BLOCK_M rows, batch*head), a dK/dV kernel per (BLOCK_N keys, batch*head)
-that walks the query tiles in increasing order, and a dQ kernel per (BLOCK_M rows,
-batch*head) that walks the key tiles in order, recomputing P and dS exactly as the dK/dV kernel does.
+``k``, ``v`` (batch, kv_heads, seq_k, head_dim), heads a multiple of kv_heads (grouped-query attention; query head
+h reads key/value head h // GROUP, GROUP = heads // kv_heads, by stride: nothing is copied); any lengths; the
+forward's stats ``m`` (running maximum, log2 units) and ``l`` (row sum relative to it) are (batch, heads, seq_q)
+fp32; dk, dv have k's shape. Three kernels, all deterministic (no atomics): a preprocess per (BLOCK_M rows,
+batch*head), a dK/dV kernel per (BLOCK_N keys, batch*kv_head) that walks the query tiles of each query head of
+its group in increasing order (G1), and a dQ kernel per (BLOCK_M rows, batch*head) that walks the key tiles in
+order, recomputing P and dS exactly as the dK/dV kernel does.
 
 Precision plan, in execution order (the emulator's ``triton-<fmt>`` backward plan mirrors it). ``in`` is the
 input dtype (fp16, bf16, fp32); ``o`` is the forward output as stored (``in`` or fp32); every other value fp32;
@@ -25,6 +27,8 @@ Preprocess (rows offs_m, one program per BLOCK_M rows):
 dK/dV kernel (keys offs_n = start_n*BLOCK_N + [0, BLOCK_N)):
   K1. k^T (HEAD_DIM x BLOCK_N), k (BLOCK_N x HEAD_DIM), v^T, v loaded in ``in``; keys >= seq_k read as 0.
   K2. dk = dv = 0 (fp32, BLOCK_N x HEAD_DIM).
+  G1. Per query head h = kv_head * GROUP + g of the key/value head's group, g = 0, 1, ..., GROUP - 1 in order
+      (GROUP = 1 without grouped-query attention), all into the same dk, dv accumulators:
   Per query tile m0 = lo, lo + BLOCK_M, ... < seq_q  (lo = 0, or (start_n // BLOCK_M) * BLOCK_M if causal: the
   first tile with a row that sees a key of this tile; earlier tiles would add exact zeros):
   B1. q, do loaded in ``in`` (rows >= seq_q read as 0), lse and delta in fp32 (read as 0 there).
@@ -53,8 +57,10 @@ Notes for the emulator:
   * Every dot is ``tl.dot(a, b, acc)``: for fp16/bf16 the products are exact and the accumulator enters the MMA
     (tensor_core("sm90", fmt) under the faithful interpreter); fp32 inputs use ``input_precision`` as the
     forward ("tf32" default, or "ieee" FMA loops).
-  * dk/dv of a key accumulate over the query tiles in increasing order; dq of a row over the key tiles in
-    increasing order. Masked (row, key) pairs have p = 0, so ds = +-0 and they add exact zeros.
+  * dk/dv of a key accumulate over the query heads of its group in increasing order (G1), each over the query
+    tiles in increasing order, in one fp32 accumulator (no separate reduction over the group; E1 once); dq of a
+    row over the key tiles in increasing order. Masked (row, key) pairs have p = 0, so ds = +-0 and they add
+    exact zeros.
   * Rows past seq_q (do = 0, p = 0) and keys past seq_k (k = v = 0) change nothing.
   * The GPU may contract nothing here: the two fp32 mul/sub of B7 have a sub->mul dataflow (not mul->add), the
     epilogue multiplies feed stores. D2's products feed the reduction's adds, which ptxas may fuse on the GPU
@@ -70,6 +76,7 @@ import torch
 import triton
 import triton.language as tl
 
+from simfloat.attention._inputs import kv_group
 from simfloat_gpu.kernels.flash_attention import _check_block, _check_inputs, _check_options, flash_attention
 
 __all__ = ["FlashAttentionFunction", "NUM_STAGES", "NUM_WARPS", "flash_attention_backward", "flash_attention_grad"]
@@ -185,6 +192,7 @@ def _attn_bwd_dkdv(
     stride_gn,
     stride_gk,
     H,
+    GROUP,
     N_CTX_Q,
     N_CTX_K,
     HEAD_DIM: tl.constexpr,
@@ -194,14 +202,12 @@ def _attn_bwd_dkdv(
     INPUT_PRECISION: tl.constexpr,
 ):
     start_n = tl.program_id(0)
-    off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
-    q_base = Q + off_z * stride_qz + off_h * stride_qh
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
-    do_base = DO + off_z * stride_dz + off_h * stride_dh
-    stats_base = off_hz.to(tl.int64) * N_CTX_Q
+    off_hkz = tl.program_id(1)  # one program per (key tile, batch * kv head)
+    H_KV = H // GROUP
+    off_z = (off_hkz // H_KV).to(tl.int64)
+    off_hkv = (off_hkz % H_KV).to(tl.int64)
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
 
     offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -218,27 +224,34 @@ def _attn_bwd_dkdv(
     else:
         lo = 0
     offs_m0 = tl.arange(0, BLOCK_M)
-    for start_m in range(lo, N_CTX_Q, BLOCK_M):
-        offs_m = start_m + offs_m0
-        row_ok = offs_m < N_CTX_Q
-        # B1
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
-        do = tl.load(
-            do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dk, mask=row_ok[:, None], other=0.0
-        )
-        lse = tl.load(Lse + stats_base + offs_m, mask=row_ok, other=0.0)
-        delta = tl.load(Delta + stats_base + offs_m, mask=row_ok, other=0.0)
-        valid = row_ok[:, None] & key_ok[None, :]
-        if IS_CAUSAL:
-            valid = valid & (offs_m[:, None] >= offs_n[None, :])
-        p, ds = _p_ds(q, kt, do, vt, lse, delta, valid, qk_scale, INPUT_PRECISION)
-        # B5, B9
-        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=INPUT_PRECISION)
-        dk = tl.dot(tl.trans(ds), q, dk, input_precision=INPUT_PRECISION)
+    for g in range(0, GROUP):  # G1: the group's query heads in order, one accumulator
+        off_h = off_hkv * GROUP + g
+        q_base = Q + off_z * stride_qz + off_h * stride_qh
+        do_base = DO + off_z * stride_dz + off_h * stride_dh
+        stats_base = (off_z * H + off_h) * N_CTX_Q
+        for start_m in range(lo, N_CTX_Q, BLOCK_M):
+            offs_m = start_m + offs_m0
+            row_ok = offs_m < N_CTX_Q
+            # B1
+            q = tl.load(
+                q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0
+            )
+            do = tl.load(
+                do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dk, mask=row_ok[:, None], other=0.0
+            )
+            lse = tl.load(Lse + stats_base + offs_m, mask=row_ok, other=0.0)
+            delta = tl.load(Delta + stats_base + offs_m, mask=row_ok, other=0.0)
+            valid = row_ok[:, None] & key_ok[None, :]
+            if IS_CAUSAL:
+                valid = valid & (offs_m[:, None] >= offs_n[None, :])
+            p, ds = _p_ds(q, kt, do, vt, lse, delta, valid, qk_scale, INPUT_PRECISION)
+            # B5, B9
+            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=INPUT_PRECISION)
+            dk = tl.dot(tl.trans(ds), q, dk, input_precision=INPUT_PRECISION)
 
     # E1, E2
     dk = dk * sm_scale
-    g_offs = off_z * stride_gz + off_h * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gk
+    g_offs = off_z * stride_gz + off_hkv * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gk
     tl.store(DK + g_offs, dk.to(DK.dtype.element_ty), mask=key_ok[:, None])
     tl.store(DV + g_offs, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
 
@@ -275,6 +288,7 @@ def _attn_bwd_dq(
     stride_gm,
     stride_gk,
     H,
+    GROUP,
     N_CTX_Q,
     N_CTX_K,
     HEAD_DIM: tl.constexpr,
@@ -287,9 +301,10 @@ def _attn_bwd_dq(
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
     q_base = Q + off_z * stride_qz + off_h * stride_qh
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
     do_base = DO + off_z * stride_dz + off_h * stride_dh
     stats = off_hz.to(tl.int64) * N_CTX_Q
 
@@ -385,7 +400,8 @@ def flash_attention_backward(
     """Gradients (dq, dk, dv) of flash attention with the Triton FA2 backward kernels.
 
     Args:
-        q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_k, head_dim), as for the forward.
+        q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim), as for the forward
+            (heads a multiple of kv_heads: grouped-query attention, step G1 of the module docstring).
         o: the forward's output (batch, heads, seq_q, head_dim) as stored: the input dtype, or float32 (delta
             from the fp32 output).
         do: gradient of the output, (batch, heads, seq_q, head_dim), in the input dtype.
@@ -397,7 +413,7 @@ def flash_attention_backward(
             log2-unit log-sum-exp ``m + log2(l)`` the kernels used.
 
     Returns:
-        (dq, dk, dv), or (dq, dk, dv, delta, lse) when return_stats.
+        (dq, dk, dv) of q's, k's, v's shapes, or (dq, dk, dv, delta, lse) when return_stats.
 
     Raises:
         TypeError, ValueError: tensors of the wrong type, dtype, shape or device; bad options (named).
@@ -411,7 +427,8 @@ def flash_attention_backward(
     sm_scale = float(np.float32(1.0 / np.sqrt(q.shape[-1]) if scale is None else scale))
 
     batch, heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    group = kv_group(heads, kv_heads)
     dq = torch.empty(q.shape, dtype=grad_dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=grad_dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=grad_dtype, device=q.device)
@@ -475,7 +492,7 @@ def flash_attention_backward(
         num_warps=NUM_WARPS,
         num_stages=NUM_STAGES,
     )
-    _attn_bwd_dkdv[(triton.cdiv(seq_k, block_n), batch * heads)](
+    _attn_bwd_dkdv[(triton.cdiv(seq_k, block_n), batch * kv_heads)](
         q,
         k,
         v,
@@ -492,6 +509,7 @@ def flash_attention_backward(
         dk.stride(2),
         dk.stride(3),
         heads,
+        group,
         seq_q,
         seq_k,
         **meta,
@@ -512,6 +530,7 @@ def flash_attention_backward(
         dq.stride(2),
         dq.stride(3),
         heads,
+        group,
         seq_q,
         seq_k,
         **meta,
