@@ -444,7 +444,7 @@ class Plan:
         t = self.lazy_threshold
         threshold = 0.0 if t is None else rnd(t, op("m_i"))  # a constant of the m_i format, as in the kernel
         tie = self.tie_shift is not None
-        tie_beta = rnd(self.tie_shift, op("m_i")) if tie else 0.0  # type: ignore[arg-type]  # tie: a float
+        tie_beta = rnd(self.tie_shift, op("m_i")) if self.tie_shift is not None else 0.0
         tie_tol = rnd(self.tie_tol, sc)
         if tie and not tie_beta > 1:
             raise ValueError(f"Plan.tie_shift={self.tie_shift} rounds to {tie_beta} in {self.m_i.fmt.name}: not > 1")
@@ -732,6 +732,11 @@ class BackwardPlan:
         exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
         contract: the B4 shift as one fused rounding.
         exp2_impl: ``"correctly_rounded"`` or ``"h200"`` (the measured ex2.approx.ftz.f32, see :class:`Plan`).
+        opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
+            (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
+            ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
+            that into the op's format, as ``tensor * scale`` does. ``None``: the scale rounded into the op's
+            format and the product rounded once. The ``pytorch-<fmt>`` presets set float32.
     """
 
     name: str
@@ -753,8 +758,11 @@ class BackwardPlan:
     exp2: bool = False
     contract: bool = False
     exp2_impl: str = "correctly_rounded"
+    opmath: FloatFormat | None = None
 
     def __post_init__(self) -> None:
+        if self.opmath is not None:
+            object.__setattr__(self, "opmath", _checked_format(self.opmath, "BackwardPlan.opmath"))
         if not isinstance(self.name, str):
             raise TypeError(f"BackwardPlan.name must be a string, got {type(self.name).__name__}")
         for op in BACKWARD_OPS:
@@ -773,7 +781,7 @@ class BackwardPlan:
             ValueError: an unknown op or flag (the message lists the valid ones).
             TypeError: a value of the wrong type.
         """
-        flags = ("exp2", "contract", "exp2_impl")
+        flags = ("exp2", "contract", "exp2_impl", "opmath")
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
             raise ValueError(
@@ -788,6 +796,7 @@ class BackwardPlan:
         return (
             f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
+            + (f", opmath={self.opmath.name}" if self.opmath is not None else "")
             + ")"
         )
 
@@ -864,7 +873,9 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     else:
         dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
     fp32 = "float32"
-    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
+    # the Python-float scale multiplies in float32 (torch's opmath), the product then rounded into <fmt>
+    ops = (fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)
+    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
 
 
 @functools.cache
