@@ -6,7 +6,8 @@ A. "Why Low-Precision Transformer Training Fails" (arXiv 2510.04212): when sever
    (so they tie for the maximum of every row), the other keys N(0, 1), V = -(|N(0, 1)| + 0.1) (one-signed), dO
    N(0, 1), all bf16; plan triton-bf16. Per number of ties t: the mean signed error (bias) of O and of delta
    against float64, with O stored in bf16 (the kernel's default) and in fp32 ("delta from fp32 O": the forward
-   plan's ``out`` in fp32), and the relative max error of dQ.
+   plan's ``out`` in fp32), and the relative max error of dQ; and the same with the paper's fix in the forward
+   (``Plan.tie_shift=2``: a tile max tied by two or more keys is doubled, so P < 1 at the ties), O in bf16.
 B. "Broken Symmetry in BF16 Attention" (arXiv 2609.34272): the row sums of dS are zero in exact arithmetic, so
    dQ_i = scale * sum_j dS_ij k_j does not depend on the mean key; rounding dS to BF16 breaks the zero sum and
    leaks scale * (sum_j dS_ij) * mean(k) into dQ. Inputs: keys with a common offset (mean key of norm ~ 16),
@@ -42,6 +43,12 @@ from simfloat.attention import backward_plan, flash, flash_backward, lse_from_st
 
 SEED = 0
 TIES = (1, 2, 4, 8, 16, 32, 64)
+#: part A's forward variants: (label, O's storage format, forward plan)
+VARIANTS = (
+    ("delta from bf16 O", "bf16", plan("triton-bf16")),
+    ("delta from fp32 O", "fp32", plan("triton-bf16").replace(out="float32")),
+    ("max-shift fix, bf16 O", "bf16", plan("triton-bf16").replace(tie_shift=2.0)),
+)
 
 
 def _grads64(q, k, v, do, scale):
@@ -72,12 +79,11 @@ def part_a(n_q: int, n_k: int, d: int, block: int) -> list[dict]:
     rows = []
     scale = 1.0 / math.sqrt(d)
     for t in TIES:
-        if t > n_k:
+        if t >= n_k:  # every key tied: dQ is exactly 0, no relative error
             continue
         q, k, v, do = ties_inputs(t, n_q, n_k, d, np.random.default_rng([SEED, t]))
         o64, delta64, dq64, _, _ = _grads64(q, k, v, do, scale)
-        for o_fmt in ("bf16", "fp32"):
-            fp = plan("triton-bf16") if o_fmt == "bf16" else plan("triton-bf16").replace(out="float32")
+        for variant, o_fmt, fp in VARIANTS:
             o, m, l = flash(q, k, v, plan=fp, block_m=block, block_n=block, return_stats=True)  # noqa: E741
             lse = lse_from_stats(m, l, plan="triton-bf16")
             dq, _, _, delta = flash_backward(
@@ -95,6 +101,7 @@ def part_a(n_q: int, n_k: int, d: int, block: int) -> list[dict]:
             rows.append(
                 dict(
                     ties=t,
+                    variant=variant,
                     o_format=o_fmt,
                     o_bias=float(np.mean(o - o64)),
                     o_bias_rel=float(np.mean(o - o64) / np.mean(np.abs(o64))),
@@ -173,13 +180,18 @@ def _plot(path: Path, a: list[dict], b: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
-    for o_fmt, style in (("bf16", "o-"), ("fp32", "s--")):
-        r = [x for x in a if x["o_format"] == o_fmt]
+    fig, ax = plt.subplots(1, 4, figsize=(18, 4))
+    for (variant, _, _), style in zip(VARIANTS, ("o-", "s--", "^:"), strict=True):
+        r = [x for x in a if x["variant"] == variant]
         ts = [x["ties"] for x in r]
-        ax[0].plot(ts, [x["o_bias_rel"] for x in r], style, label=f"O stored {o_fmt}")
-        ax[1].plot(ts, [x["delta_bias_rel"] for x in r], style, label=f"delta from {o_fmt} O")
-    for i, title in ((0, "bias of O (mean signed error / mean |O|)"), (1, "bias of delta (relative)")):
+        ax[0].plot(ts, [x["o_bias_rel"] for x in r], style, label=variant)
+        ax[1].plot(ts, [x["delta_bias_rel"] for x in r], style, label=variant)
+        ax[3].plot(ts, [x["dq_err_rel"] for x in r], style, label=variant)
+    for i, title in (
+        (0, "bias of O (mean signed error / mean |O|)"),
+        (1, "bias of delta (relative)"),
+        (3, "dQ max error / max |dQ|"),
+    ):
         ax[i].set_xscale("log", base=2)
         ax[i].set_xlabel("tied maxima per row")
         ax[i].set_title(title, fontsize=9)

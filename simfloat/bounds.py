@@ -453,12 +453,17 @@ def flash_bound(
 
     Raises:
         ValueError: a regime the bound does not cover (an intermediate that may overflow, a softmax
-            denominator whose lower bound is not positive, a plan with ``exp_impl="tl.exp"``), bad arguments.
+            denominator whose lower bound is not positive, a plan with ``exp_impl="tl.exp"`` or ``tie_shift``),
+            bad arguments.
         TypeError: bad argument types.
     """
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=None)
     fp = _check_fp(failure_probability)
     pl = x.plan
+    if pl.tie_shift is not None:
+        raise _not_covered(
+            "tie_shift (the shifted max of tied rows: its P may underflow, which these bounds do not model)"
+        )
     bm, bn = clamp_blocks(block(block_m, "block_m"), block(block_n, "block_n"), x.q.shape[1], x.k.shape[1], pl.pv)
     pp = pl.params(x.scale)
     n_lead, seq_q, dh = x.q.shape

@@ -287,12 +287,16 @@ def test_flags_are_every_plan_field_but_the_ops():
         exp2_impl="correctly_rounded",
         sum_order="sequential",
         exp_impl="tl.exp",
+        tie_shift=2.0,
+        tie_tol=1e-3,
     )
     assert set(alt) == set(FLAGS)  # a new flag needs a value here
     for f, value in alt.items():
         p = plan("h200-bf16")
         if f == "exp_impl":  # tl.exp is what a kernel without exp2 calls
             p = dataclasses.replace(p, exp2=False)
+        if f == "tie_tol":  # the tolerance of the tie_shift rule
+            p = dataclasses.replace(p, tie_shift=2.0)
         q = dataclasses.replace(p, **{f: value})
         assert cache_key("flash", q) != cache_key("flash", p), f
         assert getattr(reference_plan(q), f) == value and getattr(isolation_plan(q, "p"), f) == value, f

@@ -296,6 +296,21 @@ def _scores(x, s, nv, m_sub, eng):
     _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
 
 
+@jit
+def _tie_shifted(mx, s, nv, pp):
+    """T4 with ``Plan.tie_shift``: the tile max ``mx`` as shifted when two or more of s[:nv] tie it (see Plan)."""
+    thr = sub(mx, pp.tie_tol, pp.scale)
+    n = 0
+    for jj in range(nv):
+        if mul(s[jj], pp.qk_scale, pp.scale) >= thr:
+            n += 1
+    if n < 2:
+        return mx
+    if mx > 0.0:
+        return mul(mx, pp.tie_beta, pp.m_i)
+    return 0.0 if mx < 0.0 else mx
+
+
 @ljit
 def _flash_step(b, i, r, jt, xs, eng, sc):
     """T2..T14 for query row i (row r of its q tile) of lead b and key tile jt; updates sc.m/l/acc[r]."""
@@ -318,6 +333,8 @@ def _flash_step(b, i, r, jt, xs, eng, sc):
     m_new = m_i  # T4
     if smax != _NINF:
         mx = mul(smax, pp.qk_scale, pp.scale)
+        if pp.tie:
+            mx = _tie_shifted(mx, s, nv, pp)
         m_new = fmax(m_i, mx)
         if m_new != m_i:
             m_new = rnd(m_new, pp.m_i)

@@ -776,7 +776,8 @@ def baseline_backward(
     """What eager autograd of ``softmax(scale * q @ k^T [mask]) @ v`` computes, under a backward plan.
 
     The op order (torch's eager kernels; ``pytorch-<fmt>``: matmuls accumulated in fp32 and rounded once):
-    forward ``s = qk(q k^T)``, ``s = scale(s * scale)``, ``p = p(softmax(s))`` (the softmax in its op's format:
+    forward ``s = qk(q k^T)``, ``s = scale(s * scale)`` (with ``plan.opmath``: ``scale(opmath(s *
+    opmath(scale)))``, as the ``grad_scale`` multiply below), ``p = p(softmax(s))`` (the softmax in its op's format:
     max, ``exp(s - max)``, sequential sum, divide, each rounded); backward ``dv = dv(p^T do)``,
     ``dp = dp(do v^T)``, ``delta_i = delta(sum_j dp_ij p_ij)`` (sequential), ``ds = ds(p * ds(dp - delta))``,
     ``ds = ds_cast(ds)``, ``ds = grad_scale(ds * scale)``, ``dq = dq(ds k)``, ``dk = dk(ds^T q)``, each gradient
@@ -814,9 +815,15 @@ def baseline_backward(
     if group > 1:  # k.repeat_interleave(group, dim=-3), v too: the gradients are summed over the group below
         kf, vf = np.repeat(kf, group, axis=-3), np.repeat(vf, group, axis=-3)
     kt = np.swapaxes(kf, -1, -2)
-    s = matmul(qf, kt, acc=pl.qk)
-    sm = float(r(np.array(sc), pl.scale))
-    s = np.asarray(ops.mul(s, sm, pl.scale.fmt, pl.scale.mode))
+
+    def scaled(x: np.ndarray, spec: OpSpec) -> np.ndarray:
+        """spec(x * scale), through the opmath format when the plan has one (torch's ``tensor * scale``)."""
+        if pl.opmath is None:
+            return np.asarray(ops.mul(x, float(r(np.array(sc), spec)), spec.fmt, spec.mode))
+        y = ops.mul(x, float(simfloat.round(sc, pl.opmath)), pl.opmath)
+        return r(np.asarray(y), spec)
+
+    s = scaled(matmul(qf, kt, acc=pl.qk), pl.scale)
     f, mo = pl.softmax.fmt, pl.softmax.mode
     s = r(s, pl.softmax)
     seq_q, seq_k = s.shape[-2:]
@@ -833,7 +840,7 @@ def baseline_backward(
     delta = np.asarray(ops.sum(prod, pl.delta.fmt, pl.delta.mode, axis=-1))[..., None]
     ds = np.asarray(ops.mul(p, np.asarray(ops.sub(dp, delta, pl.ds.fmt, pl.ds.mode)), pl.ds.fmt, pl.ds.mode))
     ds = r(ds, pl.ds_cast)
-    ds = np.asarray(ops.mul(ds, float(r(np.array(sc), pl.grad_scale)), pl.grad_scale.fmt, pl.grad_scale.mode))
+    ds = scaled(ds, pl.grad_scale)
     dq = matmul(ds, kf, acc=pl.dq)
     dk = matmul(np.swapaxes(ds, -1, -2), qf, acc=pl.dk)
     dk, dv = r(dk, pl.grad), r(dv, pl.grad)

@@ -7,7 +7,9 @@ bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x r
 
 * T2/T3 ``s_j = qk(q_i . k_j)`` for the keys the row may see (later keys masked; their scores are never used);
 * T4 ``m_new = max(m_i, scale(max_j s_j * qk_scale))``, stored as ``m_i``; lazy: keep ``m_i`` unless
-  ``m_i(m_new - m_i) > threshold``; T5 ``m_sub = m_new``, or 0 while no key has been seen (-inf);
+  ``m_i(m_new - m_i) > threshold``; with ``tie_shift`` (Qiu & Yao's fix, see :class:`Plan`) a tile max that
+  two or more of the tile's scores tie is first shifted (``m_i(beta * max)`` if > 0, 0 if < 0);
+  T5 ``m_sub = m_new``, or 0 while no key has been seen (-inf);
 * T6 ``x_j = scale(fma(s_j, qk_scale, -m_sub))`` (``contract``),
   else ``scale(scale(s_j * qk_scale) - m_sub)``;
 * T7 ``p_j = exp(exp2(x_j))`` (or exp); T8 ``l_ij = l_ij(... l_ij(p_0 + p_1) ...)`` sequentially (a chunked
@@ -80,12 +82,16 @@ def _exp_op(x, o, pp):
 
 
 @jit
-def _shadow(b, t, jt, nv, rescale, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp, tr):
-    """One key tile of the float64 shadow (same dataflow, same lazy decisions), then the state drift."""
+def _shadow(b, t, jt, nv, rescale, tied, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp, tr):
+    """One key tile of the float64 shadow (same dataflow, same lazy and tie-shift decisions), then the state
+    drift."""
     smax = _NINF
     for jj in range(nv):
         smax = fmax(smax, ss[jj])
-    m_new = fmax(ms, smax * pp.qk_scale64) if rescale else ms
+    mx = smax * pp.qk_scale64
+    if tied:
+        mx = mx * pp.tie_beta if mx > 0.0 else (0.0 if mx < 0.0 else mx)
+    m_new = fmax(ms, mx) if rescale else ms
     m_sub = 0.0 if m_new == _NINF else m_new
     lij = 0.0
     for jj in range(nv):
@@ -133,6 +139,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
     nv = max(0, jv - j0)
     qi = q[b, i]
     smax = _NINF
+    tied = False  # T4's tie shift fired (the shadow takes the same decision)
     for jj in range(nv):  # T2, T3
         x = dot_acc(qi, k[b, j0 + jj], 0.0, pp.qk)
         s[jj] = x
@@ -145,6 +152,24 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
         mx = mul(smax, pp.qk_scale, pp.scale)
         if tr is not None:
             record(tr[0], b, t, jt, SCALE, mx - smax * pp.qk_scale, smax * pp.qk_scale)
+        if pp.tie:  # Plan.tie_shift: count the keys tied with the tile max, shift the max if two or more
+            thr = sub(mx, pp.tie_tol, pp.scale)
+            n_tied = 0
+            for jj in range(nv):
+                y = mul(s[jj], pp.qk_scale, pp.scale)
+                if tr is not None:
+                    record(tr[0], b, t, jt, SCALE, y - s[jj] * pp.qk_scale, s[jj] * pp.qk_scale)
+                if y >= thr:
+                    n_tied += 1
+            if n_tied >= 2:
+                tied = True
+                if mx > 0.0:
+                    y = mul(mx, pp.tie_beta, pp.m_i)
+                    if tr is not None:
+                        record(tr[0], b, t, jt, M_I, y - mx * pp.tie_beta, mx * pp.tie_beta)
+                    mx = y
+                elif mx < 0.0:
+                    mx = 0.0
         m_new = fmax(m_i, mx)
         if m_new != m_i:
             y = rnd(m_new, pp.m_i)
@@ -250,7 +275,7 @@ def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, c
             y = z
         acc[d] = y
     if tr is not None:
-        ms, ls = _shadow(b, t, jt, nv, rescale, m_new, l_new, ms, ls, acc, accs, ss, ps, vt, pp, tr)
+        ms, ls = _shadow(b, t, jt, nv, rescale, tied, m_new, l_new, ms, ls, acc, accs, ss, ps, vt, pp, tr)
     return m_new, l_new, ms, ls
 
 

@@ -11,7 +11,8 @@ format, or accumulated in one format and rounded once into another: :func:`sum_o
 The flags choose the algorithm: ``exp2`` (exp2 with log2(e) folded into the scale, else exp), ``contract``
 (``qk*scale - m`` and ``l*alpha + l_ij`` as single-rounding FMAs), ``normalization`` (``"deferred"``: FA2,
 divide once at the end; ``"per_step"``: FA1, keep the accumulator normalized after every key block) and
-``lazy_threshold`` (rescale only when the running max grows by more than it; ``None``: always).
+``lazy_threshold`` (rescale only when the running max grows by more than it; ``None``: always) and
+``tie_shift`` / ``tie_tol`` (Qiu & Yao's max shift for tied row maxima, arXiv 2510.04212; off by default).
 """
 
 from __future__ import annotations
@@ -216,6 +217,9 @@ class PlanParams(NamedTuple):
     l_ij_out: OpParams  # with l_ij_chunk: the running sum of the chunk sums (one chunk: the one final rounding)
     l_ij_chunk: int  # 0: sequential in l_ij; else chunks of this many keys, each summed from 0 in l_ij
     exp_tl: bool = False  # flash exp/alpha without exp2: tl.exp's exp2(op(x * op(log2 e))) (reference engine)
+    tie: bool = False  # flash T4: the tied-maxima shift (Plan.tie_shift) is on
+    tie_beta: float = 0.0  # its factor, a constant of the m_i format
+    tie_tol: float = 0.0  # its tolerance, a constant of the scale op's format
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,20 @@ class Plan:
             ``"tl.exp"`` (a kernel calling ``tl.exp``, which Triton lowers to ``ex2(x * log2e)``: the exp and
             alpha ops compute ``op(exp2(op(x * op(log2 e))))``, with ``exp2_impl``'s exp2; the H200's without
             flushing, as ex2.approx.f32). Plans with it run on the reference engine.
+        tie_shift: flash: the fix of Qiu & Yao (arXiv 2510.04212, Sec. 4, and their code) for tied row maxima,
+            ``None`` (off) or its factor beta (finite, > 1; the paper's code uses 2). At T4, per key tile: with
+            ``mx = scale(max_j s_j * qk_scale)`` the tile's max, if at least two of the tile's visible keys have
+            ``scale(s_j * qk_scale) >= scale(mx - tie_tol)``, the max the tile offers to ``m_i`` becomes
+            ``m_i(beta * mx)`` if ``mx > 0``, ``0`` if ``mx < 0`` (``mx == 0`` stays), then
+            ``m_new = max(m_i, that)`` as usual. The tied keys then get ``P = exp((1 - beta) mx)`` (``mx > 0``) or
+            ``exp(mx)`` (``mx < 0``) instead of exactly 1: below 1 unless ``|mx|`` is within the exp's rounding
+            of 0 (or 0). Only ties
+            within one key tile count (a max repeated across tiles is not seen, as in the paper's kernel); a
+            large ``|mx|`` can make the whole tile's P underflow to 0 (the paper's "decrease beta" advice).
+            The lse handed to the backward is ``m + log l`` of the shifted m: the same number up to rounding.
+        tie_tol: flash, with ``tie_shift``: the tolerance of the tie test, >= 0, in the units of the scaled
+            scores (log2 units with ``exp2``); rounded into the scale op's format. The paper's code uses 1e-3
+            in natural-log units (``1e-3 * log2(e)`` here with exp2); 0 (default): exact ties only.
     """
 
     name: str
@@ -283,6 +301,8 @@ class Plan:
     exp2_impl: str = "correctly_rounded"
     sum_order: str = "sequential"
     exp_impl: str = "correctly_rounded"
+    tie_shift: float | None = None
+    tie_tol: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -322,6 +342,25 @@ class Plan:
             if not (math.isfinite(t) and t >= 0):
                 raise ValueError(f"Plan.lazy_threshold must be finite and >= 0, got {t}")
             object.__setattr__(self, "lazy_threshold", float(t))
+        self._check_tie()
+
+    def _check_tie(self) -> None:
+        b, tol = self.tie_shift, self.tie_tol
+        for what, x in (("tie_shift", b), ("tie_tol", tol)):
+            if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+                raise TypeError(
+                    f"Plan.{what} must be {'None or ' if what == 'tie_shift' else ''}a real number, "
+                    f"got {type(x).__name__}"
+                )
+        if b is not None:
+            if not (math.isfinite(b) and b > 1):
+                raise ValueError(f"Plan.tie_shift must be None or a finite factor > 1, got {b}")
+            object.__setattr__(self, "tie_shift", float(b))
+        if not (math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"Plan.tie_tol must be finite and >= 0, got {tol}")
+        if tol != 0 and b is None:
+            raise ValueError("Plan.tie_tol is the tolerance of the tie_shift rule: set tie_shift too")
+        object.__setattr__(self, "tie_tol", float(tol))
 
     def replace(self, **changes: object) -> Plan:
         """A copy with some ops or flags changed.
@@ -376,6 +415,7 @@ class Plan:
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
             + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
             + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
+            + (f", tie_shift={self.tie_shift}, tie_tol={self.tie_tol}" if self.tie_shift is not None else "")
             + ")"
         )
 
@@ -403,6 +443,11 @@ class Plan:
                 raise ValueError(f"scale {scale} becomes {v} in {self.scale.fmt.name}: it must stay finite and > 0")
         t = self.lazy_threshold
         threshold = 0.0 if t is None else rnd(t, op("m_i"))  # a constant of the m_i format, as in the kernel
+        tie = self.tie_shift is not None
+        tie_beta = rnd(self.tie_shift, op("m_i")) if self.tie_shift is not None else 0.0
+        tie_tol = rnd(self.tie_tol, sc)
+        if tie and not tie_beta > 1:
+            raise ValueError(f"Plan.tie_shift={self.tie_shift} rounds to {tie_beta} in {self.m_i.fmt.name}: not > 1")
         return PlanParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
             acc_params(self.qk),
             acc_params(self.pv),
@@ -419,6 +464,9 @@ class Plan:
             SUM_ORDERS.index(self.sum_order),
             *self._l_ij_params(),
             self.exp_impl == "tl.exp",
+            tie,
+            tie_beta,
+            tie_tol,
         )
 
     def _l_ij_params(self) -> tuple[OpParams, OpParams, int]:
@@ -694,6 +742,11 @@ class BackwardPlan:
         exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
         contract: the B4 shift as one fused rounding.
         exp2_impl: ``"correctly_rounded"`` or ``"h200"`` (the measured ex2.approx.ftz.f32, see :class:`Plan`).
+        opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
+            (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
+            ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
+            that into the op's format, as ``tensor * scale`` does. ``None``: the scale rounded into the op's
+            format and the product rounded once. The ``pytorch-<fmt>`` presets set float32.
     """
 
     name: str
@@ -715,8 +768,11 @@ class BackwardPlan:
     exp2: bool = False
     contract: bool = False
     exp2_impl: str = "correctly_rounded"
+    opmath: FloatFormat | None = None
 
     def __post_init__(self) -> None:
+        if self.opmath is not None:
+            object.__setattr__(self, "opmath", _checked_format(self.opmath, "BackwardPlan.opmath"))
         if not isinstance(self.name, str):
             raise TypeError(f"BackwardPlan.name must be a string, got {type(self.name).__name__}")
         for op in BACKWARD_OPS:
@@ -735,7 +791,7 @@ class BackwardPlan:
             ValueError: an unknown op or flag (the message lists the valid ones).
             TypeError: a value of the wrong type.
         """
-        flags = ("exp2", "contract", "exp2_impl")
+        flags = ("exp2", "contract", "exp2_impl", "opmath")
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
             raise ValueError(
@@ -750,6 +806,7 @@ class BackwardPlan:
         return (
             f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
+            + (f", opmath={self.opmath.name}" if self.opmath is not None else "")
             + ")"
         )
 
@@ -846,7 +903,9 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     else:
         dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
     fp32 = "float32"
-    return BackwardPlan(f"pytorch-{fmt}", fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
+    # the Python-float scale multiplies in float32 (torch's opmath), the product then rounded into <fmt>
+    ops = (fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)
+    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
 
 
 @functools.cache
