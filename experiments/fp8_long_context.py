@@ -66,6 +66,7 @@ FULL = {
     "sage3_max_seq": 32768,
 }
 SMOKE = {"seqs": (64, 128), "head_dim": 32, "tiles": 1, "block_m": 32, "block_n": 32, "sage3_max_seq": 64}
+_INTS = ("seq", "head_dim", "rows")
 #: methods on the reference engine (block-scaled FP4): run up to cfg["sage3_max_seq"]
 REFERENCE_ONLY = ("Sage3 FP4, two-level",)
 
@@ -99,6 +100,13 @@ def query_tiles(q: np.ndarray, block_m: int, tiles: int) -> np.ndarray:
     chosen.add(int(np.unravel_index(np.abs(q).argmax(), q.shape)[0]) // block_m)
     rows = [np.arange(t * block_m, min((t + 1) * block_m, q.shape[0])) for t in sorted(chosen)]
     return np.concatenate(rows)
+
+
+def _field(key: str, value: str) -> str | int | float:
+    """A CSV field as its type."""
+    if key in ("input", "method", "plan"):
+        return value
+    return int(value) if key in _INTS else float(value)
 
 
 def todo(n: int, cfg: dict) -> tuple[str, ...]:
@@ -199,10 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     rows: list[dict] = []
     if os.path.exists(paths["csv"]):
         with open(paths["csv"]) as f:
-            rows = [
-                {k: (v if k in ("input", "method", "plan") else float(v)) for k, v in r.items()}
-                for r in csv.DictReader(f)
-            ]
+            rows = [{k: _field(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
     done = {(r["input"], int(r["seq"]), r["method"]) for r in rows if int(r["head_dim"]) == cfg["head_dim"]}
     t_all = time.perf_counter()
     try:

@@ -26,6 +26,17 @@ def test_smoke_run_writes_every_method_and_resumes(tmp_path):
     E.main(["--smoke", "--quiet", "--out", str(tmp_path)])  # everything finished: nothing rerun, nothing doubled
     with open(paths["csv"]) as f:
         assert len(list(csv.DictReader(f))) == len(rows)
+    # a method missing from the CSV (a new one) is computed alone, the other rows kept
+    keep = [r for r in rows if r["method"] != E.REFERENCE_ONLY[0]]
+    with open(paths["csv"], "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    E.main(["--smoke", "--quiet", "--out", str(tmp_path)])
+    with open(paths["csv"]) as f:
+        again = list(csv.DictReader(f))
+    assert again[: len(keep)] == keep and len(again) == len(rows)
+    assert {r["method"] for r in again[len(keep) :]} == {E.REFERENCE_ONLY[0]}
 
 
 def test_query_tiles_give_the_full_problems_rows():

@@ -826,9 +826,10 @@ def _block_parts(x64: np.ndarray, quant: Quant, axis: int) -> tuple[np.ndarray, 
     if gran == "per-token":  # SageAttention3's P: rows scaled onto [0, qmax] first
         assert quant.qmax is not None
         amax = np.ascontiguousarray(np.abs(x64).max(axis=-1, keepdims=True, initial=0.0))
-        s1 = np.empty(amax.size)
-        _qk.scales_from_amax(amax.reshape(-1), s1, quant.qmax, OpParams(quant.arith.fmt.params, int(quant.arith.mode)))
-        s1 = s1.reshape(amax.shape)
+        flat_s1 = np.empty(amax.size)
+        arith = OpParams(quant.arith.fmt.params, int(quant.arith.mode))
+        _qk.scales_from_amax(amax.reshape(-1), flat_s1, quant.qmax, arith)
+        s1: np.ndarray = flat_s1.reshape(amax.shape)
         t = np.asarray(_ops.div(x64, np.broadcast_to(s1, x64.shape), quant.arith.fmt, quant.arith.mode), np.float64)
         bq = bf.quantize(t)
         return bq.codes, bq.expanded_scales(), s1
