@@ -336,7 +336,8 @@ class QuantPlan:
         score_scaling: ``"scores"`` (INT8 kernel) or ``"folded"`` (FP8 kernel).
         pv_update: ``"separate"`` (INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash),
             ``"scaled"`` (FP8 per-block) or ``"two_level"`` (SageAttention2: each key tile's P.V from zero,
-            ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue).
+            ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue; a
+            block P's per-row first level multiplies each tile's P.V first: ``pv_dequant(pv * s1)``).
     """
 
     name: str
