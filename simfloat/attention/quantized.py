@@ -170,8 +170,10 @@ class Quant:
             ``"fixed"`` only, ``"half_up"`` (``trunc(arith(x*qmax + 0.5))``, one rounding: the kernel's fp16
             fma), or ``"half_up_unfused"`` (``trunc(arith(arith(x*qmax) + 0.5))``, the reference code as
             written, if the compiler does not contract it); float: the rounding mode of the cast into ``fmt``.
-        fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``).
-        qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast).
+        fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``); block kind: the
+            :class:`~simfloat.BlockFormat` (or its preset name).
+        qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast); block kind:
+            the target of the per-token level (default scale max * element max), None otherwise.
         arith: format and rounding of the quantizer's own arithmetic: ``amax/qmax``, ``x/scale``
             (fixed: ``x*qmax (+0.5)``).
         pre: a cast applied first (Q/K/V: fp32, the kernels' Q1; P: fp16, INT8 T12), or None.
