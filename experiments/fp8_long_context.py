@@ -18,6 +18,10 @@ Methods (Q, K, V fp16 inputs; P cast to e4m3 without a scale; fp32 softmax state
   (SageAttention2's INT8 QK^T: K smoothed by its mean key in the plan's ``k_smooth`` op, Q INT8 per warp of
   32 rows, K INT8 per key tile, exact integer QK^T; V e4m3 per channel, P e4m3 with the fixed scale 1/448;
   P.V into the MMA or two-level).
+* ``Sage3 FP4, two-level``: the ``sage3-fp4`` preset (SageAttention3's FP4 attention: K smoothed, Q, K, V
+  NVFP4, P two-level (per-row fp32 scale onto [0, 448 * 6], then NVFP4), both products on the Blackwell nvf4
+  MMA model, each key tile's P.V from zero). It runs on the reference engine (the vector engine has no
+  block-scaled paths), so it stops at ``sage3_max_seq``.
 * ``fp16 flash``: the ``fp16-flash`` preset (the fp16 Triton flash kernel), for scale.
 
 Rows: query rows are independent in non-causal attention, so each problem evaluates ``--tiles`` whole query
@@ -26,7 +30,8 @@ every per-tensor and per-tile scale is then the one the full problem uses, and t
 bit the rows the full problem gives. Keys are never subsampled.
 
 Run ``python experiments/fp8_long_context.py`` (default: seq 1k..32k, head dim 128) or ``--smoke`` (seconds).
-Results: ``experiments/results/fp8_long_context.{csv,md,png}``, rows appended as each problem finishes.
+Results: ``experiments/results/fp8_long_context.{csv,md,png}``, rows appended as each problem finishes; a rerun
+computes only the (problem, method) rows the CSV lacks.
 """
 
 from __future__ import annotations
@@ -52,8 +57,18 @@ __all__ = ["METHODS", "main", "methods", "query_tiles", "run_problem"]
 
 SEED = 20261201
 RESULTS = os.path.join(_ROOT, "experiments", "results")
-FULL = {"seqs": (1024, 2048, 4096, 8192, 16384, 32768), "head_dim": 128, "tiles": 2, "block_m": 128, "block_n": 128}
-SMOKE = {"seqs": (64, 128), "head_dim": 32, "tiles": 1, "block_m": 32, "block_n": 32}
+FULL = {
+    "seqs": (1024, 2048, 4096, 8192, 16384, 32768),
+    "head_dim": 128,
+    "tiles": 2,
+    "block_m": 128,
+    "block_n": 128,
+    "sage3_max_seq": 32768,
+}
+SMOKE = {"seqs": (64, 128), "head_dim": 32, "tiles": 1, "block_m": 32, "block_n": 32, "sage3_max_seq": 64}
+_INTS = ("seq", "head_dim", "rows")
+#: methods on the reference engine (block-scaled FP4): run up to cfg["sage3_max_seq"]
+REFERENCE_ONLY = ("Sage3 FP4, two-level",)
 
 
 def methods() -> dict[str, QuantPlan]:
@@ -70,6 +85,7 @@ def methods() -> dict[str, QuantPlan]:
         "FA3 per-block, two-level": quant_plan("fp8-e4m3-block"),
         "Sage2, single-level": quant_plan("sage2-int8-fp8-single"),
         "Sage2, two-level": quant_plan("sage2-int8-fp8"),
+        "Sage3 FP4, two-level": quant_plan("sage3-fp4"),
         "fp16 flash": quant_plan("fp16-flash"),
     }
 
@@ -86,8 +102,22 @@ def query_tiles(q: np.ndarray, block_m: int, tiles: int) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def run_problem(kind: str, n: int, cfg: dict, log: Callable[[str], None]) -> list[dict]:
-    """Every method on one (input kind, seq) problem: a row of metrics per method."""
+def _field(key: str, value: str) -> str | int | float:
+    """A CSV field as its type."""
+    if key in ("input", "method", "plan"):
+        return value
+    return int(value) if key in _INTS else float(value)
+
+
+def todo(n: int, cfg: dict) -> tuple[str, ...]:
+    """The methods that run at sequence length n."""
+    return tuple(m for m in METHODS if m not in REFERENCE_ONLY or n <= cfg["sage3_max_seq"])
+
+
+def run_problem(
+    kind: str, n: int, cfg: dict, log: Callable[[str], None], only: tuple[str, ...] | None = None
+) -> list[dict]:
+    """The methods (all, or ``only``) on one (input kind, seq) problem: a row of metrics per method."""
     d, bm, bn = cfg["head_dim"], cfg["block_m"], cfg["block_n"]
     q, k, v = make_inputs(kind, n, d, seed=SEED)
     rows_idx = query_tiles(q, bm, cfg["tiles"])
@@ -95,6 +125,8 @@ def run_problem(kind: str, n: int, cfg: dict, log: Callable[[str], None]) -> lis
     ref = reference64(qs, k, v)
     out = []
     for name, pl in methods().items():
+        if only is not None and name not in only:
+            continue
         t0 = time.perf_counter()
         o = quant_flash(qs, k, v, plan=pl, block_m=bm, block_n=bn)
         row = {"input": kind, "seq": n, "head_dim": d, "rows": len(rows_idx), "method": name, "plan": pl.name}
@@ -124,7 +156,7 @@ def _markdown(rows: list[dict], cfg: dict) -> str:
         piv = sub.pivot(index="seq", columns="method", values="rel_l1")[[m for m in METHODS if m in set(sub.method)]]
         lines += [f"## {kind}", "", "| seq | " + " | ".join(piv.columns) + " |", "|---" * (len(piv.columns) + 1) + "|"]
         for seq, r in piv.iterrows():
-            lines.append(f"| {seq} | " + " | ".join(f"{x:.2e}" for x in r.values) + " |")
+            lines.append(f"| {seq} | " + " | ".join(f"{x:.2e}" if x == x else "-" for x in r.values) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -175,19 +207,17 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     rows: list[dict] = []
     if os.path.exists(paths["csv"]):
         with open(paths["csv"]) as f:
-            rows = [
-                {k: (v if k in ("input", "method", "plan") else float(v)) for k, v in r.items()}
-                for r in csv.DictReader(f)
-            ]
-    done = {(r["input"], int(r["seq"])) for r in rows if int(r["head_dim"]) == cfg["head_dim"]}
+            rows = [{k: _field(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
+    done = {(r["input"], int(r["seq"]), r["method"]) for r in rows if int(r["head_dim"]) == cfg["head_dim"]}
     t_all = time.perf_counter()
     try:
         for n in cfg["seqs"]:
             for kind in INPUTS:
-                if (kind, n) in done:
+                missing = tuple(m for m in todo(n, cfg) if (kind, n, m) not in done)
+                if not missing:
                     continue
                 log(f"[{kind} seq {n}] ({time.perf_counter() - t_all:.0f} s)")
-                new = run_problem(kind, n, cfg, log)
+                new = run_problem(kind, n, cfg, log, only=missing)
                 write_header = not os.path.exists(paths["csv"])
                 with open(paths["csv"], "a", newline="") as f:
                     w = csv.DictWriter(f, fieldnames=list(new[0]))

@@ -22,13 +22,13 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, fma64, jit
-from simfloat.accumulate import AccParams, _accumulate, _exponent, dot_acc, product_exponent
+from simfloat.accumulate import AccParams, _accumulate, _exponent, dot_acc, dot_scaled_acc, product_exponent
 from simfloat.attention._kernels import add, div, dot64, fma, fmax, mul, rnd
 from simfloat.attention.plan import OpParams
 from simfloat.rounding import round_scalar
 from simfloat.trace import record
 
-__all__ = ["QParams", "dot3", "fixed_codes", "p_quant", "quant_elems", "scales_from_amax", "units"]
+__all__ = ["QParams", "block_p_codes", "dot3", "fixed_codes", "p_quant", "quant_elems", "scales_from_amax", "units"]
 
 _NINF = -np.inf
 _Z = np.uint64(0)
@@ -56,10 +56,12 @@ _Z = np.uint64(0)
 ) = range(18)
 S_M, S_L, S_ACC, S_OUT = range(4)
 
-# dot kinds
-DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64 = range(4)
+# dot kinds (DOT_SCALED: a block-scaled MMA model on codes and per-element block scales)
+DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64, DOT_SCALED = range(5)
 # quantizer kinds / code rounding rules / pv update modes
-K_NONE, K_INT, K_FLOAT, K_FFLOAT = range(4)  # K_FFLOAT: float codes with a fixed scale 1/qmax
+# K_FFLOAT: float codes with a fixed scale 1/qmax; K_BLOCK: block-scaled codes (NVFP4/MX), optionally after a
+# per-row first-level scale (SageAttention3's two-level P)
+K_NONE, K_INT, K_FLOAT, K_FFLOAT, K_BLOCK = range(5)
 R_NEAREST_EVEN, R_NEAREST_AWAY, R_TOWARD_ZERO, R_HALF_UP, R_HALF_UP_UNFUSED = range(5)
 PV_SEPARATE, PV_INTO_ACC, PV_SCALED, PV_TWO_LEVEL = range(4)
 
@@ -95,6 +97,12 @@ class QParams(NamedTuple):
     pv_mode: int
     qk_scale: float
     qk_scale64: float
+    p_two_level: bool  # K_BLOCK: a per-row first-level scale arith(rowmax / p_qmax) before the blocks
+    p_block: int  # K_BLOCK: keys per block scale
+    p_scale_op: OpParams  # K_BLOCK: the block scale's format (saturating) and rounding
+    p_elem_op: OpParams  # K_BLOCK: the element format (saturating) and rounding
+    p_target: float  # K_BLOCK: the block scale is scale_op(amax / p_target)
+    p_scale_zero: float  # K_BLOCK: the scale of an all-zero block (the scale format's least nonnegative value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -390,6 +398,60 @@ def fixed_float_codes(x, codes, arith, code_op, qmax):
 
 
 @jit
+def block_p_codes(p, n, codes, scales, pp):
+    """P's block-scaled quantizer (K_BLOCK) on ``p[:n]`` of one row's key tile; returns the first-level scale.
+
+    Two-level (``pp.p_two_level``, SageAttention3): ``s1 = arith(max(p) / qmax)`` (1 for an all-zero row),
+    ``t = arith(p / s1)``; else ``s1 = 1``, ``t = p``. Then per block of ``pp.p_block`` keys (from the tile's
+    first key): ``X = scale_op(amax / target)`` (the exact quotient rounded once, saturating; an all-zero block
+    gets ``p_scale_zero``) and ``code = elem_op(t / X)`` (rounded once, saturating; 0 where X is 0), as
+    :func:`simfloat.quantize_block` does. Writes ``codes[:len]`` and ``scales[:len]`` (each key's block scale;
+    keys n.. get code 0), so that ``p ~ codes * scales * s1``."""
+    s1 = 1.0
+    if pp.p_two_level:
+        pmax = 0.0
+        for j in range(n):
+            pmax = max(pmax, abs(p[j]))
+        if pmax != 0.0:
+            s1 = fdiv(pmax, pp.p_qmax, pp.p_arith)
+    for j in range(n):
+        codes[j] = fdiv(p[j], s1, pp.p_arith) if pp.p_two_level else p[j]
+    for j in range(n, codes.shape[0]):
+        codes[j] = 0.0
+    g = pp.p_block
+    for lo in range(0, codes.shape[0], g):
+        hi = min(codes.shape[0], lo + g)
+        amax = 0.0
+        for j in range(lo, hi):
+            amax = max(amax, abs(codes[j]))
+        x = pp.p_scale_zero if amax == 0.0 else div(amax, pp.p_target, pp.p_scale_op)
+        for j in range(lo, hi):
+            scales[j] = x
+            codes[j] = div(codes[j], x, pp.p_elem_op) if x > 0.0 else 0.0
+    return s1
+
+
+@jit
+def _dot(A, a0, a1, SA, B, b0, b1, SB, c, ap, kind):
+    """:func:`dot3`, or for DOT_SCALED the block-scaled model on codes ``A``/``B`` with per-element scales
+    ``SA``/``SB`` (indexed as the codes)."""
+    if kind == DOT_SCALED:
+        return dot_scaled_acc(A[a0, a1], B[b0, b1], SA[a0, a1], SB[b0, b1], c, ap)
+    return dot3(A, a0, a1, B, b0, b1, c, ap, kind)
+
+
+@jit
+def _sdot64(A, a0, a1, SA, B, b0, b1, SB, scaled):
+    """The exact (float64) value of a dot for traces: with block scales where ``scaled``."""
+    if not scaled:
+        return dot64(A[a0, a1], B[b0, b1], 0.0)
+    t = 0.0
+    for k in range(A.shape[2]):
+        t += (A[a0, a1, k] * SA[a0, a1, k]) * (B[b0, b1, k] * SB[b0, b1, k])
+    return t
+
+
+@jit
 def _p_value(c, pp):
     """The value a P code stands for (float64, for traces)."""
     return c / pp.p_qmax if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT else c
@@ -434,10 +496,12 @@ def _shadow(b, t, jt, j0, nv, bn, m_lp, l_lp, acc_lp, vs_fin, ms, ls, accs, q64,
 
 
 @jit
-def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs, pp, causal, seq_k, tr):
+def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb, kc, ks, kb, vt, vs, vb, pp, causal,
+          seq_k, tr):  # fmt: skip
     """One key tile for row i (steps T1..T20 / T1..T12 of the Triton kernels); returns (m_i, l_i, number of
     visible keys, first key). ``vt`` is (lead * n_kv_tiles, head_dim, block_n): V's codes, tile-transposed;
-    ``pc3`` is ``pc`` as (1, 1, block_n)."""
+    ``pc3`` is ``pc`` as (1, 1, block_n). ``qb``, ``kb``, ``vb`` (laid out as ``qc``, ``kc``, ``vt``) and
+    ``psc`` (``psc3``) are the per-element block scales of block-scaled dots (DOT_SCALED)."""
     bn = s.shape[0]
     vrow = b * ((seq_k + bn - 1) // bn) + jt
     j0 = jt * bn
@@ -452,9 +516,9 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs
             record(tr[0], b, t, jt, SCALE, sscale - qss * ks[b, j0], qss * ks[b, j0])
     smax = _NINF
     for jj in range(nv):  # scores (INT8 T2..T5 / FP8 T3)
-        x = dot3(qc, b, i, kc, b, j0 + jj, 0.0, pp.qk, pp.qk_kind)
+        x = _dot(qc, b, i, qb, kc, b, j0 + jj, kb, 0.0, pp.qk, pp.qk_kind)
         if tr is not None:
-            ex = dot64(qc[b, i], kc[b, j0 + jj], 0.0)
+            ex = _sdot64(qc, b, i, qb, kc, b, j0 + jj, kb, pp.qk_kind == DOT_SCALED)
             record(tr[0], b, t, jt, QK, x - ex, ex)
         if not pp.folded:
             y = fmul(x, qs[b, i], pp.dequant)
@@ -502,13 +566,24 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs
         if tr is not None:
             record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
             record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))
-    for jj in range(nv):  # P quantization (INT8 T12..T14 / FP8 T10)
-        c = p_quant(p[jj], pp)
-        pc[jj] = c
+    s1 = 1.0  # P's first-level (per-row) scale of a two-level block quantizer
+    if pp.p_kind == K_BLOCK:
+        s1 = block_p_codes(p, nv, pc, psc, pp)
+        if pp.pv_kind != DOT_SCALED:  # a dot without block scales takes the values (exact products)
+            for jj in range(bn):
+                pc[jj] = pc[jj] * psc[jj]
+                psc[jj] = 1.0
         if tr is not None:
-            record(tr[0], b, t, jt, P_QUANT, _p_value(c, pp) - p[jj], p[jj])
-    for jj in range(nv, bn):
-        pc[jj] = 0.0
+            for jj in range(nv):
+                record(tr[0], b, t, jt, P_QUANT, pc[jj] * psc[jj] * s1 - p[jj], p[jj])
+    else:
+        for jj in range(nv):  # P quantization (INT8 T12..T14 / FP8 T10)
+            c = p_quant(p[jj], pp)
+            pc[jj] = c
+            if tr is not None:
+                record(tr[0], b, t, jt, P_QUANT, _p_value(c, pp) - p[jj], p[jj])
+        for jj in range(nv, bn):
+            pc[jj] = 0.0
     l_ij = 0.0  # T15
     if pp.consistent and pp.p_kind == K_INT:
         isum = 0.0
@@ -537,10 +612,15 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs
             record(tr[0], b, t, jt, L_I, l_new - (y + l_ij), y + l_ij)
     for d in range(acc.shape[0]):  # INT8 T17..T19 / half-INT8 T17, T18 / FP8 T9, T11
         if pp.pv_mode == PV_TWO_LEVEL:  # a fresh P.V per key tile, added to the fp32 accumulator
-            pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+            pv = _dot(pc3, 0, 0, psc3, vt, vrow, d, vb, 0.0, pp.pv, pp.pv_kind)
             if tr is not None:
-                ex = dot64(pc, vt[vrow, d], 0.0)
+                ex = _sdot64(pc3, 0, 0, psc3, vt, vrow, d, vb, pp.pv_kind == DOT_SCALED)
                 record(tr[0], b, t, jt, PV, pv - ex, ex)
+            if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale folded back
+                y = fmul(pv, s1, pp.pv_dequant)
+                if tr is not None:
+                    record(tr[0], b, t, jt, PV_DEQUANT, y - pv * s1, pv * s1)
+                pv = y
             if pp.contract:
                 a = ffma(acc[d], alpha, pv, pp.acc)
                 if tr is not None:
@@ -599,14 +679,16 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs
 
 
 @jit
-def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k64, v64):
-    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
+def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, out, m_out, l_out, pp, geo, tr, q64, k64, v64):
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles). ``qb``, ``kb``,
+    ``vb``: block scales of block-scaled dots (see :func:`_tile`; unused otherwise)."""
     bm, bn, causal, seq_k = geo
     seq_q, dv = qc.shape[1], vt.shape[1]
     n_qt = (seq_q + bm - 1) // bm
     n_kv_all = (seq_k + bn - 1) // bn
-    s, p, pc, ps = np.empty(bn), np.empty(bn), np.empty(bn), np.empty(bn)
+    s, p, pc, ps, psc = np.empty(bn), np.empty(bn), np.empty(bn), np.empty(bn), np.ones(bn)
     pc3 = pc.reshape((1, 1, bn))
+    psc3 = psc.reshape((1, 1, bn))
     acc, accs, vs_fin = np.empty(dv), np.empty(dv), np.ones(dv)
     for u in range(lo, hi):
         b = u // n_qt
@@ -629,8 +711,9 @@ def units(lo, hi, qc, qs, kc, ks, vt, vs, out, m_out, l_out, pp, geo, tr, q64, k
             accs[:] = 0.0
             for jt in range(n_kv):
                 m_i, l_i, nv, j0 = _tile(
-                    b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, qc, qs, kc, ks, vt, vs, pp, causal, seq_k, tr
-                )
+                    b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb, kc, ks, kb, vt, vs, vb, pp,
+                    causal, seq_k, tr,
+                )  # fmt: skip
                 if tr is not None:
                     ms, ls = _shadow(
                         b, t, jt, j0, nv, bn, m_i, l_i, acc, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr, ps

@@ -41,6 +41,15 @@ engine (default; :mod:`simfloat.attention._quant_engine`, the dots as row kernel
 dimension, the element-wise ops as branch-free lane loops) and the scalar reference
 (:mod:`simfloat.attention._quant_kernels`, ``engine="reference"``), kept as the test oracle and where traces
 are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
+
+Block-scaled quantizers (``Quant("block", ...)``, NVFP4/MX, SageAttention3's FP4) and block-scaled MMA models
+(``tensor_core(..., kind="nvf4")``) run on the reference engine only: ``engine=None`` picks it for such a plan
+and ``engine="vector"`` is an error. Their blocks run along the k dimension of the MMA an operand feeds (Q, K:
+the head dimension; V, P: the keys, from each key tile's first key, so a block-scaled P.V needs block_n a
+multiple of its scale block). A block-scaled MMA takes the codes and per-element block scales; any other dot
+model takes the values (codes times block scales, exact in float64). A level above the block scales (NVFP4's
+tensor scale) is applied after the MMA: Q's and K's as the per-row / per-key ``dequant`` scales, V's in the
+epilogue; P's per-row first level (``"per-token"``) times each key tile's P.V (``pv_dequant``).
 """
 
 from __future__ import annotations
@@ -61,7 +70,9 @@ from simfloat.attention._inputs import block, prepare
 from simfloat.attention._kernels import mul, rnd
 from simfloat.attention._quant_engine import quant_units
 from simfloat.attention.plan import OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
+from simfloat.blockscale import _SCALE_RULES, BlockFormat, _scale_rounding, block_format
 from simfloat.formats import FloatFormat
+from simfloat.formats import format as _format
 from simfloat.rounding import RoundingMode, mode_code
 from simfloat.rounding import round as _round
 from simfloat.trace import Tracer
@@ -115,7 +126,9 @@ _FLAGS = ("exp2", "contract", "row_sum", "score_scaling", "pv_update")
 EXACT = Sequential("float64", product_fmt="float64")
 _LOG2E = math.log2(math.e)  # rn32 of it equals rn32(1.44269504), the kernels' constant (H1)
 
-_KINDS = ("none", "int", "float")
+_KINDS = ("none", "int", "float", "block")
+#: granularities of a block-scaled quantizer: the level above its block scales
+_BLOCK_GRANULARITIES = ("unscaled", "per-tensor", "per-token")
 _GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-warp", "per-channel", "fixed", "unscaled")
 _INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up", "half_up_unfused")
 _ROW_SUMS = ("reference", "consistent")
@@ -136,8 +149,17 @@ class Quant:
     """A quantizer: how a tensor (Q, K, V) or P becomes codes and scales.
 
     Attributes:
-        kind: ``"none"`` (the value itself, scale 1), ``"int"`` (symmetric integer codes in [-qmax, qmax]) or
-            ``"float"`` (codes of ``fmt``).
+        kind: ``"none"`` (the value itself, scale 1), ``"int"`` (symmetric integer codes in [-qmax, qmax]),
+            ``"float"`` (codes of ``fmt``) or ``"block"`` (block-scaled codes: ``fmt`` is a
+            :class:`~simfloat.BlockFormat` or its preset name, e.g. ``"nvfp4"``; the blocks run along the k
+            dimension of the MMA the operand feeds: the head dimension for Q and K, the keys for V and P).
+            A block quantizer's granularity is the level above its block scales: ``"unscaled"`` (block scales
+            only), ``"per-tensor"`` (Q, K, V: NVFP4's fp32 tensor scale ``fp32(amax / (scale max * element
+            max))`` per lead index, :func:`simfloat.quantize_block`'s ``global_scale="auto"``) or
+            ``"per-token"`` (P only: SageAttention3's first level, ``s1 = arith(rowmax / qmax)`` per row of a
+            key tile, ``t = arith(p / s1)``, then the blocks of ``t``; qmax defaults to scale max * element max,
+            448 * 6 for NVFP4). Elements and scales follow the BlockFormat's rules (rounded once from the exact
+            quotients, saturating); ``rounding`` is not used.
         granularity: one scale per ``"per-token"`` row, ``"per-tensor"`` (seq x head_dim of one lead index),
             ``"per-block"`` (the kernel's tile: block_m rows of Q, block_n keys of K/V), ``"per-warp"``
             (``group`` consecutive tokens from the start of the sequence: the rows one warp of a q tile
@@ -148,8 +170,10 @@ class Quant:
             ``"fixed"`` only, ``"half_up"`` (``trunc(arith(x*qmax + 0.5))``, one rounding: the kernel's fp16
             fma), or ``"half_up_unfused"`` (``trunc(arith(arith(x*qmax) + 0.5))``, the reference code as
             written, if the compiler does not contract it); float: the rounding mode of the cast into ``fmt``.
-        fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``).
-        qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast).
+        fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``); block kind: the
+            :class:`~simfloat.BlockFormat` (or its preset name).
+        qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast); block kind:
+            the target of the per-token level (default scale max * element max), None otherwise.
         arith: format and rounding of the quantizer's own arithmetic: ``amax/qmax``, ``x/scale``
             (fixed: ``x*qmax (+0.5)``).
         pre: a cast applied first (Q/K/V: fp32, the kernels' Q1; P: fp16, INT8 T12), or None.
@@ -159,7 +183,7 @@ class Quant:
     kind: str = "none"
     granularity: str = "unscaled"
     rounding: str | RoundingMode = "nearest_even"
-    fmt: FloatFormat | str | None = None
+    fmt: FloatFormat | BlockFormat | str | None = None
     qmax: float | None = None
     arith: OpSpec | str = "float32"
     pre: OpSpec | str | None = None
@@ -168,6 +192,9 @@ class Quant:
     def __post_init__(self) -> None:
         kind = _choice("Quant.kind", self.kind, _KINDS)
         gran = _choice("Quant.granularity", self.granularity, _GRANULARITIES)
+        if kind == "block":
+            self._init_block(gran)
+            return
         if gran == "per-warp" and kind != "none":
             g = self.group
             if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
@@ -209,6 +236,41 @@ class Quant:
             raise ValueError(f"int Quant.qmax must be an integer <= 2**20, got {qmax!r}")
         object.__setattr__(self, "qmax", float(qmax))
 
+    def _init_block(self, gran: str) -> None:
+        if gran not in _BLOCK_GRANULARITIES:
+            raise ValueError(f"a block Quant takes granularity {_BLOCK_GRANULARITIES}, got {gran!r}")
+        if self.group is not None:
+            raise ValueError("Quant.group is for granularity 'per-warp' only; a block Quant's block is its fmt's")
+        f = self.fmt
+        if isinstance(f, str):
+            f = block_format(f)
+        if not isinstance(f, BlockFormat):
+            raise TypeError(f"a block Quant needs fmt, a BlockFormat or its preset name (e.g. 'nvfp4'), got {f!r}")
+        if not isinstance(f.block, (int, np.integer)) and len(f.block) != 1:
+            raise ValueError(f"a block Quant needs 1-D blocks (along the MMA's k), got block {f.block!r}")
+        object.__setattr__(self, "fmt", f)
+        object.__setattr__(self, "arith", _scalar_spec("Quant.arith", self.arith))
+        if self.pre is not None:
+            object.__setattr__(self, "pre", _scalar_spec("Quant.pre", self.pre))
+        qmax = self.qmax
+        if gran == "per-token":
+            qmax = _format(f.scale_fmt).max * _format(f.elem_fmt).max if qmax is None else qmax
+            if isinstance(qmax, bool) or not isinstance(qmax, (int, float)) or not (math.isfinite(qmax) and qmax > 0):
+                raise ValueError(f"Quant.qmax must be a finite number > 0, got {qmax!r}")
+            qmax = float(qmax)
+        elif qmax is not None:
+            raise ValueError("Quant.qmax of a block Quant is the per-token level's target (granularity 'per-token')")
+        object.__setattr__(self, "qmax", qmax)
+
+    @property
+    def block_size(self) -> int:
+        """Elements per block scale of a block Quant (0 otherwise)."""
+        if self.kind != "block":
+            return 0
+        assert isinstance(self.fmt, BlockFormat)
+        b = self.fmt.block
+        return int(b if isinstance(b, (int, np.integer)) else b[0])
+
     @property
     def quantizes(self) -> bool:
         """Whether this quantizer changes anything (kind != 'none')."""
@@ -219,6 +281,12 @@ class Quant:
             return "none"
         assert isinstance(self.arith, OpSpec)
         pre = f"{self.pre}->" if self.pre is not None else ""
+        if self.kind == "block":
+            assert isinstance(self.fmt, BlockFormat)
+            name = self.fmt.name or f"{_format(self.fmt.elem_fmt).name}x{self.block_size}"
+            if self.granularity == "per-token":
+                return f"{pre}{name}/per-token[{self.qmax:g}]/{self.arith}"
+            return f"{pre}{name}/{self.granularity}"
         if self.kind == "int":
             gran = f"per-warp[{self.group}]" if self.granularity == "per-warp" else self.granularity
             return f"{pre}int[{self.qmax:g}]/{gran}/{self.rounding}/{self.arith}"
@@ -270,7 +338,8 @@ class QuantPlan:
         score_scaling: ``"scores"`` (INT8 kernel) or ``"folded"`` (FP8 kernel).
         pv_update: ``"separate"`` (INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash),
             ``"scaled"`` (FP8 per-block) or ``"two_level"`` (SageAttention2: each key tile's P.V from zero,
-            ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue).
+            ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue; a
+            block P's per-row first level multiplies each tile's P.V first: ``pv_dequant(pv * s1)``).
     """
 
     name: str
@@ -317,6 +386,7 @@ class QuantPlan:
         folded = _choice("QuantPlan.score_scaling", self.score_scaling, _SCORE_SCALINGS) == "folded"
         pvu = _choice("QuantPlan.pv_update", self.pv_update, _PV_UPDATES)
         q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
+        self._check_block(pvu)
         for name, qu in (("q_quant", q), ("k_quant", k)):
             if folded and qu.kind != "none" and qu.granularity == "per-warp":
                 raise ValueError(
@@ -343,7 +413,7 @@ class QuantPlan:
                 f"v_quant per-block needs pv_update 'separate' or 'scaled', not {pvu!r} (the scale changes "
                 "per key tile, so it cannot be applied once at the end)"
             )
-        if p.kind != "none" and p.granularity not in ("fixed", "unscaled"):
+        if p.kind not in ("none", "block") and p.granularity not in ("fixed", "unscaled"):
             raise ValueError(
                 "p_quant: P takes a fixed scale (granularity 'fixed', int or float codes) or a plain cast "
                 "(float, 'unscaled')"
@@ -355,6 +425,40 @@ class QuantPlan:
                 raise ValueError("a fixed-scale float p_quant needs pv_update 'separate', 'into_acc' or 'two_level'")
             if self.row_sum == "consistent":
                 raise ValueError("row_sum 'consistent' takes an int or unscaled p_quant, not a fixed-scale float one")
+
+    def _check_block(self, pvu: str) -> None:
+        """Block-scaled quantizers and MMAs: where they may go, and that an MMA gets the operands it takes."""
+        q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
+        for name, qu in (("q_quant", q), ("k_quant", k), ("v_quant", v)):
+            if qu.kind == "block" and qu.granularity == "per-token":
+                raise ValueError(f"{name}: a block quantizer's 'per-token' level is P's (SageAttention3's two-level P)")
+        if p.kind == "block":
+            if p.granularity == "per-tensor":
+                raise ValueError("p_quant: a block quantizer of P takes granularity 'per-token' or 'unscaled'")
+            if pvu != "two_level":
+                raise ValueError("a block p_quant needs pv_update 'two_level' (each key tile's P.V from zero)")
+            if self.row_sum != "reference":
+                raise ValueError("a block p_quant takes row_sum 'reference' (l from the unquantized P)")
+        for dot, (na, a), (nb, b) in (("qk", ("q_quant", q), ("k_quant", k)), ("pv", ("p_quant", p), ("v_quant", v))):
+            model = getattr(self, dot)
+            if not (isinstance(model, BlockFMA) and model.scale_block):
+                continue
+            for name, qu in ((na, a), (nb, b)):
+                if qu.kind != "block" or qu.block_size != model.scale_block:
+                    raise ValueError(
+                        f"{dot} is a block-scaled MMA (scale_block {model.scale_block}): it takes block-quantized "
+                        f"operands with blocks of {model.scale_block}, but {name} is {qu}"
+                    )
+            if dot == "pv" and pvu != "two_level":
+                raise ValueError("a block-scaled pv MMA needs pv_update 'two_level'")
+
+    def _feeds_block_mma(self, op: str) -> str | None:
+        """The block-scaled dot a quantizer feeds, or None."""
+        dot = {"q_quant": "qk", "k_quant": "qk", "p_quant": "pv", "v_quant": "pv"}.get(op)
+        if dot is None:
+            return None
+        model = getattr(self, dot)
+        return dot if isinstance(model, BlockFMA) and model.scale_block else None
 
     def replace(self, **changes: object) -> QuantPlan:
         """A copy with some ops or flags changed (the name gets a ``*`` unless given).
@@ -382,16 +486,28 @@ class QuantPlan:
         """Only ``op`` as in this plan, everything else exact: the error ``op`` causes on its own."""
         if op not in QUANT_OPS:
             raise ValueError(f"unknown op {op!r}; ops: {', '.join(QUANT_OPS)}")
-        return self.exact().replace(name=f"{self.name}:only-{op}", **{op: getattr(self, op)})
+        model = getattr(self, op)
+        if op in _DOTS and isinstance(model, BlockFMA) and model.scale_block:
+            raise ValueError(
+                f"{op} is a block-scaled MMA: it takes block-quantized operands and cannot run without its "
+                f"quantizers; compare the plan with plan.ablate({op!r}) instead"
+            )
+        return self.exact().replace(name=f"{self.name}:only-{op}", **{op: model})
 
     def ablate(self, op: str) -> QuantPlan:
-        """This plan with ``op`` made exact (a quantizer removed): the error left without it."""
+        """This plan with ``op`` made exact (a quantizer removed): the error left without it. A quantizer that
+        feeds a block-scaled MMA (FP4) takes the MMA with it (the MMA is made ``EXACT``): the MMA has no form
+        for unquantized operands."""
         if op not in QUANT_OPS:
             raise ValueError(f"unknown op {op!r}; ops: {', '.join(QUANT_OPS)}")
         value: object = Quant() if op in QUANTIZERS else (EXACT if op in _DOTS else _F64)
         if op in _OPTIONAL and getattr(self, op) is None:
             value = None  # an op the plan does not have stays out
-        return self.replace(name=f"{self.name}:no-{op}", **{op: value})
+        changes: dict[str, object] = {op: value}
+        dot = self._feeds_block_mma(op)
+        if dot is not None:
+            changes[dot] = EXACT
+        return self.replace(name=f"{self.name}:no-{op}", **changes)
 
     def arith_fp64(self) -> QuantPlan:
         """The quantizers of this plan with all arithmetic exact: quantization error alone."""
@@ -408,6 +524,8 @@ class QuantPlan:
     def _dot_kind(self, model: Model, a: Quant, b: Quant) -> int:
         if isinstance(model, Chunked):
             return _qk.DOT_GENERIC
+        if isinstance(model, BlockFMA) and model.scale_block:
+            return _qk.DOT_SCALED
         if model == EXACT:
             return _qk.DOT_INT if a.kind == "int" and b.kind == "int" else _qk.DOT_F64
         if isinstance(model, BlockFMA) and model.input_fmt is None:
@@ -435,7 +553,8 @@ class QuantPlan:
         pre = p.pre if p.pre is not None else _F64
         assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
         code = OpSpec(p.fmt, p.rounding) if p.kind == "float" else _F64  # type: ignore[arg-type]  # fmt set for floats
-        p_kind = {"none": _qk.K_NONE, "int": _qk.K_INT, "float": _qk.K_FLOAT}[p.kind]
+        p_kind = {"none": _qk.K_NONE, "int": _qk.K_INT, "float": _qk.K_FLOAT, "block": _qk.K_BLOCK}[p.kind]
+        blk = _block_params(p)
         if p.kind == "float" and p.granularity == "fixed":
             p_kind = _qk.K_FFLOAT
         rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0
@@ -468,7 +587,30 @@ class QuantPlan:
             _PV_UPDATES.index(self.pv_update),
             qk_scale,
             float(scale) * (_LOG2E if self.exp2 else 1.0),
+            *blk,
         )
+
+
+def _block_params(p: Quant) -> tuple[bool, int, OpParams, OpParams, float, float]:
+    """QParams' fields of a block P quantizer (placeholders otherwise)."""
+    f64 = OpParams(_F64.fmt.params, int(_F64.mode))
+    if p.kind != "block":
+        return False, 1, f64, f64, 1.0, 0.0
+    bf = p.fmt
+    assert isinstance(bf, BlockFormat)
+    ef, sf = _format(bf.elem_fmt), _format(bf.scale_fmt)
+    if bf.saturate:
+        ef, sf = ef.replace(overflow="saturate", name=ef.name), sf.replace(overflow="saturate", name=sf.name)
+    by_emax, smode = _SCALE_RULES[_scale_rounding(bf.scale_rounding)]
+    target = math.ldexp(1.0, _format(bf.elem_fmt).emax) if by_emax else _format(bf.elem_fmt).max
+    return (
+        p.granularity == "per-token",
+        p.block_size,
+        OpParams(sf.params, int(smode)),
+        OpParams(ef.params, int(mode_code(bf.elem_mode))),
+        float(target),
+        0.0 if sf.zero else float(sf.tiny),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -553,6 +695,32 @@ def _build() -> dict[str, QuantPlan]:
     out["sage2-int8-fp8-qblock"] = sage.replace(
         name="sage2-int8-fp8-qblock", q_quant=Quant("int", "per-block", pre=fp32)
     )
+    # SageAttention3 (FP4 QK^T and P.V): K smoothed as above; Q, K NVFP4 along the head dimension and V NVFP4
+    # along the keys (e2m1 elements, ue4m3 scales per 16, no tensor scale: the released kernels hand the MMA
+    # e4m3 block scales only); P two-level: per row of a key tile scaled onto [0, 448 * 6] (fp32), then NVFP4
+    # per 16 keys; both products on the Blackwell nvf4 MMA model (sm120, RTX 5090; sm100's is the same model),
+    # each key tile's P.V from zero, times P's row scale, added to the fp32 accumulator
+    nv_blk = Quant("block", "unscaled", fmt="nvfp4", pre=fp32)
+    fp4_dot = tensor_core("sm120", "e2m1", kind="nvf4")
+    sage3 = QuantPlan(
+        "sage3-fp4",
+        nv_blk,
+        nv_blk,
+        nv_blk,
+        Quant("block", "per-token", fmt="nvfp4"),
+        fp4_dot,
+        fp4_dot,
+        k_smooth=fp32,
+        pv_update="two_level",
+    )
+    nv_tensor = Quant("block", "per-tensor", fmt="nvfp4", pre=fp32)
+    out["sage3-fp4"] = sage3
+    out["sage3-fp4-tensorscale"] = sage3.replace(
+        name="sage3-fp4-tensorscale", q_quant=nv_tensor, k_quant=nv_tensor, v_quant=nv_tensor
+    )
+    out["sage3-fp4-onelevel"] = sage3.replace(
+        name="sage3-fp4-onelevel", p_quant=Quant("block", "unscaled", fmt="nvfp4")
+    )
     for name in list(out):
         out[f"{name}-fp64"] = out[name].arith_fp64().replace(name=f"{name}-fp64")
     out["fp64"] = out["int8-reference"].exact().replace(name="fp64")
@@ -593,6 +761,16 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
             epilogue). ``sage2-int8-fp8-single``: P.V into the running accumulator (single-level, e8m13
             across the whole sequence). ``sage2-int8-fp8-qblock``: Q per block_m tile (SageAttention1's
             granularity).
+        ``sage3-fp4``: SageAttention3's FP4 attention: K smoothed as sage2, Q and K NVFP4 along the head
+            dimension and V NVFP4 along the keys (e2m1 elements, ue4m3 scales per 16, rounded once from the
+            exact quotients as :func:`simfloat.quantize_block`; no fp32 tensor scale, as the released kernels),
+            P two-level: per row of each key tile ``s1 = fp32(rowmax(P) / (448 * 6))``, ``t = fp32(P / s1)``,
+            then NVFP4 of t per 16 keys; QK^T and P.V on the Blackwell ``nvf4`` MMA model
+            (``tensor_core("sm120", "e2m1", kind="nvf4")``, fp32 output), each key tile's P.V from zero, times
+            ``s1`` in fp32 (``pv_dequant``), added with ``fma(acc, alpha, .)`` (``pv_update="two_level"``).
+            ``sage3-fp4-tensorscale``: Q, K, V with NVFP4's per-tensor fp32 scale (applied after the MMA:
+            ``dequant`` for Q/K, the epilogue for V). ``sage3-fp4-onelevel``: P in NVFP4 without the per-row
+            first level. Block-scaled plans run on the reference engine only.
         ``<any>-fp64``: the same quantizers with every other op exact (float64); ``fp64``: nothing quantized,
             everything float64.
 
@@ -632,18 +810,50 @@ def _amax_groups(x: np.ndarray, granularity: str, group: int | None) -> np.ndarr
     return np.repeat(g, group, axis=-1)[..., :s, None]
 
 
-def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _block_parts(x64: np.ndarray, quant: Quant, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A block quantizer on x64 (already cast by ``pre``): (codes, block scale of every element, the level
+    above: per-tensor (..., 1, 1), per-token (..., 1), or 1)."""
+    bf = quant.fmt
+    assert isinstance(bf, BlockFormat) and isinstance(quant.arith, OpSpec)
+    bf = dataclasses.replace(bf, axis=axis)
+    gran = quant.granularity
+    if gran == "per-tensor":
+        if x64.ndim < 2:
+            raise ValueError(f"granularity 'per-tensor' needs x of shape (..., seq, head_dim), got {x64.shape}")
+        flat = x64.reshape((-1,) + x64.shape[-2:])
+        codes, bs, g = np.empty(flat.shape), np.empty(flat.shape), np.empty(flat.shape[0])
+        for i in range(flat.shape[0]):
+            bq = bf.quantize(flat[i], global_scale="auto")
+            codes[i], bs[i], g[i] = bq.codes, bq.expanded_scales(), bq.global_scale
+        return codes.reshape(x64.shape), bs.reshape(x64.shape), g.reshape(x64.shape[:-2] + (1, 1))
+    if gran == "per-token":  # SageAttention3's P: rows scaled onto [0, qmax] first
+        assert quant.qmax is not None
+        amax = np.ascontiguousarray(np.abs(x64).max(axis=-1, keepdims=True, initial=0.0))
+        flat_s1 = np.empty(amax.size)
+        arith = OpParams(quant.arith.fmt.params, int(quant.arith.mode))
+        _qk.scales_from_amax(amax.reshape(-1), flat_s1, quant.qmax, arith)
+        s1: np.ndarray = flat_s1.reshape(amax.shape)
+        t = np.asarray(_ops.div(x64, np.broadcast_to(s1, x64.shape), quant.arith.fmt, quant.arith.mode), np.float64)
+        bq = bf.quantize(t)
+        return bq.codes, bq.expanded_scales(), s1
+    bq = bf.quantize(x64)
+    return bq.codes, bq.expanded_scales(), np.ones(())
+
+
+def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
     """Codes and scales of ``x`` under a quantizer, as the kernels compute them (Q1..Q6 / F1..F4).
 
     Args:
         x: (..., seq, head_dim) float32/float64 array (P: any shape, with granularity 'fixed'/'unscaled').
         quant: the :class:`Quant`.
         group: tokens per scale for granularity ``"per-block"`` (``"per-warp"`` takes ``quant.group``).
+        axis: the blocked axis of a block quantizer (-1: Q, K and P rows; -2: V, blocks of keys).
 
     Returns:
         (codes, scale): float64 codes of x's shape (integers for int kinds) and float64 scales broadcasting
         against them (per-token (..., seq, 1), per-tensor (..., 1, 1), per-channel (..., 1, head_dim),
-        per-block and per-warp (..., seq, 1), fixed: ``1/qmax`` as a 0-d array, unscaled/none: 1), with
+        per-block and per-warp (..., seq, 1), fixed: ``1/qmax`` as a 0-d array, unscaled/none: 1; block: the
+        scale of every element, block scale times the level above it, exact in float64), with
         ``x ~= codes * scale``.
 
     Raises:
@@ -656,10 +866,13 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None) -> tuple[
     x64 = np.array(x, dtype=np.float64)
     if quant.kind == "none":
         return x64, np.ones(())
-    assert isinstance(quant.arith, OpSpec) and quant.qmax is not None
     if quant.pre is not None:
         assert isinstance(quant.pre, OpSpec)
         x64 = _round(x64, quant.pre.fmt, quant.pre.mode)
+    if quant.kind == "block":
+        codes, bs, lvl = _block_parts(x64, quant, axis)
+        return codes, bs * lvl
+    assert isinstance(quant.arith, OpSpec) and quant.qmax is not None
     arith = OpParams(quant.arith.fmt.params, int(quant.arith.mode))
     gran = quant.granularity
     if gran == "unscaled":
@@ -814,6 +1027,17 @@ def quant_flash(
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    blocked = [op for op in QUANTIZERS if getattr(pl, op).kind == "block"]
+    if blocked:
+        if engine == "vector":
+            raise ValueError(
+                f"engine='vector' does not run block-scaled quantizers ({', '.join(blocked)} of plan {pl.name!r}) "
+                "or block-scaled MMAs: use engine='reference' (or None, which picks it for such plans)"
+            )
+        which = "reference"
+        pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
+        if pv_sb and bn % pv_sb:
+            raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
     pp = pl.params(x.scale)
@@ -854,17 +1078,27 @@ def quant_flash(
         kin, k_exact = smooth_keys(kin, pl.k_smooth)
         if tr is not None:
             _record_tokens(tr[0], _qk.K_SMOOTH, kin - k_exact, k_exact, bn, "k")
-    qc, qs = quantize(qin, pl.q_quant, group=bm)
-    kc, ks = quantize(kin, pl.k_quant, group=bn)
-    vc, vs = quantize(x.v, pl.v_quant, group=bn)
+    qc, qs, qb = _operand(qin, pl.q_quant, bm, -1)
+    kc, ks, kb = _operand(kin, pl.k_quant, bn, -1)
+    vc, vs, vb = _operand(x.v, pl.v_quant, bn, -2)
     if tr is not None:
-        for op, src, codes, sc, size, axis in (
-            (_qk.Q_QUANT, qin, qc, qs, bm, "q"),
-            (_qk.K_QUANT, kin, kc, ks, bn, "k"),
-            (_qk.V_QUANT, x.v, vc, vs, bn, "k"),
+        for op, src, codes, sc, bsc, size, axis in (
+            (_qk.Q_QUANT, qin, qc, qs, qb, bm, "q"),
+            (_qk.K_QUANT, kin, kc, ks, kb, bn, "k"),
+            (_qk.V_QUANT, x.v, vc, vs, vb, bn, "k"),
         ):
             if getattr(pl, QUANT_OPS[op]).quantizes:
-                _record_tokens(tr[0], op, codes * sc - src, src, size, axis)
+                deq = codes * sc if bsc is None else codes * bsc * sc
+                _record_tokens(tr[0], op, deq - src, src, size, axis)
+    # block scales go to a block-scaled MMA; any other dot takes the values (codes times block scales, exact)
+    qk_scaled = pp.qk_kind == _qk.DOT_SCALED
+    pv_scaled = pp.pv_kind == _qk.DOT_SCALED
+    if qb is not None and not qk_scaled:
+        qc, qb = qc * qb, None
+    if kb is not None and not qk_scaled:
+        kc, kb = kc * kb, None
+    if vb is not None and not pv_scaled:
+        vc, vb = vc * vb, None
     # kernel operands: per-row q scales, per-key k scales (padded), V codes per tile transposed, V scales per
     # (tile, channel)
     qs_rows = np.ascontiguousarray(np.broadcast_to(qs, (n_lead, seq_q, 1))[..., 0])
@@ -882,21 +1116,29 @@ def quant_flash(
         if n_lead * n_qt > 0:
             run_rows(quant_units, n_lead * n_qt, xs, out, m, l, eng)
     elif n_lead * n_qt > 0:
-        kpad = np.zeros((n_lead, n_kv * bn, d))
-        kpad[:, :seq_k] = kc
-        vpad = np.zeros((n_lead, n_kv * bn, dv))
-        vpad[:, :seq_k] = vc
-        vt = np.ascontiguousarray(vpad.reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
-        vt = vt.reshape(n_lead * n_kv, dv, bn)
+
+        def keys(a: np.ndarray, width: int) -> np.ndarray:
+            pad = np.zeros((n_lead, n_kv * bn, width))
+            pad[:, :seq_k] = a
+            return pad
+
+        def tiles(a: np.ndarray) -> np.ndarray:
+            t = np.ascontiguousarray(keys(a, dv).reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
+            return t.reshape(n_lead * n_kv, dv, bn)
+
+        none = np.ones((1, 1, 1))
         run_rows(
             _qk.units,
             n_lead * n_qt,
             qc,
             qs_rows,
-            kpad,
+            none if qb is None else np.ascontiguousarray(qb),
+            keys(kc, d),
             ks_keys,
-            vt,
+            none if kb is None else keys(kb, d),
+            tiles(vc),
             vs_tile,
+            none if vb is None else tiles(vb),
             out,
             m,
             l,
@@ -911,6 +1153,19 @@ def quant_flash(
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
     return out
+
+
+def _operand(x: np.ndarray, quant: Quant, group: int, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(codes, scale, block scales or None) of Q, K or V: :func:`quantize`'s codes and scale, except that a
+    block quantizer's per-element block scales come apart from the level above them (what the MMA takes)."""
+    if quant.kind != "block":
+        return (*quantize(x, quant, group=group), None)
+    x64 = x
+    if quant.pre is not None:
+        assert isinstance(quant.pre, OpSpec)
+        x64 = _round(x64, quant.pre.fmt, quant.pre.mode)
+    codes, bs, lvl = _block_parts(np.asarray(x64, np.float64), quant, axis)
+    return codes, lvl, bs
 
 
 def int8_flash(
