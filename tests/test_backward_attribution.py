@@ -48,14 +48,19 @@ def test_cli_pass_backward_writes_csv_png_and_summary(tmp_path, capsys):
 
     assert (tmp_path / "backward_steps.png").stat().st_size > 0
     steps = pd.read_csv(tmp_path / "backward_steps.csv")
-    # --block-n 16 (quick) and seq 24: block_n sweep 8, 16, 24 at the full length; length sweep 16, 24
-    assert list(zip(steps.sweep, steps.block_n, steps.seq_k, steps.steps, strict=True))[:: 2 + 3] == [
+    # quick tile 16x16 and seq 24: block_n sweep 8, 16, 24 at the full length; length sweep 16, 24
+    points = steps[["sweep", "block_n", "seq_k", "steps"]].drop_duplicates()
+    assert [tuple(r) for r in points.itertuples(index=False)] == [
         ("block_n", 8, 24, 3),
         ("block_n", 16, 24, 2),
         ("block_n", 24, 24, 1),
         ("seq", 16, 16, 1),
         ("seq", 16, 24, 2),
     ]
+    # per point: the full plan, the forward's share, the top isolated ops and the accumulating dots
+    iso = steps[steps.kind == "isolation"].groupby(["sweep", "block_n", "seq_k"]).op.apply(list)
+    assert all(len(ops) == len(set(ops)) and {"dq", "dk", "dv", "grad"} <= set(ops) for ops in iso)
+    assert (steps.groupby(["sweep", "block_n", "seq_k"]).kind.apply(lambda k: list(k)[:2] == ["full", "forward"])).all()
     assert "vs rescaling steps" in text
 
 

@@ -36,6 +36,7 @@ from simfloat.metrics import error_metrics
 
 __all__ = [
     "BWD_ATTRIBUTION_OPS",
+    "STEPS_ACCUMULATING_OPS",
     "STEPS_TOP_OPS",
     "attribute_backward",
     "backward_steps",
@@ -54,6 +55,9 @@ _DOTS = ("qk", "dv", "dp", "dk", "dq")
 _FP64_DOT = Sequential("float64", product_fmt="float64")
 #: how many ops of the isolation table (the largest isolated deviations) the steps study follows
 STEPS_TOP_OPS = 3
+#: the dots that accumulate over tiles, which the steps study follows too: dq over key tiles (the rescaling
+#: steps), dk and dv over query tiles
+STEPS_ACCUMULATING_OPS = ("dq", "dk", "dv")
 _GRADS = ("dq", "dk", "dv")
 
 
@@ -278,7 +282,8 @@ def write_backward_steps(
     rows: Sequence[dict[str, Any]], out: str | Path, title: str = "", metric: str = "rel_l1"
 ) -> tuple[Path, Path]:
     """``backward_steps.csv`` (every row of :func:`backward_steps`) and ``backward_steps.png`` (``metric`` of dQ,
-    dK, dV vs rescaling steps: one row of panels per sweep, one curve per kind/op) into ``out``."""
+    dK, dV vs rescaling steps: one row of panels per sweep, one curve per kind/op; an op whose deviation of a
+    gradient is exactly 0 (it does not touch it) is left out of that panel) into ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -293,6 +298,10 @@ def write_backward_steps(
     sweeps = list(dict.fromkeys(df.sweep)) if len(df) else []
     fig, axes = plt.subplots(max(len(sweeps), 1), 3, figsize=(16, 4.2 * max(len(sweeps), 1)), squeeze=False)
     styles = {"full": ("k", "o-"), "forward": ("tab:gray", "s--")}
+    palette = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+    ops = [label for label, _ in _curves(df) if label not in styles]
+    for i, label in enumerate(ops):  # one color per op across all panels (gray and black: full, forward)
+        styles[label] = (palette[i % len(palette)], "^:")
     for i, sweep in enumerate(sweeps):
         part = df[df.sweep == sweep].sort_values("steps")
         first = part.iloc[0]
@@ -303,15 +312,18 @@ def write_backward_steps(
         for j, g in enumerate(_GRADS):
             ax = axes[i][j]
             for label, c in _curves(part):
-                color, style = styles.get(label, (None, "^:"))
-                ax.plot(c.steps, c[f"{g}_{metric}"].clip(lower=1e-18), style, color=color, label=label)
+                y = c[f"{g}_{metric}"]
+                if not (y > 0).any():  # an op that does not touch this gradient (exactly 0): not drawn
+                    continue
+                color, style = styles[label]
+                ax.plot(c.steps[y > 0], y[y > 0], style, color=color, label=label)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("rescaling steps = ceil(seq_k / block_n)")
             ax.set_title(f"{g} {metric} vs rescaling steps ({what})", fontsize=8)
             ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    note = f"{metric} of each gradient against the fp64 golden one; exact zeros (an op not on that gradient) not drawn"
+    fig.suptitle(f"{title}\n{note}" if title else note, fontsize=10)
     fig.tight_layout()
     png = out / "backward_steps.png"
     fig.savefig(png, dpi=110)
@@ -385,8 +397,8 @@ def run_cli(args: Any) -> int:
     """``simfloat attribute --pass backward``: seeded inputs (and dO) as the forward job, the first ``--plan``
     (default triton-<format>) as a backward plan, ``--tiles`` (default the forward job's); then the steps study
     (:func:`backward_steps`: ``--block-ns`` at ``--block-m``, ``--seqs`` at ``--block-m`` x ``--block-n``, the
-    :data:`STEPS_TOP_OPS` largest isolated ops of the first tile); writes the CSVs and PNGs into ``--out`` and
-    prints the tables."""
+    :data:`STEPS_TOP_OPS` largest isolated ops of the first tile and :data:`STEPS_ACCUMULATING_OPS`); writes the
+    CSVs and PNGs into ``--out`` and prints the tables."""
     from simfloat.attribution.cli import _out_dir, _pick, inputs, steps_block_ns
 
     seq = int(_pick(args, "seq"))
@@ -415,11 +427,12 @@ def run_cli(args: Any) -> int:
             f"{r['block_m']:>4}x{r['block_n']:<4} {r['kind']:>9} {r['op']:>10} {r['dq_max']:9.2e} "
             f"{r['dk_max']:9.2e} {r['dv_max']:9.2e}"
         )
-    top = top_isolated(rows)
+    top = list(dict.fromkeys([*top_isolated(rows), *STEPS_ACCUMULATING_OPS]))
     steps_head = (
         f"gradient deviation vs rescaling steps = ceil(seq_k / block_n): block_n {block_ns} at block_m {bm}; "
         f"lengths {seqs if seqs is not None else 'default'} at tile {bm}x{bn}; isolated ops {top} (the largest "
-        "of the first tile); rel_l1 = sum|grad - golden| / sum|golden|, max = max|grad - golden| / max|golden|"
+        "of the first tile, and the accumulating dots); rel_l1 = sum|grad - golden| / sum|golden|, "
+        "max = max|grad - golden| / max|golden|"
     )
     print(steps_head, flush=True)
     steps = backward_steps(
