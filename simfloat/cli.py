@@ -28,7 +28,11 @@ def _attribute(args: argparse.Namespace) -> int:
     if passes in ("backward", "both") and rc == 0:
         from simfloat.attribution.backward import run_cli
 
-        rc = run_cli(args)
+        try:
+            rc = run_cli(args)
+        except ValueError as err:
+            print(f"simfloat attribute: error: {err}", file=sys.stderr)
+            return 2
     return rc
 
 

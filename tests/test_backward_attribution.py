@@ -137,3 +137,11 @@ def test_backward_steps_table_and_one_point_against_a_direct_run():
         backward_steps(q, k, v, do, seqs=[41], block_ns=())
     with pytest.raises(ValueError, match="block_n must be a positive int"):
         backward_steps(q, k, v, do, block_ns=[0], seqs=())
+
+
+def test_cli_seqs_longer_than_the_inputs_is_refused(tmp_path, capsys):
+    from simfloat.cli import main
+
+    argv = ["attribute", "--quick", "--pass", "backward", "--seq", "24", "--seqs", "32", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--seqs 32: longer than the inputs" in capsys.readouterr().err

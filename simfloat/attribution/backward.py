@@ -411,6 +411,8 @@ def run_cli(args: Any) -> int:
     bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
     block_ns = steps_block_ns(args, seq_k)
     seqs = getattr(args, "seqs", None)
+    if seqs is not None and max(seqs) > min(seq, seq_k):
+        raise ValueError(f"--seqs {max(seqs)}: longer than the inputs (--seq {seq}, --seq-k {seq_k})")
     out = _out_dir(args.out)
     q, k, v = inputs((batch, heads, seq, d), (batch, heads, seq_k, d), args.dist, fmt, args.seed)
     do = inputs((batch, heads, seq, d), (1,), "normal", fmt, args.seed + 1)[0]
