@@ -28,7 +28,11 @@ def _attribute(args: argparse.Namespace) -> int:
     if passes in ("backward", "both") and rc == 0:
         from simfloat.attribution.backward import run_cli
 
-        rc = run_cli(args)
+        try:
+            rc = run_cli(args)
+        except ValueError as err:
+            print(f"simfloat attribute: error: {err}", file=sys.stderr)
+            return 2
     return rc
 
 
@@ -144,7 +148,15 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         type=_positive,
         nargs="+",
         metavar="N",
-        help="block_n values of the rescaling-steps study (default 16 32 64 128 256 and seq_k)",
+        help="block_n values of the rescaling-steps study, forward and backward (default 16 32 64 128 256 and seq_k)",
+    )
+    p.add_argument(
+        "--seqs",
+        type=_positive,
+        nargs="+",
+        metavar="N",
+        help="--pass backward: lengths of the gradient-vs-rescaling-steps length sweep at --block-m x --block-n "
+        "(first N queries and keys; default block_n times powers of two, and the full length)",
     )
     p.add_argument("--rows", type=_rows, metavar="R|all", help="query rows evaluated, evenly spaced (default: all)")
     p.add_argument(
@@ -171,7 +183,8 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         choices=("forward", "backward", "both"),
         default="forward",
         help="attribute the forward output (default), the backward's gradients dQ/dK/dV "
-        "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles) or both",
+        "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles and vs rescaling steps) "
+        "or both",
     )
     p.add_argument(
         "--bounds",

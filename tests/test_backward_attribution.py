@@ -44,3 +44,104 @@ def test_cli_pass_backward_writes_csv_png_and_summary(tmp_path, capsys):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "backward_summary.txt").read_text()
     assert "isolation" in text and "ablation" in text and "ds_cast" in text
+    import pandas as pd
+
+    assert (tmp_path / "backward_steps.png").stat().st_size > 0
+    steps = pd.read_csv(tmp_path / "backward_steps.csv")
+    # quick tile 16x16 and seq 24: block_n sweep 8, 16, 24 at the full length; length sweep 16, 24
+    points = steps[["sweep", "block_n", "seq_k", "steps"]].drop_duplicates()
+    assert [tuple(r) for r in points.itertuples(index=False)] == [
+        ("block_n", 8, 24, 3),
+        ("block_n", 16, 24, 2),
+        ("block_n", 24, 24, 1),
+        ("seq", 16, 16, 1),
+        ("seq", 16, 24, 2),
+    ]
+    # per point: the full plan, the forward's share, the top isolated ops and the accumulating dots
+    iso = steps[steps.kind == "isolation"].groupby(["sweep", "block_n", "seq_k"]).op.apply(list)
+    assert all(len(ops) == len(set(ops)) and {"dq", "dk", "dv", "grad"} <= set(ops) for ops in iso)
+    assert (steps.groupby(["sweep", "block_n", "seq_k"]).kind.apply(lambda k: list(k)[:2] == ["full", "forward"])).all()
+    assert "vs rescaling steps" in text
+
+
+def _golden_grads(q, k, v, do, causal):
+    """float64 attention gradients by the textbook formulas (independent of the emulator)."""
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    s = scale * q @ np.swapaxes(k, -1, -2)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    o = p @ v
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - np.sum(do * o, axis=-1, keepdims=True))
+    return scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do
+
+
+def test_backward_steps_table_and_one_point_against_a_direct_run():
+    from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats
+    from simfloat.attribution.backward import backward_steps, default_seqs, top_isolated
+    from simfloat.metrics import error_metrics
+
+    q, k, v, do = _inputs(seed=3)
+    rows = backward_steps(
+        q,
+        k,
+        v,
+        do,
+        plan_="triton-bf16",
+        block_m=8,
+        block_n=16,
+        block_ns=[8, 40],
+        seqs=[16, 33],
+        causal=True,
+        ops=["grad"],
+    )
+    got = [(r["sweep"], r["seq_k"], r["block_n"], r["steps"], r["q_tiles"], r["kind"], r["op"]) for r in rows]
+    want = []
+    for sweep, n, bn, steps, qt in (
+        ("block_n", 40, 8, 5, 5),
+        ("block_n", 40, 40, 1, 5),
+        ("seq", 16, 16, 1, 2),
+        ("seq", 33, 16, 3, 5),
+    ):
+        want += [
+            (sweep, n, bn, steps, qt, kind, op) for kind, op in (("full", ""), ("forward", ""), ("isolation", "grad"))
+        ]
+    assert got == want
+    for r in rows:
+        assert r["seq_q"] == r["seq_k"] and r["block_m"] == 8
+        for g in ("dq", "dk", "dv"):
+            assert {f"{g}_{m}" for m in ("max", "rms", "max_abs", "rmse", "rel_l1")} <= r.keys()
+    # the point (length 33, tile 8x16) by hand: forward, lse, backward, deviation from textbook float64 gradients
+    n = 33
+    qs, ks, vs, dos = (x[:, :n] for x in (q, k, v, do))
+    o, m, l = flash(qs, ks, vs, plan="triton-bf16", return_stats=True, block_m=8, block_n=16, causal=True)  # noqa: E741
+    lse = lse_from_stats(m, l, plan=backward_plan("triton-bf16"))
+    grads = flash_backward(qs, ks, vs, o, dos, lse, plan="triton-bf16", block_m=8, block_n=16, causal=True)
+    golden = _golden_grads(qs, ks, vs, dos, causal=True)
+    full = next(r for r in rows if r["sweep"] == "seq" and r["seq_k"] == n and r["kind"] == "full")
+    for name, g, w in zip(("dq", "dk", "dv"), grads, golden, strict=True):
+        ref = error_metrics(g, w)
+        assert ref["rel_l1"] > 0
+        for key in ("max_abs", "rmse", "rel_l1"):
+            assert full[f"{name}_{key}"] == pytest.approx(ref[key], rel=1e-6)
+        assert full[f"{name}_max"] == pytest.approx(ref["max_abs"] / np.abs(w).max(), rel=1e-6)
+    assert default_seqs(40, 16) == [16, 32, 40] and default_seqs(16, 16) == [16]
+    iso = [
+        dict(block_m=8, block_n=8, kind="isolation", op=o, dq_max=x, dk_max=0.0, dv_max=0.0)
+        for o, x in (("a", 1e-3), ("b", 1e-1), ("c", 1e-2))
+    ]
+    assert top_isolated(iso, 2) == ["b", "c"]
+    with pytest.raises(ValueError, match="exceed the inputs' length"):
+        backward_steps(q, k, v, do, seqs=[41], block_ns=())
+    with pytest.raises(ValueError, match="block_n must be a positive int"):
+        backward_steps(q, k, v, do, block_ns=[0], seqs=())
+
+
+def test_cli_seqs_longer_than_the_inputs_is_refused(tmp_path, capsys):
+    from simfloat.cli import main
+
+    argv = ["attribute", "--quick", "--pass", "backward", "--seq", "24", "--seqs", "32", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--seqs 32: longer than the inputs" in capsys.readouterr().err

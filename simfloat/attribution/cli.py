@@ -13,7 +13,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ANALYSIS", "DEFAULTS", "FORMATS", "QUICK", "input_format", "inputs", "not_representable", "run"]
+__all__ = [
+    "ANALYSIS",
+    "DEFAULTS",
+    "FORMATS",
+    "QUICK",
+    "input_format",
+    "inputs",
+    "not_representable",
+    "run",
+    "steps_block_ns",
+]
 
 #: Input formats of ``--format`` (the seeded inputs are rounded into it).
 FORMATS = ("bf16", "fp16", "fp32", "e4m3", "e5m2")
@@ -101,6 +111,17 @@ def _pick(args: argparse.Namespace, name: str) -> Any:
     if value is not None:
         return value
     return (QUICK if args.quick else DEFAULTS)[name]
+
+
+def steps_block_ns(args: argparse.Namespace, seq_k: int) -> list[int]:
+    """block_n values of the rescaling-steps study (forward and backward): ``--block-ns``, else the job's
+    defaults up to seq_k and always the single-step point block_n = seq_k."""
+    if args.block_ns is not None:
+        return list(args.block_ns)
+    block_ns = [b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]
+    if max(block_ns) < seq_k:
+        block_ns.append(seq_k)  # always include the single-step (one kv block) point
+    return block_ns
 
 
 def _baseline_arg(items: list[str] | None) -> object:
@@ -272,11 +293,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--rows cannot be combined with --causal (a causal row's keys depend on its position)")
     bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
     tiles = _pick(args, "tiles")
-    block_ns = (
-        args.block_ns if args.block_ns is not None else [b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]
-    )
-    if args.block_ns is None and max(block_ns) < seq_k:
-        block_ns.append(seq_k)  # always include the single-step (one kv block) point
+    block_ns = steps_block_ns(args, seq_k)
     baseline = _baseline_arg(args.baseline)
     fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and p.startswith(("triton-", "h200-"))}
     if fp8 and baseline is None:
