@@ -39,6 +39,11 @@ __all__ = [
     "lmul",
     "lround",
     "lround_exact",
+    "lround_exact_ne",
+    "ladd_ne",
+    "lmul_ne",
+    "lfma_ne",
+    "ldiv_ne",
     "lround_ne",
     "lround_rz",
     "pow2_of",
@@ -72,6 +77,7 @@ class Lane(NamedTuple):
     ftz: bool  # no subnormals: results below 2**emin flush to zero
     tiny: float
     unsigned_zero: bool  # no -0 code
+    f32: bool  # IEEE float32 under nearest-even: the hardware's own conversion to float32 rounds (see lround_ne)
 
 
 def lane(fmt: FloatFormat, mode: int) -> Lane:
@@ -114,6 +120,15 @@ def lane(fmt: FloatFormat, mode: int) -> Lane:
         not p.subnormals,
         float(2.0**emin),
         not p.neg_zero,
+        bool(
+            fast
+            and mode == 0
+            and (m, emin, emax) == (23, -126, 127)
+            and p.subnormals
+            and p.has_inf
+            and p.neg_zero
+            and fmt.signed
+        ),
     )
 
 
@@ -181,7 +196,10 @@ def lround(x, r):
 @ljit
 def lround_ne(x, r):
     """:func:`lround` for a lane whose mode is nearest-even (fewer operations: callers dispatch on the mode
-    outside their loops)."""
+    outside their loops). On a float32 lane (``r.f32``) the hardware's float64 -> float32 conversion rounds
+    (nearest-even, gradual underflow, overflow to inf: the format's own rules); a NaN stays that NaN, quieted."""
+    if r.f32:
+        return np.float64(np.float32(x)) if x == x else x + 0.0
     big = min(max(pow2_of(x), r.tiny), r.top)
     mg = big * r.magic
     v = np.copysign((x + mg) - mg, x)
@@ -248,3 +266,48 @@ def ldiv(a, b, r):
     res = fma64(-q, b, a)
     e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
     return lround_exact(q, e, r)
+
+
+# -- the same for nearest-even lanes (callers dispatch on the mode outside their loops) -------------------------
+
+
+@ljit
+def lround_exact_ne(s, e, r):
+    """:func:`lround_exact` for a nearest-even lane."""
+    if r.native:
+        return s
+    return lround_ne(ro_fold(s, e), r)
+
+
+@ljit
+def ladd_ne(a, b, r):
+    """:func:`ladd` for a nearest-even lane."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    e = 0.0 if np.abs(s) == np.inf else e
+    return lround_exact_ne(s, e, r)
+
+
+@ljit
+def lmul_ne(a, b, r):
+    """:func:`lmul` for a nearest-even lane."""
+    p = a * b
+    e = fma64(a, b, -p)
+    e = 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
+    return lround_exact_ne(p, e, r)
+
+
+@ljit
+def lfma_ne(a, b, c, r):
+    """:func:`lfma` for a nearest-even lane."""
+    return ladd_ne(a * b, c, r)
+
+
+@ljit
+def ldiv_ne(a, b, r):
+    """:func:`ldiv` for a nearest-even lane."""
+    q = a / b
+    res = fma64(-q, b, a)
+    e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
+    return lround_exact_ne(q, e, r)

@@ -33,6 +33,7 @@ from simfloat.rounding import mode_code, round_scalar
 
 __all__ = [
     "MMA",
+    "Rows",
     "Work",
     "for_operands",
     "matmul_rows",
@@ -41,6 +42,8 @@ __all__ = [
     "operand_powers",
     "round_operands",
     "row_mma",
+    "rows_mma",
+    "rows_work",
     "scaled_rows",
     "tame",
     "work",
@@ -591,6 +594,150 @@ def row_mma(a, ea, B, EB, c, n, mp, w):
                 c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
 
 
+class Rows(NamedTuple):
+    """Scratch space of one thread for :func:`rows_mma`: up to ``g`` rows of up to ``n`` outputs."""
+
+    w: Work
+    w2: Work
+    c0: np.ndarray  # (g, n) the incoming accumulators
+    live: np.ndarray  # (g,) rows on the fast path
+    idx: np.ndarray  # (g,) their indices
+    c32: np.ndarray  # (g, n) float32 accumulators of the float32 FMA loop
+
+
+@jit
+def rows_work(g, n):
+    """Scratch for :func:`rows_mma` on up to ``g`` rows of up to ``n`` outputs."""
+    return Rows(
+        work(n),
+        work(n),
+        np.empty((g, n)),
+        np.zeros(g, dtype=np.bool_),
+        np.zeros(g, dtype=np.int64),
+        np.empty((g, n), dtype=np.float32),
+    )
+
+
+@jit
+def _fma32_4(a0, a1, a2, a3, B32, d0, d1, d2, d3, n, kk):
+    """Four rows of the float32 FMA loop: d_i[j] = fma(a_i[k], B32[k, j], d_i[j]) for k = 0 .. kk-1 in order;
+    two k per pass over j, each load of B serving the four rows."""
+    k = 0
+    while k + 2 <= kk:
+        x0, x1 = B32[k], B32[k + 1]
+        p0, q0 = np.float32(a0[k]), np.float32(a0[k + 1])
+        p1, q1 = np.float32(a1[k]), np.float32(a1[k + 1])
+        p2, q2 = np.float32(a2[k]), np.float32(a2[k + 1])
+        p3, q3 = np.float32(a3[k]), np.float32(a3[k + 1])
+        for j in range(n):
+            y0, y1 = x0[j], x1[j]
+            d0[j] = fma32(q0, y1, fma32(p0, y0, d0[j]))
+            d1[j] = fma32(q1, y1, fma32(p1, y0, d1[j]))
+            d2[j] = fma32(q2, y1, fma32(p2, y0, d2[j]))
+            d3[j] = fma32(q3, y1, fma32(p3, y0, d3[j]))
+        k += 2
+    while k < kk:
+        x0 = B32[k]
+        p0, p1, p2, p3 = np.float32(a0[k]), np.float32(a1[k]), np.float32(a2[k]), np.float32(a3[k])
+        for j in range(n):
+            y0 = x0[j]
+            d0[j] = fma32(p0, y0, d0[j])
+            d1[j] = fma32(p1, y0, d1[j])
+            d2[j] = fma32(p2, y0, d2[j])
+            d3[j] = fma32(p3, y0, d3[j])
+        k += 1
+
+
+@jit
+def _fma32_1(a0, B32, d0, n, kk):
+    """One row of the float32 FMA loop (:func:`_fma32_4`), four k per pass over j."""
+    k = 0
+    while k + 4 <= kk:
+        x0, x1, x2, x3 = B32[k], B32[k + 1], B32[k + 2], B32[k + 3]
+        p0, p1, p2, p3 = np.float32(a0[k]), np.float32(a0[k + 1]), np.float32(a0[k + 2]), np.float32(a0[k + 3])
+        for j in range(n):
+            d0[j] = fma32(p3, x3[j], fma32(p2, x2[j], fma32(p1, x1[j], fma32(p0, x0[j], d0[j]))))
+        k += 4
+    while k < kk:
+        x0, p0 = B32[k], np.float32(a0[k])
+        for j in range(n):
+            d0[j] = fma32(p0, x0[j], d0[j])
+        k += 1
+
+
+@jit
+def _fma32_rows(a, B32, c, g, n, rs):
+    """The float32 FMA loop (``Sequential("float32")`` on float32 operands, ``B32`` holding B's values) for the
+    rows a[:g] into c[:g, :n]: four rows at a time. A row whose incoming accumulators are not all float32 values
+    is left as it is and marked False in ``rs.live`` (the caller runs :func:`row_mma` on it, which rounds exact
+    sums instead)."""
+    kk = a.shape[1]
+    c32, live, idx = rs.c32, rs.live, rs.idx
+    nl = 0
+    for i in range(g):
+        live[i] = _fits32(c[i], n)
+        if live[i]:
+            ci, di = c[i], c32[nl]
+            for j in range(n):
+                di[j] = np.float32(ci[j])
+            idx[nl] = i
+            nl += 1
+    t = 0
+    while t + 4 <= nl:
+        i0, i1, i2, i3 = idx[t], idx[t + 1], idx[t + 2], idx[t + 3]
+        _fma32_4(a[i0], a[i1], a[i2], a[i3], B32, c32[t], c32[t + 1], c32[t + 2], c32[t + 3], n, kk)
+        t += 4
+    while t < nl:
+        _fma32_1(a[idx[t]], B32, c32[t], n, kk)
+        t += 1
+    for t in range(nl):
+        ci, di = c[idx[t]], c32[t]
+        for j in range(n):
+            ci[j] = np.float64(di[j])
+
+
+@jit
+def _f64_4(a0, a1, a2, a3, B, d0, d1, d2, d3, n, kk, fused):
+    """Four rows of the float64 loop: d_i[j] = fma(a_i[k], B[k, j], d_i[j]) (``fused``) or
+    d_i[j] + a_i[k] * B[k, j] (product rounded first) for k = 0 .. kk-1 in order; each load of B serves the
+    four rows."""
+    if fused:
+        for k in range(kk):
+            x0 = B[k]
+            p0, p1, p2, p3 = a0[k], a1[k], a2[k], a3[k]
+            for j in range(n):
+                y0 = x0[j]
+                d0[j] = fma64(p0, y0, d0[j])
+                d1[j] = fma64(p1, y0, d1[j])
+                d2[j] = fma64(p2, y0, d2[j])
+                d3[j] = fma64(p3, y0, d3[j])
+    else:
+        for k in range(kk):
+            x0 = B[k]
+            p0, p1, p2, p3 = a0[k], a1[k], a2[k], a3[k]
+            for j in range(n):
+                y0 = x0[j]
+                d0[j] = d0[j] + p0 * y0
+                d1[j] = d1[j] + p1 * y0
+                d2[j] = d2[j] + p2 * y0
+                d3[j] = d3[j] + p3 * y0
+
+
+@jit
+def _f64_rows(a, B, c, g, n, mp, w):
+    """The float64 loops of :func:`_seq_row` (``N_FMA64``, ``N_MULADD64``) for the rows a[:g] into c[:g, :n],
+    four rows at a time (the same operations per output, in the same order)."""
+    kk = a.shape[1]
+    fused = mp.native == N_FMA64
+    i = 0
+    while i + 4 <= g:
+        _f64_4(a[i], a[i + 1], a[i + 2], a[i + 3], B, c[i], c[i + 1], c[i + 2], c[i + 3], n, kk, fused)
+        i += 4
+    while i < g:
+        _seq_row(a[i], B, c[i], n, 0, kk, mp, w)
+        i += 1
+
+
 _GROUP = 16  # rows of a that meet each block of k in turn: the block's rows of B and EB stay in cache
 
 
@@ -632,9 +779,48 @@ def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):
 
 
 @jit
-def _mm_units(lo, hi, a, ea, b, eb, out, mp):
+def rows_mma(a, ea, B, EB, B32, c, g, n, mp, rs):
+    """:func:`row_mma` for the rows ``a[:g]`` into ``c[:g]`` (the same bits, row by row), with each load of ``B``
+    serving several rows: unchunked fast block FMA rows meet each block of k in turn (:func:`_block_rows`); the
+    float64 loops run four rows at a time; so does the float32 FMA loop, on ``B32``, ``B``'s values as float32
+    (pass an empty array when ``B`` was not converted: the rows then go to :func:`row_mma`).
+
+    Args:
+        a: (>= g, K) operand rows; ea: their weights. B: (K, >= n), EB: its weights; B32: (K, >= n) float32
+            or empty. c: (>= g, >= n) incoming accumulators, overwritten. mp: :class:`MMA`. rs: :class:`Rows`
+            of at least g rows and n outputs.
+    """
+    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
+        _block_rows(a[:g], ea[:g], B, EB, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
+        return
+    if mp.fast and (mp.native == N_FMA64 or mp.native == N_MULADD64) and mp.chunk == 0:
+        _f64_rows(a, B, c, g, n, mp, rs.w)
+        return
+    if mp.fast and mp.native == N_FMA32 and mp.chunk == 0 and B32.shape[0] == B.shape[0]:
+        _fma32_rows(a, B32, c, g, n, rs)
+        for i in range(g):
+            if not rs.live[i]:
+                row_mma(a[i], ea[i], B, EB, c[i], n, mp, rs.w)
+        return
+    for i in range(g):
+        row_mma(a[i], ea[i], B, EB, c[i], n, mp, rs.w)
+
+
+@jit
+def _mm_units(lo, hi, a, ea, b, eb, b32, out, mp):
     m, n = a.shape[1], b.shape[2]
     w = work(n)
+    f64 = mp.fast and mp.chunk == 0 and (mp.native == N_FMA64 or mp.native == N_MULADD64)
+    if b32.shape[0] > 0 or f64:  # the float32 FMA loop or the float64 ones, rows in groups (rows_mma)
+        rs = rows_work(_GROUP, n)
+        r = lo
+        while r < hi:
+            bi = r // m
+            i = r - bi * m
+            g = min(hi - r, m - i, _GROUP)  # rows of one batch entry
+            rows_mma(a[bi, i : i + g], ea[bi, i : i + g], b[bi], eb[bi], b32[bi], out[bi, i : i + g], g, n, mp, rs)
+            r += g
+        return
     if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
         c0 = np.empty((_GROUP, n))
         live = np.zeros(_GROUP, dtype=np.bool_)
@@ -665,8 +851,10 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     operand_powers(ai.reshape(-1), ea.reshape(-1), mp.opnd_emin)
     operand_powers(bi.reshape(-1), eb.reshape(-1), mp.opnd_emin)
     out = np.array(c, dtype=np.float64, copy=True)
+    fma32 = mp.fast and mp.native == N_FMA32 and mp.chunk == 0
+    b32 = bi.astype(np.float32) if fma32 else np.zeros((0, 0, 0), dtype=np.float32)
     if out.shape[0] * out.shape[1] > 0:
-        run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, out, mp)
+        run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, b32, out, mp)
     return out
 
 
@@ -705,7 +893,7 @@ def scaled_rows(
     eb *= _scale_weights(np.ascontiguousarray(sb).reshape(-1), ap.scale_emin).reshape(eb.shape)
     out = np.array(c, dtype=np.float64, copy=True)[None]
     if out.size:
-        run_rows(_mm_units, out.shape[1], ai, ea, bi, eb, out, mp)
+        run_rows(_mm_units, out.shape[1], ai, ea, bi, eb, np.zeros((0, 0, 0), dtype=np.float32), out, mp)
     return out[0]
 
 

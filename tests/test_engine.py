@@ -5,13 +5,15 @@ preset, and 1 or 2 threads."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numba
 import numpy as np
 import pytest
 
 import simfloat as sf
 from simfloat._jit import jit
-from simfloat._lanes import ladd, lane, ldiv, lmul, lround, lround_ne, lround_rz
+from simfloat._lanes import ladd, ladd_ne, lane, ldiv, ldiv_ne, lfma_ne, lmul, lmul_ne, lround, lround_ne, lround_rz
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul, tensor_core
 from simfloat.attention import baseline, flash, plan, presets
 from simfloat.attention._kernels import add, div, mul, rnd
@@ -110,6 +112,15 @@ def _apply_ops(a, b, out, r, o):  # type: ignore[no-untyped-def]
         out[6, i] = rnd(a[i], o)
 
 
+@jit
+def _apply_ops_ne(a, b, out, r):  # type: ignore[no-untyped-def]
+    for i in range(a.size):
+        out[0, i] = ladd_ne(a[i], b[i], r)
+        out[2, i] = lmul_ne(a[i], b[i], r)
+        bi = b[i] if b[i] != 0.0 else 1.0
+        out[4, i] = ldiv_ne(a[i], bi, r)
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=str)
 def test_lane_rounding_equals_round_exact_in_every_mode(fmt):
     f = sf.format(fmt)
@@ -162,6 +173,43 @@ def test_lane_ops_equal_the_scalar_ops(fmt):
             ok = ~(np.abs(a * b) < 2.0**-969)
         assert same(out[2][ok], out[3][ok]), ("mul", f.name, mode.name)
         assert same(out[4], out[5]), ("div", f.name, mode.name)
+        if mode == RoundingMode.NEAREST_EVEN:  # the nearest-even forms (float32: the hardware's conversion)
+            ne = np.empty((7, a.size))
+            with np.errstate(all="ignore"):
+                _apply_ops_ne(a, b, ne, r)
+            assert same(ne[0], out[1]), ("add_ne", f.name)
+            assert same(ne[2][ok], out[3][ok]), ("mul_ne", f.name)
+            assert same(ne[4], out[5]), ("div_ne", f.name)
+    if fmt == "float32":
+        assert lane(f, 0).f32 and not lane(f, 2).f32  # the hardware-rounding form is taken here
+    else:
+        assert not lane(f, 0).f32
+
+
+@jit
+def _fma_ne(a, b, c, out, r):  # type: ignore[no-untyped-def]
+    for i in range(a.size):
+        out[i] = lfma_ne(a[i], b[i], c[i], r)
+
+
+def test_lane_fma_ne_and_float32_nan_payloads():
+    """lfma_ne = round(a*b + c) once; the float32 form keeps a NaN's payload (quieted) as the general one does."""
+    g = np.random.default_rng(4)
+    f = sf.format("float32")
+    r = lane(f, 0)
+    a = sf.round(g.standard_normal(4000) * 2.0 ** g.integers(-70, 70, 4000), "fp32")
+    b = sf.round(g.standard_normal(4000), "fp32")
+    c = -a * b * (1 + 2.0**-30) + g.standard_normal(4000) * 2.0**-60  # cancellation down to the last bits
+    out = np.empty(4000)
+    _fma_ne(a, b, c, out, r)
+    exact = np.array(
+        [float(sf.round(Fraction(x) * Fraction(y) + Fraction(z), f)) for x, y, z in zip(a, b, c, strict=True)]
+    )
+    assert np.array_equal(out, exact)
+    nan = np.array([0x7FF8000000000123, 0xFFF8000000000456], dtype=np.uint64).view(np.float64)
+    got = np.empty(2)
+    _apply_round_ne(nan, got, r)
+    assert np.array_equal(got.view(np.uint64), nan.view(np.uint64))
 
 
 # -- accumulation models ----------------------------------------------------------------------------------------
@@ -185,6 +233,7 @@ MODELS = {
     "seq-fp16-rz": (Sequential("fp16", mode="toward_zero"), "e4m3"),
     "seq-fp32-input-bf16": (Sequential("float32", input_fmt="bf16"), "fp32"),
     "seq-fp64": (Sequential("float64", product_fmt="float64"), "fp32"),
+    "seq-fp64-fma": (Sequential("float64"), None),
     "chunk-7": (Chunked(7, Sequential("float32"), outer_fmt="bf16"), "bf16"),
     "splits-3-tc": (Chunked(splits=3, inner=tensor_core("sm90", "bf16")), "bf16"),
     "seq-fp32-on-fp64": (Sequential("float32"), None),
@@ -238,6 +287,25 @@ def test_matmul_block_fma_rows_in_groups_and_pairs(kk):
         a[20, 0] = 2.0**500  # beyond the block kernels' range: this row alone goes to dot_acc
         c = sf.round(g.standard_normal((37, 19)), "fp32")
         c[25, 3] = np.inf
+        with np.errstate(all="ignore"):
+            vec = matmul(a, b, c, acc=model)
+            ref = matmul(a, b, c, acc=model, engine="reference")
+        assert same(vec, ref), name
+
+
+@pytest.mark.parametrize("kk", [1, 2, 97, 257])
+def test_matmul_native_loops_rows_in_groups_of_four(kk):
+    """The float32 FMA loop (on float32 copies of B) and the float64 loops run rows four at a time: more rows
+    than a group, a count that leaves remainders, and (float32) rows whose incoming accumulators are not
+    float32 values, which take the rounded-sum path, between the others."""
+    g = np.random.default_rng(kk + 1)
+    for name in ("seq-fp32", "seq-fp32-on-fp32", "seq-fp32-input-bf16", "seq-fp64", "seq-fp64-fma"):
+        model, fmt = MODELS[name]
+        a, b = _operands(fmt, g, 23, kk, 37, kk > 2)
+        c = sf.round(g.standard_normal((23, 37)), "fp32")
+        c[5] = g.standard_normal(37)  # float64 bits
+        c[18, 2] = 1.0 + 2.0**-40
+        c[9, 7] = np.inf
         with np.errstate(all="ignore"):
             vec = matmul(a, b, c, acc=model)
             ref = matmul(a, b, c, acc=model, engine="reference")

@@ -103,12 +103,23 @@ def engine(
     width = bn if bn else KEY_CHUNK
     kt = _tiles(ki.transpose(0, 2, 1), width)  # (L * tiles, D, width): K^T tile by tile
     vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
-    xs = Operands(qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv))
+    xs = Operands(
+        qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv), _as32(kt, mqk, bn), _as32(vt, mpv, bn)
+    )
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     li = _sum_inner(pl)
     l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and within_float32(pl.exp.fmt)
     eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn, seq_k)
     return eng, xs
+
+
+def _as32(x: np.ndarray, mp: MMA, bn: int) -> np.ndarray:
+    """The flash tiles ``x`` as float32 when their dot is the float32 FMA loop (whose operands are float32
+    values: :func:`simfloat._mma.for_operands` checked), for the multi-row kernel; else one empty matrix per
+    tile."""
+    if bn and mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
+        return x.astype(np.float32)
+    return np.zeros((x.shape[0], 0, 0), dtype=np.float32)
 
 
 def _sum_inner(pl: Plan) -> Sequential:

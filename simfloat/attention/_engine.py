@@ -18,8 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import jit, ljit
-from simfloat._lanes import Lane, ladd, ldiv, lfma, lmul, lround, lround_ne, pow2_of
-from simfloat._mma import MMA, Work, row_mma, work
+from simfloat._lanes import Lane, ladd, ladd_ne, ldiv, ldiv_ne, lfma, lfma_ne, lmul, lmul_ne, lround, lround_ne, pow2_of
+from simfloat._mma import MMA, Rows, row_mma, rows_mma, rows_work, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.hardware import ex2_approx_f32
 
@@ -79,6 +79,8 @@ class Operands(NamedTuple):
         kt: (L * n_tiles, D, bn) keys, transposed tile by tile (contiguous along the keys, zero-padded).
             ekt: their weights.
         v: flash: (L * n_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
+        kt32, v32: ``kt`` and ``v`` as float32 where the dot is the float32 FMA loop on float32 values (flash);
+            else empty.
     """
 
     q: np.ndarray
@@ -87,6 +89,8 @@ class Operands(NamedTuple):
     ekt: np.ndarray
     v: np.ndarray
     ev: np.ndarray
+    kt32: np.ndarray
+    v32: np.ndarray
 
 
 # -- element-wise ops over a row segment ---------------------------------------------------------------------
@@ -109,7 +113,10 @@ def _cast(x, lo, n, r, o):
 @jit
 def _scale_by(x, n, w, r, o):
     """x[:n] = op(x[:n] * w)."""
-    if r.fast:
+    if r.fast and r.mode == 0:
+        for j in range(n):
+            x[j] = lmul_ne(x[j], w, r)
+    elif r.fast:
         for j in range(n):
             x[j] = lmul(x[j], w, r)
     else:
@@ -120,7 +127,10 @@ def _scale_by(x, n, w, r, o):
 @jit
 def _divide(x, n, d, r, o):
     """x[:n] = op(x[:n] / d)."""
-    if r.fast:
+    if r.fast and r.mode == 0:
+        for j in range(n):
+            x[j] = ldiv_ne(x[j], d, r)
+    elif r.fast:
         for j in range(n):
             x[j] = ldiv(x[j], d, r)
     else:
@@ -260,26 +270,33 @@ KEY_CHUNK = 256  # keys per K^T tile in the baseline layout
 
 
 class FlashScratch(NamedTuple):
-    s: np.ndarray  # scores of one row against one key tile (bn)
-    p: np.ndarray  # P of that tile (bn)
-    pin: np.ndarray  # P as the P.V dot reads it (its input format)
-    ep: np.ndarray  # its alignment weights
+    s: np.ndarray  # (bm, bn) scores of the q tile's rows against one key tile
+    p: np.ndarray  # (bm, bn) P of that tile
+    pin: np.ndarray  # (bm, bn) P as the P.V dot reads it (its input format)
+    ep: np.ndarray  # (bm, bn) its alignment weights
     acc: np.ndarray  # (bm, dv): the q tile's accumulators
     m: np.ndarray  # (bm,) running maxima
     l: np.ndarray  # (bm,) running row sums  # noqa: E741
-    w: Work
+    l_new: np.ndarray  # (bm,) the row sums after this key tile (FA1's per-step division)
+    rs: Rows
 
 
 @jit
 def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
     """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
     if contract:
-        if fma_exact and r.fast:
+        if fma_exact and r.fast and r.mode == 0:
+            for jj in range(nv):
+                x[jj] = lfma_ne(s[jj], qs, -m_sub, r)
+        elif fma_exact and r.fast:
             for jj in range(nv):
                 x[jj] = lfma(s[jj], qs, -m_sub, r)
         else:
             for jj in range(nv):
                 x[jj] = fma(s[jj], qs, -m_sub, o)
+    elif r.fast and r.mode == 0:
+        for jj in range(nv):
+            x[jj] = ladd_ne(lmul_ne(s[jj], qs, r), -m_sub, r)
     elif r.fast:
         for jj in range(nv):
             x[jj] = ladd(lmul(s[jj], qs, r), -m_sub, r)
@@ -312,23 +329,16 @@ def _tie_shifted(mx, s, nv, pp):
 
 
 @ljit
-def _flash_step(b, i, r, jt, xs, eng, sc):
-    """T2..T14 for query row i (row r of its q tile) of lead b and key tile jt; updates sc.m/l/acc[r]."""
+def _flash_row(r, nv, eng, sc):
+    """T4..T12 for row r of the q tile against the key tile whose scores are sc.s[r, :nv] (the keys the row may
+    see): the new running max, P (sc.p[r], and its dot operand form sc.pin[r] / weights sc.ep[r]), the row sum,
+    alpha, acc[r] rescaled; sc.m/l[r] updated, sc.l_new[r] the new row sum."""
     pp, ln = eng.pp, eng.ln
-    bn, seq_k = eng.bn, eng.seq_k
-    dv = xs.v.shape[2]
-    s, p, pin, ep, w = sc.s, sc.p, sc.pin, sc.ep, sc.w
+    bn = eng.bn
+    dv = sc.acc.shape[1]
+    s, p, pin, ep = sc.s[r], sc.p[r], sc.pin[r], sc.ep[r]
     acc = sc.acc[r]
     m_i, l_i = sc.m[r], sc.l[r]
-    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
-    j0 = jt * bn
-    jv = min(j0 + bn, seq_k)
-    if eng.causal:
-        jv = min(jv, i + 1)
-    nv = max(0, jv - j0)
-    for jj in range(nv):  # T2, T3: the scores of the keys the row may see
-        s[jj] = 0.0
-    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[tile], xs.ekt[tile], s, nv, eng.qk, w)
     smax = _row_max(s, 0, nv)
     m_new = m_i  # T4
     if smax != _NINF:
@@ -375,11 +385,41 @@ def _flash_step(b, i, r, jt, xs, eng, sc):
         src = p
     if eng.pv.align_sum:
         _weights_of(src, ep, bn, eng.pv.opnd_emin)
-    row_mma(src, ep, xs.v[tile], xs.ev[tile], acc, dv, eng.pv, w)  # T13
-    if pp.per_step:
-        _divide(acc, dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
-    sc.m[r] = m_new  # T14
+    sc.m[r] = m_new  # T14 (the P.V dot, T13, does not read them)
     sc.l[r] = l_new
+    sc.l_new[r] = l_new
+
+
+@jit
+def _flash_tile(b, r0, r1, jt, xs, eng, sc):
+    """T2..T14 for the rows [r0, r1) of a q tile of lead b against key tile jt: their scores in one call of the
+    multi-row dot (each key tile element loaded once serves several rows), T4..T12 row by row, then their P.V in
+    one call. Every row's bits are those of a row-at-a-time walk: a row's outputs depend only on its own
+    steps, and a causal row's scores past its last key are computed but never read."""
+    pp, ln = eng.pp, eng.ln
+    bn, seq_k = eng.bn, eng.seq_k
+    dv = xs.v.shape[2]
+    g = r1 - r0
+    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    top = min(jv, r1) if eng.causal else jv  # keys seen by the tile's last (widest) row
+    n_top = max(0, top - j0)
+    s = sc.s
+    for r in range(g):  # T2, T3: the scores of the keys the rows may see
+        for jj in range(n_top):
+            s[r, jj] = 0.0
+    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], xs.kt32[tile], s, g, n_top, eng.qk, sc.rs)
+    for r in range(g):
+        i = r0 + r
+        nv = max(0, (min(jv, i + 1) if eng.causal else jv) - j0)
+        _flash_row(r, nv, eng, sc)
+    src = sc.pin if eng.pv.in_round else sc.p
+    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], sc.acc, g, dv, eng.pv, sc.rs)  # T13
+    if pp.per_step:
+        for r in range(g):
+            l_new = sc.l_new[r]
+            _divide(sc.acc[r], dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
 
 
 @jit
@@ -391,14 +431,15 @@ def flash_units(lo, hi, xs, out, m_out, l_out, eng):
     seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
     sc = FlashScratch(
-        np.zeros(bn),
-        np.zeros(bn),
-        np.zeros(bn),
-        np.zeros(bn),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
         np.zeros((bm, dv)),
         np.empty(bm),
         np.empty(bm),
-        work(max(bn, dv)),
+        np.empty(bm),
+        rows_work(bm, max(bn, dv)),
     )
     for u in range(lo, hi):
         b = u // n_qt
@@ -412,8 +453,7 @@ def flash_units(lo, hi, xs, out, m_out, l_out, eng):
             for d in range(dv):
                 sc.acc[r, d] = 0.0
         for jt in range(n_kv):
-            for i in range(r0, r1):
-                _flash_step(b, i, i - r0, jt, xs, eng, sc)
+            _flash_tile(b, r0, r1, jt, xs, eng, sc)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]

@@ -2,10 +2,10 @@
 bit, as the scalar reference :func:`simfloat.attention._quant_kernels.units` (steps listed in
 :mod:`simfloat.attention.quantized`), on the float engine's building blocks.
 
-What is shared with float flash (:mod:`simfloat.attention._engine`): the dots are the row kernels of
-:mod:`simfloat._mma` (a row's scores against a key tile are one :func:`~simfloat._mma.row_mma` call whose
+What is shared with float flash (:mod:`simfloat.attention._engine`): the dots are the multi-row kernels of
+:mod:`simfloat._mma` (a q tile's scores against a key tile are one :func:`~simfloat._mma.rows_mma` call whose
 innermost loop runs over keys; each key tile's P.V one call over the head dimension; the exact INT8 x INT8 ->
-INT32 dot is the float64 multiply-add row kernel, exact on integer codes), the casts, scalings, divisions,
+INT32 dot is the float64 multiply-add loop, exact on integer codes), the casts, scalings, divisions,
 ``fma(s, s_scale, -m)``, exp / exp2 and the sequential row sum are the float engine's element-wise helpers,
 and the tiles are walked as there (a q tile's rows meet the key tiles one at a time). What this module adds
 are the steps float flash does not have, as branch-free loops over a row segment: the scores' dequantization
@@ -22,7 +22,7 @@ import numpy as np
 
 from simfloat._jit import jit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
-from simfloat._mma import MMA, Work, row_mma, work
+from simfloat._mma import MMA, Rows, rows_mma, rows_work
 from simfloat.attention._engine import _cast, _divide, _exp_of, _row_max, _scale_by, _scaled, _seq_sum, _weights_of
 from simfloat.attention._kernels import add, div, exp, exp2, fma, fmax, mul, rnd, sub
 
@@ -107,17 +107,19 @@ class QOperands(NamedTuple):
 
 
 class QScratch(NamedTuple):
-    s: np.ndarray  # scores of one row against one key tile (bn)
-    p: np.ndarray  # P of that tile (bn)
-    pc: np.ndarray  # P's codes (bn, zeros past the visible keys)
-    pin: np.ndarray  # the codes as the P.V dot reads them (its input format)
-    ep: np.ndarray  # their alignment weights
-    y: np.ndarray  # (dv,) one tile's P.V
+    s: np.ndarray  # (bm, bn) scores of the q tile's rows against one key tile
+    p: np.ndarray  # (bm, bn) P of that tile
+    pc: np.ndarray  # (bm, bn) P's codes (zeros past the visible keys)
+    pin: np.ndarray  # (bm, bn) the codes as the P.V dot reads them (its input format)
+    ep: np.ndarray  # (bm, bn) their alignment weights
+    y: np.ndarray  # (bm, dv) one tile's P.V
     acc: np.ndarray  # (bm, dv): the q tile's accumulators
     m: np.ndarray  # (bm,) running maxima
     l: np.ndarray  # (bm,) running row sums  # noqa: E741
     qss: np.ndarray  # (bm,) folded: qk_scale * q_scale per row
-    w: Work
+    alpha: np.ndarray  # (bm,) this key tile's alpha per row
+    rs: Rows
+    no32: np.ndarray  # an empty float32 matrix: the dots here have no float32 operand copies
 
 
 # -- element-wise steps that float flash does not have -----------------------------------------------------------
@@ -226,27 +228,19 @@ def _p_codes(p, pc, nv, eng):
 
 
 @ljit
-def _quant_step(b, i, r, jt, xs, eng, sc):
-    """Query row i (row r of its q tile) of lead b against key tile jt: scores, dequantization, softmax state,
-    P's quantizer, row sum and P.V update (INT8 T2..T19 / FP8 T2..T11); updates sc.m/l/acc[r]."""
+def _quant_row(b, i, r, nv, jt, xs, eng, sc):
+    """Row r (query i) of the q tile against key tile jt, up to its P.V dot: dequantization of the scores
+    sc.s[r, :nv], softmax state, P's quantizer (sc.pc[r], the dot's operand sc.pin[r] / weights sc.ep[r]), row
+    sum; acc[r] rescaled first for the ``into_acc`` form; sc.m/l/alpha[r] updated."""
     qp, ln = eng.qp, eng.ln
-    bn, seq_k = eng.bn, eng.seq_k
-    dv = xs.v.shape[2]
-    s, p, pc, pin, ep, y, w = sc.s, sc.p, sc.pc, sc.pin, sc.ep, sc.y, sc.w
-    acc = sc.acc[r]
+    bn = eng.bn
+    dv = sc.acc.shape[1]
+    s, p, pc, pin, ep = sc.s[r], sc.p[r], sc.pc[r], sc.pin[r], sc.ep[r]
     m_i, l_i = sc.m[r], sc.l[r]
-    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
     j0 = jt * bn
-    jv = min(j0 + bn, seq_k)
-    if eng.causal:
-        jv = min(jv, i + 1)
-    nv = max(0, jv - j0)
     sscale = qp.qk_scale
     if qp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(sc.qss[r], xs.ks[b, j0], qp.scale)
-    for jj in range(nv):
-        s[jj] = 0.0
-    row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[tile], xs.ekt[tile], s, nv, eng.qk, w)  # the codes' dot
     if not qp.folded:  # INT8 T4, T5: the scores dequantized by the row's and each key's scale
         _scale_by(s, nv, xs.qs[b, i], ln.dequant, qp.dequant)
         _mul_each(s, xs.ks[b], j0, nv, ln.dequant, qp.dequant)
@@ -284,29 +278,68 @@ def _quant_step(b, i, r, jt, xs, eng, sc):
         src = pin
     if eng.pv.align_sum:
         _weights_of(src, ep, bn, eng.pv.opnd_emin)
-    vs = xs.vs[b, jt]
-    if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
-        _scale_by(acc, dv, alpha, ln.acc, qp.acc)
-        row_mma(src, ep, xs.v[tile], xs.ev[tile], acc, dv, eng.pv, w)
-    elif qp.pv_mode == _PV_TWO_LEVEL:  # acc = acc(fma(acc, alpha, pv(c . v))): a fresh P.V per key tile
-        for d in range(dv):
-            y[d] = 0.0
-        row_mma(src, ep, xs.v[tile], xs.ev[tile], y, dv, eng.pv, w)
-        _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
-    else:
-        for d in range(dv):
-            y[d] = 0.0
-        row_mma(src, ep, xs.v[tile], xs.ev[tile], y, dv, eng.pv, w)
-        if qp.pv_mode == _PV_SEPARATE:  # INT8 T17..T19
-            _mul_each(y, vs, 0, dv, ln.pv_dequant, qp.pv_dequant)
-            if qp.p_kind == _K_INT or qp.p_kind == _K_FFLOAT:
-                _divide(y, dv, qp.p_qmax, ln.pv_dequant, qp.pv_dequant)
-            _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
-        else:  # scaled (FP8 per-block): acc = pv_dequant(fma(pv, v_scale, acc(acc * alpha)))
-            _scale_by(acc, dv, alpha, ln.acc, qp.acc)
-            _fma_scaled(acc, y, vs, dv, eng.pvd_exact, ln.pv_dequant, qp.pv_dequant)
+    if qp.pv_mode == _PV_INTO_ACC:  # acc(acc * alpha) before the dot adds into it
+        _scale_by(sc.acc[r], dv, alpha, ln.acc, qp.acc)
+    sc.alpha[r] = alpha
     sc.m[r] = m_new
     sc.l[r] = l_new
+
+
+@ljit
+def _quant_update(b, r, jt, xs, eng, sc):
+    """Row r's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
+    acc itself)."""
+    qp, ln = eng.qp, eng.ln
+    dv = sc.acc.shape[1]
+    acc, y, alpha = sc.acc[r], sc.y[r], sc.alpha[r]
+    vs = xs.vs[b, jt]
+    if qp.pv_mode == _PV_TWO_LEVEL:  # acc = acc(fma(acc, alpha, pv(c . v))): a fresh P.V per key tile
+        _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
+    elif qp.pv_mode == _PV_SEPARATE:  # INT8 T17..T19
+        _mul_each(y, vs, 0, dv, ln.pv_dequant, qp.pv_dequant)
+        if qp.p_kind == _K_INT or qp.p_kind == _K_FFLOAT:
+            _divide(y, dv, qp.p_qmax, ln.pv_dequant, qp.pv_dequant)
+        _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
+    elif qp.pv_mode == _PV_SCALED:  # scaled (FP8 per-block): acc = pv_dequant(fma(pv, v_scale, acc(acc * alpha)))
+        _scale_by(acc, dv, alpha, ln.acc, qp.acc)
+        _fma_scaled(acc, y, vs, dv, eng.pvd_exact, ln.pv_dequant, qp.pv_dequant)
+
+
+@jit
+def _quant_tile(b, r0, r1, jt, xs, eng, sc):
+    """The rows [r0, r1) of a q tile of lead b against key tile jt (INT8 T2..T19 / FP8 T2..T11): the codes'
+    dot for all rows in one multi-row call, the steps up to P.V row by row, the P.V dot for all rows, then each
+    row's update. Every row's bits are those of a row-at-a-time walk (a row's outputs depend only on its own
+    steps; a causal row's scores past its last key are computed but never read)."""
+    qp = eng.qp
+    bn, seq_k = eng.bn, eng.seq_k
+    dv = xs.v.shape[2]
+    g = r1 - r0
+    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    top = min(jv, r1) if eng.causal else jv  # keys seen by the tile's last (widest) row
+    n_top = max(0, top - j0)
+    s = sc.s
+    for r in range(g):
+        for jj in range(n_top):
+            s[r, jj] = 0.0
+    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], sc.no32, s, g, n_top, eng.qk, sc.rs)
+    for r in range(g):
+        i = r0 + r
+        nv = max(0, (min(jv, i + 1) if eng.causal else jv) - j0)
+        _quant_row(b, i, r, nv, jt, xs, eng, sc)
+    src = sc.pin if eng.pv.in_round else sc.pc
+    if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
+        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.acc, g, dv, eng.pv, sc.rs)
+        return
+    y = sc.y
+    for r in range(g):
+        for d in range(dv):
+            y[r, d] = 0.0
+    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, y, g, dv, eng.pv, sc.rs)
+    for r in range(g):
+        _quant_update(b, r, jt, xs, eng, sc)
 
 
 @jit
@@ -319,17 +352,19 @@ def quant_units(lo, hi, xs, out, m_out, l_out, eng):
     seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
     sc = QScratch(
-        np.zeros(bn),
-        np.zeros(bn),
-        np.zeros(bn),
-        np.zeros(bn),
-        np.zeros(bn),
-        np.zeros(dv),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, dv)),
         np.zeros((bm, dv)),
         np.empty(bm),
         np.empty(bm),
         np.empty(bm),
-        work(max(bn, dv)),
+        np.zeros(bm),
+        rows_work(bm, max(bn, dv)),
+        np.zeros((0, 0), dtype=np.float32),
     )
     for u in range(lo, hi):
         b = u // n_qt
@@ -345,8 +380,7 @@ def quant_units(lo, hi, xs, out, m_out, l_out, eng):
             if qp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale
                 sc.qss[r] = mul(qp.qk_scale, xs.qs[b, r0 + r], qp.scale)
         for jt in range(n_kv):
-            for i in range(r0, r1):
-                _quant_step(b, i, i - r0, jt, xs, eng, sc)
+            _quant_tile(b, r0, r1, jt, xs, eng, sc)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
