@@ -24,8 +24,10 @@ from __future__ import annotations
 import hashlib
 import lzma
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -218,13 +220,13 @@ def exp_approx(x: np.ndarray) -> np.ndarray:
 
 
 @jit
-def add_f32(a: float, b: float, o: object) -> float:
+def add_f32(a: float, b: float, o: Any) -> float:
     """float32 ``a + b`` of two float32 values (the GPU's native addition; ``o`` is unused), as a float."""
     return np.float64(np.float32(a) + np.float32(b))
 
 
 @ljit
-def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: object, o: object) -> float:
+def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: Callable[..., float], o: Any) -> float:
     """tl.sum of ``p[:n]`` in the measured order of the mma accumulator layout, every addition ``add(a, b, o)``.
 
     The one model of this order (the reference kernel's ``row_sum``, the vector engine's row sum and
