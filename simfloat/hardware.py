@@ -288,10 +288,10 @@ def _lane_sum(p, n, c0, period, add, o):
 
 
 @jit
-def tl_sum_mma_f32(p: np.ndarray, n: int) -> float:
-    """tl.sum of p[:n] (float32 values as floats) in the measured mma-layout order with one warp along the row,
-    fp32 additions (:func:`mma_tree_sum`)."""
-    return mma_tree_sum(p, n, 1, add_f32, 0)
+def tl_sum_mma_f32(p: np.ndarray, n: int, warps_n: int = 1) -> float:
+    """tl.sum of p[:n] (float32 values as floats) in the measured mma-layout order with ``warps_n`` warps along the
+    row, fp32 additions (:func:`mma_tree_sum`; a compiled function of its own, which the vector engine calls)."""
+    return mma_tree_sum(p, n, warps_n, add_f32, 0)
 
 
 def tl_sum_mma(p: np.ndarray, warps_n: int = 1) -> np.ndarray:
