@@ -10,11 +10,12 @@
   only feeds x <= 0).
   ``ftz``: subnormal inputs read as 0 (result 1), results below 2^-126 flushed to +0.
 * :func:`exp_approx`: ``tl.exp`` = ``ex2.approx.f32(rn32(x * 1.4426950f))`` (not flushed).
-* :func:`tl_sum_mma`: the order of ``tl.sum(p, axis=1)`` over a tile in the tensor-core (mma / wgmma)
+* :func:`mma_tree_sum`: the order of ``tl.sum(p, axis=1)`` over a tile in the tensor-core (mma / wgmma)
   accumulator layout with 4 warps stacked along M (Triton's layout for the flash kernel's chained dots,
   and for every probe tile with one warp along N): lane t (t = 0..3) sums its columns ``8r + 2t, 8r + 2t + 1``
   (r = 0, 1, ...) left to right, then the butterfly ``shfl.xor 2`` then ``shfl.xor 1``:
-  ``(s0 + s2) + (s1 + s3)``. Measured with the FPRev design on 64x32, 64x64, 128x64, 64x128, 128x128 tiles
+  ``(s0 + s2) + (s1 + s3)``; with 2 or 4 warps along N, the warps' sums are combined by the same butterfly.
+  Measured with the FPRev design on 64x32, 64x64, 128x64, 64x128, 128x128 tiles
   (wgmma and mma.sync).
 """
 
@@ -23,12 +24,14 @@ from __future__ import annotations
 import hashlib
 import lzma
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from simfloat._jit import bits_f32, bits_f64, f32_bits, jit
+from simfloat._jit import bits_f32, bits_f64, f32_bits, jit, ljit
 
 __all__ = [
     "H200_EX2_SHA256",
@@ -41,6 +44,8 @@ __all__ = [
     "ex2_approx_f32",
     "ex2_approx",
     "exp_approx",
+    "add_f32",
+    "mma_tree_sum",
     "tl_sum_mma",
     "tl_sum_mma_f32",
     "tl_sum_mma_array",
@@ -215,47 +220,108 @@ def exp_approx(x: np.ndarray) -> np.ndarray:
 
 
 @jit
-def tl_sum_mma_f32(p: np.ndarray, n: int) -> float:
-    """tl.sum of p[:n] (float32 values as floats) in the measured mma-layout order, fp32 additions."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    for t in range(4):
-        s = 0.0
-        first = True
-        for base in range(2 * t, n, 8):
-            for c in range(base, min(base + 2, n)):
-                if first:
-                    s = p[c]
-                    first = False
-                else:
-                    s = float(np.float32(s + p[c]))
-        if t == 0:
-            s0 = s
-        elif t == 1:
-            s1 = s
-        elif t == 2:
-            s2 = s
-        else:
-            s3 = s
-    return float(np.float32(float(np.float32(s0 + s2)) + float(np.float32(s1 + s3))))
+def add_f32(a: float, b: float, o: Any) -> float:
+    """float32 ``a + b`` of two float32 values (the GPU's native addition; ``o`` is unused), as a float."""
+    return np.float64(np.float32(a) + np.float32(b))
 
 
-def tl_sum_mma(p: np.ndarray) -> np.ndarray:
-    """tl.sum(p, axis=-1) in the measured mma-layout order (float32)."""
-    return tl_sum_mma_array(np.asarray(p, dtype=np.float32))
+@ljit
+def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: Callable[..., float], o: Any) -> float:
+    """tl.sum of ``p[:n]`` in the measured order of the mma accumulator layout, every addition ``add(a, b, o)``.
+
+    The one model of this order (the reference kernel's ``row_sum``, the vector engine's row sum and
+    :func:`simfloat.profiles.tl_sum` all call it). With ``nw = min(warps_n, ceil(n / 8))`` warps along the row
+    (at least 1): lane t (0..3) of warp w sums its columns ``8w + 2t + 8 warps_n r`` and ``+ 1`` (r = 0, 1, ...)
+    left to right, the first column taken as it is (an empty lane is 0); then the lane butterfly
+    ``(s0 + s2) + (s1 + s3)``; then the warp butterfly (2 warps: ``w0 + w1``; 4: ``(w0 + w2) + (w1 + w3)``; 3, a
+    row of 17..24 values over 4 warps: the same with ``w3 = 0``).
+
+    Args:
+        p: the values (float64 array).
+        n: how many leading values to sum.
+        warps_n: warps along the row: 1, 2 or 4.
+        add: an njit addition ``add(a, b, o) -> float``: :func:`add_f32`, or a rounded op such as
+            ``simfloat.attention._kernels.add``.
+        o: the op's parameters, passed to ``add``.
+    """
+    nw = max(1, min(warps_n, (n + 7) // 8))
+    period = 8 * warps_n
+    w0 = _warp_sum(p, n, 0, period, add, o)
+    if nw == 1:
+        return w0
+    w1 = _warp_sum(p, n, 8, period, add, o)
+    if nw == 2:
+        return add(w0, w1, o)
+    w2 = _warp_sum(p, n, 16, period, add, o)
+    w3 = _warp_sum(p, n, 24, period, add, o) if nw == 4 else 0.0
+    return add(add(w0, w2, o), add(w1, w3, o), o)
 
 
-def tl_sum_mma_array(p: np.ndarray) -> np.ndarray:
+# The order's functions are inlined into their callers (ljit): numba does not cache a function whose machine code
+# passes a function argument (``add``) to a call that is not inlined ("dynamic globals"), and every cache of the
+# engine would go with it.
+
+
+@ljit
+def _warp_sum(p, n, c0, period, add, o):
+    """One warp's sum: its lanes (columns from ``c0``) combined by the butterfly (s0 + s2) + (s1 + s3)."""
+    s0 = _lane_sum(p, n, c0, period, add, o)
+    s1 = _lane_sum(p, n, c0 + 2, period, add, o)
+    s2 = _lane_sum(p, n, c0 + 4, period, add, o)
+    s3 = _lane_sum(p, n, c0 + 6, period, add, o)
+    return add(add(s0, s2, o), add(s1, s3, o), o)
+
+
+@ljit
+def _lane_sum(p, n, c0, period, add, o):
+    """One lane's columns ``c0 + period r`` and ``+ 1`` (r = 0, 1, ...) below n, left to right from the first as it
+    is; a lane without columns holds 0."""
+    if c0 >= n:
+        return 0.0
+    s = p[c0]
+    for k in range(1, 2 * ((n - c0 + period - 1) // period)):
+        c = c0 + (k >> 1) * period + (k & 1)
+        if c >= n:
+            break
+        s = add(s, p[c], o)
+    return s
+
+
+@jit
+def tl_sum_mma_f32(p: np.ndarray, n: int, warps_n: int = 1) -> float:
+    """tl.sum of p[:n] (float32 values as floats) in the measured mma-layout order with ``warps_n`` warps along the
+    row, fp32 additions (:func:`mma_tree_sum`; a compiled function of its own, which the vector engine calls)."""
+    return mma_tree_sum(p, n, warps_n, add_f32, 0)
+
+
+def tl_sum_mma(p: np.ndarray, warps_n: int = 1) -> np.ndarray:
+    """tl.sum(p, axis=-1) in the measured mma-layout order with ``warps_n`` warps along the row (float32)."""
+    return tl_sum_mma_array(np.asarray(p, dtype=np.float32), warps_n)
+
+
+def tl_sum_mma_array(p: np.ndarray, warps_n: int = 1) -> np.ndarray:
+    """Row sums over the last axis of float32 values in the order of :func:`mma_tree_sum`, fp32 additions.
+
+    Args:
+        p: float32 values, shape (..., n).
+        warps_n: warps along the row: 1, 2 or 4.
+
+    Returns:
+        float32 array of shape p.shape[:-1].
+
+    Raises:
+        ValueError: warps_n not 1, 2 or 4.
+    """
+    if warps_n not in (1, 2, 4):
+        raise ValueError(f"tl_sum_mma: warps_n must be 1, 2 or 4, got {warps_n!r}")
     p2 = np.ascontiguousarray(p, dtype=np.float32)
     flat = p2.reshape(-1, p2.shape[-1]).astype(np.float64)
     out = np.empty(flat.shape[0], dtype=np.float64)
-    _sum_rows(flat, out)
+    _sum_rows(flat, int(warps_n), out)
     return out.astype(np.float32).reshape(p2.shape[:-1])
 
 
 @jit
-def _sum_rows(x, out):
+def _sum_rows(x, warps_n, out):
     for r in range(x.shape[0]):
-        out[r] = tl_sum_mma_f32(x[r], x.shape[1])
+        out[r] = mma_tree_sum(x[r], x.shape[1], warps_n, add_f32, 0)

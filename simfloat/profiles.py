@@ -527,9 +527,8 @@ def tl_sum(x: Any, rule: str, warps_n: int = 1) -> Any:
     """Row sums of float32 rows in a tl.sum rule's order, each addition rounded to float32.
 
     ``"sequential"``: left to right. ``"h200-mma"``: the tensor-core accumulator layout with ``warps_n`` warps
-    along the row (simfloat.attention's ``row_sum``): lane t of warp w sums its columns 8w + 2t + 8 warps_n r
-    (and + 1) left to right, then the lane butterfly (s0 + s2) + (s1 + s3), then the warp butterfly (2 warps:
-    w0 + w1; 4: (w0 + w2) + (w1 + w3)).
+    along the row, :func:`simfloat.hardware.mma_tree_sum` (the model the emulator's ``sum_order="h200-mma"``
+    runs).
 
     Args:
         x: float32 values, shape (R, n) with n >= 1.
@@ -544,6 +543,8 @@ def tl_sum(x: Any, rule: str, warps_n: int = 1) -> Any:
     """
     import numpy as np
 
+    from simfloat.hardware import tl_sum_mma_array
+
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] < 1:
         raise ValueError(f"tl_sum: x must have shape (rows, n) with n >= 1, got {x.shape}")
@@ -551,33 +552,12 @@ def tl_sum(x: Any, rule: str, warps_n: int = 1) -> Any:
         raise ValueError(f"tl_sum: rule must be one of {SUM_RULES}, got {rule!r}")
     if warps_n not in (1, 2, 4):
         raise ValueError(f"tl_sum: warps_n must be 1, 2 or 4, got {warps_n!r}")
-    n = x.shape[1]
     if rule == "sequential":
         s = x[:, 0].copy()
-        for j in range(1, n):
+        for j in range(1, x.shape[1]):
             s = s + x[:, j]
         return s
-    nw = max(1, min(warps_n, (n + 7) // 8))
-    period = 8 * warps_n
-
-    def lane(w: int, t: int) -> Any:
-        cols = [c for base in range(8 * w + 2 * t, n, period) for c in range(base, min(base + 2, n))]
-        if not cols:
-            return np.zeros(x.shape[0], dtype=np.float32)
-        s = x[:, cols[0]].copy()
-        for c in cols[1:]:
-            s = s + x[:, c]
-        return s
-
-    lw = []
-    for w in range(nw):
-        lt = [lane(w, t) for t in range(4)]
-        lw.append((lt[0] + lt[2]) + (lt[1] + lt[3]))
-    if nw == 1:
-        return lw[0]
-    if nw == 2:
-        return lw[0] + lw[1]
-    return (lw[0] + lw[2]) + (lw[1] + lw[3])
+    return tl_sum_mma_array(x, warps_n)
 
 
 # -- files -----------------------------------------------------------------------------------------------------

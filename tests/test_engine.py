@@ -367,7 +367,20 @@ def test_flash_vector_equals_reference(name):
             assert same(x, y), (name, causal, bm, bn)
 
 
-@pytest.mark.parametrize("variant", ["lazy", "fa1", "fa1-bf16", "no-contract", "rz-state", "exp", "fp32-dot-wide-p"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        *("lazy", "fa1", "fa1-bf16", "no-contract", "rz-state", "exp", "fp32-dot-wide-p", "h200-sum-rz"),
+        pytest.param(
+            "h200-sum-bf16",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known: the engine sums a partial tile's l_ij over its nv keys, the reference over the whole "
+                "tile with zeros; a lane's first value enters unrounded, so with p not in l_ij's format they differ",
+            ),
+        ),
+    ],
+)
 def test_flash_variants_vector_equals_reference(variant):
     base = plan("triton-bf16")
     pl = {
@@ -379,6 +392,9 @@ def test_flash_variants_vector_equals_reference(variant):
         "exp": base.replace(exp2=False, scale=("float16", "down")),
         # P in float64 into a float32 FMA-loop dot: the float32 FMA form does not apply
         "fp32-dot-wide-p": plan("triton-fp32").replace(p="float64", acc="float64"),
+        # the tl.sum order with rounded additions (not the engine's native float32 path); 2 of 4 warps along keys
+        "h200-sum-bf16": plan("h200-bf16").replace(l_ij="bf16"),
+        "h200-sum-rz": plan("h200-bf16").replace(l_ij=("float32", "toward_zero")),
     }[variant]
     q, k, v = _qkv((1, 2), 33, 97, 16, "bf16", 5, dv=24)
     for causal in (False, True):

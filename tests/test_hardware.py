@@ -2,6 +2,7 @@
 measured tl.sum order (against the probe's reduction trees)."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,71 @@ def test_h200_plan_flag():
     assert A.plan("triton-bf16").replace(exp2_impl="h200").params(0.125).ex2_tab.size == 2**24
     with pytest.raises(ValueError):
         A.plan("triton-bf16").replace(sum_order="nope")
+
+
+# -- the tl.sum order: the one model against a plain re-statement -------------------------------------------------
+
+
+def _oracle_mma_sum(p, warps_n, add):
+    """The measured order restated column by column: column c of the row lives in warp (c // 8) % warps_n, lane
+    (c % 8) // 2; a lane folds its columns left to right from the first as it is (no column: 0); a warp sums its
+    lanes (s0 + s2) + (s1 + s3); the warps that hold columns sum (w0 + w1), or (w0 + w2) + (w1 + w3) with an
+    absent w3 as 0."""
+    n = len(p)
+    nw = min(warps_n, (n + 7) // 8)
+    warp_sums = []
+    for w in range(nw):
+        lanes = []
+        for t in range(4):
+            cols = [c for c in range(n) if (c // 8) % warps_n == w and (c % 8) // 2 == t]
+            s = p[cols[0]] if cols else 0.0
+            for c in cols[1:]:
+                s = add(s, p[c])
+            lanes.append(s)
+        warp_sums.append(add(add(lanes[0], lanes[2]), add(lanes[1], lanes[3])))
+    if nw == 1:
+        return warp_sums[0]
+    if nw == 2:
+        return add(warp_sums[0], warp_sums[1])
+    w3 = warp_sums[3] if nw == 4 else 0.0
+    return add(add(warp_sums[0], warp_sums[2]), add(warp_sums[1], w3))
+
+
+def _f32_add(a, b):
+    return float(np.float32(a + b))  # a float32 sum rounded from its exact float64 value: one rounding
+
+
+def _bf16_add(a, b):
+    """Round-to-nearest-even into bfloat16 (8 significand bits) of a + b, exact in float64 for the values below
+    (all within 2^-18 .. 2^23), by Python's round() (ties to even) on the scaled significand."""
+    x = a + b
+    if x == 0.0:
+        return 0.0
+    _, e = math.frexp(x)
+    return round(math.ldexp(x, 8 - e)) * 2.0 ** (e - 8)
+
+
+def test_mma_tree_sum_matches_a_restatement_of_the_order():
+    """Every length 1..300 and 1, 2, 4 warps along the row: the fp32 model (as tl.sum and the engine's native path
+    run it) and the rounded-op model (as the reference kernel's row_sum runs it, bf16) against the oracle."""
+    from simfloat.attention._kernels import row_sum
+    from simfloat.attention.plan import OpParams
+    from simfloat.formats import format as fmt
+
+    bf16 = OpParams(fmt("bfloat16").params, 0)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 300)) * rng.choice([1e-3, 1.0, 1e4], size=(2, 300))
+    x32 = x.astype(np.float32)
+    xb = np.array([[_bf16_add(v, 0.0) for v in row] for row in x])
+    for n in range(1, 301):
+        for w in (1, 2, 4):
+            got = H.tl_sum_mma(x32[:, :n], w)
+            for r in range(2):
+                want = _oracle_mma_sum([float(v) for v in x32[r, :n]], w, _f32_add)
+                assert got[r].tobytes() == np.float32(want).tobytes(), (n, w, r)
+                got_b = row_sum(xb[r], n, bf16, 1, w)
+                want_b = _oracle_mma_sum(list(xb[r, :n]), w, _bf16_add)
+                assert np.float64(got_b).tobytes() == np.float64(want_b).tobytes(), (n, w, r)
+    assert H.tl_sum_mma_f32(x32[0].astype(np.float64), 300) == H.tl_sum_mma(x32[:1])[0]
+    with pytest.raises(ValueError, match="warps_n"):
+        H.tl_sum_mma(x32, 3)

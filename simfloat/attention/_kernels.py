@@ -16,7 +16,7 @@ import numpy as np
 
 from simfloat._jit import fma64, jit
 from simfloat.accumulate import _fused_step
-from simfloat.hardware import ex2_approx_f32
+from simfloat.hardware import ex2_approx_f32, mma_tree_sum
 from simfloat.rounding import round_exact, sticky
 
 __all__ = ["add", "div", "dot64", "exp", "exp2", "exp2_hw", "fma", "fmax", "mul", "rnd", "row_sum", "sub"]
@@ -97,36 +97,13 @@ def exp2_hw(x, o, tab):
 @jit
 def row_sum(p, n, o, order, warps_n):
     """sum of p[:n], each addition rounded by ``o``. order 0: left to right. order 1: the H200's tl.sum over
-    the mma accumulator layout with ``warps_n`` warps along the row (simfloat.hardware): lane t of warp w sums
-    its columns 8w + 2t + 8*warps_n*r (and + 1) left to right, then the lane butterfly (xor 2, xor 1):
-    (s0 + s2) + (s1 + s3), then the warp butterfly likewise (2 warps: w0 + w1; 4: (w0 + w2) + (w1 + w3))."""
+    the mma accumulator layout with ``warps_n`` warps along the row (:func:`simfloat.hardware.mma_tree_sum`)."""
     if order == 0:
         s = 0.0
         for j in range(n):
             s = add(s, p[j], o)
         return s
-    nw = max(1, min(warps_n, (n + 7) // 8))
-    period = 8 * warps_n
-    lw = np.zeros(4)
-    for w in range(nw):
-        lt = np.zeros(4)
-        for t in range(4):
-            s = 0.0
-            first = True
-            for base in range(8 * w + 2 * t, n, period):
-                for c in range(base, min(base + 2, n)):
-                    if first:
-                        s = p[c]
-                        first = False
-                    else:
-                        s = add(s, p[c], o)
-            lt[t] = s
-        lw[w] = add(add(lt[0], lt[2], o), add(lt[1], lt[3], o), o)
-    if nw == 1:
-        return lw[0]
-    if nw == 2:
-        return add(lw[0], lw[1], o)
-    return add(add(lw[0], lw[2], o), add(lw[1], lw[3], o), o)
+    return mma_tree_sum(p, n, warps_n, add, o)
 
 
 @jit

@@ -52,7 +52,7 @@ _MODELS = _DOTS + ("l_ij",)  # ops that take a model rather than an OpSpec
 _FLAGS = ("exp2", "contract", "normalization", "lazy_threshold", "exp2_impl", "sum_order", "exp_impl")
 EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
 EXP_IMPLS = ("correctly_rounded", "tl.exp")  # tl.exp: exp2(op(x * op(log2 e))), as Triton lowers tl.exp
-SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.tl_sum_mma_f32 (tl.sum, mma layout)
+SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.mma_tree_sum (tl.sum, mma layout)
 _BIG_CHUNK = 1 << 40  # one chunk: "accumulate, then round the result once into outer_fmt"
 
 
@@ -257,7 +257,7 @@ class Plan:
             of another ex2 table a hardware profile registered (``"table-<sha256 prefix>"``, same model).
         sum_order: flash: order of the row sum l_ij: ``"sequential"`` or ``"h200-mma"`` (the measured
             tl.sum order over a tile in the tensor-core accumulator layout,
-            :func:`simfloat.hardware.tl_sum_mma`).
+            :func:`simfloat.hardware.mma_tree_sum`).
         lazy_threshold: flash: rescale only if ``m_i(m_new - m_old) > lazy_threshold`` (exp/exp2 units of the
             scaled scores; the threshold is rounded into the m_i format); ``None`` always rescales.
         exp_impl: flash without ``exp2``: ``"correctly_rounded"`` (e**x rounded once into the op's format) or
