@@ -194,12 +194,13 @@ def _seq_sum(x, n, r, o, native32):
 def _row_sum_ij(p, nv, eng):
     """T8: the in-tile row sum of p[:nv] under the plan's l_ij model and sum order."""
     pp, ln = eng.pp, eng.ln
-    # the tree runs over nv, the reference's over the padded tile: the same bits when the additions are exact
-    # on zeros (x + 0 = x for the lanes' first values too), so not with p outside l_ij's format (test_engine xfail)
+    # the kernel's tree runs over the whole tile (p = 0 past nv: set by the caller), as the reference's: a lane
+    # whose first value is p_j and whose next is a padding zero rounds p_j into l_ij's format. Over nv alone the
+    # bits are the same only when that rounding is exact: float32 additions of float32 values
     if pp.sum_order != 0:
-        if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition gives the same bits
+        if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition, zeros change nothing
             return tl_sum_mma_f32(p, nv, eng.wn)
-        return row_sum(p, nv, pp.l_ij, 1, eng.wn)
+        return row_sum(p, eng.bn, pp.l_ij, 1, eng.wn)
     c = pp.l_ij_chunk
     if c == 0:
         return _seq_sum(p, nv, ln.l_ij, pp.l_ij, eng.l_native32)
