@@ -54,12 +54,14 @@ def test_backward_grids_cover_every_value():
 
 
 def test_old_backward_csv_rows_still_load():
-    """kv_heads and precision are the last columns: a row written before them loads (None and "")."""
-    row = BackwardRecord("bwd-x", "bf16", 64, 16, 2, 16, 16, False, "low", "faithful", kv_heads=1, precision="")
+    """kv_heads, precision and plan are the last columns: a row written before them loads (None, "", "")."""
+    row = BackwardRecord(
+        "bwd-x", "bf16", 64, 16, 2, 16, 16, False, "low", "faithful", kv_heads=1, precision="", plan="triton-bf16"
+    )
     cells = row.to_csv_row()
-    assert list(cells)[-2:] == ["kv_heads", "precision"]
-    old = {k: v for k, v in cells.items() if k not in ("kv_heads", "precision")}
-    assert BackwardRecord.from_csv_row(old) == dataclasses.replace(row, kv_heads=None)
+    assert list(cells)[-3:] == ["kv_heads", "precision", "plan"]
+    old = {k: v for k, v in cells.items() if k not in ("kv_heads", "precision", "plan")}
+    assert BackwardRecord.from_csv_row(old) == dataclasses.replace(row, kv_heads=None, plan="")
     assert BackwardRecord.from_csv_row(cells) == row
 
 

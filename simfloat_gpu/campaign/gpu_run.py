@@ -10,9 +10,11 @@ Parts, in this order (each in try/except: one failure loses nothing else; every 
 the flash
    kernel (bf16, BLOCK 64 and 32; fp16 16 x 16) and the int8 kernel and reads their PTX/SASS back.
 3. **pool** (worker processes, several kernels compiling at once): the validation grid in GPU mode with
-   fixture recording (kernel outputs only: the emulator runs later, on a CPU, against the fixtures), the dot
+   fixture recording (kernel outputs only: the emulator runs later, on a CPU, against the fixtures), the
+   backward grid (``--bwd-grid``; forward then backward kernels, their outputs recorded the same way), the dot
    probes and the sum probes. Meanwhile the main process runs the **exp** probe.
-4. **pack**: ``fixtures.tar`` (``<gpu>/env.json, configs.json, outputs.npz``: copy to tests/fixtures/gpu/),
+4. **pack**: ``fixtures.tar`` (``<gpu>/env.json, configs.json, outputs.npz`` and the same three files in
+   ``<gpu>/backward/``: copy to tests/fixtures/gpu/; ``simfloat-gpu validate --fixtures`` compares both),
    ``probes.npz`` (dot + sum), ``exp2.npz`` (+ ``exp2_binades.npz`` only if one file would exceed
    ``--max-file-mib``), ``isa.tar.xz``.
 5. **speed**: the Triton flash kernel (bf16, head_dim 128, seq 1k..16k, causal and not) against torch SDPA's
@@ -36,6 +38,7 @@ START = time.monotonic()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -69,7 +72,7 @@ OUT_FILES = (
 DEFAULT_MAX_FILE_MIB = 16.0
 DEFAULT_MAX_TOTAL_MIB = 64.0
 #: the parts --skip can name
-PARTS = ("isa", "validate", "dot", "sum", "exp", "speed")
+PARTS = ("isa", "validate", "backward", "dot", "sum", "exp", "speed")
 SPEED_FIELDS = (
     "part",
     "kernel",
@@ -130,6 +133,12 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
             res: Any = validate.validate_config(
                 validate.Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
             )
+        elif kind == "backward":
+            from simfloat_gpu.campaign import validate, validate_bwd
+
+            res = validate_bwd.record_backward_config(
+                validate.Config.from_dict(payload), "faithful" if smoke else "gpu"
+            )
         elif kind == "dot":
             from simfloat_gpu.campaign import probes
 
@@ -186,6 +195,8 @@ def _run_pool(
                 results.append(r)
                 if r[4]:
                     log(f"{r[0]} {r[1]}: FAILED {r[4]}")
+                elif r[0] == "backward":
+                    log(f"backward {r[1]}: {r[2][0].status} ({r[3]:.1f} s, dq err {r[2][0].table_cell('dq_err')})")
                 elif r[0] != "validate":
                     log(f"{r[0]} {r[1]}: ok ({r[3]:.1f} s)")
                 else:
@@ -557,6 +568,12 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         help="validation grid (default: full; smoke with --cpu-smoke)",
     )
     p.add_argument(
+        "--bwd-grid",
+        default=None,
+        choices=("full", "ci", "smoke"),
+        help="backward grid (simfloat_gpu.campaign.validate_bwd; default: ci; smoke with --cpu-smoke)",
+    )
+    p.add_argument(
         "--skip",
         type=_parts,
         default=set(),
@@ -632,7 +649,7 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         return 2
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from simfloat_gpu.campaign import probes, validate
+    from simfloat_gpu.campaign import probes, validate, validate_bwd
 
     # 1. env
     def env_part() -> dict[str, Any]:
@@ -671,8 +688,11 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
     configs = validate.grid(args.grid or ("smoke" if smoke else "full"))
     tasks: list[tuple[str, Any, Any]] = []
     n_pairs = 25 if len(configs) > 40 else len(configs)  # the all-pairs part of the full grid comes first
+    bwd_configs = validate_bwd.backward_grid(args.bwd_grid or ("smoke" if smoke else "ci"))
     if "validate" not in skip:
         tasks += [("validate", c.id, c.as_dict()) for c in configs[:n_pairs]]
+    if "backward" not in skip:
+        tasks += [("backward", c.id, c.as_dict()) for c in bwd_configs]
     if "dot" not in skip:
         tasks += [
             ("dot", "_".join(map(str, v)), v) for v in (probes.DOT_SMOKE_VARIANTS if smoke else probes.DOT_VARIANTS)
@@ -699,7 +719,7 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
 
     log(f"pool: {len(tasks)} tasks on {jobs} workers until t={pool_deadline - START:.0f} s")
     results = part("pool", lambda: _run_pool(tasks, jobs, smoke, pool_deadline, log, while_waiting=exp_part)) or []
-    by_kind: dict[str, list] = {"validate": [], "dot": [], "sum": []}
+    by_kind: dict[str, list] = {"validate": [], "backward": [], "dot": [], "sum": []}
     for r in results:
         by_kind[r[0]].append(r)
     summary["parts"]["pool"] = dict(
@@ -713,28 +733,39 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
 
     # 4. pack
     def pack_fixtures() -> None:
-        got = {r[1]: r for r in by_kind["validate"]}
-        res = []
-        for c in configs:
-            r = got.get(c.id)
-            if r is not None and not r[4]:
-                res.append(r[2])
-            else:
-                status = r[4] if r is not None else "skipped"
-                res.append((validate._record(c, "gpu", status=status), None))
         fix = work / "fixtures" / slug
         env_f = dict(env, recorded_by="simfloat_gpu.campaign.gpu_run", smoke=smoke)
-        n = validate.write_fixtures(fix, res, configs, env_f)
-        size = _tar(out / "fixtures.tar", fix, slug, "w")
-        summary["parts"]["fixtures"] = {
-            "configs": n,
-            "of": len(configs),
-            "bytes": size,
-            "rows": [r[0].to_json() for r in res],
-        }
-        log(f"fixtures.tar: {n}/{len(configs)} configs, {size / 2**20:.2f} MiB (extract into tests/fixtures/gpu/)")
+        info: dict[str, Any] = summary["parts"].setdefault("fixtures", {})
+        if "validate" not in skip:
+            got = {r[1]: r for r in by_kind["validate"]}
+            res = []
+            for c in configs:
+                r = got.get(c.id)
+                if r is not None and not r[4]:
+                    res.append(r[2])
+                else:
+                    status = r[4] if r is not None else "skipped"
+                    res.append((validate._record(c, "gpu", status=status), None))
+            n = validate.write_fixtures(fix, res, configs, env_f)
+            info.update(configs=n, of=len(configs), rows=[r[0].to_json() for r in res])
+            log(f"fixtures: {n}/{len(configs)} forward configs")
+        if "backward" not in skip:
+            got = {r[1]: r for r in by_kind["backward"]}
+            bres = []
+            for c in bwd_configs:
+                r = got.get(c.id)
+                if r is not None and not r[4]:
+                    bres.append(r[2])
+                else:
+                    status = r[4] if r is not None else "skipped"
+                    bres.append((dataclasses.replace(validate_bwd._row(c, "gpu"), status=status), None))
+            nb = validate_bwd.write_backward_fixtures(fix, bres, bwd_configs, env_f)
+            info.update(backward_configs=nb, backward_of=len(bwd_configs), backward_rows=[r[0].to_json() for r in bres])
+            log(f"fixtures: {nb}/{len(bwd_configs)} backward configs (in {validate_bwd.BACKWARD_DIR}/)")
+        info["bytes"] = size = _tar(out / "fixtures.tar", fix, slug, "w")
+        log(f"fixtures.tar: {size / 2**20:.2f} MiB (extract into tests/fixtures/gpu/)")
 
-    if "validate" not in skip:
+    if "validate" not in skip or "backward" not in skip:
         part("fixtures", pack_fixtures)
 
     def pack_probes() -> None:

@@ -242,12 +242,13 @@ class ValidationRecord(Record):
 @dataclasses.dataclass(frozen=True)
 class BackwardRecord(Record):
     """One backward config compared: the config, where it ran, whether the emulator's lse equals the kernel's,
-    the bitwise agreement (fraction of equal elements) of dQ, dK, dV and delta, the max error relative to the
-    largest float64 gradient of each side (``d*_err`` the kernel's, ``emulator_d*_err`` the emulator's), and
-    seconds. ``status``: ``bitwise``, ``differs``, ``kernel only``, ``kernel error: ...``, ``emulator
-    error: ...``. ``kv_heads``: the key/value heads (fewer than ``heads``: grouped-query attention; empty in
-    CSVs written before the column existed); ``precision``: the dot precision of fp32 inputs ("tf32" or "ieee",
-    empty for bf16/fp16). The two are the last columns, so older CSVs still load."""
+        the bitwise agreement (fraction of equal elements) of dQ, dK, dV and delta, the max error relative to the
+        largest float64 gradient of each side (``d*_err`` the kernel's, ``emulator_d*_err`` the emulator's), and
+        seconds. ``status``: ``bitwise``, ``differs``, ``kernel only``, ``kernel error: ...``, ``emulator
+        error: ...``. ``kv_heads``: the key/value heads (fewer than ``heads``: grouped-query attention; empty in
+        CSVs written before the column existed); ``precision``: the dot precision of fp32 inputs ("tf32" or "ieee",
+        empty for bf16/fp16); ``plan``: the emulator's backward plan (empty in CSVs written before the column
+    existed). The three are the last columns, so older CSVs still load."""
 
     id: str
     fmt: str
@@ -275,3 +276,4 @@ class BackwardRecord(Record):
     emulator_s: float | None = None
     kv_heads: int | None = None
     precision: str = ""
+    plan: str = ""

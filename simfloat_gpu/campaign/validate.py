@@ -25,7 +25,10 @@ bitwise (outputs, fp32 included, m_i and l_i); on a GPU the agreement measures t
 GPU mode can record fixtures (``--record-fixtures DIR``): the configs with their input seeds (inputs are
 regenerated from seed + shape + dtype and checked by CRC32, never stored), the kernel's fp32 output and its
 low-precision output, m_i and l_i, and the environment, as ``configs.json``, ``outputs.npz`` (compressed) and
-``env.json``. ``tests/test_gpu_fixtures.py`` and ``--fixtures DIR`` compare the emulator against them.
+``env.json``. ``tests/test_gpu_fixtures.py`` and ``--fixtures DIR`` compare the emulator against them; a
+``backward/`` subfolder of the same layout (written by ``simfloat-gpu run``: the backward kernels' dq, dk, dv,
+delta, lse, o, m, l) is compared with ``flash_backward`` under the same plan families (backward.csv / .md and
+a section of validation.md; :func:`simfloat_gpu.campaign.validate_bwd.compare_backward_fixtures`).
 
 Grid design (``grid("full")``): the dimensions are format {bf16, fp16} x BLOCK_M x BLOCK_N {16, 32, 64, 128} x
 seq {64, 97, 256, 1000} x head_dim {16, 64, 128} x causal {off, on} x output {fp32, input format}: 1536
@@ -407,9 +410,10 @@ def make_inputs(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(round_to_format(x.astype(np.float32), cfg.fmt) for x in (q, k, v))  # type: ignore[return-value]
 
 
-def input_crc(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
+def input_crc(*arrays: np.ndarray) -> int:
+    """CRC32 of the arrays' float32 bytes, in order (q, k, v; backward fixtures: q, k, v, dO)."""
     crc = 0
-    for x in (q, k, v):
+    for x in arrays:
         crc = zlib.crc32(np.ascontiguousarray(x, dtype=np.float32).tobytes(), crc)
     return crc
 
@@ -1262,7 +1266,8 @@ def environment(backend: str) -> dict[str, Any]:
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     env["kernel_sha256"] = {
-        p: _sha256(KERNELS_DIR / p) for p in ("flash_attention.py", "int8_attention.py", "sage_attention.py")
+        p: _sha256(KERNELS_DIR / p)
+        for p in ("flash_attention.py", "flash_attention_bwd.py", "int8_attention.py", "sage_attention.py")
     }
     for mod in ("torch", "triton", "numba"):
         try:
@@ -1404,12 +1409,21 @@ def write_fixtures(
             arrays=sorted(arr),
         )
         entries.append(entry)
+    _save_fixture_dir(fix_dir, env, entries, arrays)
+    return len(entries)
+
+
+def _save_fixture_dir(
+    fix_dir: Path, env: dict[str, Any], entries: list[dict[str, Any]], arrays: dict[str, np.ndarray]
+) -> None:
+    """The three files of a fixture folder (forward, or its ``backward`` subfolder): env.json, configs.json
+    (one entry per config, ``arrays`` naming its arrays), outputs.npz (``<config id>__<array>``, compressed)."""
+    fix_dir.mkdir(parents=True, exist_ok=True)
     (fix_dir / "env.json").write_text(json.dumps(env, indent=1, default=str) + "\n")
     (fix_dir / "configs.json").write_text(
         json.dumps({"grid_version": GRID_VERSION, "spread": SPREAD, "configs": entries}, indent=1) + "\n"
     )
     np.savez_compressed(fix_dir / "outputs.npz", **arrays)
-    return len(entries)
 
 
 def load_fixtures(fix_dir: Path) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str, np.ndarray]]]]:
@@ -1791,6 +1805,22 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
         with open(out_dir / "validation.md", "a") as f:
             f.write(f"\n## Bitwise agreement per config and plan family\n\n```\n{table}\n```\n")
         log(table)
+        if stop is None:  # backward fixtures (the fixture folder's backward/): the same families, flash_backward
+            from simfloat_gpu.campaign import validate_bwd
+
+            bwd_rows = validate_bwd.compare_backward_fixtures(
+                args.fixtures, families=[f for f in families if f in PLAN_FAMILIES], log=log
+            )
+            if bwd_rows:
+                bwd_table = validate_bwd.write_backward_report(
+                    out_dir,
+                    bwd_rows,
+                    f"Emulator flash_backward vs recorded {Path(args.fixtures).name} backward kernel outputs",
+                    elapsed=time.monotonic() - start,
+                )
+                with open(out_dir / "validation.md", "a") as f:
+                    f.write(f"\n## Backward: bitwise agreement per config and plan\n\n{bwd_table}")
+                log(bwd_table)
         if stop is not None:
             print(
                 f"validate: interrupted after {time.monotonic() - start:.1f} s: {len(rows)} comparisons "

@@ -24,6 +24,7 @@ import contextlib
 import csv
 import dataclasses
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -39,15 +40,31 @@ __all__ = [
     "BWD_FIELDS",
     "GROUPS",
     "BackwardRecord",
+    "BACKWARD_DIR",
     "backward_grid",
+    "backward_inputs",
+    "backward_table",
+    "compare_backward_fixtures",
+    "compare_backward_to_emulator",
     "emulator_plan",
+    "load_backward_fixtures",
+    "record_backward_config",
     "run_backward",
+    "run_backward_kernels",
     "validate_backward_config",
+    "write_backward_fixtures",
+    "write_backward_report",
 ]
 
 #: the columns of backward.csv: the fields of :class:`BackwardRecord`
 BWD_FIELDS = BackwardRecord.csv_fields()
 
+
+#: the subfolder of a fixture folder (tests/fixtures/gpu/<gpu>/) that holds the backward fixtures
+BACKWARD_DIR = "backward"
+#: the kernel's arrays of a backward fixture; those in the input format (o too when ``out`` is "low") are
+#: stored as their 16-bit patterns (``<name>_bits``), the rest as float32
+FIXTURE_ARRAYS = ("o", "m", "l", "dq", "dk", "dv", "delta", "lse")
 
 #: (heads, kv_heads) of the grouped-query (GQA) and multi-query (MQA) configs
 GROUPS = ((4, 2), (4, 1))
@@ -97,12 +114,23 @@ def backward_grid(name: str = "ci") -> list[fwd.Config]:
     raise ValueError(f"unknown grid {name!r}; known: full, ci, smoke")
 
 
-def emulator_plan(cfg: fwd.Config) -> str:
-    """The backward plan a config's kernels are compared with: ``triton-<fmt>``; fp32 inputs: ``triton-tf32``
-    (tf32 tensor cores) or ``triton-fp32`` ("ieee" FMA loops) by the config's precision."""
+def emulator_plan(cfg: fwd.Config, family: str = "triton") -> str:
+    """The backward plan a config's kernels are compared with: ``<family>-<fmt>`` (family "triton" or "h200");
+    fp32 inputs: ``<family>-tf32`` (tf32 tensor cores) or ``triton-fp32`` ("ieee" FMA loops; triton only) by
+    the config's precision.
+
+    Raises:
+        ValueError: an unknown family, or "h200" with "ieee" dots (no such plan).
+    """
+    if family not in fwd.PLAN_FAMILIES:
+        raise ValueError(f"unknown plan family {family!r}; backward families: {', '.join(fwd.PLAN_FAMILIES)}")
     if cfg.fmt == "fp32":
-        return "triton-tf32" if cfg.precision == "tf32" else "triton-fp32"
-    return f"triton-{cfg.fmt}"
+        if cfg.precision == "tf32":
+            return f"{family}-tf32"
+        if family != "triton":
+            raise ValueError(f"no {family} plan for fp32 inputs with 'ieee' dots (only triton-fp32)")
+        return "triton-fp32"
+    return f"{family}-{cfg.fmt}"
 
 
 def _grads64(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causal: bool) -> list[np.ndarray]:
@@ -124,14 +152,9 @@ def _rel(x: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(np.asarray(x, dtype=np.float64) - ref).max() / scale)
 
 
-def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = True) -> BackwardRecord:
-    """One config: kernels (forward, then backward), the emulator, the float64 gradients; one record."""
-    import torch
-
-    from simfloat_gpu.kernels.flash_attention import flash_attention
-    from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
-
-    row = BackwardRecord(
+def _row(cfg: fwd.Config, backend: str) -> BackwardRecord:
+    """The record of ``cfg`` before any run."""
+    return BackwardRecord(
         id="bwd-" + cfg.id,
         fmt=cfg.fmt,
         seq=cfg.seq,
@@ -145,65 +168,114 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
         out=cfg.out,
         backend=backend,
     )
+
+
+def backward_inputs(cfg: fwd.Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v (:func:`simfloat_gpu.campaign.validate.make_inputs`) and dO (``cfg.shape``, standard normal from
+    seed + 1): float32 arrays of values of ``cfg.fmt``, regenerable from the config alone."""
     q, k, v = fwd.make_inputs(cfg)
     do = fwd.round_to_format(np.random.default_rng(cfg.seed + 1).standard_normal(cfg.shape).astype(np.float32), cfg.fmt)
+    return q, k, v, do
+
+
+def run_backward_kernels(
+    cfg: fwd.Config, backend: str, inputs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The forward kernel (o, m, l), then the backward kernels (dq, dk, dv, delta, lse) on ``inputs`` (q, k, v,
+    dO of :func:`backward_inputs`), on the GPU (backend ``gpu``) or under the faithful interpreter; the
+    outputs as float64 host arrays (o and the gradients: values of their format)."""
+    import torch
+
+    from simfloat_gpu.kernels.flash_attention import flash_attention
+    from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
+
     device = "cuda" if backend == "gpu" else "cpu"
     dt = fwd._torch_dtype(cfg.fmt)
-    tq, tk, tv, tdo = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v, do))
+    tq, tk, tv, tdo = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in inputs)
     precision = cfg.precision or None
     ctx: Any = contextlib.nullcontext()
     if backend == "faithful":
         from simfloat_gpu.interpreter import faithful
 
         ctx = faithful()
-    t0 = time.perf_counter()
-    try:
-        with ctx:
-            o, m, l = flash_attention(  # noqa: E741
-                tq,
-                tk,
-                tv,
-                causal=cfg.causal,
-                block_m=cfg.block_m,
-                block_n=cfg.block_n,
-                return_stats=True,
-                out_dtype=torch.float32 if cfg.out == "fp32" else dt,
-                input_precision=precision,
-            )
-            dq, dk, dv, delta, lse = flash_attention_backward(
-                tq,
-                tk,
-                tv,
-                o,
-                tdo,
-                m,
-                l,
-                causal=cfg.causal,
-                block_m=cfg.block_m,
-                block_n=cfg.block_n,
-                input_precision=precision,
-                return_stats=True,
-            )
-        if backend == "gpu":
-            torch.cuda.synchronize()
-    except Exception as err:  # one broken config must not stop the campaign; the row says why
-        return dataclasses.replace(row, status=f"kernel error: {type(err).__name__}: {err}"[:300])
-    row = dataclasses.replace(row, kernel_s=round(time.perf_counter() - t0, 2))
-    host = [t.float().cpu().numpy().astype(np.float64) for t in (o, m, l, dq, dk, dv, delta, lse)]
-    on, mn, ln, dqn, dkn, dvn, deltan, lsen = host
-    want = _grads64(q, k, v, do, cfg.causal)
-    row = dataclasses.replace(row, dq_err=_rel(dqn, want[0]), dk_err=_rel(dkn, want[1]), dv_err=_rel(dvn, want[2]))
-    if not emulate:
-        return dataclasses.replace(row, status="kernel only")
+    with ctx:
+        o, m, l = flash_attention(  # noqa: E741
+            tq,
+            tk,
+            tv,
+            causal=cfg.causal,
+            block_m=cfg.block_m,
+            block_n=cfg.block_n,
+            return_stats=True,
+            out_dtype=torch.float32 if cfg.out == "fp32" else dt,
+            input_precision=precision,
+        )
+        dq, dk, dv, delta, lse = flash_attention_backward(
+            tq,
+            tk,
+            tv,
+            o,
+            tdo,
+            m,
+            l,
+            causal=cfg.causal,
+            block_m=cfg.block_m,
+            block_n=cfg.block_n,
+            input_precision=precision,
+            return_stats=True,
+        )
+    if backend == "gpu":
+        torch.cuda.synchronize()
+    names = ("o", "m", "l", "dq", "dk", "dv", "delta", "lse")
+    return {
+        n: t.float().cpu().numpy().astype(np.float64)
+        for n, t in zip(names, (o, m, l, dq, dk, dv, delta, lse), strict=True)
+    }
+
+
+def _kernel_errors(
+    row: BackwardRecord, inputs: tuple[np.ndarray, ...], kernel: dict[str, np.ndarray], causal: bool
+) -> tuple[BackwardRecord, list[np.ndarray]]:
+    want = _grads64(*inputs, causal)
+    errs = {f"{n}_err": _rel(kernel[n], w) for n, w in zip(("dq", "dk", "dv"), want, strict=True)}
+    return dataclasses.replace(row, **errs), want
+
+
+def compare_backward_to_emulator(
+    row: BackwardRecord,
+    cfg: fwd.Config,
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    kernel: dict[str, np.ndarray],
+    want: Sequence[np.ndarray],
+    family: str = "triton",
+) -> BackwardRecord:
+    """The one backward comparison (a live run or a recorded fixture): the emulator's
+    ``simfloat.attention.flash_backward`` under :func:`emulator_plan` of ``family`` on the same q, k, v, dO,
+    the kernel's o and the lse of :func:`simfloat.attention.lse_from_stats` of the kernel's m, l; every bit of
+    dq, dk, dv, delta and lse compared.
+
+    Args:
+        row: the config's record so far (the kernel's columns filled).
+        cfg: the config.
+        inputs: q (``cfg.shape``), k, v (``cfg.kv_shape``), dO (``cfg.shape``), values of ``cfg.fmt``.
+        kernel: the kernel's o, m, l, dq, dk, dv, delta, lse (:func:`run_backward_kernels`).
+        want: the float64 dq, dk, dv (:func:`_grads64`), for the emulator's errors.
+        family: the plan family, "triton" or "h200".
+
+    Returns:
+        ``row`` with status ``bitwise`` or ``differs`` (``emulator error: ...`` when it raised).
+    """
     from simfloat.attention import flash_backward, lse_from_stats
 
-    plan = emulator_plan(cfg)
+    q, k, v, do = inputs
     t0 = time.perf_counter()
     try:
-        lse_e = lse_from_stats(mn, ln, plan=plan)
+        plan = emulator_plan(cfg, family)
+        row = dataclasses.replace(row, plan=plan)
+        lse_e = lse_from_stats(kernel["m"], kernel["l"], plan=plan)
         got = flash_backward(
             *(np.asarray(x, dtype=np.float64) for x in (q, k, v)),
-            on,
+            kernel["o"],
             np.asarray(do, dtype=np.float64),
             lse_e,
             plan=plan,
@@ -215,10 +287,10 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
     except Exception as err:  # the row records it
         return dataclasses.replace(row, status=f"emulator error: {type(err).__name__}: {err}"[:300])
     emulator_s = round(time.perf_counter() - t0, 2)
-    lse_equal = bool(np.array_equal(lse_e, lsen))
+    lse_equal = bool(np.array_equal(lse_e, kernel["lse"]))
     agree = {
-        f"{name}_agreement": round(float(np.mean(g == w)), 6)
-        for name, g, w in zip(("dq", "dk", "dv", "delta"), got, (dqn, dkn, dvn, deltan), strict=True)
+        f"{name}_agreement": round(float(np.mean(g == kernel[name])), 6)
+        for name, g in zip(("dq", "dk", "dv", "delta"), got, strict=True)
     }
     ok = lse_equal and all(a == 1.0 for a in agree.values())
     return dataclasses.replace(
@@ -231,6 +303,145 @@ def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = T
         emulator_dv_err=_rel(got[2], want[2]),
         **agree,
     )
+
+
+def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = True) -> BackwardRecord:
+    """One config: kernels (forward, then backward), the emulator, the float64 gradients; one record."""
+    rec, _ = _kernels_record(cfg, backend, emulate=emulate)
+    return rec
+
+
+def record_backward_config(cfg: fwd.Config, backend: str) -> tuple[BackwardRecord, dict[str, np.ndarray] | None]:
+    """The kernels of one config (no emulator): the record (status ``kernel only``) and the kernel's arrays
+    for a fixture (:func:`write_backward_fixtures`; None when the kernels failed)."""
+    return _kernels_record(cfg, backend, emulate=False)
+
+
+def _kernels_record(
+    cfg: fwd.Config, backend: str, *, emulate: bool
+) -> tuple[BackwardRecord, dict[str, np.ndarray] | None]:
+    row = _row(cfg, backend)
+    inputs = backward_inputs(cfg)
+    t0 = time.perf_counter()
+    try:
+        kernel = run_backward_kernels(cfg, backend, inputs)
+    except Exception as err:  # one broken config must not stop the campaign; the row says why
+        return dataclasses.replace(row, status=f"kernel error: {type(err).__name__}: {err}"[:300]), None
+    row = dataclasses.replace(row, kernel_s=round(time.perf_counter() - t0, 2))
+    row, want = _kernel_errors(row, inputs, kernel, cfg.causal)
+    if not emulate:
+        return dataclasses.replace(row, status="kernel only"), kernel
+    return compare_backward_to_emulator(row, cfg, inputs, kernel, want), kernel
+
+
+# ----------------------------------------------------------------------------------------------------
+# fixtures: the same folder layout as the forward's (validate.write_fixtures), in <fixture folder>/backward
+# ----------------------------------------------------------------------------------------------------
+
+
+def _low_format(cfg: fwd.Config, name: str) -> bool:
+    """Whether the kernel's array ``name`` holds values of a 16-bit input format (stored as bits)."""
+    if cfg.fmt == "fp32":
+        return False
+    return name in ("dq", "dk", "dv") or (name == "o" and cfg.out == "low")
+
+
+def write_backward_fixtures(
+    fix_dir: Path,
+    results: Sequence[tuple[BackwardRecord, dict[str, np.ndarray] | None]],
+    configs: Sequence[fwd.Config],
+    env: dict[str, Any],
+) -> int:
+    """Write ``fix_dir/backward/`` (env.json, configs.json, outputs.npz, as the forward fixtures) from
+    :func:`record_backward_config` results; returns the number of configs recorded. Inputs are not stored:
+    :func:`backward_inputs` regenerates them from the config (CRC32 of q, k, v, dO checked)."""
+    arrays: dict[str, np.ndarray] = {}
+    entries = []
+    for cfg, (rec, kern) in zip(configs, results, strict=True):
+        if kern is None:
+            continue
+        names = []
+        for name in FIXTURE_ARRAYS:
+            if _low_format(cfg, name):
+                arrays[f"{cfg.id}__{name}_bits"] = fwd._raw_bits(kern[name], cfg.fmt).astype(np.uint16)
+                names.append(f"{name}_bits")
+            else:
+                arrays[f"{cfg.id}__{name}"] = np.asarray(kern[name], dtype=np.float32)
+                names.append(name)
+        entry = cfg.as_dict()
+        row = rec.to_csv_row()
+        entry.update(
+            input_crc=fwd.input_crc(*backward_inputs(cfg)),
+            dq_err=row["dq_err"],
+            dk_err=row["dk_err"],
+            dv_err=row["dv_err"],
+            kernel_s=rec.kernel_s,
+            arrays=names,
+        )
+        entries.append(entry)
+    fwd._save_fixture_dir(Path(fix_dir) / BACKWARD_DIR, env, entries, arrays)
+    return len(entries)
+
+
+def load_backward_fixtures(
+    fix_dir: Path,
+) -> tuple[dict[str, Any], list[tuple[fwd.Config, dict[str, Any], dict[str, np.ndarray]]]]:
+    """(env, [(config, entry, arrays)]) from ``fix_dir/backward/`` (:func:`write_backward_fixtures`); the
+    arrays as float64 (the values the kernels wrote), named as :data:`FIXTURE_ARRAYS`. No such subfolder:
+    ({}, [])."""
+    sub = Path(fix_dir) / BACKWARD_DIR
+    if not (sub / "configs.json").is_file():
+        return {}, []
+    env = json.loads((sub / "env.json").read_text())
+    meta = json.loads((sub / "configs.json").read_text())
+    out = []
+    with np.load(sub / "outputs.npz") as z:
+        for entry in meta["configs"]:
+            cfg = fwd.Config.from_dict(entry)
+            arrays = {}
+            for key in entry["arrays"]:
+                a = z[f"{cfg.id}__{key}"]
+                if key.endswith("_bits"):
+                    arrays[key[: -len("_bits")]] = fwd._from_bits16(a, cfg.fmt).astype(np.float64)
+                else:
+                    arrays[key] = a.astype(np.float64)
+            out.append((cfg, entry, arrays))
+    return env, out
+
+
+_CRC_DIFFERS = "regenerated inputs differ from the recorded ones (CRC32)"
+
+
+def compare_backward_fixtures(
+    fix_dir: Path,
+    *,
+    families: Sequence[str] = ("triton",),
+    backend: str | None = None,
+    log: Callable[[str], None] = print,
+) -> list[BackwardRecord]:
+    """Every backward fixture config of ``fix_dir`` (none: []) against ``flash_backward`` under each plan
+    family's plan (:func:`emulator_plan`), bit for bit (:func:`compare_backward_to_emulator`): one row per
+    config and family."""
+    env, items = load_backward_fixtures(fix_dir)
+    backend = backend or f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
+    rows = []
+    for cfg, entry, kernel in items:
+        base = dataclasses.replace(
+            _row(cfg, backend),
+            kernel_s=fwd._optional_float(entry.get("kernel_s")),
+            **{f"{n}_err": fwd._optional_float(entry.get(f"{n}_err")) for n in ("dq", "dk", "dv")},
+        )
+        inputs = backward_inputs(cfg)
+        crc_ok = fwd.input_crc(*inputs) == int(entry["input_crc"])
+        want = _grads64(*inputs, cfg.causal) if crc_ok else []
+        for fam in families:
+            if not crc_ok:
+                row = dataclasses.replace(base, status=f"error: {_CRC_DIFFERS}")
+            else:
+                row = compare_backward_to_emulator(base, cfg, inputs, kernel, want, fam)
+            rows.append(row)
+            log(f"{row.id} {row.plan or fam}: {row.status}")
+    return rows
 
 
 def run_backward(
@@ -255,20 +466,42 @@ def run_backward(
         rows.append(row)
         secs = f"{fwd._cell(row.kernel_s)} s + {fwd._cell(row.emulator_s)} s"
         log(f"[{i + 1}/{len(configs)}] {row.id}: {row.status} ({secs})")
+    title = f"Backward kernels ({backend}) vs simfloat flash_backward, {grid_name} grid"
+    write_backward_report(out_dir, rows, title, n_configs=len(configs), elapsed=time.monotonic() - start)
+    return rows
+
+
+def write_backward_report(
+    out_dir: Path, rows: Sequence[BackwardRecord], title: str, *, n_configs: int | None = None, elapsed: float
+) -> str:
+    """``out_dir/backward.csv`` (one row per record) and ``backward.md`` (``title``, the count of bitwise rows,
+    the table); returns the table's Markdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "backward.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=BWD_FIELDS)
         w.writeheader()
         w.writerows(r.to_csv_row() for r in rows)
-    _write_md(out_dir / "backward.md", rows, len(configs), grid_name, backend, time.monotonic() - start)
-    return rows
+    n_configs = len(rows) if n_configs is None else n_configs
+    table = backward_table(rows)
+    n_bit = sum(r.status == "bitwise" for r in rows)
+    lines = [
+        f"# {title}",
+        "",
+        f"{n_bit}/{len(rows)} rows bitwise identical (dQ, dK, dV, delta, lse); {n_configs - len(rows)} "
+        f"not run; {elapsed:.1f} s.",
+        "",
+        table,
+    ]
+    (out_dir / "backward.md").write_text("\n".join(lines))
+    return table
 
 
-def _write_md(
-    path: Path, rows: Sequence[BackwardRecord], n_configs: int, grid_name: str, backend: str, elapsed: float
-) -> None:
+def backward_table(rows: Sequence[BackwardRecord]) -> str:
+    """The Markdown table of backward rows: id, plan, status, lse equality, the bitwise agreement of dQ, dK,
+    dV and delta, the kernel's and the emulator's dQ error."""
     cols = (
         "id",
+        "plan",
         "status",
         "lse_equal",
         "dq_agreement",
@@ -278,19 +511,13 @@ def _write_md(
         "dq_err",
         "emulator_dq_err",
     )
-    n_bit = sum(r.status == "bitwise" for r in rows)
     lines = [
-        f"# Backward kernels ({backend}) vs simfloat flash_backward, {grid_name} grid",
-        "",
-        f"{n_bit}/{len(rows)} configs bitwise identical (dQ, dK, dV, delta, lse); {n_configs - len(rows)} "
-        f"not run; {elapsed:.1f} s.",
-        "",
         "| " + " | ".join(cols) + " |",
         "|" + "---|" * len(cols),
     ]
     for r in rows:
         lines.append("| " + " | ".join(_md_cell(getattr(r, c)) for c in cols) + " |")
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def _md_cell(value: Any) -> str:
