@@ -72,8 +72,8 @@ def _same(a, b) -> bool:
 
 def test_columns_are_the_old_ones():
     assert list(V.FIELDS) == OLD_FIELDS
-    # backward.csv gained kv_heads and precision (GQA and fp32 configs) at the end: the old columns are a prefix
-    assert list(B.BWD_FIELDS) == OLD_BWD_FIELDS + ["kv_heads", "precision"]
+    # backward.csv gained kv_heads, precision (GQA and fp32 configs) and plan at the end: the old columns are a prefix
+    assert list(B.BWD_FIELDS) == OLD_BWD_FIELDS + ["kv_heads", "precision", "plan"]
 
 
 def test_csv_round_trip_is_exact_at_the_edge():

@@ -5,6 +5,7 @@ own
 models from the probes (the tensor-core presets, the pairwise tree it was given); bad options and the output
 check on their own."""
 
+import csv
 import importlib
 import json
 import os
@@ -85,6 +86,49 @@ def test_fixtures_tar_holds_loadable_fixtures(smoke_out, tmp_path):
         q, k, v = V.make_inputs(cfg)
         assert V.input_crc(q, k, v) == entry["input_crc"]
         assert arrays["m"].shape == (cfg.batch, cfg.heads, cfg.seq)
+
+
+def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp_path, monkeypatch):
+    """The job records the backward smoke grid in <slug>/backward/ (the smoke mode runs the kernels under
+    faithful(), the triton-<fmt> plans' numerics): every recorded array regenerates from its config, and
+    `validate --fixtures` compares them with flash_backward bit for bit (dq, dk, dv, delta, lse)."""
+    from simfloat_gpu.campaign import validate as V
+    from simfloat_gpu.campaign import validate_bwd as B
+
+    with tarfile.open(smoke_out / "fixtures.tar") as t:
+        t.extractall(tmp_path, filter="data")
+    fix = tmp_path / "cpu-smoke"
+    env, items = B.load_backward_fixtures(fix)
+    assert env["backend"] == "faithful" and env["kernel_sha256"]["flash_attention_bwd.py"] == V._sha256(
+        V.KERNELS_DIR / "flash_attention_bwd.py"
+    )
+    grid = B.backward_grid("smoke")
+    assert [cfg for cfg, _, _ in items] == grid
+    for cfg, entry, arrays in items:
+        assert V.input_crc(*B.backward_inputs(cfg)) == entry["input_crc"]
+        assert set(arrays) == set(B.FIXTURE_ARRAYS)
+        assert arrays["dq"].shape == cfg.shape and arrays["dk"].shape == arrays["dv"].shape == cfg.kv_shape
+        assert arrays["lse"].shape == arrays["delta"].shape == (cfg.batch, cfg.heads, cfg.seq)
+    summary = json.loads((smoke_out / "summary.json").read_text())
+    assert summary["parts"]["fixtures"]["backward_configs"] == len(grid)
+    # through the command (the forward configs left out here: tests/test_gpu_validate.py compares those)
+    compare = V.compare_fixtures
+    monkeypatch.setattr(V, "compare_fixtures", lambda *a, **k: compare(*a, **dict(k, ids=())))
+    out = tmp_path / "report"
+    assert V.main(["--fixtures", str(fix), "--out", str(out), "--plans", "triton"]) == 0
+    with open(out / "backward.csv", newline="") as f:
+        rows = [B.BackwardRecord.from_csv_row(r) for r in csv.DictReader(f)]
+    assert [r.id for r in rows] == ["bwd-" + c.id for c in grid]
+    assert [r.plan for r in rows] == [B.emulator_plan(c) for c in grid]
+    assert all(r.status == "bitwise" and r.lse_equal for r in rows), B.backward_table(rows)
+    assert "## Backward: bitwise agreement" in (out / "validation.md").read_text()
+    # the comparison sees one changed bit of one gradient
+    cfg, _, arrays = items[0]
+    dq = arrays["dq"].copy()
+    dq.flat[0] = np.nextafter(dq.flat[0], np.inf)
+    inputs = B.backward_inputs(cfg)
+    row = B.compare_backward_to_emulator(rows[0], cfg, inputs, dict(arrays, dq=dq), [dq, dq, dq])
+    assert row.status == "differs" and row.dq_agreement == round(1 - 1 / dq.size, 6) and row.dk_agreement == 1.0
 
 
 def test_fit_recovers_the_interpreter_models(smoke_out):

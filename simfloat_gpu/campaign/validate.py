@@ -1817,6 +1817,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
                     bwd_rows,
                     f"Emulator flash_backward vs recorded {Path(args.fixtures).name} backward kernel outputs",
                     elapsed=time.monotonic() - start,
+                    unit="(config, plan) rows",
                 )
                 with open(out_dir / "validation.md", "a") as f:
                     f.write(f"\n## Backward: bitwise agreement per config and plan\n\n{bwd_table}")

@@ -472,10 +472,16 @@ def run_backward(
 
 
 def write_backward_report(
-    out_dir: Path, rows: Sequence[BackwardRecord], title: str, *, n_configs: int | None = None, elapsed: float
+    out_dir: Path,
+    rows: Sequence[BackwardRecord],
+    title: str,
+    *,
+    n_configs: int | None = None,
+    elapsed: float,
+    unit: str = "configs",
 ) -> str:
     """``out_dir/backward.csv`` (one row per record) and ``backward.md`` (``title``, the count of bitwise rows,
-    the table); returns the table's Markdown."""
+    each one of ``unit``, the table); returns the table's Markdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "backward.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=BWD_FIELDS)
@@ -487,7 +493,7 @@ def write_backward_report(
     lines = [
         f"# {title}",
         "",
-        f"{n_bit}/{len(rows)} rows bitwise identical (dQ, dK, dV, delta, lse); {n_configs - len(rows)} "
+        f"{n_bit}/{len(rows)} {unit} bitwise identical (dQ, dK, dV, delta, lse); {n_configs - len(rows)} "
         f"not run; {elapsed:.1f} s.",
         "",
         table,
