@@ -131,6 +131,32 @@ def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp
     assert row.status == "differs" and row.dq_agreement == round(1 - 1 / dq.size, 6) and row.dk_agreement == 1.0
 
 
+def test_backward_alone_still_writes_a_fixture_folder(tmp_path):
+    """--skip validate: the backward fixtures come in a fixture folder with no forward configs, which
+    fixture_dirs finds and `validate --fixtures` reads."""
+    from simfloat_gpu.campaign import validate as V
+    from simfloat_gpu.campaign import validate_bwd as B
+
+    out = tmp_path / "out"
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    skip = "isa,validate,dot,sum,exp,speed"
+    argv = ["--out", str(out), "--cpu-smoke", "--skip", skip, "--bwd-grid", "smoke", "--budget-s", "300"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "simfloat_gpu.campaign.gpu_run", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with tarfile.open(out / "fixtures.tar") as t:
+        t.extractall(tmp_path, filter="data")
+    (fix,) = V.fixture_dirs(tmp_path)
+    assert V.load_fixtures(fix)[1] == []
+    assert [cfg for cfg, _, _ in B.load_backward_fixtures(fix)[1]] == B.backward_grid("smoke")
+
+
 def test_fit_recovers_the_interpreter_models(smoke_out):
     from simfloat_gpu.campaign import fit
 

@@ -749,6 +749,8 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
             n = validate.write_fixtures(fix, res, configs, env_f)
             info.update(configs=n, of=len(configs), rows=[r[0].to_json() for r in res])
             log(f"fixtures: {n}/{len(configs)} forward configs")
+        else:  # no forward configs, but a fixture folder all the same (validate --fixtures reads it)
+            validate.write_fixtures(fix, [], [], env_f)
         if "backward" not in skip:
             got = {r[1]: r for r in by_kind["backward"]}
             bres = []
