@@ -40,6 +40,12 @@ __all__ = [
     "lround",
     "lround_exact",
     "lround_exact_ne",
+    "lround_exact_f32",
+    "lround_f32",
+    "ladd_f32",
+    "lmul_f32",
+    "lfma_f32",
+    "ldiv_f32",
     "ladd_ne",
     "lmul_ne",
     "lfma_ne",
@@ -77,7 +83,7 @@ class Lane(NamedTuple):
     ftz: bool  # no subnormals: results below 2**emin flush to zero
     tiny: float
     unsigned_zero: bool  # no -0 code
-    f32: bool  # IEEE float32 under nearest-even: the hardware's own conversion to float32 rounds (see lround_ne)
+    f32: bool  # IEEE float32 under nearest-even: the hardware's own conversion to float32 rounds (see lround_f32)
 
 
 def lane(fmt: FloatFormat, mode: int) -> Lane:
@@ -196,10 +202,7 @@ def lround(x, r):
 @ljit
 def lround_ne(x, r):
     """:func:`lround` for a lane whose mode is nearest-even (fewer operations: callers dispatch on the mode
-    outside their loops). On a float32 lane (``r.f32``) the hardware's float64 -> float32 conversion rounds
-    (nearest-even, gradual underflow, overflow to inf: the format's own rules); a NaN stays that NaN, quieted."""
-    if r.f32:
-        return np.float64(np.float32(x)) if x == x else x + 0.0
+    outside their loops)."""
     big = min(max(pow2_of(x), r.tiny), r.top)
     mg = big * r.magic
     v = np.copysign((x + mg) - mg, x)
@@ -269,6 +272,55 @@ def ldiv(a, b, r):
 
 
 # -- the same for nearest-even lanes (callers dispatch on the mode outside their loops) -------------------------
+
+
+@ljit
+def lround_f32(x):
+    """:func:`lround_ne` for an IEEE float32 lane (``Lane.f32``): the hardware's float64 -> float32 conversion
+    rounds (nearest-even, gradual underflow, overflow to inf: the format's own rules); a NaN stays that NaN,
+    quieted. Callers dispatch on ``r.f32`` outside their loops."""
+    return np.float64(np.float32(x)) if x == x else x + 0.0
+
+
+@ljit
+def lround_exact_f32(s, e):
+    """:func:`lround_exact_ne` for an IEEE float32 lane: round-to-odd at float64 precision, then the hardware's
+    conversion (53 >= 24 + 2 bits: the double rounding is exact)."""
+    return lround_f32(ro_fold(s, e))
+
+
+@ljit
+def ladd_f32(a, b):
+    """:func:`ladd` for an IEEE float32 lane with nearest-even."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    e = 0.0 if np.abs(s) == np.inf else e
+    return lround_exact_f32(s, e)
+
+
+@ljit
+def lmul_f32(a, b):
+    """:func:`lmul` for an IEEE float32 lane with nearest-even."""
+    p = a * b
+    e = fma64(a, b, -p)
+    e = 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
+    return lround_exact_f32(p, e)
+
+
+@ljit
+def lfma_f32(a, b, c):
+    """:func:`lfma` for an IEEE float32 lane with nearest-even."""
+    return ladd_f32(a * b, c)
+
+
+@ljit
+def ldiv_f32(a, b):
+    """:func:`ldiv` for an IEEE float32 lane with nearest-even."""
+    q = a / b
+    res = fma64(-q, b, a)
+    e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
+    return lround_exact_f32(q, e)
 
 
 @ljit

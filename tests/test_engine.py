@@ -13,7 +13,24 @@ import pytest
 
 import simfloat as sf
 from simfloat._jit import jit
-from simfloat._lanes import ladd, ladd_ne, lane, ldiv, ldiv_ne, lfma_ne, lmul, lmul_ne, lround, lround_ne, lround_rz
+from simfloat._lanes import (
+    ladd,
+    ladd_f32,
+    ladd_ne,
+    lane,
+    ldiv,
+    ldiv_f32,
+    ldiv_ne,
+    lfma_f32,
+    lfma_ne,
+    lmul,
+    lmul_f32,
+    lmul_ne,
+    lround,
+    lround_f32,
+    lround_ne,
+    lround_rz,
+)
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, matmul, tensor_core
 from simfloat.attention import baseline, flash, plan, presets
 from simfloat.attention._kernels import add, div, mul, rnd
@@ -113,6 +130,16 @@ def _apply_ops(a, b, out, r, o):  # type: ignore[no-untyped-def]
 
 
 @jit
+def _apply_ops_f32(a, b, out):  # type: ignore[no-untyped-def]
+    for i in range(a.size):
+        out[0, i] = ladd_f32(a[i], b[i])
+        out[2, i] = lmul_f32(a[i], b[i])
+        bi = b[i] if b[i] != 0.0 else 1.0
+        out[4, i] = ldiv_f32(a[i], bi)
+        out[6, i] = lround_f32(a[i])
+
+
+@jit
 def _apply_ops_ne(a, b, out, r):  # type: ignore[no-untyped-def]
     for i in range(a.size):
         out[0, i] = ladd_ne(a[i], b[i], r)
@@ -180,6 +207,12 @@ def test_lane_ops_equal_the_scalar_ops(fmt):
             assert same(ne[0], out[1]), ("add_ne", f.name)
             assert same(ne[2][ok], out[3][ok]), ("mul_ne", f.name)
             assert same(ne[4], out[5]), ("div_ne", f.name)
+            if r.f32:  # the hardware-conversion forms of a float32 lane
+                _apply_ops_f32(a, b, ne)
+                assert same(ne[0], out[1]), ("add_f32", f.name)
+                assert same(ne[2][ok], out[3][ok]), ("mul_f32", f.name)
+                assert same(ne[4], out[5]), ("div_f32", f.name)
+                assert same(ne[6], out[6]), ("round_f32", f.name)
     if fmt == "float32":
         assert lane(f, 0).f32 and not lane(f, 2).f32  # the hardware-rounding form is taken here
     else:
@@ -189,26 +222,36 @@ def test_lane_ops_equal_the_scalar_ops(fmt):
 @jit
 def _fma_ne(a, b, c, out, r):  # type: ignore[no-untyped-def]
     for i in range(a.size):
-        out[i] = lfma_ne(a[i], b[i], c[i], r)
+        out[0, i] = lfma_ne(a[i], b[i], c[i], r)
+        out[1, i] = lfma_f32(a[i], b[i], c[i])
+
+
+@jit
+def _apply_round_f32(x, out):  # type: ignore[no-untyped-def]
+    for i in range(x.size):
+        out[i] = lround_f32(x[i])
 
 
 def test_lane_fma_ne_and_float32_nan_payloads():
-    """lfma_ne = round(a*b + c) once; the float32 form keeps a NaN's payload (quieted) as the general one does."""
+    """lfma_ne and lfma_f32 = round(a*b + c) once; the float32 form keeps a NaN's payload as the general one does."""
     g = np.random.default_rng(4)
     f = sf.format("float32")
     r = lane(f, 0)
     a = sf.round(g.standard_normal(4000) * 2.0 ** g.integers(-70, 70, 4000), "fp32")
     b = sf.round(g.standard_normal(4000), "fp32")
     c = -a * b * (1 + 2.0**-30) + g.standard_normal(4000) * 2.0**-60  # cancellation down to the last bits
-    out = np.empty(4000)
+    out = np.empty((2, 4000))
     _fma_ne(a, b, c, out, r)
     exact = np.array(
         [float(sf.round(Fraction(x) * Fraction(y) + Fraction(z), f)) for x, y, z in zip(a, b, c, strict=True)]
     )
-    assert np.array_equal(out, exact)
+    assert np.array_equal(out[0], exact)
+    assert np.array_equal(out[1], exact)
     nan = np.array([0x7FF8000000000123, 0xFFF8000000000456], dtype=np.uint64).view(np.float64)
     got = np.empty(2)
     _apply_round_ne(nan, got, r)
+    assert np.array_equal(got.view(np.uint64), nan.view(np.uint64))
+    _apply_round_f32(nan, got)
     assert np.array_equal(got.view(np.uint64), nan.view(np.uint64))
 
 

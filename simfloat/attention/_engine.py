@@ -18,7 +18,25 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import jit, ljit
-from simfloat._lanes import Lane, ladd, ladd_ne, ldiv, ldiv_ne, lfma, lfma_ne, lmul, lmul_ne, lround, lround_ne, pow2_of
+from simfloat._lanes import (
+    Lane,
+    ladd,
+    ladd_f32,
+    ladd_ne,
+    ldiv,
+    ldiv_f32,
+    ldiv_ne,
+    lfma,
+    lfma_f32,
+    lfma_ne,
+    lmul,
+    lmul_f32,
+    lmul_ne,
+    lround,
+    lround_f32,
+    lround_ne,
+    pow2_of,
+)
 from simfloat._mma import MMA, Rows, row_mma, rows_mma, rows_work, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.hardware import ex2_approx_f32, tl_sum_mma_f32
@@ -99,7 +117,10 @@ class Operands(NamedTuple):
 @jit
 def _cast(x, lo, n, r, o):
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
-    if r.fast and r.mode == 0:
+    if r.f32:
+        for j in range(lo, lo + n):
+            x[j] = lround_f32(x[j])
+    elif r.fast and r.mode == 0:
         for j in range(lo, lo + n):
             x[j] = lround_ne(x[j], r)
     elif r.fast:
@@ -113,7 +134,10 @@ def _cast(x, lo, n, r, o):
 @jit
 def _scale_by(x, n, w, r, o):
     """x[:n] = op(x[:n] * w)."""
-    if r.fast and r.mode == 0:
+    if r.f32:
+        for j in range(n):
+            x[j] = lmul_f32(x[j], w)
+    elif r.fast and r.mode == 0:
         for j in range(n):
             x[j] = lmul_ne(x[j], w, r)
     elif r.fast:
@@ -127,7 +151,10 @@ def _scale_by(x, n, w, r, o):
 @jit
 def _divide(x, n, d, r, o):
     """x[:n] = op(x[:n] / d)."""
-    if r.fast and r.mode == 0:
+    if r.f32:
+        for j in range(n):
+            x[j] = ldiv_f32(x[j], d)
+    elif r.fast and r.mode == 0:
         for j in range(n):
             x[j] = ldiv_ne(x[j], d, r)
     elif r.fast:
@@ -164,7 +191,10 @@ def _exp_of(x, n, e, r, o, tab):
     else:
         for j in range(n):
             x[j] = math.exp(x[j])
-    if r.mode == 0:  # the rounding, vectorized apart from the libm calls
+    if r.f32:  # the rounding, vectorized apart from the libm calls
+        for j in range(n):
+            x[j] = lround_f32(x[j])
+    elif r.mode == 0:
         for j in range(n):
             x[j] = lround_ne(x[j], r)
     else:
@@ -239,7 +269,10 @@ class FlashScratch(NamedTuple):
 def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
     """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
     if contract:
-        if fma_exact and r.fast and r.mode == 0:
+        if fma_exact and r.f32:
+            for jj in range(nv):
+                x[jj] = lfma_f32(s[jj], qs, -m_sub)
+        elif fma_exact and r.fast and r.mode == 0:
             for jj in range(nv):
                 x[jj] = lfma_ne(s[jj], qs, -m_sub, r)
         elif fma_exact and r.fast:
@@ -248,6 +281,9 @@ def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
         else:
             for jj in range(nv):
                 x[jj] = fma(s[jj], qs, -m_sub, o)
+    elif r.f32:
+        for jj in range(nv):
+            x[jj] = ladd_f32(lmul_f32(s[jj], qs), -m_sub)
     elif r.fast and r.mode == 0:
         for jj in range(nv):
             x[jj] = ladd_ne(lmul_ne(s[jj], qs, r), -m_sub, r)
