@@ -228,6 +228,30 @@ def ro_fold(s, e):
 
 
 @ljit
+def add_tail(a, b, s):
+    """The exact ``a + b - s`` for ``s = fl(a + b)`` (TwoSum); 0 for an infinite sum (its rounding is that of
+    inf; NaN tails are NaN anyway)."""
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return 0.0 if np.abs(s) == np.inf else e
+
+
+@ljit
+def mul_tail(a, b, p):
+    """The exact ``a * b - p`` for ``p = fl(a * b)`` (the FMA residual); 0 for infinite or zero products."""
+    e = fma64(a, b, -p)
+    return 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
+
+
+@ljit
+def div_tail(a, b, q):
+    """A value whose sign is that of ``a / b - q`` for ``q = fl(a / b)`` (the residual ``a - q*b``, exact, with
+    b's sign folded in; the quotient is never exactly half an ulp from q), 0 when q is exact or not finite."""
+    res = fma64(-q, b, a)
+    return 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
+
+
+@ljit
 def lround_exact(s, e, r):
     """The exact value ``s + e`` (``s = fl(s + e)``) rounded once: round_exact(s, sticky(s, e), ...)."""
     if r.native:
@@ -239,19 +263,14 @@ def lround_exact(s, e, r):
 def ladd(a, b, r):
     """round(a + b), one rounding (TwoSum)."""
     s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    e = 0.0 if np.abs(s) == np.inf else e  # an infinite sum: the rounding of inf (NaN tails are NaN anyway)
-    return lround_exact(s, e, r)
+    return lround_exact(s, add_tail(a, b, s), r)
 
 
 @ljit
 def lmul(a, b, r):
     """round(a * b), one rounding (the FMA residual is the product's exact tail)."""
     p = a * b
-    e = fma64(a, b, -p)
-    e = 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
-    return lround_exact(p, e, r)
+    return lround_exact(p, mul_tail(a, b, p), r)
 
 
 @ljit
@@ -266,9 +285,7 @@ def ldiv(a, b, r):
     """round(a / b): the sign of the exact residual ``a - q*b`` says on which side of ``q`` the quotient lies
     (never exactly half an ulp away)."""
     q = a / b
-    res = fma64(-q, b, a)
-    e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
-    return lround_exact(q, e, r)
+    return lround_exact(q, div_tail(a, b, q), r)
 
 
 # -- the same for nearest-even lanes (callers dispatch on the mode outside their loops) -------------------------
@@ -293,19 +310,14 @@ def lround_exact_f32(s, e):
 def ladd_f32(a, b):
     """:func:`ladd` for an IEEE float32 lane with nearest-even."""
     s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    e = 0.0 if np.abs(s) == np.inf else e
-    return lround_exact_f32(s, e)
+    return lround_exact_f32(s, add_tail(a, b, s))
 
 
 @ljit
 def lmul_f32(a, b):
     """:func:`lmul` for an IEEE float32 lane with nearest-even."""
     p = a * b
-    e = fma64(a, b, -p)
-    e = 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
-    return lround_exact_f32(p, e)
+    return lround_exact_f32(p, mul_tail(a, b, p))
 
 
 @ljit
@@ -318,9 +330,7 @@ def lfma_f32(a, b, c):
 def ldiv_f32(a, b):
     """:func:`ldiv` for an IEEE float32 lane with nearest-even."""
     q = a / b
-    res = fma64(-q, b, a)
-    e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
-    return lround_exact_f32(q, e)
+    return lround_exact_f32(q, div_tail(a, b, q))
 
 
 @ljit
@@ -335,19 +345,14 @@ def lround_exact_ne(s, e, r):
 def ladd_ne(a, b, r):
     """:func:`ladd` for a nearest-even lane."""
     s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    e = 0.0 if np.abs(s) == np.inf else e
-    return lround_exact_ne(s, e, r)
+    return lround_exact_ne(s, add_tail(a, b, s), r)
 
 
 @ljit
 def lmul_ne(a, b, r):
     """:func:`lmul` for a nearest-even lane."""
     p = a * b
-    e = fma64(a, b, -p)
-    e = 0.0 if (np.abs(p) == np.inf) | (p == 0.0) else e
-    return lround_exact_ne(p, e, r)
+    return lround_exact_ne(p, mul_tail(a, b, p), r)
 
 
 @ljit
@@ -360,6 +365,4 @@ def lfma_ne(a, b, c, r):
 def ldiv_ne(a, b, r):
     """:func:`ldiv` for a nearest-even lane."""
     q = a / b
-    res = fma64(-q, b, a)
-    e = 0.0 if (res == 0.0) | (np.abs(q) == np.inf) | (q == 0.0) | (q != q) else (res if b > 0.0 else -res)
-    return lround_exact_ne(q, e, r)
+    return lround_exact_ne(q, div_tail(a, b, q), r)

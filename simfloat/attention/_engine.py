@@ -41,7 +41,7 @@ from simfloat._mma import MMA, Rows, row_mma, rows_mma, rows_work, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.hardware import ex2_approx_f32, tl_sum_mma_f32
 
-__all__ = ["KEY_CHUNK", "Engine", "Lanes", "Operands", "baseline_units", "flash_units"]
+__all__ = ["KEY_CHUNK", "Engine", "Lanes", "Operands", "baseline_units", "flash_units", "row_keys", "tile_span"]
 
 _NINF = -np.inf
 
@@ -380,6 +380,22 @@ def _flash_row(r, nv, eng, sc):
     sc.l_new[r] = l_new
 
 
+@ljit
+def tile_span(jt, r1, bn, seq_k, causal):
+    """Key tile jt of a q tile whose rows end at r1: its first key j0, its end jv, and how many of its keys the
+    tile's last (widest) row sees."""
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    top = min(jv, r1) if causal else jv
+    return j0, jv, max(0, top - j0)
+
+
+@ljit
+def row_keys(i, j0, jv, causal):
+    """How many keys of [j0, jv) query row i sees."""
+    return max(0, (min(jv, i + 1) if causal else jv) - j0)
+
+
 @jit
 def _flash_tile(b, r0, r1, jt, xs, eng, sc):
     """T2..T14 for the rows [r0, r1) of a q tile of lead b against key tile jt: their scores in one call of the
@@ -391,19 +407,14 @@ def _flash_tile(b, r0, r1, jt, xs, eng, sc):
     dv = xs.v.shape[2]
     g = r1 - r0
     tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
-    j0 = jt * bn
-    jv = min(j0 + bn, seq_k)
-    top = min(jv, r1) if eng.causal else jv  # keys seen by the tile's last (widest) row
-    n_top = max(0, top - j0)
+    j0, jv, n_top = tile_span(jt, r1, bn, seq_k, eng.causal)
     s = sc.s
     for r in range(g):  # T2, T3: the scores of the keys the rows may see
         for jj in range(n_top):
             s[r, jj] = 0.0
     rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], xs.kt32[tile], s, g, n_top, eng.qk, sc.rs)
     for r in range(g):
-        i = r0 + r
-        nv = max(0, (min(jv, i + 1) if eng.causal else jv) - j0)
-        _flash_row(r, nv, eng, sc)
+        _flash_row(r, row_keys(r0 + r, j0, jv, eng.causal), eng, sc)
     src = sc.pin if eng.pv.in_round else sc.p
     rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], sc.acc, g, dv, eng.pv, sc.rs)  # T13
     if pp.per_step:

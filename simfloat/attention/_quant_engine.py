@@ -23,7 +23,18 @@ import numpy as np
 from simfloat._jit import jit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
 from simfloat._mma import MMA, Rows, rows_mma, rows_work
-from simfloat.attention._engine import _cast, _divide, _exp_of, _row_max, _scale_by, _scaled, _seq_sum, _weights_of
+from simfloat.attention._engine import (
+    _cast,
+    _divide,
+    _exp_of,
+    _row_max,
+    _scale_by,
+    _scaled,
+    _seq_sum,
+    _weights_of,
+    row_keys,
+    tile_span,
+)
 from simfloat.attention._kernels import add, div, exp, exp2, fma, fmax, mul, rnd, sub
 
 __all__ = ["QEngine", "QLanes", "QOperands", "quant_units"]
@@ -316,10 +327,7 @@ def _quant_tile(b, r0, r1, jt, xs, eng, sc):
     dv = xs.v.shape[2]
     g = r1 - r0
     tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
-    j0 = jt * bn
-    jv = min(j0 + bn, seq_k)
-    top = min(jv, r1) if eng.causal else jv  # keys seen by the tile's last (widest) row
-    n_top = max(0, top - j0)
+    j0, jv, n_top = tile_span(jt, r1, bn, seq_k, eng.causal)
     s = sc.s
     for r in range(g):
         for jj in range(n_top):
@@ -327,8 +335,7 @@ def _quant_tile(b, r0, r1, jt, xs, eng, sc):
     rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], sc.no32, s, g, n_top, eng.qk, sc.rs)
     for r in range(g):
         i = r0 + r
-        nv = max(0, (min(jv, i + 1) if eng.causal else jv) - j0)
-        _quant_row(b, i, r, nv, jt, xs, eng, sc)
+        _quant_row(b, i, r, row_keys(i, j0, jv, eng.causal), jt, xs, eng, sc)
     src = sc.pin if eng.pv.in_round else sc.pc
     if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
         rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.acc, g, dv, eng.pv, sc.rs)
