@@ -1,10 +1,12 @@
-"""The vectorized attention engine: flash (FA2 / FA1 / lazy rescaling) and baseline attention, row by row.
+"""The vectorized attention engine: flash (FA2 / FA1 / lazy rescaling), tile by tile, and baseline attention, row
+by row.
 
 Same dataflow, op for op and bit for bit, as the reference kernels (:mod:`simfloat.attention.flash`'s
 ``_tile`` and :mod:`simfloat.attention.baseline`'s ``_units``, whose docstrings list the steps T1..T14), but
-shaped so that the work vectorizes: a query row's scores against all the keys it may see are one call of the
-row kernel :func:`simfloat._mma.row_mma` (the innermost loop runs over keys), each key tile's P.V is one call
-over the head dimension, and the element-wise ops (scale, exp, the casts, rescaling, normalization) are loops
+shaped so that the work vectorizes: flash takes a q tile's rows together, their scores against a key tile are
+one call of the multi-row kernel :func:`simfloat._mma.rows_mma` (the innermost loop runs over keys) and their
+P.V one call over the head dimension; the baseline's rows call :func:`simfloat._mma.row_mma`; the element-wise
+ops (scale, exp, the casts, rescaling, normalization) are loops
 of the branch-free lane functions of :mod:`simfloat._lanes`. Ops whose format or mode has no lane form take the
 reference's scalar ops in the same loops. Running state (m_i, l_i, alpha) and the sequential row sum stay
 scalar, as in the kernel.
