@@ -10,8 +10,12 @@ on the way; other rows go to ``dot_acc`` whole.
 * Block FMA (tensor cores): per block of k, the alignment exponent of every output (the largest exponent among
   the incoming accumulator and the block's products, a product counting with its own exponent or with the sum
   of its operands' exponents) is found first; then each term, scaled exactly by ``2**-(emax - F)``, is truncated
-  toward zero by the float-to-int conversion and summed in int64; the sum is scaled back (exact) and rounded into
-  the accumulator format by :func:`simfloat._lanes.lround`.
+  toward zero and summed exactly; the sum is scaled back (exact) and rounded into the accumulator format by
+  :func:`simfloat._lanes.lround`. Two forms give these bits: float64 (terms truncated by ``trunc``, summed as
+  integers held in float64) and, where the operands allow, float32 (twice the lanes per vector): operands of at
+  most 12 significant bits, shifted by powers of two so that every weight, product and term scale is a normal
+  float32 (:func:`operand32` for B once per call, ``_shift32`` per row), terms truncated by the conversion to
+  int32 and summed in int32 (a block's sum fits: ``MMA.sums32``); the accumulator's own term stays float64.
 * Sequential: one exact ``c + a*b`` per step (products exact in float64, or rounded first into the product
   format), rounded once by :func:`simfloat._lanes.ladd`.
 * Chunked: each chunk from zero with the inner model, then ``round(c + part)`` into the outer format.
@@ -24,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import fma32, fma64, jit, ljit
+from simfloat._jit import bits_f64, f64_bits, fma32, fma64, jit, ljit
 from simfloat._lanes import Lane, ladd, lane, lround, lround_ne, lround_rz, pow2_of, recip_pow2
 from simfloat._parallel import run_rows
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
@@ -39,6 +43,7 @@ __all__ = [
     "matmul_rows",
     "mma",
     "narrow",
+    "operand32",
     "operand_powers",
     "round_operands",
     "row_mma",
@@ -83,6 +88,9 @@ class MMA(NamedTuple):
     plain_sum: bool  # products rounded into the accumulator's own format, nearest rounding, <= 24 fraction bits
     acc_lo: float  # 2**acc_emin: the least weight a nonzero accumulator counts with (0: none)
     zero_w: float  # 2**zero_exp: the weight a zero accumulator counts with (0: none)
+    sums32: bool  # block FMA, exponent-sum alignment, a block's truncated terms sum exactly in int32
+    b_shift: float  # 2**sigma: the block float32 form's B operand is B * b_shift (0: none prepared; see block32)
+    b_lo: float  # the least weight 2**floor(log2 |b|) of its nonzero values, after the shift
 
 
 class Work(NamedTuple):
@@ -95,13 +103,26 @@ class Work(NamedTuple):
     c0: np.ndarray  # the incoming accumulator
     part: np.ndarray  # chunk results
     c32: np.ndarray  # float32 accumulators of the float32 FMA loop
+    em32: np.ndarray  # float32 block form: the largest product weight (float32, shifted)
+    s32: np.ndarray  # float32 block form: the term scale (float32, shifted)
+    t32: np.ndarray  # float32 block form: the block's truncated terms (int32)
 
 
 @jit
 def work(n):
     """Scratch for rows of up to ``n`` outputs."""
+    f32 = np.float32
     return Work(
-        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=np.float32)
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n),
+        np.empty(n, dtype=f32),
+        np.empty(n, dtype=f32),
+        np.empty(n, dtype=f32),
+        np.empty(n, dtype=np.int32),
     )
 
 
@@ -184,6 +205,9 @@ def mma(model: Model) -> MMA:
         bool(plain),
         float(2.0**ap.acc_emin) if ap.acc_emin > -1074 else 0.0,
         float(2.0**ap.zero_exp) if ap.zero_exp > -1074 else 0.0,
+        bool(kind == K_BLOCK and align_sum and blk * (2 ** (frac + 2) - 1) <= 2**31 - 1),
+        0.0,
+        0.0,
     )
 
 
@@ -393,7 +417,7 @@ def _scales(c, n, mp, w):
         tot[j] = np.trunc(c[j] * s) + 0.0
 
 
-@jit
+@ljit
 def _normalize(c, n, r, w):
     """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
     dispatched here, outside the loop)."""
@@ -454,6 +478,209 @@ def _block_row(a, ea, B, EB, c, n, k0, k1, mp, w):
         hi = min(k1, lo + mp.block)
         _block_step(a, ea, B, EB, c, n, lo, hi, mp, w)
         lo = hi
+
+
+_F32_LO = 2.0**-126  # float32's least normal magnitude
+_B32_TOP = 2.0**100  # the block float32 form shifts B so that its largest weight is this
+
+
+@ljit
+def _raise32(m, x):
+    """:func:`_raise` in float32."""
+    return x if x > m else m + np.float32(0.0)
+
+
+_LOW41 = np.uint64((1 << 41) - 1)  # a float64's fraction bits below its 11 leading ones
+_EXP_BITS = np.uint64(0x7FF << 52)  # a float64's exponent field (inf's bits: the least weight of no value)
+
+
+@ljit
+def _span32(x, ex, kk):
+    """For the block float32 form: (the largest weight in ``ex[:kk]``, the least weight 2**floor(log2 |x|) of a
+    nonzero ``x[:kk]`` (inf if none), whether every value has at most 12 significant bits, so that a product of
+    two is exact in float32). Values are zero or normal float64 (tame); the reductions run on the bits (integer
+    max, min and or vectorize, float ones do not without fastmath)."""
+    hi = np.uint64(0)
+    lo = _EXP_BITS
+    low = np.uint64(0)
+    for k in range(kk):
+        bx = f64_bits(x[k])
+        pb = bx & _EXP_BITS
+        hi = max(hi, f64_bits(ex[k]))
+        lo = min(lo, pb if pb != 0 else _EXP_BITS)
+        low |= bx & _LOW41
+    return bits_f64(hi), bits_f64(lo), low == 0
+
+
+@ljit
+def _shift32(a, ea, kk, mp):
+    """The power of two a row ``a`` is scaled by in the block float32 form (its largest weight becomes 1), or 0
+    when the form does not apply to it: values with over 12 significant bits, or a nonzero product that would
+    not be a normal float32, or whose block's term scale 2**F / emax would pass 2**126, or a weight below
+    float32's normal range. With B shifted by ``mp.b_shift`` (largest weight 2**100), every product is below
+    2**102 and every weight and product is exact in float32."""
+    hi, lo, ok = _span32(a, ea, kk)
+    if not ok:
+        return 0.0
+    if hi == 0.0:
+        return 1.0
+    sh = recip_pow2(hi)
+    need = max(_F32_LO, mp.two_f * 2.0**-126)
+    if lo * sh < _F32_LO or lo * sh * mp.b_lo < need:
+        return 0.0
+    return sh
+
+
+@ljit
+def _load32(a, ea, sh, a32, e32, kk):
+    for k in range(kk):
+        a32[k] = np.float32(a[k] * sh)
+        e32[k] = np.float32(ea[k] * sh)
+
+
+@ljit
+def _weights32(e, EB, em, lo, hi, n):
+    """:func:`_weights` (exponent-sum alignment) in float32 on shifted weights."""
+    k = lo
+    while k + 4 <= hi:
+        e0, e1, e2, e3 = e[k], e[k + 1], e[k + 2], e[k + 3]
+        r0, r1, r2, r3 = EB[k], EB[k + 1], EB[k + 2], EB[k + 3]
+        for j in range(n):
+            em[j] = _raise32(em[j], max(max(e0 * r0[j], e1 * r1[j]), max(e2 * r2[j], e3 * r3[j])))
+        k += 4
+    while k < hi:
+        e0, r0 = e[k], EB[k]
+        for j in range(n):
+            em[j] = _raise32(em[j], e0 * r0[j])
+        k += 1
+
+
+@ljit
+def _weights32_2(e, e2, EB, em, em2, lo, hi, n):
+    """:func:`_weights32` for two rows (each load of EB serves both)."""
+    k = lo
+    while k + 4 <= hi:
+        e0, e1, e2_, e3 = e[k], e[k + 1], e[k + 2], e[k + 3]
+        f0, f1, f2, f3 = e2[k], e2[k + 1], e2[k + 2], e2[k + 3]
+        r0, r1, r2, r3 = EB[k], EB[k + 1], EB[k + 2], EB[k + 3]
+        for j in range(n):
+            x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+            em[j] = _raise32(em[j], max(max(e0 * x0, e1 * x1), max(e2_ * x2, e3 * x3)))
+            em2[j] = _raise32(em2[j], max(max(f0 * x0, f1 * x1), max(f2 * x2, f3 * x3)))
+        k += 4
+    while k < hi:
+        e0, f0, r0 = e[k], e2[k], EB[k]
+        for j in range(n):
+            em[j] = _raise32(em[j], e0 * r0[j])
+            em2[j] = _raise32(em2[j], f0 * r0[j])
+        k += 1
+
+
+@ljit
+def _terms32(a, B, s, t, lo, hi, n):
+    """:func:`_terms` in float32: each product (exact) times its scale (exact: a power of two, no overflow, a
+    normal product) truncated toward zero by the conversion to int32, summed in int32 (exact: ``mp.sums32``)."""
+    k = lo
+    while k + 4 <= hi:
+        a0, a1, a2, a3 = a[k], a[k + 1], a[k + 2], a[k + 3]
+        r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+        for j in range(n):
+            sj = s[j]
+            t01 = np.int32((a0 * r0[j]) * sj) + np.int32((a1 * r1[j]) * sj)
+            t23 = np.int32((a2 * r2[j]) * sj) + np.int32((a3 * r3[j]) * sj)
+            t[j] += t01 + t23
+        k += 4
+    while k < hi:
+        a0, r0 = a[k], B[k]
+        for j in range(n):
+            t[j] += np.int32((a0 * r0[j]) * s[j])
+        k += 1
+
+
+@ljit
+def _terms32_2(a, a2, B, s, s2, t, t2, lo, hi, n):
+    """:func:`_terms32` for two rows (each load of B serves both)."""
+    k = lo
+    while k + 4 <= hi:
+        a0, a1, a2_, a3 = a[k], a[k + 1], a[k + 2], a[k + 3]
+        b0, b1, b2, b3 = a2[k], a2[k + 1], a2[k + 2], a2[k + 3]
+        r0, r1, r2, r3 = B[k], B[k + 1], B[k + 2], B[k + 3]
+        for j in range(n):
+            x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+            sj, sj2 = s[j], s2[j]
+            t[j] += (np.int32((a0 * x0) * sj) + np.int32((a1 * x1) * sj)) + (
+                np.int32((a2_ * x2) * sj) + np.int32((a3 * x3) * sj)
+            )
+            t2[j] += (np.int32((b0 * x0) * sj2) + np.int32((b1 * x1) * sj2)) + (
+                np.int32((b2 * x2) * sj2) + np.int32((b3 * x3) * sj2)
+            )
+        k += 4
+    while k < hi:
+        a0, b0, r0 = a[k], a2[k], B[k]
+        for j in range(n):
+            x0 = r0[j]
+            t[j] += np.int32((a0 * x0) * s[j])
+            t2[j] += np.int32((b0 * x0) * s2[j])
+        k += 1
+
+
+@ljit
+def _scales32(c, n, mp, w, sh):
+    """:func:`_scales` for the float32 form of a row shifted by ``sh`` (its products by ``sh * mp.b_shift``):
+    the alignment weight from the accumulator's (float64) and the shifted products' largest (``w.em32``), the
+    term scale both in float64 and shifted into float32 (0 where it would pass 2**126: then every product of
+    the block is zero), the accumulator's own term; the int32 term sums ``w.t32`` cleared."""
+    em32, s32, t32, back, tot = w.em32, w.s32, w.t32, w.back, w.tot
+    shift = sh * mp.b_shift
+    inv = 1.0 / shift
+    two_f = mp.two_f
+    inv_f = 1.0 / two_f
+    for j in range(n):
+        e = max(_acc_weight(c[j], mp), np.float64(em32[j]) * inv)
+        s = two_f * recip_pow2(e) if e != 0.0 else 0.0
+        back[j] = e * inv_f
+        tot[j] = np.trunc(c[j] * s) + 0.0
+        v = s * inv
+        s32[j] = np.float32(v if v <= 2.0**126 else 0.0)
+        t32[j] = 0
+
+
+@ljit
+def _sum32(n, w):
+    tot, t32 = w.tot, w.t32
+    for j in range(n):
+        tot[j] += np.float64(t32[j])
+
+
+@ljit
+def _block_step32(a, e, sh, B32, EB32, c, n, lo, hi, mp, w):
+    """:func:`_block_step` in the float32 form: ``a``, ``e`` the row's values and weights shifted by ``sh``
+    (float32), ``B32``, ``EB32`` B's shifted by ``mp.b_shift``; the same bits."""
+    em = w.em32
+    for j in range(n):
+        em[j] = np.float32(0.0)
+    _weights32(e, EB32, em, lo, hi, n)
+    _scales32(c, n, mp, w, sh)
+    _terms32(a, B32, w.s32, w.t32, lo, hi, n)
+    _sum32(n, w)
+    _normalize(c, n, mp.acc, w)
+
+
+@ljit
+def _block_step32_2(a, e, sh, a2, e2, sh2, B32, EB32, c, c2, n, lo, hi, mp, w, w2):
+    """:func:`_block_step32` for two rows, the same bits as two calls."""
+    em, em2 = w.em32, w2.em32
+    for j in range(n):
+        em[j] = np.float32(0.0)
+        em2[j] = np.float32(0.0)
+    _weights32_2(e, e2, EB32, em, em2, lo, hi, n)
+    _scales32(c, n, mp, w, sh)
+    _scales32(c2, n, mp, w2, sh2)
+    _terms32_2(a, a2, B32, w.s32, w2.s32, w.t32, w2.t32, lo, hi, n)
+    _sum32(n, w)
+    _sum32(n, w2)
+    _normalize(c, n, mp.acc, w)
+    _normalize(c2, n, mp.acc, w2)
 
 
 @jit
@@ -742,11 +969,13 @@ _GROUP = 16  # rows of a that meet each block of k in turn: the block's rows of 
 
 
 @jit
-def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):
+def _block_rows(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
     """:func:`row_mma` for every row of ``a`` (g, K) into ``out`` (g, >= n) under an unchunked fast block-FMA
     model, block of k by block: each block of B is read by all g rows while it is in cache (a row's outputs
     depend only on its own steps, taken in the same order, so the bits are those of row_mma). ``c0`` (g, >= n)
-    ``live`` and ``idx`` (g,) are scratch; rows are taken two at a time (:func:`_block_step2`)."""
+    ``live`` and ``idx`` (g,) are scratch; rows are taken two at a time (:func:`_block_step2`). Where ``B32``,
+    ``EB32`` hold B and its weights in the float32 form (:func:`block32`), rows it applies to
+    (:func:`_shift32`) take the float32 steps (:func:`_block_step32_2`), the others the float64 ones."""
     g, kk = a.shape[0], a.shape[1]
     for i in range(g):
         ci = out[i]
@@ -756,18 +985,38 @@ def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):
         if not live[i]:
             for j in range(n):  # weights beyond 2**+-450 (or inf/NaN, float64 subnormals): the reference path
                 ci[j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
-    nl = 0
+    use32 = mp.sums32 and mp.b_shift > 0.0 and B32.shape[0] == kk
+    sh = np.zeros(g)
+    a32 = np.empty((g, kk if use32 else 0), dtype=np.float32)
+    e32 = np.empty((g, kk if use32 else 0), dtype=np.float32)
+    n32 = 0
+    for i in range(g):  # the float32 rows first (idx[:n32]), then the float64 ones
+        if live[i] and use32:
+            sh[i] = _shift32(a[i], ea[i], kk, mp)
+            if sh[i] > 0.0:
+                _load32(a[i], ea[i], sh[i], a32[n32], e32[n32], kk)
+                idx[n32] = i
+                n32 += 1
+    nl = n32
     for i in range(g):
-        if live[i]:
+        if live[i] and sh[i] == 0.0:
             idx[nl] = i
             nl += 1
     lo = 0
     while lo < kk:
         hi = min(kk, lo + mp.block)
-        for t in range(0, nl - 1, 2):
+        for t in range(0, n32 - 1, 2):
+            i, i2 = idx[t], idx[t + 1]
+            _block_step32_2(
+                a32[t], e32[t], sh[i], a32[t + 1], e32[t + 1], sh[i2], B32, EB32, out[i], out[i2], n, lo, hi, mp, w, w2
+            )
+        if n32 % 2 == 1:
+            i = idx[n32 - 1]
+            _block_step32(a32[n32 - 1], e32[n32 - 1], sh[i], B32, EB32, out[i], n, lo, hi, mp, w)
+        for t in range(n32, nl - 1, 2):
             i, i2 = idx[t], idx[t + 1]
             _block_step2(a[i], ea[i], a[i2], ea[i2], B, EB, out[i], out[i2], n, lo, hi, mp, w, w2)
-        if nl % 2 == 1:
+        if (nl - n32) % 2 == 1:
             i = idx[nl - 1]
             _block_step(a[i], ea[i], B, EB, out[i], n, lo, hi, mp, w)
         lo = hi
@@ -779,19 +1028,20 @@ def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live, idx):
 
 
 @jit
-def rows_mma(a, ea, B, EB, B32, c, g, n, mp, rs):
+def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
     """:func:`row_mma` for the rows ``a[:g]`` into ``c[:g]`` (the same bits, row by row), with each load of ``B``
-    serving several rows: unchunked fast block FMA rows meet each block of k in turn (:func:`_block_rows`); the
-    float64 loops run four rows at a time; so does the float32 FMA loop, on ``B32``, ``B``'s values as float32
-    (pass an empty array when ``B`` was not converted: the rows then go to :func:`row_mma`).
+    serving several rows: unchunked fast block FMA rows meet each block of k in turn (:func:`_block_rows`, in
+    the float32 form where ``B32``, ``EB32`` hold it: :func:`block32`); the float64 loops run four rows at a
+    time; so does the float32 FMA loop, on ``B32``, ``B``'s values as float32 (:func:`operand32`). Pass
+    empty arrays for a B that was not converted: the rows then take the float64 forms.
 
     Args:
-        a: (>= g, K) operand rows; ea: their weights. B: (K, >= n), EB: its weights; B32: (K, >= n) float32
-            or empty. c: (>= g, >= n) incoming accumulators, overwritten. mp: :class:`MMA`. rs: :class:`Rows`
-            of at least g rows and n outputs.
+        a: (>= g, K) operand rows; ea: their weights. B: (K, >= n), EB: its weights; B32, EB32: (K, >= n)
+            float32 or empty. c: (>= g, >= n) incoming accumulators, overwritten. mp: :class:`MMA`.
+            rs: :class:`Rows` of at least g rows and n outputs.
     """
     if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
-        _block_rows(a[:g], ea[:g], B, EB, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
+        _block_rows(a[:g], ea[:g], B, EB, B32, EB32, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
         return
     if mp.fast and (mp.native == N_FMA64 or mp.native == N_MULADD64) and mp.chunk == 0:
         _f64_rows(a, B, c, g, n, mp, rs.w)
@@ -807,38 +1057,47 @@ def rows_mma(a, ea, B, EB, B32, c, g, n, mp, rs):
 
 
 @jit
-def _mm_units(lo, hi, a, ea, b, eb, b32, out, mp):
+def _mm_units(lo, hi, a, ea, b, eb, b32, eb32, out, mp):
     m, n = a.shape[1], b.shape[2]
-    w = work(n)
-    f64 = mp.fast and mp.chunk == 0 and (mp.native == N_FMA64 or mp.native == N_MULADD64)
-    if b32.shape[0] > 0 or f64:  # the float32 FMA loop or the float64 ones, rows in groups (rows_mma)
-        rs = rows_work(_GROUP, n)
+    f64 = mp.native == N_FMA64 or mp.native == N_MULADD64
+    if mp.fast and mp.chunk == 0 and (mp.kind == K_BLOCK or f64 or b32.shape[1] > 0):
+        rs = rows_work(_GROUP, n)  # rows in groups (rows_mma)
         r = lo
         while r < hi:
             bi = r // m
             i = r - bi * m
             g = min(hi - r, m - i, _GROUP)  # rows of one batch entry
-            rows_mma(a[bi, i : i + g], ea[bi, i : i + g], b[bi], eb[bi], b32[bi], out[bi, i : i + g], g, n, mp, rs)
-            r += g
-        return
-    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
-        c0 = np.empty((_GROUP, n))
-        live = np.zeros(_GROUP, dtype=np.bool_)
-        idx = np.zeros(_GROUP, dtype=np.int64)
-        w2 = work(n)
-        r = lo
-        while r < hi:
-            bi = r // m
-            i = r - bi * m
-            g = min(hi - r, m - i, _GROUP)  # rows of one batch entry
-            _block_rows(
-                a[bi, i : i + g], ea[bi, i : i + g], b[bi], eb[bi], out[bi, i : i + g], n, mp, w, w2, c0, live, idx
+            rows_mma(
+                a[bi, i : i + g], ea[bi, i : i + g], b[bi], eb[bi], b32[bi], eb32[bi], out[bi, i : i + g], g, n, mp, rs
             )
             r += g
         return
+    w = work(n)
     for r in range(lo, hi):
         bi = r // m
         row_mma(a[bi, r - bi * m], ea[bi, r - bi * m], b[bi], eb[bi], out[bi, r - bi * m], n, mp, w)
+
+
+def operand32(mp: MMA, b: np.ndarray, eb: np.ndarray) -> tuple[MMA, np.ndarray, np.ndarray]:
+    """The float32 forms of the B operands ``b`` (L, K, N) with weights ``eb`` for :func:`rows_mma`, and the
+    record that goes with them: for the float32 FMA loop, ``b`` as float32 (its values are float32 values:
+    :func:`for_operands` checked); for block FMA whose block sums fit int32 (``mp.sums32``), ``b`` and ``eb``
+    shifted by a power of two (largest weight 2**100, recorded as ``b_shift`` with the least nonzero weight
+    ``b_lo``) when every value has at most 12 significant bits and the shifted ones stay normal float32.
+    Otherwise (L, 0, 0) arrays: the float64 forms apply."""
+    empty = np.zeros((b.shape[0], 0, 0), dtype=np.float32)
+    if not (mp.fast and mp.chunk == 0) or b.size == 0:
+        return mp, empty, empty
+    if mp.native == N_FMA32:
+        return mp, b.astype(np.float32), empty
+    if not (mp.kind == K_BLOCK and mp.sums32 and mp.tame):
+        return mp, empty, empty
+    hi, lo, ok = _span32(np.ascontiguousarray(b).reshape(-1), np.ascontiguousarray(eb).reshape(-1), b.size)
+    shift = _B32_TOP / hi if hi > 0.0 else 1.0
+    if not ok or lo * shift < _F32_LO:
+        return mp, empty, empty
+    b32 = (b * shift).astype(np.float32)
+    return mp._replace(b_shift=float(shift), b_lo=float(lo * shift)), b32, (eb * shift).astype(np.float32)
 
 
 def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.ndarray:
@@ -851,10 +1110,9 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     operand_powers(ai.reshape(-1), ea.reshape(-1), mp.opnd_emin)
     operand_powers(bi.reshape(-1), eb.reshape(-1), mp.opnd_emin)
     out = np.array(c, dtype=np.float64, copy=True)
-    fma32 = mp.fast and mp.native == N_FMA32 and mp.chunk == 0
-    b32 = bi.astype(np.float32) if fma32 else np.zeros((0, 0, 0), dtype=np.float32)
+    mp, b32, eb32 = operand32(mp, bi, eb)
     if out.shape[0] * out.shape[1] > 0:
-        run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, b32, out, mp)
+        run_rows(_mm_units, out.shape[0] * out.shape[1], ai, ea, bi, eb, b32, eb32, out, mp)
     return out
 
 
@@ -893,7 +1151,8 @@ def scaled_rows(
     eb *= _scale_weights(np.ascontiguousarray(sb).reshape(-1), ap.scale_emin).reshape(eb.shape)
     out = np.array(c, dtype=np.float64, copy=True)[None]
     if out.size:
-        run_rows(_mm_units, out.shape[1], ai, ea, bi, eb, np.zeros((0, 0, 0), dtype=np.float32), out, mp)
+        none = np.zeros((1, 0, 0), dtype=np.float32)  # the block-scaled products: the float64 forms
+        run_rows(_mm_units, out.shape[1], ai, ea, bi, eb, none, none, out, mp)
     return out[0]
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from simfloat._lanes import Lane, lane
-from simfloat._mma import MMA, N_FMA32, N_NONE, for_operands, mma, operand_powers, round_operands
+from simfloat._mma import MMA, N_FMA32, N_NONE, for_operands, mma, operand32, operand_powers, round_operands
 from simfloat.accumulate import Chunked, Model, Sequential
 from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
 from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
@@ -103,9 +103,10 @@ def engine(
     width = bn if bn else KEY_CHUNK
     kt = _tiles(ki.transpose(0, 2, 1), width)  # (L * tiles, D, width): K^T tile by tile
     vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
-    xs = Operands(
-        qi, _weights(qi, mqk), kt, _weights(kt, mqk), vt, _weights(vt, mpv), _as32(kt, mqk, bn), _as32(vt, mpv, bn)
-    )
+    ekt, ev = _weights(kt, mqk), _weights(vt, mpv)
+    mqk, kt32, ekt32 = _as32(mqk, kt, ekt, bn)
+    mpv, v32, ev32 = _as32(mpv, vt, ev, bn)
+    xs = Operands(qi, _weights(qi, mqk), kt, ekt, vt, ev, kt32, ekt32, v32, ev32)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     li = _sum_inner(pl)
     l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and within_float32(pl.exp.fmt)
@@ -113,13 +114,14 @@ def engine(
     return eng, xs
 
 
-def _as32(x: np.ndarray, mp: MMA, bn: int) -> np.ndarray:
-    """The flash tiles ``x`` as float32 when their dot is the float32 FMA loop (whose operands are float32
-    values: :func:`simfloat._mma.for_operands` checked), for the multi-row kernel; else one empty matrix per
-    tile."""
-    if bn and mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
-        return x.astype(np.float32)
-    return np.zeros((x.shape[0], 0, 0), dtype=np.float32)
+def _as32(mp: MMA, x: np.ndarray, ex: np.ndarray, bn: int) -> tuple[MMA, np.ndarray, np.ndarray]:
+    """The flash tiles ``x`` (weights ``ex``) in the float32 forms of their dot for the multi-row kernel, and
+    the record that goes with them (:func:`simfloat._mma.operand32`); one empty matrix per tile for the
+    baseline (``bn == 0``) or where no float32 form applies."""
+    if bn:
+        return operand32(mp, x, ex)
+    empty = np.zeros((x.shape[0], 0, 0), dtype=np.float32)
+    return mp, empty, empty
 
 
 def _sum_inner(pl: Plan) -> Sequential:

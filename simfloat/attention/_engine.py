@@ -99,8 +99,8 @@ class Operands(NamedTuple):
         kt: (L * n_tiles, D, bn) keys, transposed tile by tile (contiguous along the keys, zero-padded).
             ekt: their weights.
         v: flash: (L * n_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
-        kt32, v32: ``kt`` and ``v`` as float32 where the dot is the float32 FMA loop on float32 values (flash);
-            else empty.
+        kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
+            (:func:`simfloat._mma.operand32`; flash); else one empty matrix per tile.
     """
 
     q: np.ndarray
@@ -110,7 +110,9 @@ class Operands(NamedTuple):
     v: np.ndarray
     ev: np.ndarray
     kt32: np.ndarray
+    ekt32: np.ndarray
     v32: np.ndarray
+    ev32: np.ndarray
 
 
 # -- element-wise ops over a row segment ---------------------------------------------------------------------
@@ -414,11 +416,12 @@ def _flash_tile(b, r0, r1, jt, xs, eng, sc):
     for r in range(g):  # T2, T3: the scores of the keys the rows may see
         for jj in range(n_top):
             s[r, jj] = 0.0
-    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], xs.kt32[tile], s, g, n_top, eng.qk, sc.rs)
+    kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
+    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)
     for r in range(g):
         _flash_row(r, row_keys(r0 + r, j0, jv, eng.causal), eng, sc)
     src = sc.pin if eng.pv.in_round else sc.p
-    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], sc.acc, g, dv, eng.pv, sc.rs)  # T13
+    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)  # T13
     if pp.per_step:
         for r in range(g):
             l_new = sc.l_new[r]

@@ -332,19 +332,19 @@ def _quant_tile(b, r0, r1, jt, xs, eng, sc):
     for r in range(g):
         for jj in range(n_top):
             s[r, jj] = 0.0
-    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], sc.no32, s, g, n_top, eng.qk, sc.rs)
+    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], sc.no32, sc.no32, s, g, n_top, eng.qk, sc.rs)
     for r in range(g):
         i = r0 + r
         _quant_row(b, i, r, row_keys(i, j0, jv, eng.causal), jt, xs, eng, sc)
     src = sc.pin if eng.pv.in_round else sc.pc
     if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
-        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.acc, g, dv, eng.pv, sc.rs)
+        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.no32, sc.acc, g, dv, eng.pv, sc.rs)
         return
     y = sc.y
     for r in range(g):
         for d in range(dv):
             y[r, d] = 0.0
-    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, y, g, dv, eng.pv, sc.rs)
+    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.no32, y, g, dv, eng.pv, sc.rs)
     for r in range(g):
         _quant_update(b, r, jt, xs, eng, sc)
 
