@@ -37,6 +37,9 @@ from simfloat.rounding import mode_code, round_scalar
 
 __all__ = [
     "MMA",
+    "BStack",
+    "b_stack",
+    "tile_of",
     "Rows",
     "Work",
     "for_operands",
@@ -106,11 +109,14 @@ class Work(NamedTuple):
     em32: np.ndarray  # float32 block form: the largest product weight (float32, shifted)
     s32: np.ndarray  # float32 block form: the term scale (float32, shifted)
     t32: np.ndarray  # float32 block form: the block's truncated terms (int32)
+    a32: np.ndarray  # float32 block form of row_mma: the row's shifted values (rows of up to n elements)
+    e32: np.ndarray  # and weights
 
 
 @jit
 def work(n):
-    """Scratch for rows of up to ``n`` outputs."""
+    """Scratch for rows of up to ``n`` outputs (and, for :func:`row_mma`'s float32 block form, of up to ``n``
+    operand elements)."""
     f32 = np.float32
     return Work(
         np.empty(n),
@@ -123,6 +129,8 @@ def work(n):
         np.empty(n, dtype=f32),
         np.empty(n, dtype=f32),
         np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=f32),
+        np.empty(n, dtype=f32),
     )
 
 
@@ -280,7 +288,7 @@ def _raise(m, x):
     return x if x > m else m + 0.0
 
 
-@jit
+@ljit
 def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):
     """em[j] = max(em[j], weight of the product a[k] * B[k, j]) over k in [lo, hi); four k per pass over j."""
     k = lo
@@ -312,7 +320,7 @@ def _weights(a, ea, B, EB, em, lo, hi, n, align_sum):
             k += 1
 
 
-@jit
+@ljit
 def _terms(a, B, sc, tot, lo, hi, n):
     """tot[j] += sum over k in [lo, hi) of trunc(a[k] * B[k, j] * sc[j]): integers, so the sum is exact in any
     order; four k per pass over j."""
@@ -333,7 +341,7 @@ def _terms(a, B, sc, tot, lo, hi, n):
         k += 1
 
 
-@jit
+@ljit
 def _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, align_sum):
     """:func:`_weights` for two rows ``a``, ``a2`` at once (each load of B or EB serves both)."""
     k = lo
@@ -375,7 +383,7 @@ def _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, align_sum):
             k += 1
 
 
-@jit
+@ljit
 def _terms2(a, a2, B, sc, sc2, tot, tot2, lo, hi, n):
     """:func:`_terms` for two rows ``a``, ``a2`` at once (each load of B serves both)."""
     k = lo
@@ -402,7 +410,7 @@ def _terms2(a, a2, B, sc, sc2, tot, tot2, lo, hi, n):
         k += 1
 
 
-@jit
+@ljit
 def _scales(c, n, mp, w):
     """From the alignment weights ``w.em``: the scale 2**F / em of every term, the scale back em / 2**F, and the
     incoming accumulator's own term ``trunc(c * scale)``."""
@@ -440,7 +448,7 @@ def _acc_weight(c, mp):
     return (p if p > mp.acc_lo else mp.acc_lo) if p != 0.0 else mp.zero_w
 
 
-@jit
+@ljit
 def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     """One block-FMA step, k in [lo, hi) (at most one block), for outputs c[:n] (updated in place). Alignment
     weights are powers of two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see
@@ -454,7 +462,7 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     _normalize(c, n, mp.acc, w)
 
 
-@jit
+@ljit
 def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):
     """:func:`_block_step` for two rows (``a`` into ``c`` with scratch ``w``, ``a2`` into ``c2`` with ``w2``),
     the same bits as two calls."""
@@ -777,7 +785,7 @@ def _inner(a, ea, B, EB, c, n, k0, k1, mp, w):
 
 
 @jit
-def row_mma(a, ea, B, EB, c, n, mp, w):
+def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
     """``c[j] = model(c[j] + sum_k a[k] * B[k, j])`` for j < n, as ``dot_acc(a, B[:, j], c[j], mp.ap)``.
 
     Args:
@@ -785,9 +793,10 @@ def row_mma(a, ea, B, EB, c, n, mp, w):
         ea: (K,) alignment weights of ``a`` (:func:`operand_powers`; block FMA with exponent-sum alignment
             only, else ignored).
         B: (K, >= n) operand, C-contiguous. EB: its weights (as ``ea``).
+        B32, EB32: (K, >= n) B and its weights in the float32 block form (:func:`operand32`), or empty.
         c: (>= n,) incoming accumulator; c[:n] is overwritten with the result.
         n: number of outputs.
-        mp: :class:`MMA` record. w: :class:`Work` of width >= n.
+        mp: :class:`MMA` record. w: :class:`Work` of width >= n (and >= K for the float32 block form).
     """
     kk = a.shape[0]
     if not mp.fast:
@@ -801,7 +810,18 @@ def row_mma(a, ea, B, EB, c, n, mp, w):
         for j in range(n):  # weights beyond 2**+-450 (or inf/NaN, float64 subnormals): the reference path
             c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
         return
-    if mp.chunk == 0:
+    sh = 0.0
+    if mp.kind == K_BLOCK and mp.chunk == 0 and mp.sums32 and mp.b_shift > 0.0:
+        if B32.shape[0] == kk and w.a32.shape[0] >= kk:
+            sh = _shift32(a, ea, kk, mp)
+    if sh > 0.0:
+        _load32(a, ea, sh, w.a32, w.e32, kk)
+        lo = 0
+        while lo < kk:
+            hi = min(kk, lo + mp.block)
+            _block_step32(w.a32, w.e32, sh, B32, EB32, c, n, lo, hi, mp, w)
+            lo = hi
+    elif mp.chunk == 0:
         _inner(a, ea, B, EB, c, n, 0, kk, mp, w)
     else:
         size = mp.chunk if mp.chunk > 0 else max(1, -((-kk) // (-mp.chunk)))
@@ -819,6 +839,29 @@ def row_mma(a, ea, B, EB, c, n, mp, w):
         for j in range(n):  # an accumulator that overflowed to inf / NaN on the way: the reference path
             if c[j] - c[j] != 0.0:
                 c[j] = dot_acc(a, B[:, j], c0[j], mp.ap)
+
+
+class BStack(NamedTuple):
+    """A stack of B operands of the row kernels in the forms they read: ``x`` (T, K, N) values, ``w`` their
+    alignment weights, ``x32``, ``w32`` the float32 forms (:func:`operand32`; (T, 0, 0) where none applies)."""
+
+    x: np.ndarray
+    w: np.ndarray
+    x32: np.ndarray
+    w32: np.ndarray
+
+
+@ljit
+def tile_of(st, t):
+    """B operand ``t`` of a :class:`BStack`: (values, weights, float32 values, float32 weights)."""
+    return st.x[t], st.w[t], st.x32[t], st.w32[t]
+
+
+def b_stack(mp: MMA, x: np.ndarray, w: np.ndarray) -> tuple[MMA, BStack]:
+    """The :class:`BStack` of B operands ``x`` (T, K, N) with weights ``w``, and the record that goes with it
+    (:func:`operand32`)."""
+    mp, x32, w32 = operand32(mp, x, w)
+    return mp, BStack(x, w, x32, w32)
 
 
 class Rows(NamedTuple):
@@ -1050,10 +1093,10 @@ def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
         _fma32_rows(a, B32, c, g, n, rs)
         for i in range(g):
             if not rs.live[i]:
-                row_mma(a[i], ea[i], B, EB, c[i], n, mp, rs.w)
+                row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
         return
     for i in range(g):
-        row_mma(a[i], ea[i], B, EB, c[i], n, mp, rs.w)
+        row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
 
 
 @jit
@@ -1075,7 +1118,7 @@ def _mm_units(lo, hi, a, ea, b, eb, b32, eb32, out, mp):
     w = work(n)
     for r in range(lo, hi):
         bi = r // m
-        row_mma(a[bi, r - bi * m], ea[bi, r - bi * m], b[bi], eb[bi], out[bi, r - bi * m], n, mp, w)
+        row_mma(a[bi, r - bi * m], ea[bi, r - bi * m], b[bi], eb[bi], b32[bi], eb32[bi], out[bi, r - bi * m], n, mp, w)
 
 
 def operand32(mp: MMA, b: np.ndarray, eb: np.ndarray) -> tuple[MMA, np.ndarray, np.ndarray]:

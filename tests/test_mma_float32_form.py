@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import simfloat as sf
-from simfloat._mma import _shift32, for_operands, mma, operand32, operand_powers, round_operands
-from simfloat.accumulate import BlockFMA, matmul, tensor_core
+from simfloat._mma import _shift32, for_operands, mma, operand32, operand_powers, round_operands, row_mma, work
+from simfloat.accumulate import BlockFMA, acc_params, dot_acc, matmul, tensor_core
 
 MODELS = {
     "sm90-bf16": (tensor_core("sm90", "bf16"), "bf16"),
@@ -144,3 +144,34 @@ def test_float32_form_subnormal_operands_and_mixed_groups():
         _, rows = _forms(a, b, model)
         assert any(rows), name
         _check(a, b, c, model)
+
+
+@pytest.mark.parametrize("name", ["sm90-bf16", "sm90-e4m3", "sm80-mmasim-bf16"])
+def test_row_mma_float32_form_equals_the_float64_form_and_dot_acc(name):
+    """row_mma (the baseline's and the backward's dots) in its float32 block form, in the float64 form (no
+    float32 operands, or scratch narrower than the row), and dot_acc give the same bits."""
+    model, fmt = MODELS[name]
+    g = np.random.default_rng(11)
+    a = sf.round(g.standard_normal((7, 45)) * np.exp2(g.integers(-3, 3, (7, 45))), fmt)
+    b = sf.round(g.standard_normal((45, 13)), fmt)
+    a[2, :20] = 0.0
+    a[4, 3] = -a[4, 3] * 0.0
+    mp = for_operands(mma(model), a, b)
+    ea, eb = np.empty(a.shape), np.empty(b.shape)
+    operand_powers(a.reshape(-1), ea.reshape(-1), mp.opnd_emin)
+    operand_powers(b.reshape(-1), eb.reshape(-1), mp.opnd_emin)
+    mp32, b32, eb32 = operand32(mp, b[None], eb[None])
+    assert mp32.b_shift > 0.0
+    none = np.zeros((0, 0), dtype=np.float32)
+    ap = acc_params(model)
+    for i in range(a.shape[0]):
+        c0 = sf.round(g.standard_normal(13), "fp32")
+        assert _shift32(a[i], ea[i], 45, mp32) > 0.0
+        outs = []
+        for m, x32, w32, width in ((mp32, b32[0], eb32[0], 45), (mp, none, none, 45), (mp32, b32[0], eb32[0], 13)):
+            c = c0.copy()
+            row_mma(a[i], ea[i], b, eb, x32, w32, c, 13, m, work(width))
+            outs.append(c)
+        ref = np.array([dot_acc(a[i], b[:, j], c0[j], ap) for j in range(13)])
+        for c in outs:
+            assert _same(c, ref), (name, i)

@@ -104,24 +104,14 @@ def engine(
     kt = _tiles(ki.transpose(0, 2, 1), width)  # (L * tiles, D, width): K^T tile by tile
     vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
     ekt, ev = _weights(kt, mqk), _weights(vt, mpv)
-    mqk, kt32, ekt32 = _as32(mqk, kt, ekt, bn)
-    mpv, v32, ev32 = _as32(mpv, vt, ev, bn)
+    mqk, kt32, ekt32 = operand32(mqk, kt, ekt)
+    mpv, v32, ev32 = operand32(mpv, vt, ev)
     xs = Operands(qi, _weights(qi, mqk), kt, ekt, vt, ev, kt32, ekt32, v32, ev32)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     li = _sum_inner(pl)
     l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and within_float32(pl.exp.fmt)
     eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn, seq_k)
     return eng, xs
-
-
-def _as32(mp: MMA, x: np.ndarray, ex: np.ndarray, bn: int) -> tuple[MMA, np.ndarray, np.ndarray]:
-    """The flash tiles ``x`` (weights ``ex``) in the float32 forms of their dot for the multi-row kernel, and
-    the record that goes with them (:func:`simfloat._mma.operand32`); one empty matrix per tile for the
-    baseline (``bn == 0``) or where no float32 form applies."""
-    if bn:
-        return operand32(mp, x, ex)
-    empty = np.zeros((x.shape[0], 0, 0), dtype=np.float32)
-    return mp, empty, empty
 
 
 def _sum_inner(pl: Plan) -> Sequential:

@@ -100,7 +100,7 @@ class Operands(NamedTuple):
             ekt: their weights.
         v: flash: (L * n_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
         kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
-            (:func:`simfloat._mma.operand32`; flash); else one empty matrix per tile.
+            (:func:`simfloat._mma.operand32`); else one empty matrix per tile.
     """
 
     q: np.ndarray
@@ -484,7 +484,7 @@ def baseline_units(lo, hi, xs, out, eng):
     width = eng.bn
     n_ch = xs.kt.shape[0] // xs.q.shape[0]
     s, pin, ep = np.zeros(n_ch * width), np.zeros(seq_k), np.zeros(seq_k)
-    w = work(max(width, dv))
+    w = work(max(width, dv, seq_k, xs.q.shape[2]))  # its float32 form's rows: up to seq_k (P.V) or D (Q.K^T)
     for r in range(lo, hi):
         b = r // seq_q
         i = r - b * seq_q
@@ -497,7 +497,8 @@ def baseline_units(lo, hi, xs, out, eng):
             sv = s[lo_c : lo_c + width]
             for j in range(n):
                 sv[j] = 0.0
-            row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[b * n_ch + c], xs.ekt[b * n_ch + c], sv, n, eng.qk, w)
+            t = b * n_ch + c
+            row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[t], xs.ekt[t], xs.kt32[t], xs.ekt32[t], sv, n, eng.qk, w)
         _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
         _cast(s, 0, jv, ln.softmax, pp.softmax)
         m = _row_max(s, 0, jv)
@@ -517,5 +518,5 @@ def baseline_units(lo, hi, xs, out, eng):
         o = out[b, i]
         for d in range(dv):
             o[d] = 0.0
-        row_mma(src, ep, xs.v[b], xs.ev[b], o, dv, eng.pv, w)
+        row_mma(src, ep, xs.v[b], xs.ev[b], xs.v32[b], xs.ev32[b], o, dv, eng.pv, w)
         _cast(o, 0, dv, ln.out, pp.out)

@@ -43,7 +43,18 @@ import numpy as np
 import simfloat
 from simfloat._jit import fma64, jit
 from simfloat._lanes import Lane, ladd, lane, lmul, lround
-from simfloat._mma import MMA, for_operands, mma, operand_powers, round_operands, row_mma, work
+from simfloat._mma import (
+    MMA,
+    BStack,
+    b_stack,
+    for_operands,
+    mma,
+    operand_powers,
+    round_operands,
+    row_mma,
+    tile_of,
+    work,
+)
 from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, dot_output_format
@@ -120,7 +131,8 @@ class BwdEngine(NamedTuple):
 
 class BwdOperands(NamedTuple):
     """Operands, rounded into each dot's input format, tile by tile where a dot reads tiles, with their
-    alignment weights (``e*``; :func:`simfloat._mma.operand_powers`).
+    alignment weights (``e*``; :func:`simfloat._mma.operand_powers`); a dot's B operands as a
+    :class:`simfloat._mma.BStack` (with their float32 forms).
 
     Attributes:
         q: (L, Sq, D) rows for B2. kt: (Lk * n_kv, D, bn) K^T tiles for B2.
@@ -132,18 +144,13 @@ class BwdOperands(NamedTuple):
 
     q: np.ndarray
     eq: np.ndarray
-    kt: np.ndarray
-    ekt: np.ndarray
+    kt: BStack
     do: np.ndarray
     edo: np.ndarray
-    vt: np.ndarray
-    evt: np.ndarray
-    do_t: np.ndarray
-    edo_t: np.ndarray
-    q_t: np.ndarray
-    eq_t: np.ndarray
-    k_t: np.ndarray
-    ek_t: np.ndarray
+    vt: BStack
+    do_t: BStack
+    q_t: BStack
+    k_t: BStack
     lse: np.ndarray
     delta: np.ndarray
 
@@ -245,7 +252,8 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                         for jj in range(nv):  # B2
                             s[jj] = 0.0
                             dpr[jj] = 0.0
-                        row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[ktile], xs.ekt[ktile], s, nv, eng.qk, w)
+                        kt, ekt, kt32, ekt32 = tile_of(xs.kt, ktile)
+                        row_mma(xs.q[b, i], xs.eq[b, i], kt, ekt, kt32, ekt32, s, nv, eng.qk, w)
                         lse_i = xs.lse[b, i]
                         _scaled(x, s, nv, pp.qk_scale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
                         _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
@@ -253,7 +261,8 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                         for jj in range(nv):
                             tot += x[jj]
                         psum[b, i] += tot
-                        row_mma(xs.do[b, i], xs.edo[b, i], xs.vt[ktile], xs.evt[ktile], dpr, nv, eng.dp, w)  # B6
+                        vt, evt, vt32, evt32 = tile_of(xs.vt, ktile)
+                        row_mma(xs.do[b, i], xs.edo[b, i], vt, evt, vt32, evt32, dpr, nv, eng.dp, w)  # B6
                         _ds_of(y, x, dpr, nv, xs.delta[b, i], ln.ds, pp.ds)  # B7
                         _cast(y, 0, nv, ln.ds_cast, pp.ds_cast)  # B8
                         _cast(x, 0, nv, ln.p, pp.p)  # B5's cast
@@ -263,13 +272,16 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                         for jj in range(nv, bn):
                             y[jj] = 0.0
                         a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4
-                        row_mma(a, ey, xs.k_t[ktile], xs.ek_t[ktile], dq[b, i], d, eng.dq, w)
+                        k_t, ek_t, k_t32, ek_t32 = tile_of(xs.k_t, ktile)
+                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, dq[b, i], d, eng.dq, w)
                     qtile = b * n_qt + t
+                    do_t, edo_t, do_t32, edo_t32 = tile_of(xs.do_t, qtile)
+                    q_t, eq_t, q_t32, eq_t32 = tile_of(xs.q_t, qtile)
                     for jj in range(nk):  # B5, B9: one MMA per key over the tile's rows
                         a = _operand_row(pt[jj], bm, eng.dv, rin, er)
-                        row_mma(a, er, xs.do_t[qtile], xs.edo_t[qtile], dva[jj], dvd, eng.dv, w)
+                        row_mma(a, er, do_t, edo_t, do_t32, edo_t32, dva[jj], dvd, eng.dv, w)
                         a = _operand_row(dst[jj], bm, eng.dk, rin, er)
-                        row_mma(a, er, xs.q_t[qtile], xs.eq_t[qtile], dka[jj], d, eng.dk, w)
+                        row_mma(a, er, q_t, eq_t, q_t32, eq_t32, dka[jj], d, eng.dk, w)
             for jj in range(nk):  # E1, E2
                 _epilogue(dka[jj], d, True, eng)
                 _epilogue(dva[jj], dvd, False, eng)
@@ -623,24 +635,12 @@ def _vector(
     kt = np.ascontiguousarray(_tiles(k_qk, bn).transpose(0, 2, 1))
     vt = np.ascontiguousarray(_tiles(v_dp, bn).transpose(0, 2, 1))
     do_t, q_t, k_t = _tiles(do_dv, bm), _tiles(q_dk, bm), _tiles(k_dq, bn)
-    xs = BwdOperands(
-        q_qk,
-        _weights(q_qk, m_qk),
-        kt,
-        _weights(kt, m_qk),
-        do_dp,
-        _weights(do_dp, m_dp),
-        vt,
-        _weights(vt, m_dp),
-        do_t,
-        _weights(do_t, m_dv),
-        q_t,
-        _weights(q_t, m_dk),
-        k_t,
-        _weights(k_t, m_dq),
-        lf,
-        delta,
-    )
+    m_qk, kt_s = b_stack(m_qk, kt, _weights(kt, m_qk))
+    m_dp, vt_s = b_stack(m_dp, vt, _weights(vt, m_dp))
+    m_dv, do_s = b_stack(m_dv, do_t, _weights(do_t, m_dv))
+    m_dk, q_s = b_stack(m_dk, q_t, _weights(q_t, m_dk))
+    m_dq, k_s = b_stack(m_dq, k_t, _weights(k_t, m_dq))
+    xs = BwdOperands(q_qk, _weights(q_qk, m_qk), kt_s, do_dp, _weights(do_dp, m_dp), vt_s, do_s, q_s, k_s, lf, delta)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     group = n_lead // n_kv_lead if n_kv_lead else 1
     eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group)
