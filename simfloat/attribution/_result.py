@@ -152,12 +152,11 @@ class Attribution:
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """Save one PNG: per-op isolation/ablation bars (top), deviation vs tiles, vs rescaling steps, and the
         traced accumulator drift per kv block (bottom). Returns the path."""
-        from simfloat.attribution._core import _need
-
-        matplotlib = _need("matplotlib", "Attribution.plot")
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
         import numpy as np
+
+        from simfloat.attribution._core import _pyplot, _save_figure
+
+        plt = _pyplot("Attribution.plot")
 
         plans = list(self.meta.get("plans", []))
         colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(plans)}
@@ -279,12 +278,7 @@ class Attribution:
                 f"rows evaluated, tiles {m.get('block_m')}x{m.get('block_n')}"
             )
         )
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        return path
+        return _save_figure(plt, fig, Path(path), dpi=90)
 
 
 def _by_plan(wide: Any, plans: list[str]) -> Any:
