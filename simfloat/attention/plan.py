@@ -192,6 +192,22 @@ class OpParams(NamedTuple):
     mode: int
 
 
+def _op_params(plan: Plan | BackwardPlan, name: str) -> OpParams:
+    """Op ``name`` of a forward or backward plan for njit kernels: its format's params and rounding mode."""
+    s: OpSpec = getattr(plan, name)
+    return OpParams(s.fmt.params, int(s.mode))
+
+
+def _qk_scale(plan: Plan | BackwardPlan, scale: float) -> tuple[float, float]:
+    """(``scale_op(scale)``, the kernels' ``qk_scale``): ``scale_op(scale_op(scale) * scale_op(log2 e))`` with
+    ``plan.exp2`` (the Triton kernels' host code, H1), else ``scale_op(scale)``."""
+    from simfloat.attention._kernels import mul, rnd
+
+    sc = _op_params(plan, "scale")
+    rounded = rnd(float(scale), sc)
+    return rounded, (mul(rounded, rnd(math.log2(math.e), sc), sc) if plan.exp2 else rounded)
+
+
 class PlanParams(NamedTuple):
     """A plan flattened for njit kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
 
@@ -432,15 +448,11 @@ class Plan:
         Raises:
             ValueError: the rounded scale is not finite and > 0.
         """
-        from simfloat.attention._kernels import mul, rnd
+        from simfloat.attention._kernels import rnd
 
-        def op(name: str) -> OpParams:
-            s: OpSpec = getattr(self, name)
-            return OpParams(s.fmt.params, int(s.mode))
-
+        op = functools.partial(_op_params, self)
         sc = op("scale")
-        sm_scale = rnd(float(scale), sc)
-        qk_scale = mul(sm_scale, rnd(math.log2(math.e), sc), sc) if self.exp2 else sm_scale
+        sm_scale, qk_scale = _qk_scale(self, scale)
         qk_scale64 = float(scale) * math.log2(math.e) if self.exp2 else float(scale)
         for v in (sm_scale, qk_scale):
             if not (math.isfinite(v) and v > 0):
@@ -836,15 +848,10 @@ class BackwardPlan:
         Raises:
             ValueError: a rounded scale is not finite and > 0.
         """
-        from simfloat.attention._kernels import mul, rnd
+        from simfloat.attention._kernels import rnd
 
-        def op(name: str) -> OpParams:
-            s: OpSpec = getattr(self, name)
-            return OpParams(s.fmt.params, int(s.mode))
-
-        sc = op("scale")
-        s_rounded = rnd(float(scale), sc)
-        qk_scale = mul(s_rounded, rnd(math.log2(math.e), sc), sc) if self.exp2 else s_rounded
+        op = functools.partial(_op_params, self)
+        qk_scale = _qk_scale(self, scale)[1]
         sm_scale = rnd(float(scale), op("grad_scale"))
         for v in (qk_scale, sm_scale):
             if not (math.isfinite(v) and v > 0):
