@@ -1027,17 +1027,9 @@ def quant_flash(
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
-    blocked = [op for op in QUANTIZERS if getattr(pl, op).kind == "block"]
-    if blocked:
-        if engine == "vector":
-            raise ValueError(
-                f"engine='vector' does not run block-scaled quantizers ({', '.join(blocked)} of plan {pl.name!r}) "
-                "or block-scaled MMAs: use engine='reference' (or None, which picks it for such plans)"
-            )
-        which = "reference"
-        pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
-        if pv_sb and bn % pv_sb:
-            raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
+    pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
+    if pv_sb and bn % pv_sb:
+        raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
     pp = pl.params(x.scale)
@@ -1109,12 +1101,15 @@ def quant_flash(
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    if which == "vector":
-        eng, xs = quant_engine(
-            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal
-        )
+    built = None
+    if which == "vector":  # None: block-scaled operands the row kernels cannot take, run on the reference
+        built = quant_engine(
+            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal,
+            qb=qb, kb=kb, vb=vb,
+        )  # fmt: skip
+    if built is not None:
         if n_lead * n_qt > 0:
-            run_rows(quant_units, n_lead * n_qt, xs, out, m, l, eng)
+            run_rows(quant_units, n_lead * n_qt, built[1], out, m, l, built[0])
     elif n_lead * n_qt > 0:
 
         def keys(a: np.ndarray, width: int) -> np.ndarray:
