@@ -252,7 +252,10 @@ def quant_engine(
         model = cast(BlockFMA, pl.pv)
         vi = vc * vb
         pbf = cast(BlockFormat, p.fmt)
-        p_max = _format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max
+        # |P| <= 1; two-level: |t| <= qmax up to the roundings of s1 and t (within 1.25 for >= 2 fraction bits);
+        # a code times its block scale is within twice |t| (rounded to nearest, saturating)
+        level = 1.25 * float(p.qmax) if p.granularity == "per-token" and p.qmax is not None else 1.0
+        p_max = min(_format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max, 2.0 * level)
         spans = (_elem_span(pbf), _elem_span(pl.v_quant.fmt))
         if not scaled_ok(model, p_max * float(np.abs(vi).max(initial=0.0)) * bn, spans, vi):
             return None

@@ -9,9 +9,12 @@ INT32 dot is the float64 multiply-add loop, exact on integer codes), the casts, 
 ``fma(s, s_scale, -m)``, exp / exp2 and the sequential row sum are the float engine's element-wise helpers,
 and the tiles are walked as there (a q tile's rows meet the key tiles one at a time). What this module adds
 are the steps float flash does not have, as branch-free loops over a row segment: the scores' dequantization
-by per-key scales, the P quantizer (fixed-scale integer codes or a float cast), the per-channel V descale and
+by per-key scales, the P quantizer (fixed-scale integer codes, a float cast, or block-scaled codes per key tile:
+the reference's :func:`~simfloat.attention._quant_kernels.block_p_codes`), the per-channel V descale and
 the four P.V update forms (``separate``, ``into_acc``, ``scaled``, ``two_level``). Running state (m_i, l_i, alpha) stays
-scalar, as in the kernel. Tracing runs on the reference kernel only.
+scalar, as in the kernel. A block-scaled MMA (NVFP4/MX) is a block-FMA row kernel on scaled operands
+(:func:`simfloat._mma.scaled_mma`): Q's, K's and V's codes times their block scales and their weights come
+from the builder, P's are made per key tile here. Tracing runs on the reference kernel only.
 """
 
 from __future__ import annotations
