@@ -172,6 +172,7 @@ def test_results_do_not_depend_on_the_thread_count():
                     fp8_flash(q, k, v, scaling="per-block", return_stats=True),
                     quant_flash(q, k, v, plan="half-int8", block_m=32, block_n=64),
                     quant_flash(q, k, v, plan="sage2-int8-fp8-single", block_m=32, block_n=64, causal=True),
+                    quant_flash(q, k, v, plan="sage3-fp4", block_m=32, block_n=64, causal=True, return_stats=True),
                 )
             )
     finally:
