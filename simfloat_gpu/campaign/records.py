@@ -19,7 +19,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 __all__ = ["CONFIG_FIELDS", "BackwardRecord", "Record", "ValidationRecord"]
@@ -179,8 +179,8 @@ def _parse(record: str, name: str, typ: type, raw: Any) -> Any:
         raise ValueError(f"{record}: column {name!r} must be {typ.__name__}, got {raw!r}") from None
 
 
-#: the config fields every record carries (name -> type), in the order of its CSV columns: the sequence length,
-#: head dimension and heads, the tile, the mask, the output ("fp32" or "low", the input format)
+#: the config fields every record declares (name -> type), in this order (a test checks both records): the
+#: sequence length, head dimension and heads, the tile, the mask, the output ("fp32" or "low", the input format)
 CONFIG_FIELDS: dict[str, str] = {
     "seq": "int",
     "head_dim": "int",
@@ -192,31 +192,7 @@ CONFIG_FIELDS: dict[str, str] = {
 }
 
 
-def _config_fields(after: str) -> Callable[[type[_R]], type[_R]]:
-    """A class decorator applied under ``@dataclass``: the fields of :data:`CONFIG_FIELDS` spliced into the
-    class's own after field ``after``, so that each record keeps the column order its CSVs always had.
-
-    Raises:
-        TypeError: the class has no field ``after``, or declares a config field itself.
-    """
-
-    def splice(cls: type[_R]) -> type[_R]:
-        own = dict(cls.__dict__.get("__annotations__", {}))
-        if after not in own or own.keys() & CONFIG_FIELDS.keys():
-            raise TypeError(f"{cls.__name__}: the config fields go after a field {after!r}, and only there")
-        fields: dict[str, Any] = {}
-        for name, hint in own.items():
-            fields[name] = hint
-            if name == after:
-                fields.update(CONFIG_FIELDS)
-        cls.__annotations__ = fields
-        return cls
-
-    return splice
-
-
 @dataclasses.dataclass(frozen=True)
-@_config_fields(after="row_sum")
 class ValidationRecord(Record):
     """One forward config compared: the config (:data:`CONFIG_FIELDS` after ``row_sum``), where it ran, the
     emulator plan, and per output the bitwise agreement (fraction of equal elements, 0..1) and the largest
@@ -234,6 +210,13 @@ class ValidationRecord(Record):
     fmt: str
     variant: str
     row_sum: str
+    seq: int
+    head_dim: int
+    heads: int
+    block_m: int
+    block_n: int
+    causal: bool
+    out: str
     seed: int
     backend: str
     plan: str = ""
@@ -270,7 +253,6 @@ class ValidationRecord(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-@_config_fields(after="fmt")
 class BackwardRecord(Record):
     """One backward config compared: the config (:data:`CONFIG_FIELDS` after ``fmt``), where it ran, whether the
     emulator's lse equals the kernel's, the bitwise agreement (fraction of equal elements) of dQ, dK, dV and
@@ -283,6 +265,13 @@ class BackwardRecord(Record):
 
     id: str
     fmt: str
+    seq: int
+    head_dim: int
+    heads: int
+    block_m: int
+    block_n: int
+    causal: bool
+    out: str
     backend: str
     status: str = ""
     lse_equal: bool | None = None
