@@ -9,18 +9,22 @@ they do not hold up the interpreter's exit. The commands catch it, keep what was
 
 from __future__ import annotations
 
+import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["call_interruptibly", "run_jobs"]
+__all__ = ["call_interruptibly", "run_command", "run_jobs"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 #: Seconds between the main thread's checks for a finished call (and so for a pending Ctrl-C).
 POLL_S = 0.1
+#: the name of :func:`run_jobs`'s threads, before their number
+_JOB_THREAD = "simfloat-job-"
 
 
 def run_jobs(
@@ -61,7 +65,7 @@ def run_jobs(
                 done.put((i, None, exc))
 
     for w in range(max(1, min(int(workers), len(items)))):
-        threading.Thread(target=work, name=f"simfloat-job-{w}", daemon=True).start()
+        threading.Thread(target=work, name=f"{_JOB_THREAD}{w}", daemon=True).start()
     results: list[Any] = [None] * len(items)
     try:
         for finished in range(1, len(items) + 1):
@@ -88,3 +92,20 @@ def call_interruptibly(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         KeyboardInterrupt: Ctrl-C while it runs (the call itself finishes in its thread, unseen).
     """
     return run_jobs(lambda _: fn(*args, **kwargs), [None])[0]
+
+
+def run_command(call: Callable[[], int], name: str) -> int:
+    """The exit status of a console command (``simfloat <sub>``, ``simfloat-gpu <sub>``): ``call()``'s, or 130
+    after a Ctrl-C outside the work the command keeps (``<name>: interrupted`` on stderr, no traceback). With
+    130 and a call still running on a :func:`run_jobs` thread, which cannot be stopped and would hold the exit
+    (numba's parallel runtime waits for it), the process leaves at once: everything is written by then."""
+    try:
+        code = int(call())
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr, flush=True)
+        code = 130
+    if code == 130 and any(t.name.startswith(_JOB_THREAD) and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return code

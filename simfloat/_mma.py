@@ -32,6 +32,7 @@ from simfloat._jit import bits_f64, f64_bits, fma32, fma64, jit, ljit
 from simfloat._lanes import Lane, ladd, lane, lround, lround_ne, lround_rz, pow2_of, recip_pow2
 from simfloat._parallel import run_rows
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
+from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code, round_scalar
 
@@ -43,6 +44,7 @@ __all__ = [
     "Rows",
     "Work",
     "for_operands",
+    "format_span",
     "matmul_rows",
     "mma",
     "narrow",
@@ -52,7 +54,11 @@ __all__ = [
     "row_mma",
     "rows_mma",
     "rows_work",
+    "scaled_mma",
+    "scaled_ok",
+    "scaled_powers",
     "scaled_rows",
+    "scaled_weights",
     "tame",
     "work",
 ]
@@ -92,8 +98,9 @@ class MMA(NamedTuple):
     acc_lo: float  # 2**acc_emin: the least weight a nonzero accumulator counts with (0: none)
     zero_w: float  # 2**zero_exp: the weight a zero accumulator counts with (0: none)
     sums32: bool  # block FMA, exponent-sum alignment, a block's truncated terms sum exactly in int32
-    b_shift: float  # 2**sigma: the block float32 form's B operand is B * b_shift (0: none prepared; see block32)
+    b_shift: float  # 2**sigma: the block float32 form's B operand is B * b_shift (0: none prepared; operand32)
     b_lo: float  # the least weight 2**floor(log2 |b|) of its nonzero values, after the shift
+    group: int = 1  # block FMA: consecutive k summed exactly before truncation (block-scaled fp4 kinds; scaled_mma)
 
 
 class Work(NamedTuple):
@@ -233,11 +240,29 @@ def operand_powers(x, out, emin):
     """``2**max(floor(log2 |x|), emin_exp)`` of the flat array ``x`` (``emin = 2**emin_exp``): the weight a
     tensor core aligns an operand by; 0 for zeros, inf for inf/NaN."""
     for i in range(x.size):
-        xi = x[i]
-        p = pow2_of(xi)
-        if p == 0.0 or p == np.inf:
-            p = _opnd_pow(xi, emin)
-        out[i] = max(p, emin) if p != 0.0 else 0.0
+        out[i] = _power(x[i], emin)
+
+
+@ljit
+def _power(x, emin):
+    """One weight of :func:`operand_powers`."""
+    p = pow2_of(x)
+    if p == 0.0 or p == np.inf:
+        p = _opnd_pow(x, emin)
+    return max(p, emin) if p != 0.0 else 0.0
+
+
+@jit
+def scaled_powers(x, s, out, n, emin, scale_lo, elems):
+    """Alignment weights of a block-scaled operand (see :func:`scaled_mma`): out[i] = 2**max(e(s[i]),
+    scale_emin) (``scale_lo`` = 2**scale_emin), times 2**max(e(x[i]), emin) where ``elems`` (kinds aligned by
+    the operands' and the scales' exponents; the grouped fp4 kinds align by the scales' alone), for i < n; 0
+    where x[i] or s[i] is 0. x: the elements, s: their scales (finite, >= 0)."""
+    for i in range(n):
+        w = _power(s[i], scale_lo) if x[i] != 0.0 else 0.0
+        if elems:
+            w *= _power(x[i], emin)
+        out[i] = w
 
 
 @jit
@@ -339,6 +364,22 @@ def _terms(a, B, sc, tot, lo, hi, n):
         for j in range(n):
             tot[j] += np.trunc((a0 * r0[j]) * sc[j])
         k += 1
+
+
+@jit
+def _terms_grouped(a, B, sc, tot, part, lo, hi, n, g):
+    """:func:`_terms` with the terms summed exactly in groups of ``g`` consecutive k (from ``lo``) before
+    truncation: tot[j] += trunc(part[j] * sc[j]), part[j] = the group's sum of a[k] * B[k, j] (exact: the
+    block-scaled kinds' scaled fp4 products within a group share their scales; see :func:`scaled_mma`)."""
+    for k0 in range(lo, hi, g):
+        for j in range(n):
+            part[j] = 0.0
+        for k in range(k0, min(hi, k0 + g)):
+            ak, r = a[k], B[k]
+            for j in range(n):
+                part[j] += ak * r[j]
+        for j in range(n):
+            tot[j] += np.trunc(part[j] * sc[j])
 
 
 @ljit
@@ -458,7 +499,10 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
         em[j] = _acc_weight(c[j], mp)
     _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
-    _terms(a, B, w.sc, w.tot, lo, hi, n)
+    if mp.group > 1:
+        _terms_grouped(a, B, w.sc, w.tot, w.part, lo, hi, n, mp.group)
+    else:
+        _terms(a, B, w.sc, w.tot, lo, hi, n)
     _normalize(c, n, mp.acc, w)
 
 
@@ -473,7 +517,11 @@ def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):
     _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     _scales(c2, n, mp, w2)
-    _terms2(a, a2, B, w.sc, w2.sc, w.tot, w2.tot, lo, hi, n)
+    if mp.group > 1:
+        _terms_grouped(a, B, w.sc, w.tot, w.part, lo, hi, n, mp.group)
+        _terms_grouped(a2, B, w2.sc, w2.tot, w2.part, lo, hi, n, mp.group)
+    else:
+        _terms2(a, a2, B, w.sc, w2.sc, w.tot, w2.tot, lo, hi, n)
     _normalize(c, n, mp.acc, w)
     _normalize(c2, n, mp.acc, w2)
 
@@ -1159,39 +1207,77 @@ def matmul_rows(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np
     return out
 
 
-@jit
-def _scale_weights(s, emin):
-    """2**max(floor(log2 s), emin) of positive scales (NaN stays NaN, zero gives 0)."""
-    out = np.empty(s.size)
-    lo = 2.0**emin
-    for i in range(s.size):
-        v = s[i]
-        out[i] = max(2.0 ** np.floor(np.log2(v)), lo) if v > 0.0 else (v if v != v else 0.0)
+def scaled_mma(model: BlockFMA) -> MMA:
+    """The row kernels' record of a block-scaled kind (``model.scale_block > 0``), for scaled operands: with
+    ``a * sa`` and ``b * sb`` (elements times their per-element scales: exact products) as the operands and
+    :func:`scaled_powers` as their alignment weights, the unscaled block-FMA step on them gives the terms and
+    alignment of :func:`simfloat.accumulate.dot_scaled_acc`; a grouped kind (``mxf4``, ``nvf4``) sums each group
+    of ``model.group`` scaled products exactly before truncation (the group shares its scales). The record's
+    ``ap`` is that of the unscaled model: the row kernels' own fallback (``dot_acc`` on rows that are not
+    tame, or whose accumulator overflows) would not give the scaled model's bits, so callers check
+    (:func:`scaled_ok`) that it cannot happen."""
+    plain = replace(model, scale_block=0, group=1, align="exponent_sum", operand_emin_b=None)
+    # the float32 block form does not apply: its bounds take the weights from the elements, not their scales
+    return mma(plain)._replace(group=model.group, sums32=False)
+
+
+def scaled_weights(x: np.ndarray, s: np.ndarray, model: BlockFMA, *, b: bool) -> np.ndarray:
+    """:func:`scaled_powers` of the elements ``x`` with per-element scales ``s`` (same shape), as the A operand
+    or (``b``) the B operand of the block-scaled ``model``."""
+    ap = acc_params(model)
+    x64, s64 = np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(s, dtype=np.float64)
+    out = np.empty(x64.shape)
+    emin = float(2.0 ** (ap.opnd_emin_b if b else ap.opnd_emin))
+    scaled_powers(x64.reshape(-1), s64.reshape(-1), out.reshape(-1), x64.size, emin, float(2.0**ap.scale_emin),
+                  not ap.align_scale)  # fmt: skip
     return out
+
+
+def _span(x: np.ndarray) -> int:
+    """Bits from the lowest set bit of the smallest nonzero |x| to the top bit of the largest (0: none)."""
+    a = np.abs(np.asarray(x, dtype=np.float64).reshape(-1))
+    a = a[np.isfinite(a) & (a != 0.0)]
+    if a.size == 0:
+        return 0
+    m, e = np.frexp(a)  # a = m * 2**e, 0.5 <= m < 1: m * 2**53 is an integer
+    ints = (m * 2.0**53).astype(np.int64)
+    low = e - 53 + np.log2((ints & -ints).astype(np.float64)).astype(np.int64)
+    return int(e.max() - low.min())
+
+
+def format_span(fmt: FloatFormat) -> int:
+    """:func:`_span` of every value of ``fmt`` (its largest against its least subnormal quantum)."""
+    return int(fmt.emax + fmt.mantissa_bits - fmt.emin + 1)
+
+
+def scaled_ok(model: BlockFMA, bound: float, spans: tuple[int, int], *operands: np.ndarray) -> bool:
+    """Whether the row kernels give the bits of a block-scaled ``model`` (:func:`scaled_mma`) on these scaled
+    operands: every value tame (:func:`tame`), no accumulator beyond a quarter of the output format's largest
+    value (``bound``: the largest possible |sum| of the products), and each group's sum exact in float64
+    (``spans``: the bit spans of the A and B elements, :func:`format_span`)."""
+    if not tame(*operands):
+        return False
+    if bound > _format(model.out_fmt).max / 4:
+        return False
+    return model.group == 1 or spans[0] + spans[1] + int(np.ceil(np.log2(model.group))) <= 53
 
 
 def scaled_rows(
     a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray, c: np.ndarray, model: BlockFMA
 ) -> np.ndarray | None:
-    """The block-scaled MMA of :func:`simfloat.accumulate.matmul_scaled` on the row kernels, for kinds whose
-    products are the terms: ``a * sa`` and ``b * sb`` (per-element scales, exact products) with alignment weights
-    ``2**max(e(a), emin) * 2**max(e(sa), scale_emin)`` (and the same for b) give the terms and exponents of
-    :func:`simfloat.accumulate.dot_scaled_acc`. Returns None (the caller then runs the reference) when some
-    scaled operand or accumulator is not tame (a NaN scale, magnitudes beyond 2**+-450): the row kernels' own
-    fallback, dot_acc on the scaled operands, would clamp the scaled exponents instead of the elements'."""
+    """The block-scaled MMA of :func:`simfloat.accumulate.matmul_scaled` on the row kernels (:func:`scaled_mma`).
+    Returns None (the caller then runs the reference) where :func:`scaled_ok` fails for the scaled operands and
+    accumulator (a NaN scale, magnitudes beyond 2**+-450, a possible overflow, inexact group sums)."""
     ai = np.ascontiguousarray(a * sa)[None]
     bi = np.ascontiguousarray(b * sb)[None]
-    if not tame(ai, bi, c):
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = float(np.abs(ai[0]).max(initial=0.0) * np.abs(bi[0]).max(initial=0.0) * a.shape[1])
+        bound += float(np.abs(c).max(initial=0.0))
+    if not (bound == bound and scaled_ok(model, bound, (_span(a), _span(b)), ai, bi, c)):
         return None
-    plain = replace(model, scale_block=0, operand_emin_b=None)
-    mp = mma(plain)
-    ap = acc_params(model)
-    mp = for_operands(mp, ai, bi)
-    ea, eb = np.empty(ai.shape), np.empty(bi.shape)
-    operand_powers(np.ascontiguousarray(a).reshape(-1), ea.reshape(-1), float(2.0**ap.opnd_emin))
-    operand_powers(np.ascontiguousarray(b).reshape(-1), eb.reshape(-1), float(2.0**ap.opnd_emin_b))
-    ea *= _scale_weights(np.ascontiguousarray(sa).reshape(-1), ap.scale_emin).reshape(ea.shape)
-    eb *= _scale_weights(np.ascontiguousarray(sb).reshape(-1), ap.scale_emin).reshape(eb.shape)
+    mp = for_operands(scaled_mma(model), ai, bi)
+    ea = scaled_weights(a, sa, model, b=False)[None]
+    eb = scaled_weights(b, sb, model, b=True)[None]
     out = np.array(c, dtype=np.float64, copy=True)[None]
     if out.size:
         none = np.zeros((1, 0, 0), dtype=np.float32)  # the block-scaled products: the float64 forms

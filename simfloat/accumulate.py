@@ -886,9 +886,11 @@ def matmul_scaled(
         c: optional (M, N) incoming accumulator (zeros by default).
         acc: a block-scaled :class:`BlockFMA` (``tensor_core(arch, fmt, kind=...)``).
         engine: ``"vector"`` or ``"reference"`` (:func:`dot_scaled_acc` per output); the same bits. The vector
-            engine covers the kinds whose products are terms (``mxf8f6f4``): the operands are scaled exactly
-            and their alignment weights are the elements' times the scales', so the plain row kernels of
-            :mod:`simfloat._mma` apply; the grouped fp4 kinds (``mxf4``, ``nvf4``) run the reference.
+            engine scales the operands exactly and gives them alignment weights from the scales' exponents
+            (times the elements', for ``mxf8f6f4``), so that the block-FMA row kernels of :mod:`simfloat._mma`
+            apply (the grouped fp4 kinds ``mxf4``, ``nvf4`` sum each group of 16 exactly first:
+            :func:`simfloat._mma.scaled_mma`); operands it cannot take (a NaN scale, extreme magnitudes) run
+            the reference.
 
     Returns:
         float64 (M, N) array.
@@ -917,7 +919,7 @@ def matmul_scaled(
     sb_e = np.ascontiguousarray(np.repeat(sb64, sb_k, axis=0))[None]
     if engine not in ("vector", "reference"):
         raise ValueError(f"engine must be 'vector' or 'reference', got {engine!r}")
-    if engine == "vector" and acc.group == 1 and acc.align != "scale":
+    if engine == "vector":
         from simfloat._mma import scaled_rows
 
         res = scaled_rows(a64, b64, sa_e[0], sb_e[0], c3[0], acc)

@@ -425,6 +425,58 @@ def _exp_rounding(pl: Plan, op: OpSpec) -> tuple[_Chain, float]:
     return c, r.eta
 
 
+class _Rows:
+    """What :func:`flash_bound` and :func:`baseline_bound` fill per (lead index, query row, output column): the
+    worst-case bound, the probabilistic bound and the worst case's terms."""
+
+    def __init__(self, n_lead: int, seq_q: int, dv: int) -> None:
+        self.worst = np.empty((n_lead, seq_q, dv))
+        self.prob = np.empty_like(self.worst)
+        self.terms = {
+            n: np.empty_like(self.worst) for n in ("weights", "numerator", "denominator", "absolute", "output")
+        }
+
+    def output(
+        self,
+        which: str | None,
+        b: int,
+        lemma: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        extra_abs: float | np.ndarray,
+        o: np.ndarray,
+        vmax: float,
+        r_out: Rounding,
+    ) -> None:
+        """The bound of lead index ``b``'s output: the lemma's terms (weights, numerator, denominator, absolute)
+        plus ``extra_abs`` (absolute terms in output units), the output cast of ``r_out``, the slack (B14); the
+        worst case (``which`` None; the output checked for overflow) with its terms, or the probabilistic bound
+        (at most the worst case)."""
+        t_w, t_n, t_d, t_a = lemma
+        inner = t_w + t_n + t_d + t_a
+        total = (inner + extra_abs) * (1 + r_out.u) + r_out.u * np.abs(o) + r_out.eta
+        total = total + _SLACK * (total + np.abs(o) + vmax) + 1e-300  # (B14)
+        if which is None:
+            _overflow("the output", float(np.max(np.abs(o) + total)), r_out)
+            self.worst[b] = total
+            for name, t in (("weights", t_w), ("numerator", t_n), ("denominator", t_d)):
+                self.terms[name][b] = t
+            self.terms["absolute"][b] = t_a + extra_abs
+            self.terms["output"][b] = total - inner - extra_abs
+        else:
+            self.prob[b] = np.minimum(total, self.worst[b])
+
+    def bound(self, kind: str, plan_name: str, shape: tuple[int, ...], fp: float, lam: float) -> AttentionBound:
+        """The :class:`AttentionBound` of the filled rows, reshaped to ``shape`` (the inputs' lead, seq_q, dv)."""
+        return AttentionBound(
+            kind,
+            plan_name,
+            self.worst.reshape(shape),
+            self.prob.reshape(shape),
+            fp,
+            lam,
+            {n: t.reshape(shape) for n, t in self.terms.items()},
+        )
+
+
 def flash_bound(
     q: np.ndarray,
     k: np.ndarray,
@@ -521,9 +573,7 @@ def flash_bound(
     lam = _lam(chains, fp, umax)
     s_all, mag_all = _scores(x.q, x.k)
     vmax = float(np.max(np.abs(x.v))) if x.v.size else 0.0
-    worst = np.empty((n_lead, seq_q, dv))
-    prob = np.empty_like(worst)
-    terms = {n: np.empty_like(worst) for n in ("weights", "numerator", "denominator", "absolute", "output")}
+    out = _Rows(n_lead, seq_q, dv)
     qmax, kmax = float(np.max(np.abs(x.q))), float(np.max(np.abs(x.k)))
     n_vis = vis.sum(axis=-1, keepdims=True).astype(np.float64) if vis is not None else np.full((seq_q, 1), float(seq_k))
 
@@ -609,30 +659,10 @@ def flash_bound(
                 abs_num / (kappa_lo * wsum),
                 abs_den / (kappa_lo * wsum),
             )
-            inner = t_w + t_n + t_d + t_a
             # (B12) the final division's underflow (FA2) and the output cast
             div_abs = r_norm.eta if pl.normalization == "deferred" else 0.0
-            total = (inner + div_abs) * (1 + r_out.u) + r_out.u * np.abs(o) + r_out.eta
-            total = total + _SLACK * (total + np.abs(o) + vmax) + 1e-300  # (B14)
-            if which is None:
-                _overflow("the output", float(np.max(np.abs(o) + total)), r_out)
-                worst[b] = total
-                for name, t in (("weights", t_w), ("numerator", t_n), ("denominator", t_d)):
-                    terms[name][b] = t
-                terms["absolute"][b] = t_a + div_abs
-                terms["output"][b] = total - inner - div_abs
-            else:
-                prob[b] = np.minimum(total, worst[b])
-    shape = x.lead + (seq_q, dv)
-    return AttentionBound(
-        "flash",
-        pl.name,
-        worst.reshape(shape),
-        prob.reshape(shape),
-        fp,
-        lam,
-        {n: t.reshape(shape) for n, t in terms.items()},
-    )
+            out.output(which, b, (t_w, t_n, t_d, t_a), div_abs, o, vmax, r_out)
+    return out.bound("flash", pl.name, x.lead + (seq_q, dv), fp, lam)
 
 
 def _exponent_check(rho: np.ndarray) -> None:
@@ -729,9 +759,7 @@ def baseline_bound(
     s_all, mag_all = _scores(x.q, x.k)
     vmax = float(np.max(np.abs(x.v))) if x.v.size else 0.0
     qmax, kmax = float(np.max(np.abs(x.q))), float(np.max(np.abs(x.k)))
-    worst = np.empty((n_lead, seq_q, dv))
-    prob = np.empty_like(worst)
-    terms = {n: np.empty_like(worst) for n in ("weights", "numerator", "denominator", "absolute", "output")}
+    out = _Rows(n_lead, seq_q, dv)
     for b in range(n_lead):
         s, mag, vb = s_all[b], mag_all[b], x.v[b]
         for which, l_ in ((None, None), ("prob", lam)):
@@ -776,28 +804,8 @@ def baseline_bound(
             lowsum = np.sum(pi * fl * bl, axis=-1, keepdims=True) - abs_den / wsum
             t_w, t_n, t_d, t_a = _lemma(pi, vb, o, eps, fu, au - 1.0, bu - 1.0, lowsum, abs_w / wsum, abs_den / wsum)
             out_abs = (nv * r_sm.eta * vmax + _dot_abs(pv, 1.0 + 2 * r_sm.u, vmax)) * float(np.max(au))
-            inner = t_w + t_n + t_d + t_a
-            total = (inner + out_abs) * (1 + r_out.u) + r_out.u * np.abs(o) + r_out.eta
-            total = total + _SLACK * (total + np.abs(o) + vmax) + 1e-300
-            if which is None:
-                _overflow("the output", float(np.max(np.abs(o) + total)), r_out)
-                worst[b] = total
-                for name, t in (("weights", t_w), ("numerator", t_n), ("denominator", t_d)):
-                    terms[name][b] = t
-                terms["absolute"][b] = t_a + out_abs
-                terms["output"][b] = total - inner - out_abs
-            else:
-                prob[b] = np.minimum(total, worst[b])
-    shape = x.lead + (seq_q, dv)
-    return AttentionBound(
-        "baseline",
-        pl.name,
-        worst.reshape(shape),
-        prob.reshape(shape),
-        fp,
-        lam,
-        {n: t.reshape(shape) for n, t in terms.items()},
-    )
+            out.output(which, b, (t_w, t_n, t_d, t_a), out_abs, o, vmax, r_out)
+    return out.bound("baseline", pl.name, x.lead + (seq_q, dv), fp, lam)
 
 
 # -- next to the traced errors (simfloat.attribution) -------------------------------------------------------------

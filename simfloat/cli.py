@@ -1,14 +1,16 @@
 """Command line: ``simfloat demo | attribute | sweep | report``. Each subcommand lives in its own module
 and is imported only when run, so ``simfloat --help`` stays fast (``sweep`` and ``report`` declare their options
-in :mod:`simfloat.sweep.cli`, which imports the standard library only)."""
+in :mod:`simfloat.sweep.cli`, which imports the standard library and this module only)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
+
+from simfloat._interrupt import run_command
 
 __all__ = ["main"]
 
@@ -52,6 +54,22 @@ def positive_int(text: str) -> int:
 
 
 _positive = positive_int
+
+
+def writable_dir(path: Path, option: str, what: str = "folder") -> None:
+    """Create ``path`` (parents too) and check a file can be written there, before any work.
+
+    Raises:
+        ValueError: naming ``option``, the path and ``what`` it is for.
+    """
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot create or write the {what}: {err.strerror or err}") from None
 
 
 def _tile(text: str) -> tuple[int, int] | str:
@@ -224,18 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     args = build_parser().parse_args(argv)
-    try:
-        code = int(args.func(args))
-    except KeyboardInterrupt:  # Ctrl-C outside the work the subcommands keep: nothing to keep, no traceback
-        print(f"simfloat {args.command}: interrupted", file=sys.stderr, flush=True)
-        code = 130
-    if code == 130 and any(t.name.startswith("simfloat-job-") and t.is_alive() for t in threading.enumerate()):
-        # a kernel call still running on a job thread (simfloat._interrupt) cannot be stopped, and numba's
-        # parallel runtime would hold the exit until it returns: everything is written, so leave now
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
-    return code
+    return run_command(lambda: args.func(args), f"simfloat {args.command}")
 
 
 if __name__ == "__main__":

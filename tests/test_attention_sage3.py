@@ -1,7 +1,8 @@
 """SageAttention3-style FP4 plans (``sage3-fp4``): the NVFP4 quantizers against simfloat.quantize_block, P's
 two-level quantizer against a numpy oracle, the whole dataflow against an independent numpy/matmul_scaled
-oracle on one key tile, isolation / ablation / tracing of every quantizer, the engine choice (the reference runs
-it, the vector engine refuses it), odd lengths, and the error against float64 attention next to Sage2's."""
+oracle on one key tile, isolation / ablation / tracing of every quantizer, the engine choice (the vector engine by
+default, the reference when tracing; tests/test_engine_quant.py compares them bit for bit), odd lengths, and the
+error against float64 attention next to Sage2's."""
 
 import math
 
@@ -135,13 +136,14 @@ def test_dataflow_equals_an_independent_oracle_on_one_key_tile():
     assert np.abs(got - _oracle(q, k, v, qk_model=FP4)).max() < 1e-13
 
 
-def test_reference_runs_it_and_vector_refuses():
+def test_engine_choice():
+    """engine=None runs the vector engine (the same bits as the reference), or the reference when tracing."""
     q, k, v = _inputs(97, 32, seed=4)
     a = quant_flash(q, k, v, plan="sage3-fp4", block_m=32, block_n=32, return_stats=True)
     b = quant_flash(q, k, v, plan="sage3-fp4", block_m=32, block_n=32, return_stats=True, engine="reference")
     assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b, strict=True))
-    with pytest.raises(ValueError, match="engine='vector'.*block-scaled"):
-        quant_flash(q, k, v, plan="sage3-fp4", engine="vector")
+    with pytest.raises(ValueError, match="reference engine"):
+        quant_flash(q, k, v, plan="sage3-fp4", engine="vector", trace=Tracer())
     with pytest.raises(ValueError, match="multiple of the pv MMA's scale block 16"):
         quant_flash(q, k, v, plan="sage3-fp4", block_n=24)
 

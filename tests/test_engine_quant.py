@@ -2,7 +2,9 @@
 replaces, bit for bit (outputs, m and l): every preset, causal and not, odd lengths (1, 97, 257), block sizes
 smaller and larger than the sequences, adversarial inputs (ties, zero rows, large magnitudes, tiles that a
 causal row cannot see), every scaling granularity and quantizer rule, the slow paths (float64 ops, non-fused
-steps, other accumulation models), batched leads, and 1 or 2 threads."""
+steps, other accumulation models), batched leads, and 1 or 2 threads; block-scaled quantizers and MMAs (every
+SageAttention3 FP4 preset, MX variants on the mxf4 and mixed-format mxf8f6f4 MMAs) on N(0, 1), outliers, zero
+and subnormal-scale blocks, and products whose group sums must not be truncated term by term."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 import simfloat as sf
 from simfloat.accumulate import Chunked, Sequential, tensor_core
-from simfloat.attention import QUANTIZERS, Quant, fp8_flash, int8_flash, quant_flash, quant_plan, quant_presets
+from simfloat.attention import Quant, fp8_flash, int8_flash, quant_flash, quant_plan, quant_presets
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -45,9 +47,7 @@ def _check(q, k, v, **kw):
     return a[0]
 
 
-# block-scaled (FP4) plans run on the reference only: tests/test_attention_sage3.py checks that the vector engine
-# refuses them
-_VECTOR = sorted(n for n, p in quant_presets().items() if not any(getattr(p, op).kind == "block" for op in QUANTIZERS))
+_VECTOR = sorted(quant_presets())  # block-scaled (FP4) ones included
 
 
 @pytest.mark.parametrize("name", _VECTOR)
@@ -172,6 +172,7 @@ def test_results_do_not_depend_on_the_thread_count():
                     fp8_flash(q, k, v, scaling="per-block", return_stats=True),
                     quant_flash(q, k, v, plan="half-int8", block_m=32, block_n=64),
                     quant_flash(q, k, v, plan="sage2-int8-fp8-single", block_m=32, block_n=64, causal=True),
+                    quant_flash(q, k, v, plan="sage3-fp4", block_m=32, block_n=64, causal=True, return_stats=True),
                 )
             )
     finally:
@@ -222,3 +223,119 @@ def test_sage_plan_variants_vector_equals_reference():
     for pl in variants:
         for causal in (False, True):
             _check(q, k, v, plan=pl, block_m=32, block_n=16, causal=causal)
+
+
+def _block_plans():
+    """Every sage3-fp4 preset and MX variants: mxfp4 on the mxf4 MMA; mxfp8 (e4m3) Q and V with mxfp4 K and P
+    on the mixed-format mxf8f6f4 MMA (operand clamps differing between A and B)."""
+    plans = {n: quant_plan(n) for n in ("sage3-fp4", "sage3-fp4-tensorscale", "sage3-fp4-onelevel", "sage3-fp4-fp64")}
+    sage3 = plans["sage3-fp4"]
+    mx4 = Quant("block", "unscaled", fmt="mxfp4", pre="float32")
+    mx8 = Quant("block", "unscaled", fmt="mxfp8_e4m3", pre="float32")
+    p4 = Quant("block", "per-token", fmt="mxfp4", qmax=6.0 * 256)
+    mxf4 = tensor_core("sm100", "e2m1", kind="mxf4")
+    plans["mxfp4"] = sage3.replace(
+        name="sage3-mxfp4", q_quant=mx4, k_quant=mx4, v_quant=mx4, p_quant=p4, qk=mxf4, pv=mxf4
+    )
+    plans["mxfp8-mixed"] = sage3.replace(
+        name="sage3-mxfp8-mixed",
+        q_quant=mx8,
+        k_quant=mx4,
+        v_quant=mx8,
+        p_quant=p4,
+        qk=tensor_core("sm100", "e4m3", "e2m1", kind="mxf8f6f4"),
+        pv=tensor_core("sm100", "e2m1", "e4m3", kind="mxf8f6f4"),
+    )
+    return plans
+
+
+_BLOCK = _block_plans()
+
+
+def _outliers(lead, n, d, seed):
+    """N(0, 1) with a zero row, an all-zero block of channels, a large outlier and a tiny block (subnormal ue4m3
+    scales), a whole key tile of zero keys and values."""
+    q, k, v = (x.astype(np.float32) for x in _qkv(lead, n, n, d, seed, fmt="float32"))
+    q[..., 3, :] = 0.0
+    q[..., 5, :16] = 0.0
+    k[..., 7, 3] = 900.0
+    v[..., 9, 5] = -3000.0
+    q[..., 11, 16:32] *= 1e-3
+    k[..., 13, :] *= 1e-3
+    k[..., 32:64, :] = 0.0
+    v[..., 32:64, :] = 0.0
+    return q, k, v
+
+
+def _group_gap(n, seed):
+    """Scores whose two large groups of 16 products cancel exactly, leaving two groups with scales 28 binades
+    below theirs: the nvf4 MMA truncates each group's sum, not each product, and here the two differ."""
+    g = np.random.default_rng(seed)
+    q, k = np.empty((1, n, 64)), np.empty((1, n, 64))
+    big = 2400.0 * g.uniform(-1, 1, (n, 16))
+    big[:, 0] = 2400.0
+    q[0, :, :16], q[0, :, 16:32] = big, big
+    kb = 2400.0 * g.uniform(-1, 1, (n, 16))
+    kb[:, 0] = 2400.0
+    k[0, :, :16], k[0, :, 16:32] = kb, -kb
+    q[0, :, 32:], k[0, :, 32:] = 0.1 * g.uniform(-1, 1, (n, 32)), 0.1 * g.uniform(-1, 1, (n, 32))
+    q[0, :, 32], k[0, :, 32] = 0.18, 0.18
+    return q.astype(np.float32), k.astype(np.float32), g.standard_normal((1, n, 64)).astype(np.float32)
+
+
+def _built(monkeypatch):
+    """The engine records (or None: declined, the reference ran) of every vector call from here on."""
+    import simfloat.attention.quantized as quantized
+
+    built = []
+    real = quantized.quant_engine
+
+    def spy(*args, **kw):
+        built.append(real(*args, **kw))
+        return built[-1]
+
+    monkeypatch.setattr(quantized, "quant_engine", spy)
+    return built
+
+
+@pytest.mark.parametrize("name", sorted(_BLOCK))
+def test_block_scaled_vector_equals_reference(name, monkeypatch):
+    built = _built(monkeypatch)
+    pl = _BLOCK[name]
+    inputs = [_qkv((2,), 97, 97, 64, 5, fmt="float32"), _outliers((1, 2), 97, 64, 6)]
+    for q, k, v in inputs:
+        for causal in (False, True):
+            _check(q, k, v, plan=pl, block_m=32, block_n=32, causal=causal)
+    q, k, v = _qkv((1,), 257, 257, 32, 8, fmt="float32")
+    _check(q, k, v, plan=pl, block_m=64, block_n=64, causal=True)
+    z = np.zeros((1, 40, 32))  # every block all zero: zero scales, P uniform
+    _check(z, z, z, plan=pl, block_m=16, block_n=32, causal=True)
+    assert len(built) == 6 and all(b is not None for b in built)  # the vector engine ran every call
+
+
+def test_block_scaled_tiles_and_group_sums(monkeypatch):
+    """Tiles longer than the sequence (a P block cut short at the last key), seq_q != seq_k, and the group-sum
+    truncation case on the nvf4 and mxf4 MMAs (without K smoothing, which would remove the cancelling keys)."""
+    built = _built(monkeypatch)
+    q, k, v = _qkv((1,), 97, 97, 32, 9, fmt="float32")
+    for pl in (_BLOCK["sage3-fp4"], _BLOCK["mxfp4"]):
+        _check(q, k, v, plan=pl, block_m=16, block_n=128, causal=True)
+        _check(q[:, :33], k, v, plan=pl, block_m=32, block_n=64, causal=False)
+        _check(q, k[:, :60], v[:, :60], plan=pl, block_m=64, block_n=32, causal=True)
+        gq, gk, gv = _group_gap(97, 10)
+        _check(gq, gk, gv, plan=pl.replace(k_smooth=None), block_m=32, block_n=32, causal=False)
+    assert len(built) == 8 and all(b is not None for b in built)
+
+
+def test_block_scaled_operands_beyond_the_row_kernels_run_the_reference(monkeypatch):
+    """MX scales (e8m0) let scaled scores reach float32's range: the engine builder declines (its row kernels'
+    fallback would not give the block-scaled model's bits) and the call runs the reference, with its bits."""
+    built = _built(monkeypatch)
+    q, k, v = _qkv((1,), 40, 40, 32, 11, fmt="float32")
+    pl = _BLOCK["mxfp4"]
+    _check(q, k, v, plan=pl, block_m=16, block_n=32)
+    assert built[-1] is not None
+    q[0, 3, 7] = 1e30
+    k[0, 5, 2] = -1e30
+    _check(q, k, v, plan=pl, block_m=16, block_n=32)
+    assert built[-1] is None

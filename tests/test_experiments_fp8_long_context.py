@@ -20,14 +20,14 @@ def test_smoke_run_writes_every_method_and_resumes(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == len(E.INPUTS) * sum(len(E.todo(n, E.SMOKE)) for n in E.SMOKE["seqs"])
     assert {r["method"] for r in rows} == set(E.METHODS)
-    assert len(E.todo(128, E.SMOKE)) == len(E.METHODS) - len(E.REFERENCE_ONLY)  # the FP4 method stops at 64
+    assert len(E.todo(128, E.SMOKE)) == len(E.METHODS) - len(E.CAPPED)  # the FP4 method stops at 64
     assert all(0 < float(r["rel_l1"]) < 1 for r in rows)
     assert Path(paths["png"]).stat().st_size > 0 and "| seq |" in Path(paths["md"]).read_text()
     E.main(["--smoke", "--quiet", "--out", str(tmp_path)])  # everything finished: nothing rerun, nothing doubled
     with open(paths["csv"]) as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     # a method missing from the CSV (a new one) is computed alone, the other rows kept
-    keep = [r for r in rows if r["method"] != E.REFERENCE_ONLY[0]]
+    keep = [r for r in rows if r["method"] != E.CAPPED[0]]
     with open(paths["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -36,7 +36,7 @@ def test_smoke_run_writes_every_method_and_resumes(tmp_path):
     with open(paths["csv"]) as f:
         again = list(csv.DictReader(f))
     assert again[: len(keep)] == keep and len(again) == len(rows)
-    assert {r["method"] for r in again[len(keep) :]} == {E.REFERENCE_ONLY[0]}
+    assert {r["method"] for r in again[len(keep) :]} == {E.CAPPED[0]}
 
 
 def test_query_tiles_give_the_full_problems_rows():

@@ -13,7 +13,7 @@ import pytest
 
 from simfloat_gpu.campaign import validate as V
 from simfloat_gpu.campaign import validate_bwd as B
-from simfloat_gpu.campaign.records import BackwardRecord, ValidationRecord
+from simfloat_gpu.campaign.records import CONFIG_FIELDS, BackwardRecord, ValidationRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,6 +74,17 @@ def test_columns_are_the_old_ones():
     assert list(V.FIELDS) == OLD_FIELDS
     # backward.csv gained kv_heads, precision (GQA and fp32 configs) and plan at the end: the old columns are a prefix
     assert list(B.BWD_FIELDS) == OLD_BWD_FIELDS + ["kv_heads", "precision", "plan"]
+
+
+def test_both_records_declare_the_config_fields_in_one_order_and_type():
+    """Both records carry records.CONFIG_FIELDS, in its order and with its types, where their CSVs always had
+    them (after ``row_sum`` in the forward record, after ``fmt`` in the backward one)."""
+    names = list(CONFIG_FIELDS)
+    for record, after in ((ValidationRecord, "row_sum"), (BackwardRecord, "fmt")):
+        cols = list(record.csv_fields())
+        i = cols.index(after) + 1
+        assert cols[i : i + len(names)] == names
+        assert {n: record._field_types()[n][0].__name__ for n in names} == CONFIG_FIELDS
 
 
 def test_csv_round_trip_is_exact_at_the_edge():

@@ -289,21 +289,27 @@ def test_block_scaled_kinds_match_mmasim(arch, kind, cls, sim_arch, st, ta, tb, 
 
 
 @pytest.mark.parametrize("m", [1, 97])
-def test_block_scaled_engines_agree(m: int) -> None:
-    """The vector path of mxf8f6f4 against the reference: odd shapes, mixed formats, 1 and 2 threads; a NaN
-    scale sends the call to the reference."""
+@pytest.mark.parametrize("kind", ["mxf8f6f4", "mxf4", "nvf4"])
+def test_block_scaled_engines_agree(m: int, kind: str) -> None:
+    """The vector path of every block-scaled kind against the reference: odd shapes, mixed formats, scales
+    spread over 60 binades (terms truncated far below the largest; nvf4: zero and subnormal scales), 1 and 2
+    threads; a NaN scale sends the call to the reference."""
     import numba
 
     from simfloat._mma import scaled_rows
 
     rng = np.random.default_rng(m)
-    model = tensor_core("sm100", "e4m3", "e2m1", kind="mxf8f6f4")
+    fa, fb = ("e4m3", "e2m1") if kind == "mxf8f6f4" else ("e2m1", "e2m1")
+    model = tensor_core("sm100", fa, fb, kind=kind)
+    blk = model.scale_block
     k, n = 96, 33
-    a, b = _values("e4m3", (m, k), rng), _values("e2m1", (k, n), rng)
-    sa, sb = _scales_e8m0((m, k // 32), rng), _scales_e8m0((k // 32, n), rng)
+    a, b = _values(fa, (m, k), rng), _values(fb, (k, n), rng)
+    draw = _scales_ue4m3 if kind == "nvf4" else _scales_e8m0
+    sa, sb = draw((m, k // blk), rng), draw((k // blk, n), rng)
     c = (rng.standard_normal((m, n)) * 2.0**-120).astype(np.float32).astype(np.float64)
+    c[:, ::5] = 0.0
     ref = matmul_scaled(a, b, sa, sb, c, acc=model, engine="reference")
-    e = (np.repeat(sa, 32, axis=1), np.repeat(sb, 32, axis=0))
+    e = (np.repeat(sa, blk, axis=1), np.repeat(sb, blk, axis=0))
     assert scaled_rows(a, b, e[0], e[1], c, model) is not None  # the row kernels do run
     prev = numba.get_num_threads()
     try:

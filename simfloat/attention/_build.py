@@ -8,11 +8,25 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from simfloat._lanes import Lane, lane
-from simfloat._mma import MMA, N_FMA32, N_NONE, for_operands, mma, operand32, operand_powers, round_operands
-from simfloat.accumulate import Chunked, Model, Sequential
+from simfloat._mma import (
+    MMA,
+    N_FMA32,
+    N_NONE,
+    for_operands,
+    format_span,
+    mma,
+    operand32,
+    operand_powers,
+    round_operands,
+    scaled_mma,
+    scaled_ok,
+    scaled_weights,
+)
+from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params
 from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
 from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
 from simfloat.attention.plan import _NO_TABLE, OpSpec, Plan, PlanParams
+from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code
@@ -153,7 +167,10 @@ def quant_engine(
     bm: int,
     bn: int,
     causal: bool,
-) -> tuple[QEngine, QOperands]:
+    qb: np.ndarray | None = None,
+    kb: np.ndarray | None = None,
+    vb: np.ndarray | None = None,
+) -> tuple[QEngine, QOperands] | None:
     """The njit records of a quantized flash call (:mod:`simfloat.attention._quant_engine`).
 
     Args:
@@ -163,6 +180,14 @@ def quant_engine(
         kc: (L, Sk, D) K codes; ks: (L, n_tiles * bn) per-key scales (1 past Sk).
         vc: (L, Sk, Dv) V codes; vs: (L, n_tiles, Dv) V scales per key tile and channel.
         bm, bn: tile sizes as requested (per-block scales follow them, so they are not clamped); causal.
+        qb, kb: the per-element block scales of Q's and K's codes (shaped as them) when qk is a block-scaled
+            MMA; vb: V's when pv is one; else None. Such a dot runs on the row kernels as
+            :func:`simfloat._mma.scaled_mma` describes: its operands are the codes times their block scales,
+            with :func:`~simfloat._mma.scaled_weights`.
+
+    Returns:
+        (engine, operands), or None where a block-scaled dot's operands are beyond what its row kernels take
+        (:func:`~simfloat._mma.scaled_ok`: the caller runs the reference engine instead).
     """
     f64 = _format("float64")
 
@@ -189,35 +214,65 @@ def quant_engine(
     exp_fmt = pl.exp.fmt
     t_fmt = cast(OpSpec, p.pre).fmt if p.pre is not None else exp_fmt  # P before its codes
     if p.kind == "int":  # integer codes <= 2**20: narrow, float32 values
-        p_fmt, p_tame, p_f32 = None, True, True
+        p_tame, p_f32 = True, True
+    elif p.kind == "block":  # codes times block scales (as the reference's values for a dot without scales)
+        ef, sf = _format(cast(BlockFormat, p.fmt).elem_fmt), _format(cast(BlockFormat, p.fmt).scale_fmt)
+        lo = ef.emin - ef.mantissa_bits + sf.emin - sf.mantissa_bits
+        p_tame = ef.mantissa_bits + sf.mantissa_bits <= 24 and ef.emax + sf.emax <= 398 and lo >= -400
+        p_f32 = False
     else:
         p_fmt = cast(FloatFormat, p.fmt) if p.kind == "float" else exp_fmt
         p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
+    eq, ek = _weights(qi, mqk), _weights(ki, mqk)
+    if qb is not None and kb is not None:  # block-scaled qk (its quantizers are block ones: QuantPlan checks)
+        model = cast(BlockFMA, pl.qk)
+        qi, ki = qc * qb, kc * kb
+        spans = (_elem_span(pl.q_quant.fmt), _elem_span(pl.k_quant.fmt))
+        if not scaled_ok(model, _bound(qi, ki), spans, qi, ki):
+            return None
+        mqk = scaled_mma(model)
+        eq, ek = scaled_weights(qc, qb, model, b=False), scaled_weights(kc, kb, model, b=True)
     mqk = for_operands(mqk, qi, ki)
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
     if mpv.in_round:
         assert inner.input_fmt is not None  # in_round: the model has an input format
         p_fmt = _format(inner.input_fmt)
         p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
+    pv_scaled, pv_lo, pv_elems = vb is not None, 0.0, False
+    if vb is not None:  # block-scaled P.V: P's scaled codes and weights are made per key tile in the engine
+        model = cast(BlockFMA, pl.pv)
+        vi = vc * vb
+        pbf = cast(BlockFormat, p.fmt)
+        # |P| <= 1; two-level: |t| <= qmax up to the roundings of s1 and t (within 1.25 for >= 2 fraction bits);
+        # a code times its block scale is within twice |t| (rounded to nearest, saturating)
+        level = 1.25 * float(p.qmax) if p.granularity == "per-token" and p.qmax is not None else 1.0
+        p_max = min(_format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max, 2.0 * level)
+        spans = (_elem_span(pbf), _elem_span(pl.v_quant.fmt))
+        if not scaled_ok(model, p_max * float(np.abs(vi).max(initial=0.0)) * bn, spans, vi):
+            return None
+        ap = acc_params(model)
+        mpv = scaled_mma(model)
+        pv_scaled, pv_lo, pv_elems = True, float(2.0**ap.scale_emin), not ap.align_scale
+        ev = scaled_weights(vc, vb, model, b=True)
+    else:
+        ev = _weights(vi, mpv)
     mpv = for_operands(mpv, vi)
     if mpv.fast and mpv.exact_products and not p_tame:
         mpv = mpv._replace(fast=False)
     if mpv.native == N_FMA32 and not p_f32:
         mpv = mpv._replace(native=N_NONE)
     n_lead, seq_k, dv = vi.shape
-    kt = _tiles(ki.transpose(0, 2, 1), bn)  # (L * tiles, D, bn)
-    vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1))  # (L * tiles, bn, Dv)
     xs = QOperands(
         qi,
-        _weights(qi, mqk),
+        eq,
         np.ascontiguousarray(qs, dtype=np.float64),
-        kt,
-        _weights(kt, mqk),
+        _tiles(ki.transpose(0, 2, 1), bn),  # (L * tiles, D, bn)
+        _tiles(ek.transpose(0, 2, 1), bn),
         np.ascontiguousarray(ks, dtype=np.float64),
-        vt,
-        _weights(vt, mpv),
+        _key_tiles(vi, bn),  # (L * tiles, bn, Dv)
+        _key_tiles(ev, bn),
         np.ascontiguousarray(vs, dtype=np.float64),
     )
     folded = pl.score_scaling == "folded"
@@ -246,5 +301,24 @@ def quant_engine(
         bool(causal),
         seq_k,
         _NO_TABLE,
+        pv_scaled,
+        pv_lo,
+        pv_elems,
     )
     return eng, xs
+
+
+def _key_tiles(x: np.ndarray, bn: int) -> np.ndarray:
+    """(L, S, C) -> (L * ceil(S / bn), bn, C): :func:`_tiles` with the keys first in each tile."""
+    return np.ascontiguousarray(_tiles(x.transpose(0, 2, 1), bn).transpose(0, 2, 1))
+
+
+def _elem_span(bf: object) -> int:
+    """The bit span of a block quantizer's element values (:func:`simfloat._mma.format_span`)."""
+    assert isinstance(bf, BlockFormat)
+    return format_span(_format(bf.elem_fmt))
+
+
+def _bound(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest |a_i . b_j| possible: K max|a| max|b| (a (..., K), b (..., K))."""
+    return float(np.abs(a).max(initial=0.0) * np.abs(b).max(initial=0.0) * a.shape[-1])

@@ -10,7 +10,7 @@ import numpy as np
 from simfloat.attention.plan import Plan, plan
 from simfloat.trace import Tracer
 
-__all__ = ["Inputs", "group_kv", "kv_group", "kv_repeats", "operand", "prepare"]
+__all__ = ["Inputs", "check_qkv", "group_kv", "kv_group", "kv_repeats", "operand", "prepare"]
 
 
 class Inputs:
@@ -139,6 +139,21 @@ def block(value: object, name: str) -> int:
     return int(value)
 
 
+def check_qkv(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> None:
+    """The shape rules of q, k, v (k and v mapped to q's heads or not) that the forward and backward kernels
+    share: q and k of one head_dim, k and v of one sequence length, at least one key.
+
+    Raises:
+        ValueError: naming the rule and the shapes.
+    """
+    if ka.shape[-1] != qa.shape[-1]:
+        raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k and v sequence lengths differ: k {ka.shape}, v {va.shape}")
+    if ka.shape[-2] < 1:
+        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+
+
 def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, scale: object, trace: object) -> Inputs:
     """Check and normalize the common arguments of :func:`flash`, :func:`baseline` and the quantized kernels.
 
@@ -156,12 +171,7 @@ def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, s
     pl = plan(plan_)  # type: ignore[arg-type]  # plan() raises TypeError for other types
     qa, ka, va = (operand(x, n, finite=False) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     ka, va = group_kv(qa, ka, "k"), group_kv(qa, va, "v")
-    if ka.shape[-1] != qa.shape[-1]:
-        raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
-    if ka.shape[-2] != va.shape[-2]:
-        raise ValueError(f"k and v sequence lengths differ: k {ka.shape}, v {va.shape}")
-    if ka.shape[-2] < 1:
-        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+    check_qkv(qa, ka, va)
     if qa.shape[-1] < 1 or va.shape[-1] < 1:
         raise ValueError(f"head_dim must be >= 1, got q {qa.shape}, v {va.shape}")
     try:

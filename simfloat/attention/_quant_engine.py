@@ -9,9 +9,12 @@ INT32 dot is the float64 multiply-add loop, exact on integer codes), the casts, 
 ``fma(s, s_scale, -m)``, exp / exp2 and the sequential row sum are the float engine's element-wise helpers,
 and the tiles are walked as there (a q tile's rows meet the key tiles one at a time). What this module adds
 are the steps float flash does not have, as branch-free loops over a row segment: the scores' dequantization
-by per-key scales, the P quantizer (fixed-scale integer codes or a float cast), the per-channel V descale and
+by per-key scales, the P quantizer (fixed-scale integer codes, a float cast, or block-scaled codes per key tile:
+the reference's :func:`~simfloat.attention._quant_kernels.block_p_codes`), the per-channel V descale and
 the four P.V update forms (``separate``, ``into_acc``, ``scaled``, ``two_level``). Running state (m_i, l_i, alpha) stays
-scalar, as in the kernel. Tracing runs on the reference kernel only.
+scalar, as in the kernel. A block-scaled MMA (NVFP4/MX) is a block-FMA row kernel on scaled operands
+(:func:`simfloat._mma.scaled_mma`): Q's, K's and V's codes times their block scales and their weights come
+from the builder, P's are made per key tile here. Tracing runs on the reference kernel only.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from simfloat._jit import jit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
-from simfloat._mma import MMA, Rows, rows_mma, rows_work
+from simfloat._mma import MMA, Rows, rows_mma, rows_work, scaled_powers
 from simfloat.attention._engine import (
     _cast,
     _divide,
@@ -36,6 +39,7 @@ from simfloat.attention._engine import (
     tile_span,
 )
 from simfloat.attention._kernels import add, div, exp, exp2, fma, fmax, mul, rnd, sub
+from simfloat.attention._quant_kernels import K_BLOCK, block_p_codes
 
 __all__ = ["QEngine", "QLanes", "QOperands", "quant_units"]
 
@@ -77,6 +81,9 @@ class QEngine(NamedTuple):
         l_native32: the row sum's additions are float32 additions of float32 values (done as such).
         bm, bn: tile sizes (as requested: per-block scales follow them); causal; seq_k: keys.
         no_tab: an empty ex2 table (the quantized plans' exp2 is correctly rounded).
+        pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its :func:`~simfloat._mma.scaled_mma` record):
+            P's operand is its codes times their block scales, with :func:`~simfloat._mma.scaled_powers` weights.
+        pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
     """
 
     qp: object
@@ -93,13 +100,17 @@ class QEngine(NamedTuple):
     causal: bool
     seq_k: int
     no_tab: np.ndarray
+    pv_scaled: bool
+    pv_scale_lo: float
+    pv_elems: bool
 
 
 class QOperands(NamedTuple):
     """Codes, scales and alignment weights per lead index.
 
     Attributes:
-        q: (L, Sq, D) Q codes (in the qk model's input format). eq: their weights. qs: (L, Sq) per-row scales.
+        q: (L, Sq, D) Q codes (in the qk model's input format; a block-scaled qk: codes times block scales).
+            eq: their weights. qs: (L, Sq) per-row scales.
         kt: (L * n_tiles, D, bn) K codes, transposed tile by tile, zero-padded. ekt: weights.
         ks: (L, n_tiles * bn) per-key scales (1 past the sequence).
         v: (L * n_tiles, bn, Dv) V codes tile by tile, zero-padded. ev: weights.
@@ -131,6 +142,8 @@ class QScratch(NamedTuple):
     alpha: np.ndarray  # (bm,) this key tile's alpha per row
     rs: Rows
     no32: np.ndarray  # an empty float32 matrix: the dots here have no float32 operand copies
+    psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
+    s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
 
 
 # -- element-wise steps that float flash does not have -----------------------------------------------------------
@@ -235,6 +248,34 @@ def _p_codes(p, pc, nv, eng):
             pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
 
 
+@jit
+def _p_operand(pc, pin, ep, bn, eng):
+    """P's codes pc[:bn] as the P.V dot reads them: rounded into its input format (pin) where it has one, and
+    their alignment weights (ep) where it aligns by the operands' exponents."""
+    src = pc
+    if eng.pv.in_round:  # the dot's operand format
+        for jj in range(bn):
+            pin[jj] = lround(pc[jj], eng.pv.inp)
+        src = pin
+    if eng.pv.align_sum:
+        _weights_of(src, ep, bn, eng.pv.opnd_emin)
+
+
+@jit
+def _block_p_operand(pc, psc, pin, ep, bn, eng):
+    """A block P quantizer's codes pc[:bn] with their block scales psc: a block-scaled P.V MMA reads the scaled
+    codes pin = pc * psc with :func:`~simfloat._mma.scaled_powers` weights; any other dot the values (pc
+    becomes pc * psc, exact, as in the reference) as :func:`_p_operand` prepares them."""
+    if eng.pv_scaled:
+        for jj in range(bn):
+            pin[jj] = pc[jj] * psc[jj]
+        scaled_powers(pc, psc, ep, bn, eng.pv.opnd_emin, eng.pv_scale_lo, eng.pv_elems)
+        return
+    for jj in range(bn):
+        pc[jj] = pc[jj] * psc[jj]
+    _p_operand(pc, pin, ep, bn, eng)
+
+
 # -- the tile step -------------------------------------------------------------------------------------------------
 
 
@@ -268,9 +309,12 @@ def _quant_row(b, i, r, nv, jt, xs, eng, sc):
     if m_i != _NINF:
         dm = sub(m_i, m_sub, qp.alpha)
         alpha = exp2(dm, qp.alpha) if qp.exp2 else exp(dm, qp.alpha)
-    _p_codes(p, pc, nv, eng)
-    for jj in range(nv, bn):
-        pc[jj] = 0.0
+    if qp.p_kind == K_BLOCK:  # block-scaled codes (keys nv.. get 0) and each key's block scale, as the reference
+        sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], qp)
+    else:
+        _p_codes(p, pc, nv, eng)
+        for jj in range(nv, bn):
+            pc[jj] = 0.0
     if qp.consistent and qp.p_kind == _K_INT:
         isum = 0.0
         for jj in range(nv):
@@ -282,13 +326,10 @@ def _quant_row(b, i, r, nv, jt, xs, eng, sc):
         l_new = fma(l_i, alpha, l_ij, qp.l_i)
     else:
         l_new = add(mul(l_i, alpha, qp.l_i), l_ij, qp.l_i)
-    src = pc
-    if eng.pv.in_round:  # the dot's operand format
-        for jj in range(bn):
-            pin[jj] = lround(pc[jj], eng.pv.inp)
-        src = pin
-    if eng.pv.align_sum:
-        _weights_of(src, ep, bn, eng.pv.opnd_emin)
+    if qp.p_kind == K_BLOCK:
+        _block_p_operand(pc, sc.psc[r], pin, ep, bn, eng)
+    else:
+        _p_operand(pc, pin, ep, bn, eng)
     if qp.pv_mode == _PV_INTO_ACC:  # acc(acc * alpha) before the dot adds into it
         _scale_by(sc.acc[r], dv, alpha, ln.acc, qp.acc)
     sc.alpha[r] = alpha
@@ -305,6 +346,8 @@ def _quant_update(b, r, jt, xs, eng, sc):
     acc, y, alpha = sc.acc[r], sc.y[r], sc.alpha[r]
     vs = xs.vs[b, jt]
     if qp.pv_mode == _PV_TWO_LEVEL:  # acc = acc(fma(acc, alpha, pv(c . v))): a fresh P.V per key tile
+        if qp.p_kind == K_BLOCK and qp.p_two_level:  # SageAttention3: P's per-row scale first, pv_dequant(pv * s1)
+            _scale_by(y, dv, sc.s1[r], ln.pv_dequant, qp.pv_dequant)
         _acc_update(acc, y, dv, alpha, qp.contract, eng.acc_exact, ln.acc, qp.acc)
     elif qp.pv_mode == _PV_SEPARATE:  # INT8 T17..T19
         _mul_each(y, vs, 0, dv, ln.pv_dequant, qp.pv_dequant)
@@ -336,7 +379,7 @@ def _quant_tile(b, r0, r1, jt, xs, eng, sc):
     for r in range(g):
         i = r0 + r
         _quant_row(b, i, r, row_keys(i, j0, jv, eng.causal), jt, xs, eng, sc)
-    src = sc.pin if eng.pv.in_round else sc.pc
+    src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
         rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.no32, sc.acc, g, dv, eng.pv, sc.rs)
         return
@@ -372,6 +415,8 @@ def quant_units(lo, hi, xs, out, m_out, l_out, eng):
         np.zeros(bm),
         rows_work(bm, max(bn, dv)),
         np.zeros((0, 0), dtype=np.float32),
+        np.ones((bm, bn)),
+        np.ones(bm),
     )
     for u in range(lo, hi):
         b = u // n_qt

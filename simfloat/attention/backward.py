@@ -59,9 +59,9 @@ from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
-from simfloat.attention._inputs import block, kv_group, operand
+from simfloat.attention._inputs import block, check_qkv, kv_group, operand
 from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
-from simfloat.attention.plan import BackwardParams, BackwardPlan, OpSpec, backward_plan
+from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardParams, BackwardPlan, OpSpec, backward_plan
 from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
 from simfloat.trace import Tracer, record
@@ -69,21 +69,7 @@ from simfloat.trace import Tracer, record
 __all__ = ["BACKWARD_STATES", "TRACED_BACKWARD_OPS", "baseline_backward", "flash_backward", "lse_from_stats"]
 
 #: the ops a traced :func:`flash_backward` records, in the kernels' order (``lse`` is :func:`lse_from_stats`'s)
-TRACED_BACKWARD_OPS = (
-    "delta",
-    "qk",
-    "scale",
-    "exp",
-    "p",
-    "dv",
-    "dp",
-    "ds",
-    "ds_cast",
-    "dk",
-    "dq",
-    "grad_scale",
-    "grad",
-)
+TRACED_BACKWARD_OPS = tuple(op for op in FLASH_BACKWARD_OPS if op != "lse")
 #: the accumulators whose drift from the float64 shadow a traced :func:`flash_backward` records
 BACKWARD_STATES = ("dq", "dk", "dv")
 B_DELTA, B_QK, B_SCALE, B_EXP, B_P, B_DV, B_DP, B_DS, B_DS_CAST, B_DK, B_DQ, B_GRAD_SCALE, B_GRAD = range(13)
@@ -495,12 +481,7 @@ def _check(q: object, k: object, v: object, o: object, do: object, lse: object |
         group = kv_group(lead[-1], kl[-1], name)
     if ka.shape[:-2] != va.shape[:-2]:
         raise ValueError(f"k and v must have the same leading dims (heads), got k {ka.shape}, v {va.shape}")
-    if ka.shape[-1] != qa.shape[-1]:
-        raise ValueError(f"q and k head_dim differ: q {qa.shape}, k {ka.shape}")
-    if ka.shape[-2] != va.shape[-2]:
-        raise ValueError(f"k and v sequence lengths differ: k {ka.shape}, v {va.shape}")
-    if ka.shape[-2] < 1:
-        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+    check_qkv(qa, ka, va)
     want = qa.shape[:-1] + (va.shape[-1],)
     for name, x in (("o", oa), ("do", da)):
         if x.shape != want:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -43,6 +44,9 @@ __all__ = [
     "presets",
     "sum_once",
 ]
+
+#: Plan or BackwardPlan (:func:`_preset`)
+_P = TypeVar("_P")
 
 FLASH_OPS = ("qk", "scale", "exp", "m_i", "alpha", "l_ij", "l_i", "acc", "p", "pv", "normalize", "out")
 BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
@@ -186,6 +190,22 @@ class OpParams(NamedTuple):
 
     p: FormatParams
     mode: int
+
+
+def _op_params(plan: Plan | BackwardPlan, name: str) -> OpParams:
+    """Op ``name`` of a forward or backward plan for njit kernels: its format's params and rounding mode."""
+    s: OpSpec = getattr(plan, name)
+    return OpParams(s.fmt.params, int(s.mode))
+
+
+def _qk_scale(plan: Plan | BackwardPlan, scale: float) -> tuple[float, float]:
+    """(``scale_op(scale)``, the kernels' ``qk_scale``): ``scale_op(scale_op(scale) * scale_op(log2 e))`` with
+    ``plan.exp2`` (the Triton kernels' host code, H1), else ``scale_op(scale)``."""
+    from simfloat.attention._kernels import mul, rnd
+
+    sc = _op_params(plan, "scale")
+    rounded = rnd(float(scale), sc)
+    return rounded, (mul(rounded, rnd(math.log2(math.e), sc), sc) if plan.exp2 else rounded)
 
 
 class PlanParams(NamedTuple):
@@ -428,15 +448,11 @@ class Plan:
         Raises:
             ValueError: the rounded scale is not finite and > 0.
         """
-        from simfloat.attention._kernels import mul, rnd
+        from simfloat.attention._kernels import rnd
 
-        def op(name: str) -> OpParams:
-            s: OpSpec = getattr(self, name)
-            return OpParams(s.fmt.params, int(s.mode))
-
+        op = functools.partial(_op_params, self)
         sc = op("scale")
-        sm_scale = rnd(float(scale), sc)
-        qk_scale = mul(sm_scale, rnd(math.log2(math.e), sc), sc) if self.exp2 else sm_scale
+        sm_scale, qk_scale = _qk_scale(self, scale)
         qk_scale64 = float(scale) * math.log2(math.e) if self.exp2 else float(scale)
         for v in (sm_scale, qk_scale):
             if not (math.isfinite(v) and v > 0):
@@ -627,29 +643,43 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
             ``@<profile>`` that is no shipped, loaded or file profile.
         TypeError: ``name`` is neither a string nor a Plan.
     """
+    return _preset(name, hardware, Plan, presets, _with_hardware, ("plan", "plan", "the Triton flash kernel"))
+
+
+def _preset(
+    name: object,
+    hardware: object,
+    cls: type[_P],
+    table: Callable[[], dict[str, _P]],
+    with_hardware: Callable[[_P, str, object], _P],
+    words: tuple[str, str, str],
+) -> _P:
+    """The resolution :func:`plan` and :func:`backward_plan` share: ``name`` an instance of ``cls`` (returned
+    as it is) or a preset of ``table()``, ``triton-<fmt>@<profile>`` or ``hardware`` a hardware profile applied
+    by ``with_hardware(preset, fmt, profile)``. ``words``: (what a plan is called, the function's name, the
+    kernels the presets model) for the messages."""
+    what, func, kernels = words
     if isinstance(name, str) and "@" in name:
         if hardware is not None:
-            raise ValueError(f"plan {name!r} names its hardware profile already; do not pass hardware= too")
+            raise ValueError(f"{what} {name!r} names its hardware profile already; do not pass hardware= too")
         name, _, hardware = name.partition("@")
         if not hardware:
-            raise ValueError(f"plan {name + '@'!r}: no hardware profile after '@' (triton-<fmt>@<profile>)")
+            raise ValueError(f"{what} {name + '@'!r}: no hardware profile after '@' (triton-<fmt>@<profile>)")
         from simfloat.profiles import loaded_profile
 
         hardware = loaded_profile(hardware)
     if hardware is not None and not (isinstance(name, str) and name.startswith("triton-")):
-        raise ValueError(
-            f"plan(hardware=...) applies to the triton-<fmt> presets (the Triton flash kernel), got {name!r}"
-        )
-    if isinstance(name, Plan):
+        raise ValueError(f"{func}(hardware=...) applies to the triton-<fmt> presets ({kernels}), got {name!r}")
+    if isinstance(name, cls):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"plan must be a Plan or a preset name, got {type(name).__name__}")
-    table = presets()
-    if name not in table:
-        raise ValueError(f"unknown plan {name!r}; presets: {', '.join(table)}")
+        raise TypeError(f"plan must be a {cls.__name__} or a preset name, got {type(name).__name__}")
+    presets_ = table()
+    if name not in presets_:
+        raise ValueError(f"unknown {what} {name!r}; presets: {', '.join(presets_)}")
     if hardware is not None:
-        return _with_hardware(table[name], name.split("-", 1)[1], hardware)
-    return table[name]
+        return with_hardware(presets_[name], name.split("-", 1)[1], hardware)
+    return presets_[name]
 
 
 # -- backward ------------------------------------------------------------------------------------------------
@@ -818,15 +848,10 @@ class BackwardPlan:
         Raises:
             ValueError: a rounded scale is not finite and > 0.
         """
-        from simfloat.attention._kernels import mul, rnd
+        from simfloat.attention._kernels import rnd
 
-        def op(name: str) -> OpParams:
-            s: OpSpec = getattr(self, name)
-            return OpParams(s.fmt.params, int(s.mode))
-
-        sc = op("scale")
-        s_rounded = rnd(float(scale), sc)
-        qk_scale = mul(s_rounded, rnd(math.log2(math.e), sc), sc) if self.exp2 else s_rounded
+        op = functools.partial(_op_params, self)
+        qk_scale = _qk_scale(self, scale)[1]
         sm_scale = rnd(float(scale), op("grad_scale"))
         for v in (qk_scale, sm_scale):
             if not (math.isfinite(v) and v > 0):
@@ -952,26 +977,11 @@ def backward_plan(name: str | BackwardPlan, hardware: object = None) -> Backward
             or file profile.
         TypeError: ``name`` is neither a string nor a BackwardPlan.
     """
-    if isinstance(name, str) and "@" in name:
-        if hardware is not None:
-            raise ValueError(f"backward plan {name!r} names its hardware profile already; do not pass hardware= too")
-        name, _, hardware = name.partition("@")
-        if not hardware:
-            raise ValueError(f"backward plan {name + '@'!r}: no hardware profile after '@' (triton-<fmt>@<profile>)")
-        from simfloat.profiles import loaded_profile
-
-        hardware = loaded_profile(hardware)
-    if hardware is not None and not (isinstance(name, str) and name.startswith("triton-")):
-        raise ValueError(
-            f"backward_plan(hardware=...) applies to the triton-<fmt> presets (the Triton kernels), got {name!r}"
-        )
-    if isinstance(name, BackwardPlan):
-        return name
-    if not isinstance(name, str):
-        raise TypeError(f"plan must be a BackwardPlan or a preset name, got {type(name).__name__}")
-    table = backward_presets()
-    if name not in table:
-        raise ValueError(f"unknown backward plan {name!r}; presets: {', '.join(table)}")
-    if hardware is not None:
-        return _bwd_with_hardware(table[name], name.split("-", 1)[1], hardware)
-    return table[name]
+    return _preset(
+        name,
+        hardware,
+        BackwardPlan,
+        backward_presets,
+        _bwd_with_hardware,
+        ("backward plan", "backward_plan", "the Triton kernels"),
+    )

@@ -43,13 +43,18 @@ dimension, the element-wise ops as branch-free lane loops) and the scalar refere
 are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
 
 Block-scaled quantizers (``Quant("block", ...)``, NVFP4/MX, SageAttention3's FP4) and block-scaled MMA models
-(``tensor_core(..., kind="nvf4")``) run on the reference engine only: ``engine=None`` picks it for such a plan
-and ``engine="vector"`` is an error. Their blocks run along the k dimension of the MMA an operand feeds (Q, K:
-the head dimension; V, P: the keys, from each key tile's first key, so a block-scaled P.V needs block_n a
-multiple of its scale block). A block-scaled MMA takes the codes and per-element block scales; any other dot
-model takes the values (codes times block scales, exact in float64). A level above the block scales (NVFP4's
-tensor scale) is applied after the MMA: Q's and K's as the per-row / per-key ``dequant`` scales, V's in the
-epilogue; P's per-row first level (``"per-token"``) times each key tile's P.V (``pv_dequant``).
+(``tensor_core(..., kind="nvf4" | "mxf4" | "mxf8f6f4")``) run on both engines, with the same bits. The vector
+engine quantizes P per key tile with the reference's own function
+(:func:`simfloat.attention._quant_kernels.block_p_codes`) and runs a block-scaled MMA on the row kernels
+(:func:`simfloat._mma.scaled_mma`: the codes times their block scales, alignment weights from the scales'
+exponents, fp4 groups of 16 summed exactly); operands whose products could reach the MMA's output range (MX
+scales on huge inputs) make it decline, and such a call runs on the reference. Their blocks run along the k
+dimension of the MMA an operand feeds (Q, K: the head dimension; V, P: the keys, from each key tile's first
+key, so a block-scaled P.V needs block_n a multiple of its scale block). A block-scaled MMA takes the codes and
+per-element block scales; any other dot model takes the values (codes times block scales, exact in float64). A
+level above the block scales (NVFP4's tensor scale) is applied after the MMA: Q's and K's as the per-row /
+per-key ``dequant`` scales, V's in the epilogue; P's per-row first level (``"per-token"``) times each key
+tile's P.V (``pv_dequant``).
 """
 
 from __future__ import annotations
@@ -770,7 +775,7 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
             ``s1`` in fp32 (``pv_dequant``), added with ``fma(acc, alpha, .)`` (``pv_update="two_level"``).
             ``sage3-fp4-tensorscale``: Q, K, V with NVFP4's per-tensor fp32 scale (applied after the MMA:
             ``dequant`` for Q/K, the epilogue for V). ``sage3-fp4-onelevel``: P in NVFP4 without the per-row
-            first level. Block-scaled plans run on the reference engine only.
+            first level.
         ``<any>-fp64``: the same quantizers with every other op exact (float64); ``fp64``: nothing quantized,
             everything float64.
 
@@ -1027,17 +1032,9 @@ def quant_flash(
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
-    blocked = [op for op in QUANTIZERS if getattr(pl, op).kind == "block"]
-    if blocked:
-        if engine == "vector":
-            raise ValueError(
-                f"engine='vector' does not run block-scaled quantizers ({', '.join(blocked)} of plan {pl.name!r}) "
-                "or block-scaled MMAs: use engine='reference' (or None, which picks it for such plans)"
-            )
-        which = "reference"
-        pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
-        if pv_sb and bn % pv_sb:
-            raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
+    pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
+    if pv_sb and bn % pv_sb:
+        raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
     pp = pl.params(x.scale)
@@ -1109,12 +1106,15 @@ def quant_flash(
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    if which == "vector":
-        eng, xs = quant_engine(
-            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal
-        )
+    built = None
+    if which == "vector":  # None: block-scaled operands the row kernels cannot take, run on the reference
+        built = quant_engine(
+            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal,
+            qb=qb, kb=kb, vb=vb,
+        )  # fmt: skip
+    if built is not None:
         if n_lead * n_qt > 0:
-            run_rows(quant_units, n_lead * n_qt, xs, out, m, l, eng)
+            run_rows(quant_units, n_lead * n_qt, built[1], out, m, l, built[0])
     elif n_lead * n_qt > 0:
 
         def keys(a: np.ndarray, width: int) -> np.ndarray:

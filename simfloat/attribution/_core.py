@@ -6,6 +6,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -215,6 +216,23 @@ def _need(module: str, what: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ImportError(f"{what} needs {module}: pip install 'simfloat[analysis]'") from None
+
+
+def _pyplot(what: str) -> Any:
+    """matplotlib.pyplot on the Agg backend (files only), or the ImportError of :func:`_need` naming ``what``."""
+    _need("matplotlib", what).use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
+    """``fig`` laid out, saved as ``path`` (its folder created) at ``dpi`` and closed; returns ``path``."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:

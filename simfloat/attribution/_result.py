@@ -95,31 +95,13 @@ class Attribution:
             t["ablated_max"] = abl["max_abs"]
             t["ablated_rms"] = abl["rms"]
             t.loc["all", "entry"] = "(all ops)"
-            lines += [
-                "",
-                f"{name} per op (isolated: only this op low-precision; ablated: only this op fp64)",
-                t.reset_index().to_string(index=False, formatters=_formatters(t)),
-            ]
+            lines += _section(f"{name} per op (isolated: only this op low-precision; ablated: only this op fp64)", t)
         if len(self.steps):
-            s = self.steps.pivot_table(
-                index=["steps", "block_n"], columns="plan", values=["max_abs", "rms"], sort=False
-            ).sort_index(ascending=False)
-            s = _by_plan(s, self.meta.get("plans", []))
-            lines += [
-                "",
-                f"deviation vs rescaling steps = ceil(seq_k / block_n) at block_m={m.get('block_m')}",
-                s.reset_index().to_string(index=False, formatters=_formatters(s)),
-            ]
+            s = _by_plan(self.steps, ["steps", "block_n"], self.meta.get("plans", [])).sort_index(ascending=False)
+            lines += _section(f"deviation vs rescaling steps = ceil(seq_k / block_n) at block_m={m.get('block_m')}", s)
         if len(self.tiles):
-            t = self.tiles.pivot_table(
-                index=["block_m", "block_n"], columns="plan", values=["max_abs", "rms"], sort=False
-            )
-            t = _by_plan(t, self.meta.get("plans", []))
-            lines += [
-                "",
-                "deviation vs tiles (block_m x block_n)",
-                t.reset_index().to_string(index=False, formatters=_formatters(t)),
-            ]
+            t = _by_plan(self.tiles, ["block_m", "block_n"], self.meta.get("plans", []))
+            lines += _section("deviation vs tiles (block_m x block_n)", t)
         if self.bounds is not None:
             b = self.bounds.drop(columns=["note"])
             lines += [
@@ -152,12 +134,11 @@ class Attribution:
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """Save one PNG: per-op isolation/ablation bars (top), deviation vs tiles, vs rescaling steps, and the
         traced accumulator drift per kv block (bottom). Returns the path."""
-        from simfloat.attribution._core import _need
-
-        matplotlib = _need("matplotlib", "Attribution.plot")
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
         import numpy as np
+
+        from simfloat.attribution._core import _pyplot, _save_figure
+
+        plt = _pyplot("Attribution.plot")
 
         plans = list(self.meta.get("plans", []))
         colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(plans)}
@@ -279,16 +260,18 @@ class Attribution:
                 f"rows evaluated, tiles {m.get('block_m')}x{m.get('block_n')}"
             )
         )
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        return path
+        return _save_figure(plt, fig, Path(path), dpi=90)
 
 
-def _by_plan(wide: Any, plans: list[str]) -> Any:
-    """(metric, plan) pivot columns -> "plan metric" columns, plan by plan."""
+def _section(title: str, table: Any) -> list[str]:
+    """A blank line, ``title`` and ``table`` (its index as columns) as console text."""
+    return ["", title, table.reset_index().to_string(index=False, formatters=_formatters(table))]
+
+
+def _by_plan(long: Any, index: list[str], plans: list[str]) -> Any:
+    """max_abs and rms of a per-plan table pivoted to one row per ``index`` value and "plan metric" columns,
+    plan by plan."""
+    wide = long.pivot_table(index=index, columns="plan", values=["max_abs", "rms"], sort=False)
     wide = wide.reorder_levels([1, 0], axis=1)
     cols = [(p, v) for p in plans for v in ("max_abs", "rms") if (p, v) in wide.columns]
     wide = wide[cols]

@@ -32,6 +32,7 @@ import numpy as np
 from simfloat.accumulate import Sequential
 from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats, plan
 from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardPlan, Plan
+from simfloat.attribution._core import _save_figure
 from simfloat.metrics import error_metrics
 
 __all__ = [
@@ -269,6 +270,21 @@ def backward_steps(
     return rows
 
 
+def _frame_csv(rows: Sequence[dict[str, Any]], out: Path, name: str) -> tuple[Any, Path, Any]:
+    """What both writers start with: pandas and matplotlib (Agg) loaded (a missing one: an ImportError naming
+    the extra), ``rows`` as a DataFrame written to ``out/<name>.csv`` (folder created). Returns (the frame, the
+    CSV's path, matplotlib.pyplot)."""
+    from simfloat.attribution._core import _need, _pyplot
+
+    pd = _need("pandas", f"simfloat.attribution.backward ({name})")
+    plt = _pyplot(f"simfloat.attribution.backward ({name})")
+    out.mkdir(parents=True, exist_ok=True)
+    df = pd.DataFrame(list(rows))
+    csv_path = out / f"{name}.csv"
+    df.to_csv(csv_path, index=False)
+    return df, csv_path, plt
+
+
 def _curves(df: Any) -> list[tuple[str, Any]]:
     out = []
     for kind in ("full", "forward"):
@@ -284,17 +300,7 @@ def write_backward_steps(
     """``backward_steps.csv`` (every row of :func:`backward_steps`) and ``backward_steps.png`` (``metric`` of dQ,
     dK, dV vs rescaling steps: one row of panels per sweep, one curve per kind/op; an op whose deviation of a
     gradient is exactly 0 (it does not touch it) is left out of that panel) into ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    df = pd.DataFrame(list(rows))
-    csv_path = out / "backward_steps.csv"
-    df.to_csv(csv_path, index=False)
+    df, csv_path, plt = _frame_csv(rows, Path(out), "backward_steps")
     sweeps = list(dict.fromkeys(df.sweep)) if len(df) else []
     fig, axes = plt.subplots(max(len(sweeps), 1), 3, figsize=(16, 4.2 * max(len(sweeps), 1)), squeeze=False)
     styles = {"full": ("k", "o-"), "forward": ("tab:gray", "s--")}
@@ -324,11 +330,7 @@ def write_backward_steps(
             ax.legend(fontsize=7)
     note = f"{metric} of each gradient against the fp64 golden one; exact zeros (an op not on that gradient) not drawn"
     fig.suptitle(f"{title}\n{note}" if title else note, fontsize=10)
-    fig.tight_layout()
-    png = out / "backward_steps.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return csv_path, png
+    return csv_path, _save_figure(plt, fig, csv_path.with_suffix(".png"), dpi=110)
 
 
 def steps_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -351,17 +353,7 @@ def steps_table(rows: Sequence[dict[str, Any]]) -> str:
 def write_backward(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> tuple[Path, Path]:
     """``backward_attribution.csv`` and ``backward_attribution.png`` (isolation and ablation per op, dQ/dK/dV
     max deviation, first tile; full and forward-only deviation per tile) into ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    df = pd.DataFrame(list(rows))
-    csv_path = out / "backward_attribution.csv"
-    df.to_csv(csv_path, index=False)
+    df, csv_path, plt = _frame_csv(rows, Path(out), "backward_attribution")
     first = df[(df.block_m == df.block_m.iloc[0]) & (df.block_n == df.block_n.iloc[0])]
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
     for i, kind in enumerate(("isolation", "ablation")):
@@ -386,11 +378,7 @@ def write_backward(rows: Sequence[dict[str, Any]], out: str | Path, title: str =
     ax[2].legend(fontsize=7, ncol=2)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    png = out / "backward_attribution.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return csv_path, png
+    return csv_path, _save_figure(plt, fig, csv_path.with_suffix(".png"), dpi=110)
 
 
 def run_cli(args: Any) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -173,17 +172,11 @@ def _check_analysis() -> None:
 
 
 def _out_dir(path: str) -> Path:
-    """The output folder, created and checked writable before any work."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {path}: exists and is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {path}: cannot create or write the output folder: {err.strerror or err}") from None
-    return out
+    """The output folder, created and checked writable before any work (:func:`simfloat.cli.writable_dir`)."""
+    from simfloat.cli import writable_dir
+
+    writable_dir(Path(path), "--out", "output folder")
+    return Path(path)
 
 
 class _Progress:

@@ -5,17 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simfloat.cli import positive_int
+
 __all__ = ["add_report", "add_sweep", "run_report", "run_sweep_cli"]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def add_sweep(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +24,7 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--store", required=True, metavar="PATH", help="the SQLite results store (created if missing)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler (default: a local cluster)")
-    p.add_argument("--workers", type=_positive, metavar="N", help="local cluster processes (default: the cores)")
+    p.add_argument("--workers", type=positive_int, metavar="N", help="local cluster processes (default: the cores)")
     p.add_argument("--retry-failed", action="store_true", help="run the configs whose stored run failed again")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_sweep_cli)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simfloat.sweep.store import COLUMNS
+
 __all__ = ["BUILTIN_KINDS", "RESERVED", "Spec", "SpecError", "config_hash", "expand", "load_spec", "resolve_kind"]
 
 #: The kinds a SPEC may name without a module: name -> ``"package.module:function"``.
@@ -27,23 +29,8 @@ BUILTIN_KINDS: Mapping[str, str] = {"attribute": "simfloat.sweep.kinds:attribute
 SWEEP_KEYS = ("name", "kind", "seeds")
 #: Top-level tables of a SPEC.
 TABLES = ("sweep", "grid", "include", "exclude")
-#: Column names of the store's rows that a config key or a metric may not take.
-RESERVED = (
-    "config_hash",
-    "sweep",
-    "kind",
-    "status",
-    "error",
-    "start",
-    "end",
-    "wall_s",
-    "worker",
-    "hostname",
-    "python",
-    "numpy",
-    "numba",
-    "simfloat",
-)
+#: Column names of the store's rows that a config key or a metric may not take (the store's own columns).
+RESERVED = COLUMNS
 
 Config = dict[str, Any]
 

@@ -8,10 +8,10 @@ only when run, so that ``TRITON_INTERPRET`` can still be set before any kernel m
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-import threading
 from collections.abc import Sequence
+
+from simfloat._interrupt import run_command
 
 __all__ = ["COMMANDS", "main"]
 
@@ -48,18 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{_usage()}\n\nsimfloat-gpu: error: unknown command {name!r}", file=sys.stderr)
         return 2
     module = importlib.import_module(f"simfloat_gpu.campaign.{COMMANDS[name][0]}")
-    try:
-        code = int(module.main(rest, prog=f"simfloat-gpu {name}"))
-    except KeyboardInterrupt:
-        print(f"simfloat-gpu {name}: interrupted", file=sys.stderr, flush=True)
-        code = 130
-    if code == 130 and any(t.name.startswith("simfloat-job-") and t.is_alive() for t in threading.enumerate()):
-        # a kernel call still running on a job thread cannot be stopped, and numba's parallel runtime would
-        # hold the exit until it returns: everything is written, so leave now
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
-    return code
+    return run_command(lambda: module.main(rest, prog=f"simfloat-gpu {name}"), f"simfloat-gpu {name}")
 
 
 if __name__ == "__main__":

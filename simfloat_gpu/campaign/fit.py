@@ -590,11 +590,10 @@ _FITS = ("dot", "sum", "exp")
 
 
 def _fits(text: str) -> set[str]:
-    names = {t.strip() for t in text.split(",") if t.strip()}
-    unknown = sorted(names - set(_FITS))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown fit(s) {', '.join(unknown)}; fits: {', '.join(_FITS)}")
-    return names
+    """argparse type of --only: comma-separated names of :data:`_FITS`."""
+    from simfloat_gpu.campaign.validate import names_of
+
+    return names_of(text, _FITS, "fit")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu fit") -> int:

@@ -38,9 +38,7 @@ START = time.monotonic()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import dataclasses  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -48,7 +46,7 @@ import sys  # noqa: E402
 import tarfile  # noqa: E402
 import tempfile  # noqa: E402
 import traceback  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -342,7 +340,24 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
     w.writeheader()
     f.flush()
 
-    def emit(row: dict[str, Any]) -> None:
+    def emit(
+        part: str,
+        kernel: str,
+        b: int,
+        h: int,
+        s: int,
+        d: int,
+        causal: bool,
+        bm: Any,
+        bn: Any,
+        *,
+        ms: Any = "",
+        tflops: Any = "",
+        note: str = "",
+    ) -> None:
+        """One row of speed.csv (:data:`SPEED_FIELDS`): what was measured, the timing (empty: none)."""
+        row = dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal, block_m=bm, block_n=bn)
+        row.update(ms=ms, tflops=tflops, note=note)
         rows.append(row)
         w.writerow(row)
         f.flush()
@@ -355,60 +370,16 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
     def measure(
         part: str, kernel: str, fn: Callable[[], Any], b: int, h: int, s: int, d: int, causal: bool, bm: Any, bn: Any
     ) -> None:
+        where = (part, kernel, b, h, s, d, causal, bm, bn)
         if time.monotonic() > deadline:
-            emit(
-                dict(
-                    part=part,
-                    kernel=kernel,
-                    batch=b,
-                    heads=h,
-                    seq=s,
-                    head_dim=d,
-                    causal=causal,
-                    block_m=bm,
-                    block_n=bn,
-                    ms="",
-                    tflops="",
-                    note="skipped: time budget",
-                )
-            )
+            emit(*where, note="skipped: time budget")
             return
         try:
             ms = timer(fn)
             flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-            emit(
-                dict(
-                    part=part,
-                    kernel=kernel,
-                    batch=b,
-                    heads=h,
-                    seq=s,
-                    head_dim=d,
-                    causal=causal,
-                    block_m=bm,
-                    block_n=bn,
-                    ms=round(ms, 4),
-                    tflops=round(flops / (ms * 1e-3) / 1e12, 2),
-                    note="",
-                )
-            )
+            emit(*where, ms=round(ms, 4), tflops=round(flops / (ms * 1e-3) / 1e12, 2))
         except Exception as exc:
-            emit(
-                dict(
-                    part=part,
-                    kernel=kernel,
-                    batch=b,
-                    heads=h,
-                    seq=s,
-                    head_dim=d,
-                    causal=causal,
-                    block_m=bm,
-                    block_n=bn,
-                    ms="",
-                    tflops="",
-                    note=f"error: {type(exc).__name__}: {exc}"[:200],
-                )
-            )
+            emit(*where, note=f"error: {type(exc).__name__}: {exc}"[:200])
 
     try:
         with ctx:
@@ -461,22 +432,8 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
                         try:
                             runners = bench._make_runners(kernel, q16, k16, v16, bm, bn, False, modules)
                         except Exception as exc:
-                            emit(
-                                dict(
-                                    part="int8-vs-fp16",
-                                    kernel=kernel,
-                                    batch=b,
-                                    heads=heads,
-                                    seq=s,
-                                    head_dim=d,
-                                    causal=False,
-                                    block_m=bm,
-                                    block_n=bn,
-                                    ms="",
-                                    tflops="",
-                                    note=f"error: {type(exc).__name__}: {exc}"[:200],
-                                )
-                            )
+                            note = f"error: {type(exc).__name__}: {exc}"[:200]
+                            emit("int8-vs-fp16", kernel, b, heads, s, d, False, bm, bn, note=note)
                             continue
                         for _, fn in runners:
                             measure("int8-vs-fp16", kernel, fn, b, heads, s, d, False, bm, bn)
@@ -491,6 +448,23 @@ def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
 # ----------------------------------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------------------------------
+
+
+def _in_grid_order(
+    configs: Sequence[Any], results: Sequence[tuple[str, Any, Any, float, str]], missing: Callable[[Any, str], Any]
+) -> list[Any]:
+    """The pool's results of a grid's configs (forward or backward), one per config in grid order: a config's
+    (record, arrays) where its task succeeded, else (``missing(config, status)``, None) with the task's error or
+    "skipped" (never run) as the status."""
+    got = {r[1]: r for r in results}
+    out = []
+    for c in configs:
+        r = got.get(c.id)
+        if r is not None and not r[4]:
+            out.append(r[2])
+        else:
+            out.append((missing(c, r[4] if r is not None else "skipped"), None))
+    return out
 
 
 def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
@@ -520,22 +494,16 @@ def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
 
 def _parts(text: str) -> set[str]:
     """argparse type of --skip: comma-separated names of :data:`PARTS`."""
-    names = {t.strip() for t in text.split(",") if t.strip()}
-    unknown = sorted(names - set(PARTS))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
-    return names
+    from simfloat_gpu.campaign.validate import names_of
+
+    return names_of(text, PARTS, "part")
 
 
 def _mib(text: str) -> float:
     """argparse type: a finite size in MiB > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive size in MiB, got {text}")
-    return value
+    from simfloat_gpu.campaign.validate import positive_number
+
+    return positive_number(text, "a positive size in MiB")
 
 
 def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
@@ -737,30 +705,18 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         env_f = dict(env, recorded_by="simfloat_gpu.campaign.gpu_run", smoke=smoke)
         info: dict[str, Any] = summary["parts"].setdefault("fixtures", {})
         if "validate" not in skip:
-            got = {r[1]: r for r in by_kind["validate"]}
-            res = []
-            for c in configs:
-                r = got.get(c.id)
-                if r is not None and not r[4]:
-                    res.append(r[2])
-                else:
-                    status = r[4] if r is not None else "skipped"
-                    res.append((validate._record(c, "gpu", status=status), None))
+            res = _in_grid_order(configs, by_kind["validate"], lambda c, st: validate._record(c, "gpu", status=st))
             n = validate.write_fixtures(fix, res, configs, env_f)
             info.update(configs=n, of=len(configs), rows=[r[0].to_json() for r in res])
             log(f"fixtures: {n}/{len(configs)} forward configs")
         else:  # no forward configs, but a fixture folder all the same (validate --fixtures reads it)
             validate.write_fixtures(fix, [], [], env_f)
         if "backward" not in skip:
-            got = {r[1]: r for r in by_kind["backward"]}
-            bres = []
-            for c in bwd_configs:
-                r = got.get(c.id)
-                if r is not None and not r[4]:
-                    bres.append(r[2])
-                else:
-                    status = r[4] if r is not None else "skipped"
-                    bres.append((dataclasses.replace(validate_bwd._row(c, "gpu"), status=status), None))
+            bres = _in_grid_order(
+                bwd_configs,
+                by_kind["backward"],
+                lambda c, st: validate_bwd._row(c, "gpu", status=st),
+            )
             nb = validate_bwd.write_backward_fixtures(fix, bres, bwd_configs, env_f)
             info.update(backward_configs=nb, backward_of=len(bwd_configs), backward_rows=[r[0].to_json() for r in bres])
             log(f"fixtures: {nb}/{len(bwd_configs)} backward configs (in {validate_bwd.BACKWARD_DIR}/)")

@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["BackwardRecord", "Record", "ValidationRecord"]
+__all__ = ["CONFIG_FIELDS", "BackwardRecord", "Record", "ValidationRecord"]
 
 _R = TypeVar("_R", bound="Record")
 
@@ -179,11 +179,24 @@ def _parse(record: str, name: str, typ: type, raw: Any) -> Any:
         raise ValueError(f"{record}: column {name!r} must be {typ.__name__}, got {raw!r}") from None
 
 
+#: the config fields every record declares (name -> type), in this order (a test checks both records): the
+#: sequence length, head dimension and heads, the tile, the mask, the output ("fp32" or "low", the input format)
+CONFIG_FIELDS: dict[str, str] = {
+    "seq": "int",
+    "head_dim": "int",
+    "heads": "int",
+    "block_m": "int",
+    "block_n": "int",
+    "causal": "bool",
+    "out": "str",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ValidationRecord(Record):
-    """One forward config compared: the config, where it ran, the emulator plan, and per output the bitwise
-    agreement (fraction of equal elements, 0..1) and the largest distance in units in the last place (-1: a
-    non-finite value on one side only).
+    """One forward config compared: the config (:data:`CONFIG_FIELDS` after ``row_sum``), where it ran, the
+    emulator plan, and per output the bitwise agreement (fraction of equal elements, 0..1) and the largest
+    distance in units in the last place (-1: a non-finite value on one side only).
 
     Outputs: ``out`` the config's output (fp32 or the input format), ``out32`` the fp32 output, ``m`` and ``l``
     the row statistics m_i and l_i (fp32). ``out32_rel_diff`` is max |kernel - emulator| / max |kernel| of the
@@ -241,14 +254,14 @@ class ValidationRecord(Record):
 
 @dataclasses.dataclass(frozen=True)
 class BackwardRecord(Record):
-    """One backward config compared: the config, where it ran, whether the emulator's lse equals the kernel's,
-        the bitwise agreement (fraction of equal elements) of dQ, dK, dV and delta, the max error relative to the
-        largest float64 gradient of each side (``d*_err`` the kernel's, ``emulator_d*_err`` the emulator's), and
-        seconds. ``status``: ``bitwise``, ``differs``, ``kernel only``, ``kernel error: ...``, ``emulator
-        error: ...``. ``kv_heads``: the key/value heads (fewer than ``heads``: grouped-query attention; empty in
-        CSVs written before the column existed); ``precision``: the dot precision of fp32 inputs ("tf32" or "ieee",
-        empty for bf16/fp16); ``plan``: the emulator's backward plan (empty in CSVs written before the column
-    existed). The three are the last columns, so older CSVs still load."""
+    """One backward config compared: the config (:data:`CONFIG_FIELDS` after ``fmt``), where it ran, whether the
+    emulator's lse equals the kernel's, the bitwise agreement (fraction of equal elements) of dQ, dK, dV and
+    delta, the max error relative to the largest float64 gradient of each side (``d*_err`` the kernel's,
+    ``emulator_d*_err`` the emulator's), and seconds. ``status``: ``bitwise``, ``differs``, ``kernel only``,
+    ``kernel error: ...``, ``emulator error: ...``. ``kv_heads``: the key/value heads (fewer than ``heads``:
+    grouped-query attention; empty in CSVs written before the column existed); ``precision``: the dot precision
+    of fp32 inputs ("tf32" or "ieee", empty for bf16/fp16); ``plan``: the emulator's backward plan (empty in CSVs
+    written before the column existed). The three are the last columns, so older CSVs still load."""
 
     id: str
     fmt: str

@@ -63,17 +63,16 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simfloat.cli import positive_int
-from simfloat_gpu.campaign.records import ValidationRecord
+from simfloat.cli import positive_int, writable_dir
+from simfloat_gpu.campaign.records import BackwardRecord, Record, ValidationRecord
 
 #: where the kernel sources are (their hashes go into every fixture record)
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
@@ -489,6 +488,50 @@ def _torch_dtype(fmt: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[fmt]
 
 
+@contextlib.contextmanager
+def kernel_session(backend: str, fmt: str, *arrays: np.ndarray) -> Iterator[tuple[str, list[Any]]]:
+    """The setup every kernel run shares: ``arrays`` as torch tensors of ``fmt`` on the backend's device
+    ("cuda" for ``gpu``, else "cpu"), the body run under the faithful interpreter for backend ``faithful``, and
+    the GPU synchronized at the end.
+
+    Yields:
+        (device, the tensors in the order of ``arrays``).
+    """
+    import torch
+
+    device = "cuda" if backend == "gpu" else "cpu"
+    dt = _torch_dtype(fmt)
+    tensors = [torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in arrays]
+    ctx: Any = contextlib.nullcontext()
+    if backend == "faithful":
+        from simfloat_gpu.interpreter import faithful
+
+        ctx = faithful()
+    with ctx:
+        yield device, tensors
+    if backend == "gpu":
+        torch.cuda.synchronize()
+
+
+def run_flash(cfg: Config, q: Any, k: Any, v: Any, out_dtype: Any) -> tuple[Any, Any, Any]:
+    """The Triton flash kernel on torch tensors under ``cfg``'s tile, mask and dot precision (fp32 inputs:
+    ``cfg.precision``; otherwise the kernel's default): (o in ``out_dtype``, m, l)."""
+    from simfloat_gpu.kernels.flash_attention import flash_attention
+
+    o, m, l = flash_attention(  # noqa: E741
+        q,
+        k,
+        v,
+        causal=cfg.causal,
+        block_m=cfg.block_m,
+        block_n=cfg.block_n,
+        return_stats=True,
+        out_dtype=out_dtype,
+        input_precision=cfg.precision or None,
+    )
+    return o, m, l
+
+
 def run_kernel(
     cfg: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, backend: str, fp32_too: bool = False
 ) -> dict[str, np.ndarray]:
@@ -496,35 +539,16 @@ def run_kernel(
     format), ``out32`` (the fp32 output, when ``cfg.out == "fp32"`` or ``fp32_too``), ``m``, ``l``."""
     import torch
 
-    device = "cuda" if backend == "gpu" else "cpu"
-    dt = _torch_dtype(cfg.fmt)
-    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in (q, k, v))
-    ctx: Any = contextlib.nullcontext()
-    if backend == "faithful":
-        from simfloat_gpu.interpreter import faithful
-
-        ctx = faithful()
     res: dict[str, np.ndarray] = {}
 
     def host(t: Any) -> np.ndarray:
         return t.float().cpu().numpy()
 
-    with ctx:
+    with kernel_session(backend, cfg.fmt, q, k, v) as (device, (tq, tk, tv)):
         if cfg.kind == "flash":
-            from simfloat_gpu.kernels.flash_attention import flash_attention
-
             outs = ["fp32"] if cfg.out == "fp32" else (["low", "fp32"] if fp32_too else ["low"])
             for which in outs:
-                o, m, l = flash_attention(  # noqa: E741
-                    tq,
-                    tk,
-                    tv,
-                    causal=cfg.causal,
-                    block_m=cfg.block_m,
-                    block_n=cfg.block_n,
-                    return_stats=True,
-                    out_dtype=torch.float32 if which == "fp32" else dt,
-                )
+                o, m, l = run_flash(cfg, tq, tk, tv, torch.float32 if which == "fp32" else tq.dtype)  # noqa: E741
                 if which == cfg.out:
                     res["out"], res["m"], res["l"] = host(o), host(m), host(l)
                 if which == "fp32":
@@ -560,8 +584,6 @@ def run_kernel(
                 return_stats=True,
             )
             res["out"], res["m"], res["l"] = host(o), host(m), host(l)
-    if backend == "gpu":
-        torch.cuda.synchronize()
     return res
 
 
@@ -743,12 +765,16 @@ def out_format(cfg: Config, which: str | None = None) -> str:
 
 def _record(cfg: Config, backend: str, family: str = "triton", **fields: Any) -> ValidationRecord:
     """The record of ``cfg`` before any comparison: the config, the backend, the emulator plan of ``family``."""
+    return ValidationRecord(
+        **{**config_columns(cfg, ValidationRecord), "backend": backend, "plan": emulator_plan(cfg, family), **fields}
+    )
+
+
+def config_columns(cfg: Config, record: type[Record]) -> dict[str, Any]:
+    """The fields of ``record`` (a :class:`ValidationRecord` or :class:`BackwardRecord`) that ``cfg`` has
+    (:meth:`Config.as_dict`: its fields, id and seed), by name."""
     d = cfg.as_dict()
-    names = ValidationRecord.csv_fields()
-    base = {k: d[k] for k in names if k in d}
-    base.update(backend=backend, plan=emulator_plan(cfg, family))
-    base.update(fields)
-    return ValidationRecord(**base)
+    return {k: d[k] for k in record.csv_fields() if k in d}
 
 
 def _error_status(exc: BaseException) -> str:
@@ -1387,30 +1413,50 @@ def write_fixtures(
 ) -> int:
     """Write env.json, configs.json and outputs.npz (compressed) under ``fix_dir``; returns the number of
     configs recorded. Inputs are not stored: they are regenerated from each config's seed (CRC32 checked)."""
-    fix_dir.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     entries = []
     for cfg, (rec, arr) in zip(configs, results, strict=True):
         if arr is None:
             continue
-        row = rec.to_csv_row()  # configs.json keeps the errors as the text validation.csv has
-        arr = dict(arr)
-        crc = int(arr.pop("crc")[0])
-        if cfg.out == "low":  # values of a 16-bit format: stored as their bits
-            arr["out_bits"] = _raw_bits(arr.pop("out"), cfg.fmt).astype(np.uint16)
-        for key, val in arr.items():
-            arrays[f"{cfg.id}__{key}"] = val
-        entry = cfg.as_dict()
-        entry.update(
-            input_crc=crc,
-            kernel_err_max=row["kernel_err_max"],
-            kernel_err_rms=row["kernel_err_rms"],
-            kernel_s=rec.kernel_s,
-            arrays=sorted(arr),
-        )
-        entries.append(entry)
+        kernel = dict(arr)
+        crc = int(kernel.pop("crc")[0])
+        low = {"out"} if cfg.out == "low" else set()  # values of a 16-bit format: stored as their bits
+        names = sorted(_add_fixture_arrays(arrays, cfg, kernel, kernel, low))
+        entries.append(_fixture_entry(cfg, rec, crc, ("kernel_err_max", "kernel_err_rms"), names))
     _save_fixture_dir(fix_dir, env, entries, arrays)
     return len(entries)
+
+
+def _add_fixture_arrays(
+    arrays: dict[str, np.ndarray],
+    cfg: Config,
+    kernel: Mapping[str, np.ndarray],
+    names: Iterable[str],
+    low: Container[str],
+) -> list[str]:
+    """Add the kernel's arrays ``names`` of one config to a fixture's ``arrays`` as ``<config id>__<key>``: those
+    in ``low`` (values of the 16-bit input format) as their bit patterns (uint16, key ``<name>_bits``), the rest
+    as float32. Returns the keys, in the order of ``names``; :func:`_load_fixture_dir` reads them back."""
+    keys = []
+    for name in names:
+        if name in low:
+            key, value = f"{name}_bits", _raw_bits(kernel[name], cfg.fmt).astype(np.uint16)
+        else:
+            key, value = name, np.asarray(kernel[name], dtype=np.float32)
+        arrays[f"{cfg.id}__{key}"] = value
+        keys.append(key)
+    return keys
+
+
+def _fixture_entry(
+    cfg: Config, rec: ValidationRecord | BackwardRecord, crc: int, errors: Sequence[str], keys: list[str]
+) -> dict[str, Any]:
+    """The configs.json entry of one recorded config (forward or backward): the config, the CRC32 of its
+    inputs, the kernel's ``errors`` columns as the record's CSV has them (text), its seconds, its array keys."""
+    row = rec.to_csv_row()  # configs.json keeps the errors as the text of the CSV
+    entry = cfg.as_dict()
+    entry.update(input_crc=crc, **{name: row[name] for name in errors}, kernel_s=rec.kernel_s, arrays=keys)
+    return entry
 
 
 def _save_fixture_dir(
@@ -1426,22 +1472,35 @@ def _save_fixture_dir(
     np.savez_compressed(fix_dir / "outputs.npz", **arrays)
 
 
-def load_fixtures(fix_dir: Path) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str, np.ndarray]]]]:
-    """(env, [(config, entry, arrays)]) from a fixture directory written by :func:`write_fixtures`."""
-    fix_dir = Path(fix_dir)
+def _load_fixture_dir(
+    fix_dir: Path,
+) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str, np.ndarray]]]]:
+    """(env, [(config, entry, arrays)]) of a folder :func:`_save_fixture_dir` wrote: arrays stored as bits
+    (``<name>_bits``) decoded to float32 values of the config's format under ``<name>``, the rest as stored."""
     env = json.loads((fix_dir / "env.json").read_text())
     meta = json.loads((fix_dir / "configs.json").read_text())
     out = []
     with np.load(fix_dir / "outputs.npz") as z:
         for entry in meta["configs"]:
             cfg = Config.from_dict(entry)
-            arrays = {key: z[f"{cfg.id}__{key}"] for key in entry["arrays"]}
-            if "out_bits" in arrays:
-                arrays["out"] = _from_bits16(arrays.pop("out_bits"), cfg.fmt)
-            if cfg.out == "fp32" and "out32" not in arrays:
-                arrays["out32"] = arrays["out"]
+            arrays = {}
+            for key in entry["arrays"]:
+                a = z[f"{cfg.id}__{key}"]
+                if key.endswith("_bits"):
+                    arrays[key[: -len("_bits")]] = _from_bits16(a, cfg.fmt)
+                else:
+                    arrays[key] = a
             out.append((cfg, entry, arrays))
     return env, out
+
+
+def load_fixtures(fix_dir: Path) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str, np.ndarray]]]]:
+    """(env, [(config, entry, arrays)]) from a fixture directory written by :func:`write_fixtures`."""
+    env, items = _load_fixture_dir(Path(fix_dir))
+    for cfg, _, arrays in items:
+        if cfg.out == "fp32" and "out32" not in arrays:
+            arrays["out32"] = arrays["out"]
+    return env, items
 
 
 def fixture_dirs(root: Path) -> list[Path]:
@@ -1606,15 +1665,30 @@ def agreement_table(rows: Sequence[ValidationRecord]) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0."""
+def positive_number(text: str, what: str) -> float:
+    """A finite number > 0 from an argument's text, or argparse's error ``expected <what>, got <text>``."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    return positive_number(text, "a positive number of seconds")
+
+
+def names_of(text: str, known: Sequence[str], what: str) -> set[str]:
+    """argparse type helper: the comma-separated names of ``text``, each one of ``known``, or the error
+    ``unknown <what>(s) ...; <what>s: <known>``."""
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(unknown)}; {what}s: {', '.join(known)}")
+    return names
 
 
 def plan_families(text: str) -> list[str]:
@@ -1626,22 +1700,6 @@ def plan_families(text: str) -> list[str]:
             f"expected plan families of {', '.join(PLAN_FAMILIES)} (comma-separated), got {text!r}"
         )
     return list(dict.fromkeys(names))
-
-
-def writable_dir(path: Path, option: str) -> None:
-    """Create ``path`` (parents too) and check a file can be written there, before any work.
-
-    Raises:
-        ValueError: naming ``option`` and the path.
-    """
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option} {path}: exists and is not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise ValueError(f"{option} {path}: cannot create or write the folder: {err.strerror or err}") from None
 
 
 _FIXTURE_FILES = ("env.json", "configs.json", "outputs.npz")

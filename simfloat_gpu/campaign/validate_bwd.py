@@ -20,11 +20,9 @@ on a CPU, or on a GPU (then the emulator comparison measures how close the plan 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import itertools
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -152,21 +150,12 @@ def _rel(x: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(np.asarray(x, dtype=np.float64) - ref).max() / scale)
 
 
-def _row(cfg: fwd.Config, backend: str) -> BackwardRecord:
-    """The record of ``cfg`` before any run."""
+def _row(cfg: fwd.Config, backend: str, **fields: Any) -> BackwardRecord:
+    """The record of ``cfg`` before any run (id ``bwd-<config id>``, ``kv_heads`` the heads of k and v), with
+    ``fields``."""
+    columns = fwd.config_columns(cfg, BackwardRecord)
     return BackwardRecord(
-        id="bwd-" + cfg.id,
-        fmt=cfg.fmt,
-        seq=cfg.seq,
-        head_dim=cfg.head_dim,
-        heads=cfg.heads,
-        kv_heads=cfg.kv_heads or cfg.heads,
-        precision=cfg.precision,
-        block_m=cfg.block_m,
-        block_n=cfg.block_n,
-        causal=cfg.causal,
-        out=cfg.out,
-        backend=backend,
+        **{**columns, "id": "bwd-" + cfg.id, "kv_heads": cfg.kv_heads or cfg.heads, "backend": backend, **fields}
     )
 
 
@@ -186,30 +175,10 @@ def run_backward_kernels(
     outputs as float64 host arrays (o and the gradients: values of their format)."""
     import torch
 
-    from simfloat_gpu.kernels.flash_attention import flash_attention
     from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
 
-    device = "cuda" if backend == "gpu" else "cpu"
-    dt = fwd._torch_dtype(cfg.fmt)
-    tq, tk, tv, tdo = (torch.from_numpy(np.ascontiguousarray(x)).to(dt).to(device) for x in inputs)
-    precision = cfg.precision or None
-    ctx: Any = contextlib.nullcontext()
-    if backend == "faithful":
-        from simfloat_gpu.interpreter import faithful
-
-        ctx = faithful()
-    with ctx:
-        o, m, l = flash_attention(  # noqa: E741
-            tq,
-            tk,
-            tv,
-            causal=cfg.causal,
-            block_m=cfg.block_m,
-            block_n=cfg.block_n,
-            return_stats=True,
-            out_dtype=torch.float32 if cfg.out == "fp32" else dt,
-            input_precision=precision,
-        )
+    with fwd.kernel_session(backend, cfg.fmt, *inputs) as (_, (tq, tk, tv, tdo)):
+        o, m, l = fwd.run_flash(cfg, tq, tk, tv, torch.float32 if cfg.out == "fp32" else tq.dtype)  # noqa: E741
         dq, dk, dv, delta, lse = flash_attention_backward(
             tq,
             tk,
@@ -221,15 +190,12 @@ def run_backward_kernels(
             causal=cfg.causal,
             block_m=cfg.block_m,
             block_n=cfg.block_n,
-            input_precision=precision,
+            input_precision=cfg.precision or None,
             return_stats=True,
         )
-    if backend == "gpu":
-        torch.cuda.synchronize()
-    names = ("o", "m", "l", "dq", "dk", "dv", "delta", "lse")
     return {
         n: t.float().cpu().numpy().astype(np.float64)
-        for n, t in zip(names, (o, m, l, dq, dk, dv, delta, lse), strict=True)
+        for n, t in zip(FIXTURE_ARRAYS, (o, m, l, dq, dk, dv, delta, lse), strict=True)
     }
 
 
@@ -360,25 +326,10 @@ def write_backward_fixtures(
     for cfg, (rec, kern) in zip(configs, results, strict=True):
         if kern is None:
             continue
-        names = []
-        for name in FIXTURE_ARRAYS:
-            if _low_format(cfg, name):
-                arrays[f"{cfg.id}__{name}_bits"] = fwd._raw_bits(kern[name], cfg.fmt).astype(np.uint16)
-                names.append(f"{name}_bits")
-            else:
-                arrays[f"{cfg.id}__{name}"] = np.asarray(kern[name], dtype=np.float32)
-                names.append(name)
-        entry = cfg.as_dict()
-        row = rec.to_csv_row()
-        entry.update(
-            input_crc=fwd.input_crc(*backward_inputs(cfg)),
-            dq_err=row["dq_err"],
-            dk_err=row["dk_err"],
-            dv_err=row["dv_err"],
-            kernel_s=rec.kernel_s,
-            arrays=names,
-        )
-        entries.append(entry)
+        low = [name for name in FIXTURE_ARRAYS if _low_format(cfg, name)]
+        keys = fwd._add_fixture_arrays(arrays, cfg, kern, FIXTURE_ARRAYS, low)
+        crc = fwd.input_crc(*backward_inputs(cfg))
+        entries.append(fwd._fixture_entry(cfg, rec, crc, ("dq_err", "dk_err", "dv_err"), keys))
     fwd._save_fixture_dir(Path(fix_dir) / BACKWARD_DIR, env, entries, arrays)
     return len(entries)
 
@@ -392,21 +343,8 @@ def load_backward_fixtures(
     sub = Path(fix_dir) / BACKWARD_DIR
     if not (sub / "configs.json").is_file():
         return {}, []
-    env = json.loads((sub / "env.json").read_text())
-    meta = json.loads((sub / "configs.json").read_text())
-    out = []
-    with np.load(sub / "outputs.npz") as z:
-        for entry in meta["configs"]:
-            cfg = fwd.Config.from_dict(entry)
-            arrays = {}
-            for key in entry["arrays"]:
-                a = z[f"{cfg.id}__{key}"]
-                if key.endswith("_bits"):
-                    arrays[key[: -len("_bits")]] = fwd._from_bits16(a, cfg.fmt).astype(np.float64)
-                else:
-                    arrays[key] = a.astype(np.float64)
-            out.append((cfg, entry, arrays))
-    return env, out
+    env, items = fwd._load_fixture_dir(sub)
+    return env, [(cfg, entry, {k: a.astype(np.float64) for k, a in arrays.items()}) for cfg, entry, arrays in items]
 
 
 _CRC_DIFFERS = "regenerated inputs differ from the recorded ones (CRC32)"
@@ -426,8 +364,9 @@ def compare_backward_fixtures(
     backend = backend or f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
     rows = []
     for cfg, entry, kernel in items:
-        base = dataclasses.replace(
-            _row(cfg, backend),
+        base = _row(
+            cfg,
+            backend,
             kernel_s=fwd._optional_float(entry.get("kernel_s")),
             **{f"{n}_err": fwd._optional_float(entry.get(f"{n}_err")) for n in ("dq", "dk", "dv")},
         )
