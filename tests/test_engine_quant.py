@@ -354,7 +354,7 @@ def test_block_scaled_operands_beyond_the_row_kernels_run_the_reference(monkeypa
 
 def _q_smooth_variants():
     """Q smoothing with its correction in each place: the MMA's initial accumulator (FP4 block-scaled MMA,
-    fp16 tensor cores with unscaled casts, an fp32 FMA chain; with an fp32 or float64 delta_s) and the
+    fp16 tensor cores with unscaled casts, an fp32 FMA chain; with an fp32, bf16 or float64 delta_s) and the
     dequantized scores (INT8 per warp / per token); other mean and correction formats, no contraction."""
     fp32, e4m3 = "float32", "float8_e4m3fn"
     sage = quant_plan("sage2-int8-fp8-qsmooth")
@@ -371,6 +371,9 @@ def _q_smooth_variants():
         fp16.replace(q_smooth=fp32, q_delta=EXACT),
         fp16.replace(q_smooth=fp32, qk=Sequential(fp32), q_quant=Quant("float", "unscaled", fmt=e4m3)),
         quant_plan("sage3-fp4-released").replace(contract=False),
+        quant_plan("sage3-fp4-released").replace(
+            q_smooth="bfloat16", q_delta=Chunked(splits=1, inner=Sequential(fp32), outer_fmt="bfloat16")
+        ),
         quant_plan("sage3-fp4-fixedp").replace(exp2=False, scale="bfloat16"),
         _BLOCK["mxfp4"].replace(p_quant=Quant("block", "fixed", fmt="mxfp4", qmax=6.0 * 256)),
     ]
