@@ -8,8 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simfloat.accumulate import acc_params, dot_acc, tensor_core
+from simfloat.accumulate import Sequential, acc_params, dot_acc, matmul, tensor_core
 from simfloat.attention import (
+    EXACT,
     QUANT_OPS,
     QUANTIZERS,
     Quant,
@@ -23,6 +24,7 @@ from simfloat.attention import (
     quant_presets,
     quantize,
     smooth_keys,
+    smooth_queries,
 )
 from simfloat.attention import _kernels as K
 from simfloat.attention import _quant_kernels as QK
@@ -474,6 +476,105 @@ def test_sage_isolate_ablate_and_trace_cover_every_quantizer():
     rms = dict(zip(ops["op"].astype(str), ops["rms"], strict=True))
     assert rms["k_smooth"] > 0 and rms["p_quant"] > 0 and rms["qk"] == 0.0
     assert set(QUANT_OPS) >= set(rms)
+
+
+def _offset_inputs(seed, offset):
+    """Q = N(0, 1) + offset * u per channel (u = +-1/8, one sign per channel), keys orthogonal to u: the exact
+    attention does not depend on the offset, the amax of every Q row and block does."""
+    g = np.random.default_rng(seed)
+    d = 64
+    u = g.choice([-1.0, 1.0], d) / 8.0
+    k = g.standard_normal((2, 97, d))
+    k -= (k @ u)[..., None] * u
+    v = g.standard_normal((2, 97, d)).astype(np.float32)
+    q = (g.standard_normal((2, 97, d)) + offset * 8.0 * u).astype(np.float32)
+    return q, k.astype(np.float32), v
+
+
+def _rel_err(plan, q, k, v):
+    ref = np.stack([_attn64(q[i], k[i], v[i]) for i in range(q.shape[0])])
+    got = quant_flash(q, k, v, plan=plan, block_m=32, block_n=32)
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.parametrize(
+    ("name", "worse"), [("sage2-int8-fp8", 2.0), ("sage3-fp4", 5.0)]
+)  # measured at offset 10: 2.6x (INT8 per warp), 11x (NVFP4)
+def test_q_smoothing_removes_a_common_offset_of_q(name, worse):
+    """With a common offset of 10 per channel in Q, INT8 / NVFP4 codes spend their range on it: the error grows
+    by `worse` times or more without Q smoothing; with it, the error stays at its offset-free level (within 5%;
+    measured: equal to 3 digits)."""
+    q0, k, v = _offset_inputs(41, 0.0)
+    q, _, _ = _offset_inputs(41, 10.0)
+    plain, smooth = quant_plan(name), quant_plan(f"{name}-qsmooth")
+    e_smooth, e_plain = _rel_err(smooth, q, k, v), _rel_err(plain, q, k, v)
+    assert e_smooth <= 1.05 * _rel_err(smooth, q0, k, v)
+    assert e_plain > worse * e_smooth, (e_plain, e_smooth)
+    assert _rel_err(plain, q0, k, v) < 1.05 * e_smooth  # without an offset Q smoothing changes little
+
+
+def test_q_smoothing_alone_matches_numpy():
+    """isolate('q_smooth'): Q less its fp32 mean per q tile, the correction mean . k (float64, EXACT) back into
+    the scores, everything else float64: the attention of the smoothed-and-corrected Q; isolate('q_delta'): the
+    fp32 FMA chain's correction alone (on the keys smoothed in float64)."""
+    q, k, v = _inputs(70, 16, seed=36)
+    q = q + np.float32(5.0)
+    sage = quant_plan("sage2-int8-fp8-qsmooth")
+    q64, k64 = q.astype(np.float64), k.astype(np.float64)
+    for bm in (32, 70):
+        only = sage.isolate("q_smooth")
+        assert only.q_smooth == sage.q_smooth and only.q_delta == EXACT and not only.q_quant.quantizes
+        got = quant_flash(q, k, v, plan=only, block_m=bm, block_n=32)
+        mus = [(q64[lo : lo + bm].sum(0) / q64[lo : lo + bm].shape[0]).astype(np.float32) for lo in range(0, 70, bm)]
+        mu = np.repeat(np.stack(mus).astype(np.float64), bm, axis=0)[:70]
+        qs = (q64 - mu).astype(np.float32).astype(np.float64)  # the float64 difference rounded once into fp32
+        s = (qs @ k64.T + mu @ k64.T) / 4.0
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ v
+        assert np.abs(got - want).max() < 1e-13, bm
+        assert 0 < np.abs(got - _attn64(q, k, v)).max() < 1e-5  # the correction puts the shift back
+        smoothed, exact, mu_got = smooth_queries(q[None], "float32", bm)
+        assert np.array_equal(smoothed[0], qs) and np.array_equal(mu_got[0], np.stack(mus).astype(np.float64))
+        assert np.allclose(exact[0], q64 - np.repeat(np.stack([m for m in mus]), bm, 0)[:70], rtol=0, atol=1e-5)
+    only = sage.isolate("q_delta")
+    assert only.q_delta == Sequential("float32") and only.q_smooth.fmt.name == "float64"
+    got = quant_flash(q, k, v, plan=only, block_m=32, block_n=32)
+    mu = np.stack([q64[lo : lo + 32].sum(0) / q64[lo : lo + 32].shape[0] for lo in range(0, 70, 32)])
+    ks = k64 - k64.sum(0) / 70  # k_smooth, float64 in the isolated plan: delta_s is taken on the smoothed keys
+    ds = matmul(mu, ks.T, acc=Sequential("float32"))
+    s = ((q64 - np.repeat(mu, 32, axis=0)[:70]) @ ks.T + np.repeat(ds, 32, axis=0)[:70]) / 4.0
+    p = np.exp(s - s.max(-1, keepdims=True))
+    assert np.abs(got - (p / p.sum(-1, keepdims=True)) @ v).max() < 1e-13
+    with pytest.raises(ValueError, match="block"):
+        smooth_queries(q, "float32", 0)
+    with pytest.raises(ValueError, match="seq_q"):
+        smooth_queries(np.zeros((0, 4)), "float32", 4)
+
+
+def test_q_smoothing_isolate_ablate_trace_and_errors():
+    q, k, v = _inputs(66, 16, seed=37)
+    q = q + np.float32(4.0)
+    sage = quant_plan("sage2-int8-fp8-qsmooth")
+    assert sage.ablate("q_smooth").q_smooth.fmt.name == "float64" and sage.ablate("q_delta").q_delta == EXACT
+    assert sage.exact().q_delta == EXACT and quant_plan("sage2-int8-fp8").exact().q_smooth is None
+    assert quant_plan("sage2-int8-fp8").ablate("q_delta").q_delta is None
+    assert quant_plan("sage2-int8-fp8").replace(q_smooth="float32").q_delta == Sequential("float32")  # default
+    for name in ("sage2-int8-fp8-qsmooth", "sage3-fp4-qsmooth"):
+        tr = Tracer()
+        pl = quant_plan(name)
+        a = quant_flash(q, k, v, plan=pl, trace=tr, block_m=32, block_n=32, causal=True)
+        assert np.array_equal(a, quant_flash(q, k, v, plan=pl, block_m=32, block_n=32, causal=True))
+        ops = tr.by_op().reset_index()
+        rms = dict(zip(ops["op"].astype(str), ops["rms"], strict=True))
+        assert rms["q_smooth"] > 0 and rms["q_delta"] > 0, name
+    with pytest.raises(ValueError, match="q_delta is the correction"):
+        sage.replace(q_smooth=None)
+    with pytest.raises(ValueError, match="folded"):
+        quant_plan("fp8-e4m3").replace(q_smooth="float32")
+    with pytest.raises(ValueError, match="block-scaled"):
+        sage.replace(q_delta=tensor_core("sm120", "e2m1", kind="nvf4"))
+    with pytest.raises(TypeError, match="q_smooth"):
+        sage.replace(q_smooth=3)
 
 
 def test_sage_plan_errors():

@@ -136,6 +136,27 @@ def test_dataflow_equals_an_independent_oracle_on_one_key_tile():
     assert np.abs(got - _oracle(q, k, v, qk_model=FP4)).max() < 1e-13
 
 
+def test_fixed_p_shift_equals_an_oracle_on_one_key_tile():
+    """The released kernel's P (sage3-fp4-fixedp): ``t = exp2(x - (m - log2(448 * 6)))``, NVFP4 of t per 16
+    keys, P.V and the row sum on t (the factor 448 * 6 cancels in acc / l); float64 arithmetic elsewhere. And
+    the quantizer on its own: codes of fp32(p * 2688), scales over 2688."""
+    q, k, v = _inputs(37, 32, seed=5, nk=45)
+    got = quant_flash(q, k, v, plan="sage3-fp4-fixedp-fp64", block_m=16, block_n=64)
+    ks, _ = smooth_keys(k[None], "float32")
+    qb, kb = quantize_block(q, **NV), quantize_block(ks[0], **NV)
+    vb = quantize_block(v, axis=0, **NV)
+    x = (qb.dequantize() @ kb.dequantize().T) * (LOG2E / math.sqrt(q.shape[-1]))
+    t = np.exp2(x - (x.max(-1, keepdims=True) - math.log2(448.0 * 6)))
+    tb = quantize_block(np.pad(t, ((0, 0), (0, 3))), **NV)
+    want = (tb.codes * tb.expanded_scales())[:, :45] @ vb.dequantize() / t.sum(-1, keepdims=True)
+    assert np.abs(got - want).max() < 1e-13
+    assert 0.9 < t.max() / 2688 <= 1.0 + 1e-12  # the row max lands on qmax
+    p = np.exp2(-np.random.default_rng(6).exponential(4.0, (3, 48)))
+    codes, sc = quantize(p, quant_plan("sage3-fp4-fixedp").p_quant)
+    bq = quantize_block((p * 2688).astype(np.float32).astype(np.float64), **NV)
+    assert np.array_equal(codes, bq.codes) and np.array_equal(sc, bq.expanded_scales() / 2688)
+
+
 def test_engine_choice():
     """engine=None runs the vector engine (the same bits as the reference), or the reference when tracing."""
     q, k, v = _inputs(97, 32, seed=4)

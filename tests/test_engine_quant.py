@@ -4,7 +4,9 @@ smaller and larger than the sequences, adversarial inputs (ties, zero rows, larg
 causal row cannot see), every scaling granularity and quantizer rule, the slow paths (float64 ops, non-fused
 steps, other accumulation models), batched leads, and 1 or 2 threads; block-scaled quantizers and MMAs (every
 SageAttention3 FP4 preset, MX variants on the mxf4 and mixed-format mxf8f6f4 MMAs) on N(0, 1), outliers, zero
-and subnormal-scale blocks, and products whose group sums must not be truncated term by term."""
+and subnormal-scale blocks, and products whose group sums must not be truncated term by term; Q smoothing with
+its correction in the MMA's accumulator and on the dequantized scores; the released SageAttention3 kernel's
+fixed P shift."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 
 import simfloat as sf
 from simfloat.accumulate import Chunked, Sequential, tensor_core
-from simfloat.attention import Quant, fp8_flash, int8_flash, quant_flash, quant_plan, quant_presets
+from simfloat.attention import EXACT, Quant, fp8_flash, int8_flash, quant_flash, quant_plan, quant_presets
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -228,7 +230,16 @@ def test_sage_plan_variants_vector_equals_reference():
 def _block_plans():
     """Every sage3-fp4 preset and MX variants: mxfp4 on the mxf4 MMA; mxfp8 (e4m3) Q and V with mxfp4 K and P
     on the mixed-format mxf8f6f4 MMA (operand clamps differing between A and B)."""
-    plans = {n: quant_plan(n) for n in ("sage3-fp4", "sage3-fp4-tensorscale", "sage3-fp4-onelevel", "sage3-fp4-fp64")}
+    names = (
+        "sage3-fp4",
+        "sage3-fp4-tensorscale",
+        "sage3-fp4-onelevel",
+        "sage3-fp4-qsmooth",
+        "sage3-fp4-fixedp",
+        "sage3-fp4-released",
+        "sage3-fp4-fp64",
+    )
+    plans = {n: quant_plan(n) for n in names}
     sage3 = plans["sage3-fp4"]
     mx4 = Quant("block", "unscaled", fmt="mxfp4", pre="float32")
     mx8 = Quant("block", "unscaled", fmt="mxfp8_e4m3", pre="float32")
@@ -339,3 +350,47 @@ def test_block_scaled_operands_beyond_the_row_kernels_run_the_reference(monkeypa
     k[0, 5, 2] = -1e30
     _check(q, k, v, plan=pl, block_m=16, block_n=32)
     assert built[-1] is None
+
+
+def _q_smooth_variants():
+    """Q smoothing with its correction in each place: the MMA's initial accumulator (FP4 block-scaled MMA,
+    fp16 tensor cores with unscaled casts, an fp32 FMA chain; with an fp32, bf16 or float64 delta_s) and the
+    dequantized scores (INT8 per warp / per token); other mean and correction formats, no contraction."""
+    fp32, e4m3 = "float32", "float8_e4m3fn"
+    sage = quant_plan("sage2-int8-fp8-qsmooth")
+    sage3 = quant_plan("sage3-fp4-qsmooth")
+    fp16 = quant_plan("fp16-flash")
+    return [
+        sage.replace(q_delta=EXACT, contract=False),
+        sage.replace(q_smooth="bfloat16", q_delta=tensor_core("sm90", "bf16")),
+        sage.replace(q_quant=Quant("int", "per-token", pre=fp32), k_smooth=None),
+        quant_plan("int8-reference").replace(q_smooth="float16", q_delta=Sequential("float16")),
+        sage3.replace(q_delta=EXACT),
+        sage3.replace(q_smooth="float16", k_quant=Quant("block", "per-tensor", fmt="nvfp4", pre=fp32)),
+        fp16.replace(q_smooth=fp32),
+        fp16.replace(q_smooth=fp32, q_delta=EXACT),
+        fp16.replace(q_smooth=fp32, qk=Sequential(fp32), q_quant=Quant("float", "unscaled", fmt=e4m3)),
+        quant_plan("sage3-fp4-released").replace(contract=False),
+        quant_plan("sage3-fp4-released").replace(
+            q_smooth="bfloat16", q_delta=Chunked(splits=1, inner=Sequential(fp32), outer_fmt="bfloat16")
+        ),
+        quant_plan("sage3-fp4-fixedp").replace(exp2=False, scale="bfloat16"),
+        _BLOCK["mxfp4"].replace(p_quant=Quant("block", "fixed", fmt="mxfp4", qmax=6.0 * 256)),
+    ]
+
+
+@pytest.mark.parametrize("pl", _q_smooth_variants(), ids=lambda p: p.name)
+def test_q_smoothing_and_fixed_p_vector_equals_reference(pl, monkeypatch):
+    """Random inputs with a common offset in Q (what Q smoothing removes) and the outlier mix, seq 97, q tiles
+    that do and do not divide the sequence, seq_q != seq_k, causal and not; also the fixed P shift's paths
+    (unfused, ln instead of log2, a bf16 shift, MXFP4 P)."""
+    built = _built(monkeypatch)
+    q, k, v = _qkv((2,), 97, 97, 32, 12, fmt="float32")
+    q = q + np.float32(6.0) * np.sign(np.arange(32) - 15.5).astype(np.float32)
+    oq, ok, ov = _outliers((1,), 97, 32, 13)
+    for causal in (False, True):
+        _check(q, k, v, plan=pl, block_m=32, block_n=32, causal=causal)
+        _check(oq, ok, ov, plan=pl, block_m=48, block_n=32, causal=causal)
+    _check(q[:, :40], k, v, plan=pl, block_m=16, block_n=32, causal=True)
+    _check(q, k[:, :33], v[:, :33], plan=pl, block_m=64, block_n=32, causal=False)
+    assert len(built) == 6 and all(b is not None for b in built)

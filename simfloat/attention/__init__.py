@@ -53,6 +53,7 @@ from simfloat.attention.quantized import (
     quant_presets,
     quantize,
     smooth_keys,
+    smooth_queries,
 )
 from simfloat.attention.tiling import fa1_tiles
 
@@ -89,5 +90,6 @@ __all__ = [
     "quant_presets",
     "quantize",
     "smooth_keys",
+    "smooth_queries",
     "sum_once",
 ]

@@ -25,6 +25,7 @@ from simfloat._mma import (
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params
 from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
 from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
+from simfloat.attention._quant_kernels import DELTA_MMA
 from simfloat.attention.plan import _NO_TABLE, OpSpec, Plan, PlanParams
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
@@ -170,6 +171,7 @@ def quant_engine(
     qb: np.ndarray | None = None,
     kb: np.ndarray | None = None,
     vb: np.ndarray | None = None,
+    ds: np.ndarray | None = None,
 ) -> tuple[QEngine, QOperands] | None:
     """The njit records of a quantized flash call (:mod:`simfloat.attention._quant_engine`).
 
@@ -184,12 +186,14 @@ def quant_engine(
             MMA; vb: V's when pv is one; else None. Such a dot runs on the row kernels as
             :func:`simfloat._mma.scaled_mma` describes: its operands are the codes times their block scales,
             with :func:`~simfloat._mma.scaled_weights`.
+        ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction per q tile and key, or None (no smoothing).
 
     Returns:
         (engine, operands), or None where a block-scaled dot's operands are beyond what its row kernels take
         (:func:`~simfloat._mma.scaled_ok`: the caller runs the reference engine instead).
     """
     f64 = _format("float64")
+    dsa = np.zeros((qc.shape[0], 0, 0)) if ds is None else np.ascontiguousarray(ds, dtype=np.float64)
 
     def ln(spec: OpSpec) -> Lane:
         return lane(spec.fmt, int(spec.mode))
@@ -230,11 +234,12 @@ def quant_engine(
         model = cast(BlockFMA, pl.qk)
         qi, ki = qc * qb, kc * kb
         spans = (_elem_span(pl.q_quant.fmt), _elem_span(pl.k_quant.fmt))
-        if not scaled_ok(model, _bound(qi, ki), spans, qi, ki):
+        if not scaled_ok(model, _bound(qi, ki) + float(np.abs(dsa).max(initial=0.0)), spans, qi, ki, dsa):
             return None
         mqk = scaled_mma(model)
         eq, ek = scaled_weights(qc, qb, model, b=False), scaled_weights(kc, kb, model, b=True)
-    mqk = for_operands(mqk, qi, ki)
+    # delta_s as the MMA's initial accumulator: the fast forms must hold for it too
+    mqk = for_operands(mqk, qi, ki, *((dsa,) if qp.delta_mode == DELTA_MMA else ()))
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
     if mpv.in_round:
         assert inner.input_fmt is not None  # in_round: the model has an input format
@@ -247,7 +252,7 @@ def quant_engine(
         pbf = cast(BlockFormat, p.fmt)
         # |P| <= 1; two-level: |t| <= qmax up to the roundings of s1 and t (within 1.25 for >= 2 fraction bits);
         # a code times its block scale is within twice |t| (rounded to nearest, saturating)
-        level = 1.25 * float(p.qmax) if p.granularity == "per-token" and p.qmax is not None else 1.0
+        level = 1.25 * float(p.qmax) if p.granularity in ("per-token", "fixed") and p.qmax is not None else 1.0
         p_max = min(_format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max, 2.0 * level)
         spans = (_elem_span(pbf), _elem_span(pl.v_quant.fmt))
         if not scaled_ok(model, p_max * float(np.abs(vi).max(initial=0.0)) * bn, spans, vi):
@@ -274,6 +279,7 @@ def quant_engine(
         _key_tiles(vi, bn),  # (L * tiles, bn, Dv)
         _key_tiles(ev, bn),
         np.ascontiguousarray(vs, dtype=np.float64),
+        dsa,
     )
     folded = pl.score_scaling == "folded"
     score_fmt = dot_output_format(pl.qk) if folded else pl.dequant.fmt

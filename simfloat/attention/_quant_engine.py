@@ -48,6 +48,7 @@ _NINF = -np.inf
 _K_NONE, _K_INT, _K_FLOAT, _K_FFLOAT = range(4)
 _R_NEAREST_EVEN, _R_NEAREST_AWAY, _R_TOWARD_ZERO, _R_HALF_UP, _R_HALF_UP_UNFUSED = range(5)
 _PV_SEPARATE, _PV_INTO_ACC, _PV_SCALED, _PV_TWO_LEVEL = range(4)
+_DELTA_NONE, _DELTA_MMA, _DELTA_SCORES = range(3)
 
 
 class QLanes(NamedTuple):
@@ -115,6 +116,7 @@ class QOperands(NamedTuple):
         ks: (L, n_tiles * bn) per-key scales (1 past the sequence).
         v: (L * n_tiles, bn, Dv) V codes tile by tile, zero-padded. ev: weights.
         vs: (L, n_tiles, Dv) V scales per key tile and channel.
+        ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction delta_s per q tile and key (unused without).
     """
 
     q: np.ndarray
@@ -126,6 +128,7 @@ class QOperands(NamedTuple):
     v: np.ndarray
     ev: np.ndarray
     vs: np.ndarray
+    ds: np.ndarray
 
 
 class QScratch(NamedTuple):
@@ -296,6 +299,10 @@ def _quant_row(b, i, r, nv, jt, xs, eng, sc):
     if not qp.folded:  # INT8 T4, T5: the scores dequantized by the row's and each key's scale
         _scale_by(s, nv, xs.qs[b, i], ln.dequant, qp.dequant)
         _mul_each(s, xs.ks[b], j0, nv, ln.dequant, qp.dequant)
+        if qp.delta_mode == _DELTA_SCORES:  # Q smoothing's correction on the dequantized scores
+            ds = xs.ds[b, i // eng.bm]
+            for jj in range(nv):
+                s[jj] = add(s[jj], ds[j0 + jj], qp.dequant)
     smax = _row_max(s, 0, nv)
     m_new = m_i
     if smax != _NINF:
@@ -303,7 +310,8 @@ def _quant_row(b, i, r, nv, jt, xs, eng, sc):
         if m_new != m_i:
             m_new = rnd(m_new, qp.m_i)
     m_sub = 0.0 if m_new == _NINF else m_new
-    _scaled(p, s, nv, sscale, m_sub, qp.contract, eng.fma_exact, ln.scale, qp.scale)
+    m_x = m_sub if qp.p_shift == 0.0 else sub(m_sub, qp.p_shift, qp.scale)  # SageAttention3's fixed P shift
+    _scaled(p, s, nv, sscale, m_x, qp.contract, eng.fma_exact, ln.scale, qp.scale)
     _exp_of(p, nv, qp.exp2, ln.exp, qp.exp, eng.no_tab)
     alpha = 0.0
     if m_i != _NINF:
@@ -372,9 +380,15 @@ def _quant_tile(b, r0, r1, jt, xs, eng, sc):
     tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
     j0, jv, n_top = tile_span(jt, r1, bn, seq_k, eng.causal)
     s = sc.s
-    for r in range(g):
-        for jj in range(n_top):
-            s[r, jj] = 0.0
+    if qp.delta_mode == _DELTA_MMA:  # SageAttention3: Q smoothing's correction is the MMA's initial accumulator
+        ds = xs.ds[b, r0 // eng.bm]
+        for r in range(g):
+            for jj in range(n_top):
+                s[r, jj] = ds[j0 + jj]
+    else:
+        for r in range(g):
+            for jj in range(n_top):
+                s[r, jj] = 0.0
     rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], sc.no32, sc.no32, s, g, n_top, eng.qk, sc.rs)
     for r in range(g):
         i = r0 + r

@@ -37,6 +37,8 @@ _Z = np.uint64(0)
 (
     ROTATE,
     K_SMOOTH,
+    Q_SMOOTH,
+    Q_DELTA,
     Q_QUANT,
     K_QUANT,
     V_QUANT,
@@ -53,7 +55,7 @@ _Z = np.uint64(0)
     PV_DEQUANT,
     NORMALIZE,
     OUT,
-) = range(18)
+) = range(20)
 S_M, S_L, S_ACC, S_OUT = range(4)
 
 # dot kinds (DOT_SCALED: a block-scaled MMA model on codes and per-element block scales)
@@ -64,6 +66,9 @@ DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64, DOT_SCALED = range(5)
 K_NONE, K_INT, K_FLOAT, K_FFLOAT, K_BLOCK = range(5)
 R_NEAREST_EVEN, R_NEAREST_AWAY, R_TOWARD_ZERO, R_HALF_UP, R_HALF_UP_UNFUSED = range(5)
 PV_SEPARATE, PV_INTO_ACC, PV_SCALED, PV_TWO_LEVEL = range(4)
+# where Q smoothing's correction delta_s enters the scores: none, the qk MMA's initial accumulator, or added to
+# the dequantized score (in the dequant op's format)
+DELTA_NONE, DELTA_MMA, DELTA_SCORES = range(3)
 
 
 class QParams(NamedTuple):
@@ -103,6 +108,8 @@ class QParams(NamedTuple):
     p_elem_op: OpParams  # K_BLOCK: the element format (saturating) and rounding
     p_target: float  # K_BLOCK: the block scale is scale_op(amax / p_target)
     p_scale_zero: float  # K_BLOCK: the scale of an all-zero block (the scale format's least nonnegative value)
+    delta_mode: int  # DELTA_NONE, DELTA_MMA, DELTA_SCORES: Q smoothing's correction
+    p_shift: float  # K_BLOCK with a fixed first level: scale(log2 qmax) taken off m in P's exponent (else 0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -496,12 +503,13 @@ def _shadow(b, t, jt, j0, nv, bn, m_lp, l_lp, acc_lp, vs_fin, ms, ls, accs, q64,
 
 
 @jit
-def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb, kc, ks, kb, vt, vs, vb, pp, causal,
-          seq_k, tr):  # fmt: skip
+def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb, kc, ks, kb, vt, vs, vb, ds, pp,
+          causal, seq_k, tr):  # fmt: skip
     """One key tile for row i (steps T1..T20 / T1..T12 of the Triton kernels); returns (m_i, l_i, number of
     visible keys, first key). ``vt`` is (lead * n_kv_tiles, head_dim, block_n): V's codes, tile-transposed;
     ``pc3`` is ``pc`` as (1, 1, block_n). ``qb``, ``kb``, ``vb`` (laid out as ``qc``, ``kc``, ``vt``) and
-    ``psc`` (``psc3``) are the per-element block scales of block-scaled dots (DOT_SCALED)."""
+    ``psc`` (``psc3``) are the per-element block scales of block-scaled dots (DOT_SCALED). ``ds`` is
+    (lead, n_q_tiles, n_kv_tiles * block_n): Q smoothing's correction delta_s per q tile and key."""
     bn = s.shape[0]
     vrow = b * ((seq_k + bn - 1) // bn) + jt
     j0 = jt * bn
@@ -516,9 +524,10 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
             record(tr[0], b, t, jt, SCALE, sscale - qss * ks[b, j0], qss * ks[b, j0])
     smax = _NINF
     for jj in range(nv):  # scores (INT8 T2..T5 / FP8 T3)
-        x = _dot(qc, b, i, qb, kc, b, j0 + jj, kb, 0.0, pp.qk, pp.qk_kind)
+        c0 = ds[b, t, j0 + jj] if pp.delta_mode == DELTA_MMA else 0.0  # SageAttention3: delta_s into the MMA
+        x = _dot(qc, b, i, qb, kc, b, j0 + jj, kb, c0, pp.qk, pp.qk_kind)
         if tr is not None:
-            ex = _sdot64(qc, b, i, qb, kc, b, j0 + jj, kb, pp.qk_kind == DOT_SCALED)
+            ex = c0 + _sdot64(qc, b, i, qb, kc, b, j0 + jj, kb, pp.qk_kind == DOT_SCALED)
             record(tr[0], b, t, jt, QK, x - ex, ex)
         if not pp.folded:
             y = fmul(x, qs[b, i], pp.dequant)
@@ -527,6 +536,11 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
                 record(tr[0], b, t, jt, DEQUANT, y - x * qs[b, i], x * qs[b, i])
                 record(tr[0], b, t, jt, DEQUANT, z - y * ks[b, j0 + jj], y * ks[b, j0 + jj])
             x = z
+            if pp.delta_mode == DELTA_SCORES:  # Q smoothing's correction on the dequantized score
+                y = fadd(x, ds[b, t, j0 + jj], pp.dequant)
+                if tr is not None:
+                    record(tr[0], b, t, jt, DEQUANT, y - (x + ds[b, t, j0 + jj]), x + ds[b, t, j0 + jj])
+                x = y
         s[jj] = x
         smax = fmax(smax, x)
     m_new = m_i  # T7 / T5
@@ -541,19 +555,24 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
                 record(tr[0], b, t, jt, M_I, y - m_new, m_new)
             m_new = y
     m_sub = 0.0 if m_new == _NINF else m_new
+    m_x = m_sub  # the shift in P's exponent
+    if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
+        m_x = fsub(m_sub, pp.p_shift, pp.scale)
+        if tr is not None:
+            record(tr[0], b, t, jt, SCALE, m_x - (m_sub - pp.p_shift), m_sub - pp.p_shift)
     for jj in range(nv):  # T9, T10 / T7, T8
         sj = s[jj]
         if pp.contract:
-            x = ffma(sj, sscale, -m_sub, pp.scale)
+            x = ffma(sj, sscale, -m_x, pp.scale)
             if tr is not None:
-                ex = fma64(sj, sscale, -m_sub)
+                ex = fma64(sj, sscale, -m_x)
                 record(tr[0], b, t, jt, SCALE, x - ex, ex)
         else:
             y = fmul(sj, sscale, pp.scale)
-            x = fsub(y, m_sub, pp.scale)
+            x = fsub(y, m_x, pp.scale)
             if tr is not None:
                 record(tr[0], b, t, jt, SCALE, y - sj * sscale, sj * sscale)
-                record(tr[0], b, t, jt, SCALE, x - (y - m_sub), y - m_sub)
+                record(tr[0], b, t, jt, SCALE, x - (y - m_x), y - m_x)
         pj = fexp2(x, pp.exp) if pp.exp2 else fexp(x, pp.exp)
         if tr is not None:
             ex = _ex(x, pp)
@@ -679,9 +698,10 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
 
 
 @jit
-def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, out, m_out, l_out, pp, geo, tr, q64, k64, v64):
+def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, ds, out, m_out, l_out, pp, geo, tr, q64, k64, v64):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles). ``qb``, ``kb``,
-    ``vb``: block scales of block-scaled dots (see :func:`_tile`; unused otherwise)."""
+    ``vb``: block scales of block-scaled dots; ``ds``: Q smoothing's correction (see :func:`_tile`; unused
+    otherwise)."""
     bm, bn, causal, seq_k = geo
     seq_q, dv = qc.shape[1], vt.shape[1]
     n_qt = (seq_q + bm - 1) // bm
@@ -697,9 +717,10 @@ def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, out, m_out, l_out, pp, geo
         n_kv = (kv_hi + bn - 1) // bn
         epi = pp.pv_mode == PV_INTO_ACC or pp.pv_mode == PV_TWO_LEVEL  # scales applied once, at the end
         p_fixed = pp.p_kind == K_INT or pp.p_kind == K_FFLOAT
+        l_unit = pp.p_qmax if pp.p_shift != 0.0 else 1.0  # a fixed P shift scales l and acc by qmax (for traces)
         if epi:
             for d in range(dv):
-                vs_fin[d] = vs[b, 0, d] / pp.p_qmax if p_fixed else vs[b, 0, d]
+                vs_fin[d] = vs[b, 0, d] / pp.p_qmax if p_fixed or pp.p_shift != 0.0 else vs[b, 0, d]
         for i in range(t * bm, min(seq_q, (t + 1) * bm)):
             qss = pp.qk_scale
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
@@ -711,13 +732,14 @@ def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, out, m_out, l_out, pp, geo
             accs[:] = 0.0
             for jt in range(n_kv):
                 m_i, l_i, nv, j0 = _tile(
-                    b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb, kc, ks, kb, vt, vs, vb, pp,
-                    causal, seq_k, tr,
+                    b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb, kc, ks, kb, vt, vs, vb, ds,
+                    pp, causal, seq_k, tr,
                 )  # fmt: skip
                 if tr is not None:
                     ms, ls = _shadow(
-                        b, t, jt, j0, nv, bn, m_i, l_i, acc, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr, ps
-                    )
+                        b, t, jt, j0, nv, bn, m_i, l_i / l_unit, acc, vs_fin, ms, ls, accs, q64, k64, v64, i, pp, tr,
+                        ps,
+                    )  # fmt: skip
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):

@@ -23,8 +23,14 @@ Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bo
 * ``score_scaling="scores"`` (INT8 T2..T5): ``s = dequant(dequant(qk(q_code . k_code) * q_scale) * k_scale)``,
   ``s_scale = qk_scale``; ``"folded"`` (FP8 K2, T2): ``s = qk(q_code . k_code)``,
   ``s_scale = scale(scale(qk_scale * q_scale) * k_scale)`` (scales constant over a q tile / key tile);
+* Q smoothing (``q_smooth``, SageAttention2/3; off unless the plan has it): Q less its mean per q tile, the
+  correction ``delta_s = q_delta(mean_q . k)`` per q tile and key either the qk MMA's initial accumulator
+  (``s = qk(delta_s + q_code . k_code)``, SageAttention3's kernel, where Q's and K's codes carry their whole
+  scale into the MMA) or added to the dequantized score (``s = dequant(s + delta_s)``);
 * ``m_new = max(m_i, scale(max_j s_j * s_scale))``; ``x_j = scale(fma(s_j, s_scale, -m_sub))``;
-  ``p_j = exp(exp2(x_j))``; ``alpha = alpha(exp2(alpha(m_i - m_sub)))`` (0 while m_i = -inf);
+  ``p_j = exp(exp2(x_j))``; ``alpha = alpha(exp2(alpha(m_i - m_sub)))`` (0 while m_i = -inf); a block P
+  quantizer with a fixed first level (SageAttention3's released kernel) shifts the exponent instead:
+  ``x_j = scale(fma(s_j, s_scale, -scale(m_sub - scale(log2 qmax))))``, so P arrives scaled by about qmax;
 * ``c_j = p_quant(p_j)`` (INT8 T12..T14: ``trunc(fp16(fp16(p) * 127 + 0.5))``, FP8 T10: ``fp8(p)``);
 * ``l_ij`` = sequential ``l_i`` sum of p (``row_sum="reference"``) or of the quantized P (``"consistent"``;
   integer codes: the exact integer sum, then ``l_i(sum / qmax)``); ``l_i = l_i(fma(l_i, alpha, l_ij))``;
@@ -54,7 +60,8 @@ key, so a block-scaled P.V needs block_n a multiple of its scale block). A block
 per-element block scales; any other dot model takes the values (codes times block scales, exact in float64). A
 level above the block scales (NVFP4's tensor scale) is applied after the MMA: Q's and K's as the per-row /
 per-key ``dequant`` scales, V's in the epilogue; P's per-row first level (``"per-token"``) times each key
-tile's P.V (``pv_dequant``).
+tile's P.V (``pv_dequant``); a fixed first level (``"fixed"``) is not applied anywhere (the row sum and the
+accumulator both carry it; it cancels in ``acc / l``).
 """
 
 from __future__ import annotations
@@ -68,7 +75,7 @@ import numpy as np
 
 from simfloat import ops as _ops
 from simfloat._parallel import run_rows
-from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
+from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, matmul, tensor_core
 from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._build import check_engine, clamp_blocks, quant_engine
 from simfloat.attention._inputs import block, prepare
@@ -97,12 +104,15 @@ __all__ = [
     "mean_key",
     "quantize",
     "smooth_keys",
+    "smooth_queries",
 ]
 
 #: Ops of a :class:`QuantPlan`, in kernel order (the tracer's op names).
 QUANT_OPS = (
     "rotate",
     "k_smooth",
+    "q_smooth",
+    "q_delta",
     "q_quant",
     "k_quant",
     "v_quant",
@@ -124,7 +134,7 @@ QUANT_OPS = (
 QUANTIZERS = ("q_quant", "k_quant", "v_quant", "p_quant")
 _DOTS = ("qk", "pv")
 #: Ops that a plan may leave out (None): smoothing is a transform of the dataflow, not a rounding of it.
-_OPTIONAL = ("k_smooth",)
+_OPTIONAL = ("k_smooth", "q_smooth", "q_delta")
 _SCALARS = tuple(op for op in QUANT_OPS if op not in QUANTIZERS and op not in _DOTS and op not in _OPTIONAL)
 _FLAGS = ("exp2", "contract", "row_sum", "score_scaling", "pv_update")
 #: Exact accumulation: a float64 loop, exact for the integer codes (INT8 x INT8 -> INT32 tensor cores).
@@ -133,7 +143,7 @@ _LOG2E = math.log2(math.e)  # rn32 of it equals rn32(1.44269504), the kernels' c
 
 _KINDS = ("none", "int", "float", "block")
 #: granularities of a block-scaled quantizer: the level above its block scales
-_BLOCK_GRANULARITIES = ("unscaled", "per-tensor", "per-token")
+_BLOCK_GRANULARITIES = ("unscaled", "per-tensor", "per-token", "fixed")
 _GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-warp", "per-channel", "fixed", "unscaled")
 _INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up", "half_up_unfused")
 _ROW_SUMS = ("reference", "consistent")
@@ -163,8 +173,12 @@ class Quant:
             max))`` per lead index, :func:`simfloat.quantize_block`'s ``global_scale="auto"``) or
             ``"per-token"`` (P only: SageAttention3's first level, ``s1 = arith(rowmax / qmax)`` per row of a
             key tile, ``t = arith(p / s1)``, then the blocks of ``t``; qmax defaults to scale max * element max,
-            448 * 6 for NVFP4). Elements and scales follow the BlockFormat's rules (rounded once from the exact
-            quotients, saturating); ``rounding`` is not used.
+            448 * 6 for NVFP4) or ``"fixed"`` (P only: the released SageAttention3 kernel's fixed first level,
+            ``s1 = 1 / qmax`` folded into the softmax's shift: ``t = exp(exp2(fma(s, s_scale, -scale(m -
+            scale(log2 qmax)))))`` (``ln`` without exp2), about ``qmax * p``, ``qmax`` where the row's running
+            max is; the row sum and the accumulator carry the factor, which cancels in ``acc / l``; the
+            standalone :func:`quantize` takes ``t = arith(p * qmax)``). Elements and scales follow the
+            BlockFormat's rules (rounded once from the exact quotients, saturating); ``rounding`` is not used.
         granularity: one scale per ``"per-token"`` row, ``"per-tensor"`` (seq x head_dim of one lead index),
             ``"per-block"`` (the kernel's tile: block_m rows of Q, block_n keys of K/V), ``"per-warp"``
             (``group`` consecutive tokens from the start of the sequence: the rows one warp of a q tile
@@ -178,7 +192,7 @@ class Quant:
         fmt: float kind: the code format (e.g. ``"float8_e4m3fn"``, ``"float16"``); block kind: the
             :class:`~simfloat.BlockFormat` (or its preset name).
         qmax: largest code (int: default 127; float: default ``fmt.max``; the clamp before the cast); block kind:
-            the target of the per-token level (default scale max * element max), None otherwise.
+            the target of P's first level, per-token or fixed (default scale max * element max), None otherwise.
         arith: format and rounding of the quantizer's own arithmetic: ``amax/qmax``, ``x/scale``
             (fixed: ``x*qmax (+0.5)``).
         pre: a cast applied first (Q/K/V: fp32, the kernels' Q1; P: fp16, INT8 T12), or None.
@@ -258,13 +272,15 @@ class Quant:
         if self.pre is not None:
             object.__setattr__(self, "pre", _scalar_spec("Quant.pre", self.pre))
         qmax = self.qmax
-        if gran == "per-token":
+        if gran in ("per-token", "fixed"):
             qmax = _format(f.scale_fmt).max * _format(f.elem_fmt).max if qmax is None else qmax
             if isinstance(qmax, bool) or not isinstance(qmax, (int, float)) or not (math.isfinite(qmax) and qmax > 0):
                 raise ValueError(f"Quant.qmax must be a finite number > 0, got {qmax!r}")
             qmax = float(qmax)
         elif qmax is not None:
-            raise ValueError("Quant.qmax of a block Quant is the per-token level's target (granularity 'per-token')")
+            raise ValueError(
+                "Quant.qmax of a block Quant is the target of P's first level (granularity 'per-token' or 'fixed')"
+            )
         object.__setattr__(self, "qmax", qmax)
 
     @property
@@ -289,8 +305,8 @@ class Quant:
         if self.kind == "block":
             assert isinstance(self.fmt, BlockFormat)
             name = self.fmt.name or f"{_format(self.fmt.elem_fmt).name}x{self.block_size}"
-            if self.granularity == "per-token":
-                return f"{pre}{name}/per-token[{self.qmax:g}]/{self.arith}"
+            if self.granularity in ("per-token", "fixed"):
+                return f"{pre}{name}/{self.granularity}[{self.qmax:g}]/{self.arith}"
             return f"{pre}{name}/{self.granularity}"
         if self.kind == "int":
             gran = f"per-warp[{self.group}]" if self.granularity == "per-warp" else self.granularity
@@ -314,6 +330,8 @@ def _quant_spec(name: str, value: object) -> Quant:
 
 
 _F64 = OpSpec("float64")
+#: q_delta's default: a chain of fp32 fused multiply-adds
+_Q_DELTA = Sequential("float32")
 
 
 @dataclass(frozen=True)
@@ -332,6 +350,18 @@ class QuantPlan:
             then ``k = k_smooth(k - mu)`` (the exact difference rounded once; after ``rotate``, before
             ``k_quant``). Every score
             of a query row shifts by the same ``q . mu``, which softmax removes.
+        q_smooth: SageAttention2/3's smoothing of Q by the mean query of each q tile, or None (no smoothing;
+            then q_delta is None too): per lead index, q tile (block_m rows) and channel,
+            ``mu_q = q_smooth(mean(q))`` (float64 mean over the tile's rows), ``q = q_smooth(q - mu_q)``
+            (after ``rotate`` and ``k_smooth``, before ``q_quant``). Unlike K's, Q's shift is not removed by
+            softmax: ``q_delta`` adds it back.
+        q_delta: the accumulation model of the correction ``delta_s = mu_q . k`` (per q tile and key, on the
+            unquantized keys after ``k_smooth``), or None; a plan with ``q_smooth`` and no ``q_delta`` gets
+            ``Sequential("float32")`` (a chain of fp32 fused multiply-adds). Where Q's and K's codes carry their whole
+            scale into the qk MMA (unscaled casts, block quantizers without a level above, or no quantizer),
+            ``delta_s`` is the MMA's initial accumulator, as SageAttention3 loads it: ``s = qk(delta_s +
+            q_code . k_code)``; otherwise (``score_scaling="scores"``) it is added to the dequantized score,
+            ``s = dequant(s + delta_s)``.
         dequant: ``score_scaling="scores"``: the two multiplications of the integer score by the scales.
         scale: the softmax scale (H1), ``max * s_scale``, ``fma(s, s_scale, -m)``; folded: the scale products.
         exp, m_i, alpha, l_i, acc, normalize, out: as in :class:`~simfloat.attention.Plan`.
@@ -356,6 +386,8 @@ class QuantPlan:
     pv: Model
     rotate: OpSpec = OpSpec("float32")
     k_smooth: OpSpec | None = None
+    q_smooth: OpSpec | None = None
+    q_delta: Model | None = None
     dequant: OpSpec = OpSpec("float32")
     scale: OpSpec = OpSpec("float32")
     exp: OpSpec = OpSpec("float32")
@@ -381,7 +413,7 @@ class QuantPlan:
             object.__setattr__(self, op, _dot_spec(op, getattr(self, op)))
         for op in _SCALARS:
             object.__setattr__(self, op, _scalar_spec(op, getattr(self, op)))
-        for op in _OPTIONAL:
+        for op in ("k_smooth", "q_smooth"):
             if getattr(self, op) is not None:
                 object.__setattr__(self, op, _scalar_spec(op, getattr(self, op)))
         for flag in ("exp2", "contract"):
@@ -390,6 +422,7 @@ class QuantPlan:
         _choice("QuantPlan.row_sum", self.row_sum, _ROW_SUMS)
         folded = _choice("QuantPlan.score_scaling", self.score_scaling, _SCORE_SCALINGS) == "folded"
         pvu = _choice("QuantPlan.pv_update", self.pv_update, _PV_UPDATES)
+        self._check_q_smooth()
         q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
         self._check_block(pvu)
         for name, qu in (("q_quant", q), ("k_quant", k)):
@@ -431,15 +464,46 @@ class QuantPlan:
             if self.row_sum == "consistent":
                 raise ValueError("row_sum 'consistent' takes an int or unscaled p_quant, not a fixed-scale float one")
 
+    def _check_q_smooth(self) -> None:
+        """q_smooth and its correction q_delta go together; the correction needs a place in the scores."""
+        if self.q_smooth is None:
+            if self.q_delta is not None:
+                raise ValueError("q_delta is the correction of q_smooth: set q_smooth too, or neither")
+            return
+        if self.q_delta is None:
+            object.__setattr__(self, "q_delta", _Q_DELTA)
+        object.__setattr__(self, "q_delta", _dot_spec("q_delta", self.q_delta))
+        if isinstance(self.q_delta, BlockFMA) and self.q_delta.scale_block:
+            raise ValueError("q_delta is a dot of unquantized values: it takes no block-scaled MMA model")
+        if self._delta_mode() == _qk.DELTA_NONE:
+            raise ValueError(
+                "q_smooth with score_scaling 'folded' needs Q and K without scales outside the qk MMA (unscaled "
+                "or none): the correction mean_q . k is in score units; use score_scaling 'scores'"
+            )
+
+    def _delta_mode(self) -> int:
+        """Where q_smooth's correction enters the scores (``_quant_kernels.DELTA_*``)."""
+        if self.q_smooth is None:
+            return _qk.DELTA_NONE
+
+        def whole(qu: Quant) -> bool:  # the codes carry their whole scale into the MMA
+            return qu.kind == "none" or qu.granularity == "unscaled"
+
+        if whole(self.q_quant) and whole(self.k_quant):
+            return _qk.DELTA_MMA
+        return _qk.DELTA_SCORES if self.score_scaling == "scores" else _qk.DELTA_NONE
+
     def _check_block(self, pvu: str) -> None:
         """Block-scaled quantizers and MMAs: where they may go, and that an MMA gets the operands it takes."""
         q, k, v, p = self.q_quant, self.k_quant, self.v_quant, self.p_quant
         for name, qu in (("q_quant", q), ("k_quant", k), ("v_quant", v)):
-            if qu.kind == "block" and qu.granularity == "per-token":
-                raise ValueError(f"{name}: a block quantizer's 'per-token' level is P's (SageAttention3's two-level P)")
+            if qu.kind == "block" and qu.granularity in ("per-token", "fixed"):
+                raise ValueError(
+                    f"{name}: a block quantizer's {qu.granularity!r} level is P's (SageAttention3's two-level P)"
+                )
         if p.kind == "block":
             if p.granularity == "per-tensor":
-                raise ValueError("p_quant: a block quantizer of P takes granularity 'per-token' or 'unscaled'")
+                raise ValueError("p_quant: a block quantizer of P takes granularity 'per-token', 'fixed' or 'unscaled'")
             if pvu != "two_level":
                 raise ValueError("a block p_quant needs pv_update 'two_level' (each key tile's P.V from zero)")
             if self.row_sum != "reference":
@@ -484,7 +548,8 @@ class QuantPlan:
         changes: dict[str, object] = {op: Quant() for op in QUANTIZERS}
         changes.update({op: EXACT for op in _DOTS})
         changes.update({op: _F64 for op in _SCALARS})
-        changes.update({op: None if getattr(self, op) is None else _F64 for op in _OPTIONAL})
+        changes.update({op: None if getattr(self, op) is None else _F64 for op in ("k_smooth", "q_smooth")})
+        changes["q_delta"] = None if self.q_delta is None else EXACT
         return self.replace(name=f"{self.name}:exact", **changes)
 
     def isolate(self, op: str) -> QuantPlan:
@@ -505,7 +570,7 @@ class QuantPlan:
         for unquantized operands."""
         if op not in QUANT_OPS:
             raise ValueError(f"unknown op {op!r}; ops: {', '.join(QUANT_OPS)}")
-        value: object = Quant() if op in QUANTIZERS else (EXACT if op in _DOTS else _F64)
+        value: object = Quant() if op in QUANTIZERS else (EXACT if op in (*_DOTS, "q_delta") else _F64)
         if op in _OPTIONAL and getattr(self, op) is None:
             value = None  # an op the plan does not have stays out
         changes: dict[str, object] = {op: value}
@@ -593,7 +658,18 @@ class QuantPlan:
             qk_scale,
             float(scale) * (_LOG2E if self.exp2 else 1.0),
             *blk,
+            self._delta_mode(),
+            self._p_shift(sc),
         )
+
+    def _p_shift(self, sc: OpParams) -> float:
+        """``scale(log2(qmax))`` (``scale(ln(qmax))`` without exp2) of a block P quantizer with a fixed first level,
+        else 0."""
+        p = self.p_quant
+        if p.kind != "block" or p.granularity != "fixed":
+            return 0.0
+        assert p.qmax is not None
+        return rnd(math.log2(p.qmax) if self.exp2 else math.log(p.qmax), sc)
 
 
 def _block_params(p: Quant) -> tuple[bool, int, OpParams, OpParams, float, float]:
@@ -700,6 +776,9 @@ def _build() -> dict[str, QuantPlan]:
     out["sage2-int8-fp8-qblock"] = sage.replace(
         name="sage2-int8-fp8-qblock", q_quant=Quant("int", "per-block", pre=fp32)
     )
+    # SageAttention2's Q smoothing (the paper's option): Q less its mean per q tile (fp32), the correction
+    # mean_q . k (fp32 FMA chain) added to the dequantized scores in fp32
+    out["sage2-int8-fp8-qsmooth"] = sage.replace(name="sage2-int8-fp8-qsmooth", q_smooth=fp32, q_delta=_Q_DELTA)
     # SageAttention3 (FP4 QK^T and P.V): K smoothed as above; Q, K NVFP4 along the head dimension and V NVFP4
     # along the keys (e2m1 elements, ue4m3 scales per 16, no tensor scale: the released kernels hand the MMA
     # e4m3 block scales only); P two-level: per row of a key tile scaled onto [0, 448 * 6] (fp32), then NVFP4
@@ -726,6 +805,14 @@ def _build() -> dict[str, QuantPlan]:
     out["sage3-fp4-onelevel"] = sage3.replace(
         name="sage3-fp4-onelevel", p_quant=Quant("block", "unscaled", fmt="nvfp4")
     )
+    # the released SageAttention3 kernel's Q smoothing: Q less its mean per q tile, the correction as the qk
+    # MMA's initial accumulator
+    out["sage3-fp4-qsmooth"] = sage3.replace(name="sage3-fp4-qsmooth", q_smooth=fp32, q_delta=_Q_DELTA)
+    # the released kernel's P: scaled onto [0, 448 * 6] by a fixed shift in the softmax's exponent (no per-tile
+    # row max), NVFP4 per 16 keys; with its Q smoothing: the closest preset to the released kernel
+    fixed_p = Quant("block", "fixed", fmt="nvfp4")
+    out["sage3-fp4-fixedp"] = sage3.replace(name="sage3-fp4-fixedp", p_quant=fixed_p)
+    out["sage3-fp4-released"] = out["sage3-fp4-qsmooth"].replace(name="sage3-fp4-released", p_quant=fixed_p)
     for name in list(out):
         out[f"{name}-fp64"] = out[name].arith_fp64().replace(name=f"{name}-fp64")
     out["fp64"] = out["int8-reference"].exact().replace(name="fp64")
@@ -765,7 +852,8 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
             model fresh per key tile and added in fp32 (``pv_update="two_level"``; V's and P's scales in the
             epilogue). ``sage2-int8-fp8-single``: P.V into the running accumulator (single-level, e8m13
             across the whole sequence). ``sage2-int8-fp8-qblock``: Q per block_m tile (SageAttention1's
-            granularity).
+            granularity). ``sage2-int8-fp8-qsmooth``: with SageAttention2's Q smoothing (``q_smooth`` fp32
+            per q tile, ``delta_s`` an fp32 FMA chain added to the dequantized scores in fp32).
         ``sage3-fp4``: SageAttention3's FP4 attention: K smoothed as sage2, Q and K NVFP4 along the head
             dimension and V NVFP4 along the keys (e2m1 elements, ue4m3 scales per 16, rounded once from the
             exact quotients as :func:`simfloat.quantize_block`; no fp32 tensor scale, as the released kernels),
@@ -775,7 +863,11 @@ def quant_plan(name: str | QuantPlan) -> QuantPlan:
             ``s1`` in fp32 (``pv_dequant``), added with ``fma(acc, alpha, .)`` (``pv_update="two_level"``).
             ``sage3-fp4-tensorscale``: Q, K, V with NVFP4's per-tensor fp32 scale (applied after the MMA:
             ``dequant`` for Q/K, the epilogue for V). ``sage3-fp4-onelevel``: P in NVFP4 without the per-row
-            first level.
+            first level. ``sage3-fp4-qsmooth``: with Q smoothing (``q_smooth`` fp32 per q tile, ``delta_s`` an
+            fp32 FMA chain, the qk MMA's initial accumulator). ``sage3-fp4-fixedp``: P's first level fixed
+            (``Quant("block", "fixed", fmt="nvfp4")``: 448 * 6 folded into the softmax's shift relative to the
+            running max, as the released kernel). ``sage3-fp4-released``: both (the released kernel's
+            dataflow).
         ``<any>-fp64``: the same quantizers with every other op exact (float64); ``fp64``: nothing quantized,
             everything float64.
 
@@ -817,7 +909,8 @@ def _amax_groups(x: np.ndarray, granularity: str, group: int | None) -> np.ndarr
 
 def _block_parts(x64: np.ndarray, quant: Quant, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A block quantizer on x64 (already cast by ``pre``): (codes, block scale of every element, the level
-    above: per-tensor (..., 1, 1), per-token (..., 1), or 1)."""
+    above: per-tensor (..., 1, 1), per-token (..., 1), fixed ``1/qmax`` (``t = arith(x * qmax)`` blocked), or
+    1)."""
     bf = quant.fmt
     assert isinstance(bf, BlockFormat) and isinstance(quant.arith, OpSpec)
     bf = dataclasses.replace(bf, axis=axis)
@@ -841,6 +934,11 @@ def _block_parts(x64: np.ndarray, quant: Quant, axis: int) -> tuple[np.ndarray, 
         t = np.asarray(_ops.div(x64, np.broadcast_to(s1, x64.shape), quant.arith.fmt, quant.arith.mode), np.float64)
         bq = bf.quantize(t)
         return bq.codes, bq.expanded_scales(), s1
+    if gran == "fixed":  # SageAttention3's kernel: P times qmax (the softmax's shift), then the blocks
+        assert quant.qmax is not None
+        t = _round(x64 * quant.qmax, quant.arith.fmt, quant.arith.mode)
+        bq = bf.quantize(t)
+        return bq.codes, bq.expanded_scales(), np.asarray(1.0 / quant.qmax)
     bq = bf.quantize(x64)
     return bq.codes, bq.expanded_scales(), np.ones(())
 
@@ -916,6 +1014,37 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None, axis: int
     return codes.reshape(x64.shape), scale
 
 
+def _tokens(x: object, name: str) -> np.ndarray:
+    """x as float64, checked to be a (..., seq >= 1, head_dim) float32/float64 array."""
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must be a float32 or float64 numpy array")
+    if x.ndim < 2 or x.shape[-2] < 1:
+        raise ValueError(f"{name} must be (..., seq_{name} >= 1, head_dim), got shape {x.shape}")
+    return np.asarray(x, dtype=np.float64)
+
+
+def _means(x64: np.ndarray, block: int) -> np.ndarray:
+    """(..., ceil(seq / block), head_dim): the float64 mean of each group of ``block`` consecutive tokens (the
+    last group: the tokens left), numpy's sum over the group, then one division."""
+    seq = x64.shape[-2]
+    return np.stack(
+        [x64[..., lo : lo + block, :].sum(axis=-2) / min(block, seq - lo) for lo in range(0, seq, block)], axis=-2
+    )
+
+
+def _smooth(x64: np.ndarray, spec: OpSpec, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(``spec(x - mu)``, the exact ``x - mean``, ``mu = spec(mean)``) per group of ``block`` tokens."""
+    mean = _means(x64, block)
+    mu = _round(mean, spec.fmt, spec.mode)
+    seq = x64.shape[-2]
+
+    def full(m: np.ndarray) -> np.ndarray:
+        return np.repeat(m, block, axis=-2)[..., :seq, :]
+
+    smoothed = np.asarray(_ops.sub(x64, full(mu), spec.fmt, spec.mode), dtype=np.float64)
+    return smoothed, x64 - full(mean), mu
+
+
 def mean_key(k: np.ndarray, op: OpSpec | str) -> np.ndarray:
     """The mean key of SageAttention's K smoothing, as the plan's ``k_smooth`` op rounds it (what a kernel
     that smooths K is given: SageAttention's ``km``).
@@ -931,13 +1060,9 @@ def mean_key(k: np.ndarray, op: OpSpec | str) -> np.ndarray:
     Raises:
         TypeError: k is not a float32/float64 array. ValueError: k has no keys or is not (..., seq, dim).
     """
-    if not isinstance(k, np.ndarray) or k.dtype not in (np.float32, np.float64):
-        raise TypeError("k must be a float32 or float64 numpy array")
-    if k.ndim < 2 or k.shape[-2] < 1:
-        raise ValueError(f"k must be (..., seq_k >= 1, head_dim), got shape {k.shape}")
+    k64 = _tokens(k, "k")
     spec = _scalar_spec("k_smooth", op)
-    k64 = np.asarray(k, dtype=np.float64)
-    return _round(k64.sum(axis=-2, keepdims=True) / k64.shape[-2], spec.fmt, spec.mode)
+    return _round(_means(k64, k64.shape[-2]), spec.fmt, spec.mode)
 
 
 def smooth_keys(k: np.ndarray, op: OpSpec | str) -> tuple[np.ndarray, np.ndarray]:
@@ -954,11 +1079,33 @@ def smooth_keys(k: np.ndarray, op: OpSpec | str) -> tuple[np.ndarray, np.ndarray
     Raises:
         TypeError: k is not a float32/float64 array. ValueError: k has no keys or is not (..., seq, dim).
     """
-    mu = mean_key(k, op)
-    spec = _scalar_spec("k_smooth", op)
-    k64 = np.asarray(k, dtype=np.float64)
-    smoothed = np.asarray(_ops.sub(k64, np.broadcast_to(mu, k64.shape), spec.fmt, spec.mode), dtype=np.float64)
-    return smoothed, k64 - k64.sum(axis=-2, keepdims=True) / k64.shape[-2]
+    k64 = _tokens(k, "k")
+    smoothed, exact, _ = _smooth(k64, _scalar_spec("k_smooth", op), k64.shape[-2])
+    return smoothed, exact
+
+
+def smooth_queries(q: np.ndarray, op: OpSpec | str, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SageAttention2/3's Q smoothing as the plan's ``q_smooth`` op computes it: per group of ``block``
+    consecutive queries (the q tile) and channel.
+
+    Args:
+        q: (..., seq_q, head_dim) float32/float64 queries (seq_q >= 1).
+        op: the format and rounding of the mean query and of the difference.
+        block: queries per group (a positive int; the last group holds the queries left).
+
+    Returns:
+        (smoothed, exact, mu): ``op(q - mu)`` (the exact difference rounded once) and the unrounded
+        ``q - mean`` (float64), both of q's shape, and ``mu = op(sum / count)`` per group, (..., n_groups,
+        head_dim) (numpy's float64 sum over the group's queries, one division).
+
+    Raises:
+        TypeError: q is not a float32/float64 array. ValueError: q has no queries or is not (..., seq, dim), or
+        block is not a positive int.
+    """
+    q64 = _tokens(q, "q")
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(f"block must be a positive int, got {block!r}")
+    return _smooth(q64, _scalar_spec("q_smooth", op), int(block))
 
 
 def hadamard_rotation(d: int, seed: int = 0) -> np.ndarray:
@@ -1075,6 +1222,19 @@ def quant_flash(
         kin, k_exact = smooth_keys(kin, pl.k_smooth)
         if tr is not None:
             _record_tokens(tr[0], _qk.K_SMOOTH, kin - k_exact, k_exact, bn, "k")
+    ds = np.zeros((n_lead, n_qt, n_kv * bn))  # Q smoothing's correction per q tile and key (zero-padded)
+    if pl.q_smooth is not None:
+        assert pl.q_delta is not None  # set with q_smooth (QuantPlan checks)
+        qin, q_exact, mu_q = smooth_queries(qin, pl.q_smooth, bm)
+        kt = np.swapaxes(kin, -1, -2)
+        ds[:, :, :seq_k] = matmul(mu_q, kt, acc=pl.q_delta, engine=which)
+        if tr is not None:
+            _record_tokens(tr[0], _qk.Q_SMOOTH, qin - q_exact, q_exact, bm, "q")
+            ex = mu_q @ kt
+            for jt in range(n_kv):
+                cut = slice(jt * bn, min(seq_k, (jt + 1) * bn))
+                for t in range(n_qt):
+                    _merge(tr[0], t, jt, _qk.Q_DELTA, ds[:, t, cut] - ex[:, t, cut], ex[:, t, cut])
     qc, qs, qb = _operand(qin, pl.q_quant, bm, -1)
     kc, ks, kb = _operand(kin, pl.k_quant, bn, -1)
     vc, vs, vb = _operand(x.v, pl.v_quant, bn, -2)
@@ -1110,7 +1270,7 @@ def quant_flash(
     if which == "vector":  # None: block-scaled operands the row kernels cannot take, run on the reference
         built = quant_engine(
             pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal,
-            qb=qb, kb=kb, vb=vb,
+            qb=qb, kb=kb, vb=vb, ds=ds,
         )  # fmt: skip
     if built is not None:
         if n_lead * n_qt > 0:
@@ -1139,6 +1299,7 @@ def quant_flash(
             tiles(vc),
             vs_tile,
             none if vb is None else tiles(vb),
+            ds,
             out,
             m,
             l,
