@@ -269,17 +269,25 @@ def quant_engine(
     if mpv.native == N_FMA32 and not p_f32:
         mpv = mpv._replace(native=N_NONE)
     n_lead, seq_k, dv = vi.shape
+    kt, ekt = _tiles(ki.transpose(0, 2, 1), bn), _tiles(ek.transpose(0, 2, 1), bn)  # (L * tiles, D, bn)
+    vt, evt = _key_tiles(vi, bn), _key_tiles(ev, bn)  # (L * tiles, bn, Dv)
+    mqk, kt32, ekt32 = operand32(mqk, kt, ekt)
+    mpv, vt32, evt32 = operand32(mpv, vt, evt)
     xs = QOperands(
         qi,
         eq,
         np.ascontiguousarray(qs, dtype=np.float64),
-        _tiles(ki.transpose(0, 2, 1), bn),  # (L * tiles, D, bn)
-        _tiles(ek.transpose(0, 2, 1), bn),
+        kt,
+        ekt,
         np.ascontiguousarray(ks, dtype=np.float64),
-        _key_tiles(vi, bn),  # (L * tiles, bn, Dv)
-        _key_tiles(ev, bn),
+        vt,
+        evt,
         np.ascontiguousarray(vs, dtype=np.float64),
         dsa,
+        kt32,
+        ekt32,
+        vt32,
+        evt32,
     )
     folded = pl.score_scaling == "folded"
     score_fmt = dot_output_format(pl.qk) if folded else pl.dequant.fmt

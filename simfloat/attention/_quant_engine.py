@@ -117,6 +117,8 @@ class QOperands(NamedTuple):
         v: (L * n_tiles, bn, Dv) V codes tile by tile, zero-padded. ev: weights.
         vs: (L, n_tiles, Dv) V scales per key tile and channel.
         ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction delta_s per q tile and key (unused without).
+        kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
+            (:func:`simfloat._mma.operand32`); else one empty matrix per tile.
     """
 
     q: np.ndarray
@@ -129,6 +131,10 @@ class QOperands(NamedTuple):
     ev: np.ndarray
     vs: np.ndarray
     ds: np.ndarray
+    kt32: np.ndarray
+    ekt32: np.ndarray
+    v32: np.ndarray
+    ev32: np.ndarray
 
 
 class QScratch(NamedTuple):
@@ -144,7 +150,6 @@ class QScratch(NamedTuple):
     qss: np.ndarray  # (bm,) folded: qk_scale * q_scale per row
     alpha: np.ndarray  # (bm,) this key tile's alpha per row
     rs: Rows
-    no32: np.ndarray  # an empty float32 matrix: the dots here have no float32 operand copies
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
 
@@ -389,19 +394,20 @@ def _quant_tile(b, r0, r1, jt, xs, eng, sc):
         for r in range(g):
             for jj in range(n_top):
                 s[r, jj] = 0.0
-    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], xs.kt[tile], xs.ekt[tile], sc.no32, sc.no32, s, g, n_top, eng.qk, sc.rs)
+    kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
+    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)
     for r in range(g):
         i = r0 + r
         _quant_row(b, i, r, row_keys(i, j0, jv, eng.causal), jt, xs, eng, sc)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if qp.pv_mode == _PV_INTO_ACC:  # acc = pv(acc(acc * alpha) + c . v)
-        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.no32, sc.acc, g, dv, eng.pv, sc.rs)
+        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
         return
     y = sc.y
     for r in range(g):
         for d in range(dv):
             y[r, d] = 0.0
-    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], sc.no32, sc.no32, y, g, dv, eng.pv, sc.rs)
+    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
     for r in range(g):
         _quant_update(b, r, jt, xs, eng, sc)
 
@@ -428,7 +434,6 @@ def quant_units(lo, hi, xs, out, m_out, l_out, eng):
         np.empty(bm),
         np.zeros(bm),
         rows_work(bm, max(bn, dv)),
-        np.zeros((0, 0), dtype=np.float32),
         np.ones((bm, bn)),
         np.ones(bm),
     )
