@@ -906,9 +906,9 @@ def tile_of(st, t):
 
 
 def b_stack(mp: MMA, x: np.ndarray, w: np.ndarray) -> tuple[MMA, BStack]:
-    """The :class:`BStack` of B operands ``x`` (T, K, N) with weights ``w``, and the record that goes with it
-    (:func:`operand32`)."""
-    mp, x32, w32 = operand32(mp, x, w)
+    """The :class:`BStack` of B operands ``x`` (T, K, N) with weights ``w`` for :func:`row_mma`, and the record
+    that goes with it (:func:`operand32`)."""
+    mp, x32, w32 = operand32(mp, x, w, rows=False)
     return mp, BStack(x, w, x32, w32)
 
 
@@ -1169,18 +1169,19 @@ def _mm_units(lo, hi, a, ea, b, eb, b32, eb32, out, mp):
         row_mma(a[bi, r - bi * m], ea[bi, r - bi * m], b[bi], eb[bi], b32[bi], eb32[bi], out[bi, r - bi * m], n, mp, w)
 
 
-def operand32(mp: MMA, b: np.ndarray, eb: np.ndarray) -> tuple[MMA, np.ndarray, np.ndarray]:
-    """The float32 forms of the B operands ``b`` (L, K, N) with weights ``eb`` for :func:`rows_mma`, and the
-    record that goes with them: for the float32 FMA loop, ``b`` as float32 (its values are float32 values:
-    :func:`for_operands` checked); for block FMA whose block sums fit int32 (``mp.sums32``), ``b`` and ``eb``
-    shifted by a power of two (largest weight 2**100, recorded as ``b_shift`` with the least nonzero weight
-    ``b_lo``) when every value has at most 12 significant bits and the shifted ones stay normal float32.
-    Otherwise (L, 0, 0) arrays: the float64 forms apply."""
+def operand32(mp: MMA, b: np.ndarray, eb: np.ndarray, *, rows: bool = True) -> tuple[MMA, np.ndarray, np.ndarray]:
+    """The float32 forms of the B operands ``b`` (L, K, N) with weights ``eb`` for :func:`rows_mma` (``rows``)
+    or :func:`row_mma`, and the record that goes with them: for the float32 FMA loop, which only rows_mma runs
+    on float32 copies, ``b`` as float32 when ``rows`` (its values are float32 values: :func:`for_operands`
+    checked); for block FMA whose block sums fit int32 (``mp.sums32``), ``b`` and ``eb`` shifted by a power of
+    two (largest weight 2**100, recorded as ``b_shift`` with the least nonzero weight ``b_lo``) when every value
+    has at most 12 significant bits and the shifted ones stay normal float32. Otherwise (L, 0, 0) arrays: the
+    float64 forms apply."""
     empty = np.zeros((b.shape[0], 0, 0), dtype=np.float32)
     if not (mp.fast and mp.chunk == 0) or b.size == 0:
         return mp, empty, empty
     if mp.native == N_FMA32:
-        return mp, b.astype(np.float32), empty
+        return mp, (b.astype(np.float32) if rows else empty), empty
     if not (mp.kind == K_BLOCK and mp.sums32 and mp.tame):
         return mp, empty, empty
     hi, lo, ok = _span32(np.ascontiguousarray(b).reshape(-1), np.ascontiguousarray(eb).reshape(-1), b.size)

@@ -119,8 +119,8 @@ def engine(
     kt = _tiles(ki.transpose(0, 2, 1), width)  # (L * tiles, D, width): K^T tile by tile
     vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
     ekt, ev = _weights(kt, mqk), _weights(vt, mpv)
-    mqk, kt32, ekt32 = operand32(mqk, kt, ekt)
-    mpv, v32, ev32 = operand32(mpv, vt, ev)
+    mqk, kt32, ekt32 = operand32(mqk, kt, ekt, rows=bool(bn))  # the baseline's rows run row_mma
+    mpv, v32, ev32 = operand32(mpv, vt, ev, rows=bool(bn))
     xs = Operands(qi, _weights(qi, mqk), kt, ekt, vt, ev, kt32, ekt32, v32, ev32)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     li = _sum_inner(pl)
