@@ -1,4 +1,4 @@
-"""The block-FMA row kernels' float32 form (:func:`simfloat._mma.operand32`, ``_shift32``): the same bits as the
+"""The block-FMA row kernels' float32 form (``_rows.operand32``, ``_shift32``): the same bits as the
 scalar reference, and taken or left exactly where its conditions say (the tests check which form a row took, so
 a form that never applies cannot pass them vacuously)."""
 
@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 
 import simfloat as sf
-from simfloat._mma import _shift32, for_operands, mma, operand32, operand_powers, round_operands, row_mma, work
 from simfloat.accumulate import BlockFMA, acc_params, dot_acc, matmul, tensor_core
+from simfloat.accumulate._rows import (
+    _shift32,
+    for_operands,
+    mma,
+    operand32,
+    operand_powers,
+    round_operands,
+    row_mma,
+    work,
+)
 
 MODELS = {
     "sm90-bf16": (tensor_core("sm90", "bf16"), "bf16"),

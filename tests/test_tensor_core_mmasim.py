@@ -296,7 +296,7 @@ def test_block_scaled_engines_agree(m: int, kind: str) -> None:
     threads; a NaN scale sends the call to the reference."""
     import numba
 
-    from simfloat._mma import scaled_rows
+    from simfloat.accumulate._rows import scaled_rows
 
     rng = np.random.default_rng(m)
     fa, fb = ("e4m3", "e2m1") if kind == "mxf8f6f4" else ("e2m1", "e2m1")

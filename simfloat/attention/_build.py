@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from simfloat._lanes import Lane, lane
-from simfloat._mma import (
+from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params
+from simfloat.accumulate._rows import (
     MMA,
     N_FMA32,
     N_NONE,
@@ -22,7 +23,6 @@ from simfloat._mma import (
     scaled_ok,
     scaled_weights,
 )
-from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params
 from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
 from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
 from simfloat.attention._quant_kernels import DELTA_MMA
@@ -184,13 +184,13 @@ def quant_engine(
         bm, bn: tile sizes as requested (per-block scales follow them, so they are not clamped); causal.
         qb, kb: the per-element block scales of Q's and K's codes (shaped as them) when qk is a block-scaled
             MMA; vb: V's when pv is one; else None. Such a dot runs on the row kernels as
-            :func:`simfloat._mma.scaled_mma` describes: its operands are the codes times their block scales,
-            with :func:`~simfloat._mma.scaled_weights`.
+            :func:`simfloat.accumulate._rows.scaled_mma` describes: its operands are the codes times their block scales,
+            with :func:`~simfloat.accumulate._rows.scaled_weights`.
         ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction per q tile and key, or None (no smoothing).
 
     Returns:
         (engine, operands), or None where a block-scaled dot's operands are beyond what its row kernels take
-        (:func:`~simfloat._mma.scaled_ok`: the caller runs the reference engine instead).
+        (:func:`~simfloat.accumulate._rows.scaled_ok`: the caller runs the reference engine instead).
     """
     f64 = _format("float64")
     dsa = np.zeros((qc.shape[0], 0, 0)) if ds is None else np.ascontiguousarray(ds, dtype=np.float64)
@@ -328,7 +328,7 @@ def _key_tiles(x: np.ndarray, bn: int) -> np.ndarray:
 
 
 def _elem_span(bf: object) -> int:
-    """The bit span of a block quantizer's element values (:func:`simfloat._mma.format_span`)."""
+    """The bit span of a block quantizer's element values (:func:`simfloat.accumulate._rows.format_span`)."""
     assert isinstance(bf, BlockFormat)
     return format_span(_format(bf.elem_fmt))
 

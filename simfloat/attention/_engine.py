@@ -4,8 +4,8 @@ by row.
 Same dataflow, op for op and bit for bit, as the reference kernels (:mod:`simfloat.attention.flash`'s
 ``_tile`` and :mod:`simfloat.attention.baseline`'s ``_units``, whose docstrings list the steps T1..T14), but
 shaped so that the work vectorizes: flash takes a q tile's rows together, their scores against a key tile are
-one call of the multi-row kernel :func:`simfloat._mma.rows_mma` (the innermost loop runs over keys) and their
-P.V one call over the head dimension; the baseline's rows call :func:`simfloat._mma.row_mma`; the element-wise
+one call of the multi-row kernel ``rows_mma`` (the innermost loop runs over keys) and their
+P.V one call over the head dimension; the baseline's rows call ``row_mma``; the element-wise
 ops (scale, exp, the casts, rescaling, normalization) are loops
 of the branch-free lane functions of :mod:`simfloat._lanes`. Ops whose format or mode has no lane form take the
 reference's scalar ops in the same loops. Running state (m_i, l_i, alpha) and the sequential row sum stay
@@ -39,7 +39,7 @@ from simfloat._lanes import (
     lround_ne,
     pow2_of,
 )
-from simfloat._mma import MMA, Rows, row_mma, rows_mma, rows_work, work
+from simfloat.accumulate._rows import MMA, Rows, row_mma, rows_mma, rows_work, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.hardware import ex2_approx_f32, tl_sum_mma_f32
 
@@ -70,7 +70,7 @@ class Engine(NamedTuple):
     Attributes:
         pp: the plan's :class:`~simfloat.attention.plan.PlanParams` (scalar ops, flags, scale).
         ln: :class:`Lanes`.
-        qk, pv: the dots as :class:`~simfloat._mma.MMA` records.
+        qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the contracted scale op may use lane form).
         l_native32: the row sum's additions are float32 additions (l_ij's in float32 with nearest-even, and
             the summed values float32 values): done as such.
@@ -92,7 +92,7 @@ class Engine(NamedTuple):
 
 
 class Operands(NamedTuple):
-    """Operands and their alignment weights (:func:`simfloat._mma.operand_powers`), per lead index.
+    """Operands and their alignment weights (:func:`simfloat.accumulate._rows.operand_powers`), per lead index.
 
     Attributes:
         q: (L, Sq, D) queries (in the qk model's input format). eq: their weights.
@@ -100,7 +100,7 @@ class Operands(NamedTuple):
             ekt: their weights.
         v: flash: (L * n_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
         kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
-            (:func:`simfloat._mma.operand32`); else one empty matrix per tile.
+            (:func:`simfloat.accumulate._rows.operand32`); else one empty matrix per tile.
     """
 
     q: np.ndarray

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from simfloat._jit import fma64, jit
-from simfloat.accumulate import _fused_step
+from simfloat.accumulate.scalar import _fused_step
 from simfloat.hardware import ex2_approx_f32, mma_tree_sum
 from simfloat.rounding import round_exact, sticky
 

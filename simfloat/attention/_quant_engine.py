@@ -3,7 +3,7 @@ bit, as the scalar reference :func:`simfloat.attention._quant_kernels.units` (st
 :mod:`simfloat.attention.quantized`), on the float engine's building blocks.
 
 What is shared with float flash (:mod:`simfloat.attention._engine`): the dots are the multi-row kernels of
-:mod:`simfloat._mma` (a q tile's scores against a key tile are one :func:`~simfloat._mma.rows_mma` call whose
+:mod:`simfloat.accumulate._rows` (a q tile's scores against a key tile are one ``rows_mma`` call whose
 innermost loop runs over keys; each key tile's P.V one call over the head dimension; the exact INT8 x INT8 ->
 INT32 dot is the float64 multiply-add loop, exact on integer codes), the casts, scalings, divisions,
 ``fma(s, s_scale, -m)``, exp / exp2 and the sequential row sum are the float engine's element-wise helpers,
@@ -13,7 +13,7 @@ by per-key scales, the P quantizer (fixed-scale integer codes, a float cast, or 
 the reference's :func:`~simfloat.attention._quant_kernels.block_p_codes`), the per-channel V descale and
 the four P.V update forms (``separate``, ``into_acc``, ``scaled``, ``two_level``). Running state (m_i, l_i, alpha) stays
 scalar, as in the kernel. A block-scaled MMA (NVFP4/MX) is a block-FMA row kernel on scaled operands
-(:func:`simfloat._mma.scaled_mma`): Q's, K's and V's codes times their block scales and their weights come
+(:func:`simfloat.accumulate._rows.scaled_mma`): Q's, K's and V's codes times their block scales and their weights come
 from the builder, P's are made per key tile here. Tracing runs on the reference kernel only.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from simfloat._jit import jit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
-from simfloat._mma import MMA, Rows, rows_mma, rows_work, scaled_powers
+from simfloat.accumulate._rows import MMA, Rows, rows_mma, rows_work, scaled_powers
 from simfloat.attention._engine import (
     _cast,
     _divide,
@@ -74,7 +74,7 @@ class QEngine(NamedTuple):
     Attributes:
         qp: the plan's :class:`~simfloat.attention._quant_kernels.QParams` (scalar ops, quantizer codes, flags).
         ln: :class:`QLanes`.
-        qk, pv: the dots as :class:`~simfloat._mma.MMA` records (on the codes).
+        qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records (on the codes).
         fma_exact: ``s * s_scale`` is exact in float64 (the contracted scale op may use lane form).
         acc_exact: ``acc * alpha`` is exact (the contracted accumulator update may use lane form).
         pvd_exact: ``pv * v_scale`` is exact (the fused ``scaled`` update may use lane form).
@@ -82,8 +82,8 @@ class QEngine(NamedTuple):
         l_native32: the row sum's additions are float32 additions of float32 values (done as such).
         bm, bn: tile sizes (as requested: per-block scales follow them); causal; seq_k: keys.
         no_tab: an empty ex2 table (the quantized plans' exp2 is correctly rounded).
-        pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its :func:`~simfloat._mma.scaled_mma` record):
-            P's operand is its codes times their block scales, with :func:`~simfloat._mma.scaled_powers` weights.
+        pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its ``scaled_mma`` record):
+            P's operand is its codes times their block scales, with ``scaled_powers`` weights.
         pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
     """
 
@@ -118,7 +118,7 @@ class QOperands(NamedTuple):
         vs: (L, n_tiles, Dv) V scales per key tile and channel.
         ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction delta_s per q tile and key (unused without).
         kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
-            (:func:`simfloat._mma.operand32`); else one empty matrix per tile.
+            (:func:`simfloat.accumulate._rows.operand32`); else one empty matrix per tile.
     """
 
     q: np.ndarray
@@ -272,7 +272,7 @@ def _p_operand(pc, pin, ep, bn, eng):
 @jit
 def _block_p_operand(pc, psc, pin, ep, bn, eng):
     """A block P quantizer's codes pc[:bn] with their block scales psc: a block-scaled P.V MMA reads the scaled
-    codes pin = pc * psc with :func:`~simfloat._mma.scaled_powers` weights; any other dot the values (pc
+    codes pin = pc * psc with ``scaled_powers`` weights; any other dot the values (pc
     becomes pc * psc, exact, as in the reference) as :func:`_p_operand` prepares them."""
     if eng.pv_scaled:
         for jj in range(bn):

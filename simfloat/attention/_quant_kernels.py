@@ -22,7 +22,8 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, fma64, jit
-from simfloat.accumulate import AccParams, _accumulate, _exponent, dot_acc, dot_scaled_acc, product_exponent
+from simfloat.accumulate.models import AccParams
+from simfloat.accumulate.scalar import _accumulate, _exponent, dot_acc, dot_scaled_acc, product_exponent
 from simfloat.attention._kernels import add, div, dot64, fma, fmax, mul, rnd
 from simfloat.attention.plan import OpParams
 from simfloat.rounding import round_scalar

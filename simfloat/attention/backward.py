@@ -24,7 +24,7 @@ E1..E3); ``op(x)`` is x rounded once into op's format (:class:`~simfloat.attenti
 
 The kernels recompute P and dS twice (the dK/dV and the dQ passes), with the same ops on the same operands, so
 the emulator computes them once per (key tile, query tile) and feeds all three gradients: each gradient still
-accumulates in the kernel's order. Dots run on the vector engine's row kernels (:func:`simfloat._mma.row_mma`),
+accumulates in the kernel's order. Dots run on the vector engine's row kernels (``row_mma``),
 element-wise ops on the lane roundings of :mod:`simfloat._lanes` (the scalar ops where a format has no lane
 form); leading indices (batch, heads) run on all threads, bitwise identical for any thread count.
 
@@ -43,7 +43,9 @@ import numpy as np
 import simfloat
 from simfloat._jit import fma64, jit
 from simfloat._lanes import Lane, ladd, lane, lmul, lround
-from simfloat._mma import (
+from simfloat._parallel import run_rows
+from simfloat.accumulate import dot_acc
+from simfloat.accumulate._rows import (
     MMA,
     BStack,
     b_stack,
@@ -55,8 +57,6 @@ from simfloat._mma import (
     tile_of,
     work,
 )
-from simfloat._parallel import run_rows
-from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, check_qkv, kv_group, operand
@@ -94,7 +94,7 @@ class BwdEngine(NamedTuple):
 
     Attributes:
         pp: :class:`~simfloat.attention.plan.BackwardParams`. ln: :class:`BwdLanes`.
-        qk, dv, dp, dk, dq: the dots as :class:`~simfloat._mma.MMA` records.
+        qk, dv, dp, dk, dq: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
         bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
     """
@@ -117,8 +117,8 @@ class BwdEngine(NamedTuple):
 
 class BwdOperands(NamedTuple):
     """Operands, rounded into each dot's input format, tile by tile where a dot reads tiles, with their
-    alignment weights (``e*``; :func:`simfloat._mma.operand_powers`); a dot's B operands as a
-    :class:`simfloat._mma.BStack` (with their float32 forms).
+    alignment weights (``e*``; :func:`simfloat.accumulate._rows.operand_powers`); a dot's B operands as a
+    :class:`simfloat.accumulate._rows.BStack` (with their float32 forms).
 
     Attributes:
         q: (L, Sq, D) rows for B2. kt: (Lk * n_kv, D, bn) K^T tiles for B2.

@@ -52,7 +52,7 @@ Block-scaled quantizers (``Quant("block", ...)``, NVFP4/MX, SageAttention3's FP4
 (``tensor_core(..., kind="nvf4" | "mxf4" | "mxf8f6f4")``) run on both engines, with the same bits. The vector
 engine quantizes P per key tile with the reference's own function
 (:func:`simfloat.attention._quant_kernels.block_p_codes`) and runs a block-scaled MMA on the row kernels
-(:func:`simfloat._mma.scaled_mma`: the codes times their block scales, alignment weights from the scales'
+(:func:`simfloat.accumulate._rows.scaled_mma`: the codes times their block scales, alignment weights from the scales'
 exponents, fp4 groups of 16 summed exactly); operands whose products could reach the MMA's output range (MX
 scales on huge inputs) make it decline, and such a call runs on the reference. Their blocks run along the k
 dimension of the MMA an operand feeds (Q, K: the head dimension; V, P: the keys, from each key tile's first

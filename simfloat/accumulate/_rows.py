@@ -31,7 +31,8 @@ import numpy as np
 from simfloat._jit import bits_f64, f64_bits, fma32, fma64, jit, ljit
 from simfloat._lanes import Lane, ladd, lane, lround, lround_ne, lround_rz, pow2_of, recip_pow2
 from simfloat._parallel import run_rows
-from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, dot_acc
+from simfloat.accumulate.models import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params
+from simfloat.accumulate.scalar import dot_acc
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code, round_scalar

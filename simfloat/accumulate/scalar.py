@@ -1,0 +1,253 @@
+"""The scalar dot products of every accumulation model: one output at a time, one rounding at a time.
+
+:func:`dot_acc` (and :func:`dot_scaled_acc` for block-scaled MMAs) is the reference every vector row kernel
+(:mod:`simfloat.accumulate._rows`) is tested against bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simfloat._jit import f64_bits, fma64, jit
+from simfloat.accumulate.models import _ZERO, AccParams
+from simfloat.formats import FormatParams
+from simfloat.rounding import round_exact, round_scalar, sticky
+
+__all__ = ["dot_acc", "dot_scaled_acc"]
+
+
+@jit
+def _two_sum(a: float, b: float) -> tuple[float, float]:
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@jit
+def _fused_step(c: float, a: float, b: float, p: FormatParams, mode: int) -> float:
+    """round(c + a*b) with one rounding of the exact value."""
+    prod = a * b
+    if prod - prod != 0.0 or c - c != 0.0:  # inf/nan: IEEE propagation
+        return round_scalar(c + prod, p, mode, _ZERO)
+    perr = fma64(a, b, -prod)  # exact: a*b = prod + perr
+    s, e = _two_sum(c, prod)
+    if perr == 0.0:  # always the case for operands of <= 26 significant bits (every low-precision format)
+        return round_exact(s, sticky(s, e), p, mode, _ZERO)
+    # Wide operands: exact value s + e + perr. Fold the two small terms into one float t rounded to odd, so t
+    # keeps a sticky last bit, then split s + t again; the residual T - t only matters where e2 is 0 or a tie.
+    t, tt = _two_sum(e, perr)
+    if tt != 0.0 and (f64_bits(t) & np.uint64(1)) == _ZERO:
+        t = np.nextafter(t, np.inf if tt > 0.0 else -np.inf)
+        tt = 1.0 if tt > 0.0 else -1.0
+    s2, e2 = _two_sum(s, t)
+    d = sticky(s2, e2)
+    if tt != 0.0:
+        if d == 0:
+            d = 1 if tt > 0.0 else -1
+        elif abs(d) == 2 and (tt > 0.0) != (e2 > 0.0):
+            d = 1 if e2 > 0.0 else -1  # just inside the half-ulp point
+        elif abs(d) == 2:  # just beyond it: re-anchor on the neighbour, the tail now points back
+            s2 = np.nextafter(s2, np.inf if e2 > 0.0 else -np.inf)
+            d = -1 if e2 > 0.0 else 1
+    return round_exact(s2, d, p, mode, _ZERO)
+
+
+@jit
+def _opnd(x: float, ap: AccParams) -> float:
+    """An operand as the tensor core sees it (rounded into the input format if the model has one)."""
+    if ap.round_inputs:
+        return round_scalar(x, ap.in_p, ap.in_mode, _ZERO)
+    return x
+
+
+@jit
+def _exponent(x: float) -> np.int64:
+    """floor(log2 |x|) of a nonzero finite float64 (subnormals included)."""
+    b = f64_bits(abs(x))
+    expo = np.int64(b >> np.uint64(52))
+    if expo == 0:  # subnormal: position of the leading one
+        frac = b
+        k = np.int64(0)
+        while frac > np.uint64(1):
+            frac >>= np.uint64(1)
+            k += 1
+        return k - 1074
+    return expo - 1023
+
+
+@jit
+def product_exponent(a, b, p, ap):
+    """The exponent a nonzero product is aligned by: its own, or the sum of its operands' exponents (each at
+    least ``opnd_emin``), as the tensor core's multiplier delivers it before normalization."""
+    if ap.align_sum:
+        return max(_exponent(a), ap.opnd_emin) + max(_exponent(b), ap.opnd_emin_b)
+    return _exponent(p)
+
+
+@jit
+def _block_step(c, a, b, lo, hi, ap):
+    """One tensor-core step: c and the exact products a[k]*b[k], k in [lo, hi), aligned to the largest exponent,
+    truncated to F fraction bits, summed exactly, normalized and rounded once into the accumulator format."""
+    special = c - c != 0.0
+    emax = np.int64(-100000)
+    if c != 0.0 and not special:
+        emax = max(_exponent(c), ap.acc_emin)
+    elif c == 0.0:
+        emax = np.int64(ap.zero_exp)
+    for k in range(lo, hi):
+        ak = _opnd(a[k], ap)
+        bk = _opnd(b[k], ap)
+        pk = ak * bk
+        if pk - pk != 0.0:
+            special = True
+        elif pk != 0.0:
+            emax = max(emax, product_exponent(ak, bk, pk, ap))
+    if special:  # inf/nan anywhere: the hardware propagates like IEEE
+        s = c
+        for k in range(lo, hi):
+            s += _opnd(a[k], ap) * _opnd(b[k], ap)
+        return round_scalar(s, ap.acc_p, ap.acc_mode, _ZERO)
+    if emax == -100000:
+        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _ZERO)  # all zero: +0 unless c is -0 alone
+    q = emax - ap.frac_bits  # weight of the last kept bit
+    total = np.int64(0)
+    # Each term becomes a signed integer multiple of 2**q, truncated toward zero (|term| / 2**q < 2**(F+2)).
+    # Scaling by a power of two is exact; the products are exact (low-precision operands).
+    if c != 0.0:
+        total += np.int64(math.trunc(math.ldexp(c, -q)))
+    for k in range(lo, hi):
+        pk = _opnd(a[k], ap) * _opnd(b[k], ap)
+        if pk != 0.0:
+            total += np.int64(math.trunc(math.ldexp(pk, -q)))
+    if total == 0:
+        return 0.0
+    # |total| < (block+1) * 2**(F+2) <= 2**53 for the presets: exact as float64, then one rounding.
+    return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
+
+
+@jit
+def _scale_exp(x, emin):
+    return max(_exponent(x), emin)
+
+
+@jit
+def _scaled_block_step(c, a, b, sa, sb, lo, hi, ap):
+    """One step of a block-scaled kind: the terms are the products a[k]*b[k]*sa[k]*sb[k] (or, with groups, the
+    exact sum of each group of ``ap.group`` products times its scales), each aligned by its operands' and
+    scales' exponent sum (or by its scales' alone), truncated to F bits below the largest, summed exactly with
+    the accumulator and rounded once, as :func:`_block_step` does."""
+    special = c - c != 0.0
+    emax = np.int64(-100000)
+    if c != 0.0 and not special:
+        emax = max(_exponent(c), ap.acc_emin)
+    elif c == 0.0:
+        emax = np.int64(ap.zero_exp)
+    g = ap.group
+    for k0 in range(lo, hi, g):
+        for k in range(k0, min(hi, k0 + g)):
+            s = sa[k] * sb[k]
+            pk = a[k] * b[k] * s
+            if pk - pk != 0.0 or s != s:
+                special = True
+            elif pk != 0.0:
+                w = _scale_exp(sa[k], ap.scale_emin) + _scale_exp(sb[k], ap.scale_emin)
+                if not ap.align_scale:
+                    w += max(_exponent(a[k]), ap.opnd_emin) + max(_exponent(b[k]), ap.opnd_emin_b)
+                emax = max(emax, w)
+    if special:  # inf/nan anywhere (a NaN scale included): IEEE propagation
+        t = c
+        for k in range(lo, hi):
+            t += a[k] * b[k] * (sa[k] * sb[k])
+        return round_scalar(t, ap.acc_p, ap.acc_mode, _ZERO)
+    if emax == -100000:
+        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _ZERO)
+    q = emax - ap.frac_bits
+    total = np.int64(0)
+    if c != 0.0:
+        total += np.int64(math.trunc(math.ldexp(c, -q)))
+    for k0 in range(lo, hi, g):
+        part = 0.0
+        for k in range(k0, min(hi, k0 + g)):
+            pk = a[k] * b[k] * (sa[k] * sb[k])  # exact: low-precision elements, scales of <= 4 bits
+            t, err = _two_sum(part, pk)
+            if err != 0.0:
+                raise ValueError("block-scaled group sum is not exact in float64 (elements wider than fp8?)")
+            part = t
+        if part != 0.0:
+            total += np.int64(math.trunc(math.ldexp(part, -q)))
+    if total == 0:
+        return 0.0
+    return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
+
+
+@jit
+def dot_scaled_acc(a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray, c: float, ap: AccParams) -> float:
+    """``c + sum_k a[k]*b[k]*sa[k]*sb[k]`` under a block-scaled model (``ap.scale_block > 0``).
+
+    Args:
+        a, b: 1-D float64 arrays of K element values (of the element formats).
+        sa, sb: 1-D float64 arrays of K: the scale of each element (each scale repeated over its block).
+        c: incoming accumulator. ap: :class:`AccParams` of the model.
+
+    Returns:
+        The accumulated value.
+    """
+    n = a.shape[0]
+    k = 0
+    while k < n:
+        kend = min(n, k + ap.block)
+        c = _scaled_block_step(c, a, b, sa, sb, k, kend, ap)
+        k = kend
+    return c
+
+
+@jit
+def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:
+    if ap.kind == 0:
+        for k in range(lo, hi):
+            ak = _opnd(a[k], ap)
+            bk = _opnd(b[k], ap)
+            if ap.round_products:
+                prod = round_scalar(ak * bk, ap.prod_p, ap.acc_mode, _ZERO)
+                s, e = _two_sum(c, prod)
+                c = round_exact(s, sticky(s, e), ap.acc_p, ap.acc_mode, _ZERO)
+            else:
+                c = _fused_step(c, ak, bk, ap.acc_p, ap.acc_mode)
+        return c
+    k = lo
+    while k < hi:
+        kend = min(hi, k + ap.block)
+        c = _block_step(c, a, b, k, kend, ap)
+        k = kend
+    return c
+
+
+@jit
+def dot_acc(a: np.ndarray, b: np.ndarray, c: float, ap: AccParams) -> float:
+    """``c + sum_k a[k]*b[k]`` under the model ``ap``.
+
+    Args:
+        a, b: 1-D float64 arrays (any stride) of equal length K; if the model has an input format each operand
+            is rounded into it as it is read.
+        c: incoming accumulator (already a value of the accumulator format).
+        ap: :class:`AccParams` from :func:`acc_params`.
+
+    Returns:
+        The accumulated value (representable in the accumulator format, or the chunk-sum format if chunked).
+    """
+    n = a.shape[0]
+    if ap.scale_block > 0:
+        raise ValueError("a block-scaled model needs the scales: use matmul_scaled / dot_scaled_acc")
+    if ap.chunk == 0:
+        return _accumulate(a, b, c, 0, n, ap)
+    size = ap.chunk if ap.chunk > 0 else max(1, -((-n) // (-ap.chunk)))
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + size)
+        part = _accumulate(a, b, 0.0, lo, hi, ap)
+        s, e = _two_sum(c, part)
+        c = round_exact(s, sticky(s, e), ap.outer_p, ap.outer_mode, _ZERO)
+        lo = hi
+    return c
