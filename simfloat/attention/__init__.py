@@ -16,6 +16,7 @@ Both kernels take (..., seq, head_dim) float32/float64 arrays and return float64
 plan's output format; pass ``trace=simfloat.Tracer()`` to attribute the error to ops and kv blocks.
 """
 
+from simfloat.attention._inputs import InputFormatWarning, KernelOverflowWarning
 from simfloat.attention.backward import (
     BACKWARD_STATES,
     TRACED_BACKWARD_OPS,
@@ -67,6 +68,8 @@ __all__ = [
     "QUANT_OPS",
     "TRACED_BACKWARD_OPS",
     "BackwardPlan",
+    "InputFormatWarning",
+    "KernelOverflowWarning",
     "OpSpec",
     "Plan",
     "Quant",

@@ -1,16 +1,145 @@
-"""Argument checks shared by the attention kernels: shapes, dtypes, block sizes, scale, plan and tracer."""
+"""Argument checks shared by the attention kernels: shapes, dtypes, layouts, block sizes, scale, plan and tracer;
+the warnings for inputs that are not values of the plan's input format and for outputs an overflow made
+non-finite."""
 
 from __future__ import annotations
 
 import math
+import re
+import threading
 import warnings
 
 import numpy as np
 
-from simfloat.attention.plan import Plan, plan
+from simfloat.attention.plan import BackwardPlan, Plan, plan
 from simfloat.trace import Tracer
 
-__all__ = ["Inputs", "check_qkv", "group_kv", "kv_group", "kv_repeats", "operand", "prepare"]
+__all__ = [
+    "LAYOUTS",
+    "InputFormatWarning",
+    "Inputs",
+    "KernelOverflowWarning",
+    "check_input_format",
+    "check_output",
+    "check_qkv",
+    "from_layout",
+    "group_kv",
+    "input_format",
+    "kv_group",
+    "kv_repeats",
+    "not_representable",
+    "operand",
+    "prepare",
+    "to_layout",
+]
+
+
+class InputFormatWarning(UserWarning):
+    """Operands that are not values of the plan's input format (fp32 activations under a bf16 plan): the
+    emulator uses them as they are, where the kernel's caller would have rounded them into its input dtype,
+    so the result is not the kernel's. Filter it with ``warnings.filterwarnings("ignore",
+    category=InputFormatWarning)``."""
+
+
+class KernelOverflowWarning(RuntimeWarning):
+    """Finite inputs gave non-finite outputs: an op's result overflowed its format (the message names the op,
+    its format and where); the GPU kernel would give the same NaN or infinity."""
+
+
+#: Operand layouts: (..., heads, seq, head_dim) as torch's scaled_dot_product_attention, or (..., seq, heads,
+#: head_dim) as flash-attn's flash_attn_func.
+LAYOUTS = ("bhsd", "bshd")
+
+_FAMILY = re.compile(r"^(?:triton|h200|all|pytorch)-(bf16|fp16|fp32|tf32|e4m3|e5m2)(?![0-9a-z])")
+
+
+def input_format(p: Plan | BackwardPlan | str) -> str | None:
+    """The input format of a preset-family plan (its kernel's q, k, v dtype), read from its name:
+    ``<f>`` for ``triton-``/``h200-``/``all-``/``pytorch-<f>`` (``fp32`` for the tf32 kernels, which read fp32
+    inputs), also for plans derived from them (``triton-bf16*``, ``triton-bf16[only p]``, ``triton-bf16@h200``);
+    None for ``fp64`` and plans of other names (any input)."""
+    m = _FAMILY.match(p if isinstance(p, str) else p.name)
+    if m is None:
+        return None
+    return "fp32" if m.group(1) == "tf32" else m.group(1)
+
+
+def not_representable(x: np.ndarray, fmt: str) -> int:
+    """How many values of ``x`` are not values of ``fmt`` (rounding them into it would change them; NaN and
+    infinities count as values)."""
+    from simfloat.rounding import round as _round
+
+    if fmt == "fp32":  # the common case, without a rounding pass
+        with np.errstate(over="ignore", invalid="ignore"):
+            return int(np.count_nonzero(x.astype(np.float32) != x)) if x.dtype != np.float32 else 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = _round(x, fmt)
+        return int(np.count_nonzero((r != x) & ~(np.isnan(r) & np.isnan(x))))
+
+
+def check_input_format(arrays: dict[str, np.ndarray], plan_name: str, *, stacklevel: int = 3) -> None:
+    """Warn (:class:`InputFormatWarning`) if an operand holds values that are not values of the plan's input
+    format (:func:`input_format`; plans without one take any input). The one check every entry point makes.
+
+    Args:
+        arrays: the operands by name (``{"q": q, ...}``).
+        plan_name: the plan's name. stacklevel: as for :func:`warnings.warn` (1: this function's line).
+    """
+    fmt = input_format(plan_name)
+    if fmt is None:
+        return
+    bad = {name: not_representable(x, fmt) for name, x in arrays.items()}
+    bad = {name: n for name, n in bad.items() if n}
+    if not bad:
+        return
+    what = ", ".join(f"{name} ({n} of {arrays[name].size})" for name, n in bad.items())
+    first = next(iter(bad))
+    warnings.warn(
+        f"{first} and the others listed hold values that are not {fmt} values: {what}; plan {plan_name}'s kernel "
+        f"takes {fmt} inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); in torch "
+        f"x.to(<the {fmt} dtype>)), but they are used as they are here and the result is not the kernel's"
+        if len(bad) > 1
+        else f"{first} holds values that are not {fmt} values ({what}): plan {plan_name}'s kernel takes {fmt} "
+        f"inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); in torch x.to(<the {fmt} dtype>)), "
+        "but they are used as they are here and the result is not the kernel's",
+        InputFormatWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def check_layout(layout: object) -> str:
+    """``layout`` checked: one of :data:`LAYOUTS`.
+
+    Raises:
+        ValueError: another value.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(
+            f"layout must be 'bhsd' or 'bshd' ((..., heads, seq, head_dim) as torch, or (..., seq, heads, "
+            f"head_dim) as flash-attn), got {layout!r}"
+        )
+    return str(layout)
+
+
+def from_layout(x: object, layout: str, name: str) -> object:
+    """An operand in ``layout`` as (..., heads, seq, head_dim) (a view; non-arrays are left to
+    :func:`operand`'s message).
+
+    Raises:
+        ValueError: a ``bshd`` operand with fewer than three dimensions.
+    """
+    if check_layout(layout) == "bhsd" or not isinstance(x, np.ndarray):
+        return x
+    if x.ndim < 3:
+        raise ValueError(
+            f"{name} must have shape (..., seq, heads, head_dim) with layout 'bshd' (three or more dims), got {x.shape}"
+        )
+    return np.swapaxes(x, -3, -2)
+
+
+def to_layout(x: np.ndarray, layout: str) -> np.ndarray:
+    """A (..., heads, seq, head_dim) result in ``layout`` (contiguous)."""
+    return x if layout == "bhsd" else np.ascontiguousarray(np.swapaxes(x, -3, -2))
 
 
 class Inputs:
@@ -35,8 +164,9 @@ class Inputs:
         return self.q.shape[0]
 
 
-def operand(x: object, name: str, *, finite: bool = True) -> np.ndarray:
-    """``x`` checked as an attention operand: a float32/float64 numpy array of shape (..., seq, head_dim).
+def operand(x: object, name: str, *, finite: bool = True, stacklevel: int = 4) -> np.ndarray:
+    """``x`` checked as an attention operand: a float32/float64 numpy array of shape (..., seq, head_dim) (a
+    float16 or ml_dtypes array is widened exactly to float32, as :func:`simfloat.round` does).
 
     Args:
         x: the operand. name: its name in messages.
@@ -48,10 +178,17 @@ def operand(x: object, name: str, *, finite: bool = True) -> np.ndarray:
         TypeError: not a numpy array, or another dtype.
         ValueError: fewer than two dimensions, or (``finite``) a NaN or infinity.
     """
+    from simfloat.rounding import _narrow_float
+
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if _narrow_float(x.dtype):  # float16, ml_dtypes' bfloat16 / float8_*: exactly float32 values
+        x = x.astype(np.float32)
     if x.dtype not in (np.float32, np.float64):
-        raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
+        raise TypeError(
+            f"{name} must have dtype float32 or float64 (or float16, or an ml_dtypes bfloat16 or float8_* dtype, "
+            f"widened exactly), got {x.dtype}"
+        )
     if x.ndim < 2:
         raise ValueError(f"{name} must have shape (..., seq, head_dim), got {x.shape}")
     bad = ~np.isfinite(x)
@@ -64,7 +201,7 @@ def operand(x: object, name: str, *, finite: bool = True) -> np.ndarray:
         )
         if finite:
             raise ValueError(msg + ": the kernels take finite inputs")
-        warnings.warn(msg + ": it propagates into the outputs", RuntimeWarning, stacklevel=4)
+        warnings.warn(msg + ": it propagates into the outputs", RuntimeWarning, stacklevel=stacklevel)
     return x
 
 
@@ -154,22 +291,40 @@ def check_qkv(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> None:
         raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
 
 
-def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, scale: object, trace: object) -> Inputs:
+def prepare(
+    q: object,
+    k: object,
+    v: object,
+    *,
+    plan_: object,
+    causal: object,
+    scale: object,
+    trace: object,
+    layout: str = "bhsd",
+    formats: bool = True,
+) -> Inputs:
     """Check and normalize the common arguments of :func:`flash`, :func:`baseline` and the quantized kernels.
 
     Key/value heads are mapped to query heads here (:func:`group_kv`: grouped-query and multi-query
-    attention), so every kernel reads k and v repeated per query head.
+    attention), so every kernel reads k and v repeated per query head. ``layout="bshd"`` operands are read as
+    their (..., heads, seq, head_dim) transposes (:func:`from_layout`). ``formats``: warn for operands outside
+    the plan's input format (:func:`check_input_format`).
 
     Raises:
-        TypeError: non-array operands, dtypes other than float32/float64, wrong argument types.
+        TypeError: non-array operands, dtypes other than float16/float32/float64 (and ml_dtypes'), wrong
+            argument types.
         ValueError: inconsistent shapes, head counts that do not divide (:func:`kv_group`), no keys, a scale that
-            is not finite and > 0, unknown plan.
+            is not finite and > 0, unknown plan or layout.
 
     Warns:
         RuntimeWarning: NaN or infinite operand values (the first one's index is named).
+        InputFormatWarning: operands that are not values of the plan's input format.
     """
     pl = plan(plan_)  # type: ignore[arg-type]  # plan() raises TypeError for other types
-    qa, ka, va = (operand(x, n, finite=False) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    q, k, v = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    qa, ka, va = (operand(x, n, finite=False, stacklevel=5) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    if formats:
+        check_input_format({"q": qa, "k": ka, "v": va}, pl.name, stacklevel=4)
     ka, va = group_kv(qa, ka, "k"), group_kv(qa, va, "v")
     check_qkv(qa, ka, va)
     if qa.shape[-1] < 1 or va.shape[-1] < 1:
@@ -195,3 +350,81 @@ def prepare(q: object, k: object, v: object, *, plan_: object, causal: object, s
         return np.ascontiguousarray(full, dtype=np.float64).reshape((math.prod(lead),) + x.shape[-2:])
 
     return Inputs(flat(qa), flat(ka), flat(va), lead, scale, bool(causal), pl, trace)
+
+
+_diagnosing = threading.local()
+
+
+def _format_of(entry: object) -> str:
+    for attr in ("fmt", "out_fmt", "outer_fmt"):
+        f = getattr(entry, attr, None)
+        if f is not None:
+            return str(getattr(f, "name", f))
+    return str(entry)
+
+
+def _overflowed_op(x: Inputs, kernel: str, b: int, i: int, block_m: int, block_n: int) -> tuple[str, int, float] | None:
+    """(op, kv block, largest |float64 value|) of the first op whose result is not finite on row ``i`` of lead
+    index ``b``: that row rerun alone, traced (its keys: all, or the first i + 1 with a causal mask, which is
+    the same dataflow). None if the trace finds none."""
+    from simfloat.attention.baseline import baseline
+    from simfloat.attention.flash import flash
+
+    keys = min(i + 1, x.k.shape[1]) if x.causal else x.k.shape[1]
+    q1, k1, v1 = x.q[b : b + 1, i : i + 1], x.k[b : b + 1, :keys], x.v[b : b + 1, :keys]
+    tr = Tracer()
+    _diagnosing.on = True
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            if kernel == "flash":
+                flash(q1, k1, v1, plan=x.plan, block_m=block_m, block_n=block_n, scale=x.scale, trace=tr)
+            else:
+                baseline(q1, k1, v1, plan=x.plan, scale=x.scale, trace=tr)
+    finally:
+        _diagnosing.on = False
+    run = tr.runs[0]
+    local = run["local"][0, 0]  # (kv block + epilogue, op, stat)
+    for kv in range(local.shape[0]):
+        for j, op in enumerate(run["ops"]):
+            mx, _, count, ref = local[kv, j]
+            if count > 0 and not math.isfinite(mx):
+                return op, (kv if kv < local.shape[0] - 1 else -1), float(ref)
+    return None
+
+
+def check_output(out: np.ndarray, x: Inputs, kernel: str, *, block_m: int = 64, block_n: int = 64) -> None:
+    """Warn (:class:`KernelOverflowWarning`) if finite inputs gave non-finite outputs, naming the op that
+    overflowed, its format and the kv block (found by rerunning the first such row traced).
+
+    Args:
+        out: the kernel's (n_lead, seq_q, d_v) output. x: its checked inputs. kernel: ``"flash"`` or
+            ``"baseline"``. block_m, block_n: flash's tiles.
+    """
+    if getattr(_diagnosing, "on", False):
+        return
+    bad = ~np.isfinite(out)
+    if not bad.any() or not all(np.isfinite(a).all() for a in (x.q, x.k, x.v)):
+        return  # non-finite inputs were named already (a RuntimeWarning)
+    b, i = (int(n) for n in np.unravel_index(int(np.argmax(bad.any(axis=-1))), bad.shape[:2]))
+    found = _overflowed_op(x, kernel, b, i, block_m, block_n)
+    n = int(np.count_nonzero(bad))
+    head = (
+        f"{kernel} under plan {x.plan.name}: finite inputs gave {n} non-finite output value{'s' if n > 1 else ''} "
+        f"(the first in row {i} of lead index {b})"
+    )
+    if found is None:
+        why = "an intermediate result overflowed its format (the traced rerun of that row did not say which)"
+    else:
+        op, kv, ref = found
+        where = "the epilogue" if kv == -1 else f"kv block {kv}"
+        why = (
+            f"op {op} overflowed {_format_of(getattr(x.plan, op))} in {where} (the largest |value| it had to hold "
+            f"is {ref:.3g}), and what follows it turned that into NaN or infinity"
+        )
+    warnings.warn(
+        f"{head}: {why}. The kernel on a GPU does the same; scale the inputs (or the softmax scale) down, or give "
+        "that op a wider format",
+        KernelOverflowWarning,
+        stacklevel=3,
+    )

@@ -59,7 +59,7 @@ from simfloat.accumulate._rows import (
 )
 from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
-from simfloat.attention._inputs import block, check_qkv, kv_group, operand
+from simfloat.attention._inputs import block, check_input_format, check_qkv, from_layout, kv_group, operand, to_layout
 from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
 from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardParams, BackwardPlan, OpSpec, backward_plan
 from simfloat.formats import FloatFormat
@@ -637,7 +637,7 @@ def flash_backward(
     do: np.ndarray,
     lse: np.ndarray,
     *,
-    plan: BackwardPlan | str,
+    plan: BackwardPlan | str = "triton-bf16",
     block_m: int = 64,
     block_n: int = 64,
     causal: bool = False,
@@ -645,6 +645,7 @@ def flash_backward(
     return_delta: bool = False,
     engine: str | None = None,
     trace: Tracer | None = None,
+    layout: str = "bhsd",
 ) -> tuple[np.ndarray, ...]:
     """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
 
@@ -657,7 +658,7 @@ def flash_backward(
         do: (..., seq_q, head_dim_v) gradient of the output (input format).
         lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
             the forward's (m, l).
-        plan: a :class:`~simfloat.attention.plan.BackwardPlan` or preset name (``"triton-bf16"``, ...).
+        plan: a :class:`~simfloat.attention.plan.BackwardPlan` or preset name (default ``"triton-bf16"``).
         block_m, block_n: the kernels' query / key tiles (any positive ints).
         causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
         return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).
@@ -671,10 +672,15 @@ def flash_backward(
             of the same dataflow (same inputs, o and lse; P, dP, delta, dS and every dot in float64), unscaled.
             Key tile -1 holds D2 (delta, at the row's query tile) and the epilogue E1..E3 with the final
             gradients' drift (dq at the row's query tile, dk and dv at query tile 0).
+        layout: ``"bhsd"`` or ``"bshd"`` (q, k, v, o, do and the gradients (..., seq, heads, head_dim), as
+            flash-attn; lse and delta stay (..., heads, seq_q)).
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
         ``return_delta``, (dq, dk, dv, delta).
+
+    Warns:
+        InputFormatWarning: q, k, v or do not values of the plan's input format.
 
     Raises:
         TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; k or v heads
@@ -683,7 +689,9 @@ def flash_backward(
             the lse of another plan, scale, mask or inputs).
     """
     pl = backward_plan(plan)
+    q, k, v, o, do = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do")))
     qa, ka, va, oa, da, group, la = _check(q, k, v, o, do, lse)
+    check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl.name, stacklevel=3)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
@@ -738,7 +746,7 @@ def flash_backward(
             f"recomputed P sums to {psum[idx]:.6g}, not about 1 (an lse of another plan, scale, mask "
             "or inputs; compute it with lse_from_stats from this forward's m and l)"
         )
-    out = (dq.reshape(qa.shape), dk.reshape(ka.shape), dv.reshape(va.shape))
+    out = tuple(to_layout(g.reshape(x.shape), layout) for g, x in ((dq, qa), (dk, ka), (dv, va)))
     if return_delta:
         return out + (delta.reshape(qa.shape[:-1]),)
     return out
@@ -750,9 +758,10 @@ def baseline_backward(
     v: np.ndarray,
     do: np.ndarray,
     *,
-    plan: BackwardPlan | str,
+    plan: BackwardPlan | str = "pytorch-bf16",
     causal: bool = False,
     scale: float | None = None,
+    layout: str = "bhsd",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What eager autograd of ``softmax(scale * q @ k^T [mask]) @ v`` computes, under a backward plan.
 
@@ -771,8 +780,8 @@ def baseline_backward(
     Args:
         q, k, v, do: as :func:`flash_backward` (no o or lse: the softmax is recomputed; k and v may have fewer
             heads than q).
-        plan: backward plan or preset name (``"pytorch-bf16"``, ``"fp64"``, ...).
-        causal, scale: as the forward.
+        plan: backward plan or preset name (default ``"pytorch-bf16"``; ``"fp64"``, ...).
+        causal, scale: as the forward. layout: ``"bhsd"`` or ``"bshd"``, as :func:`flash_backward`.
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes.
@@ -783,7 +792,9 @@ def baseline_backward(
     from simfloat.accumulate import matmul
 
     pl = backward_plan(plan)
+    q, k, v, do = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do")))
     qa, ka, va, _, da, group = _check(q, k, v, do, do, None)
+    check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl.name, stacklevel=3)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sc = _scale_of(scale, qa.shape[-1])
@@ -827,7 +838,7 @@ def baseline_backward(
     dk, dv = r(dk, pl.grad), r(dv, pl.grad)
     if group > 1:  # the repeat's backward: a sum over the group's heads (a torch sum, as delta's)
         dk, dv = (_group_sum(x, group, pl) for x in (dk, dv))
-    return r(dq, pl.grad), dk, dv
+    return to_layout(r(dq, pl.grad), layout), to_layout(dk, layout), to_layout(dv, layout)
 
 
 def _group_sum(x: np.ndarray, group: int, pl: BackwardPlan) -> np.ndarray:

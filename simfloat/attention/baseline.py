@@ -26,7 +26,7 @@ from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine
 from simfloat.attention._build import engine as build_engine
 from simfloat.attention._engine import baseline_units
-from simfloat.attention._inputs import prepare
+from simfloat.attention._inputs import check_output, prepare, to_layout
 from simfloat.attention._kernels import add, div, dot64, exp, fmax, mul, rnd, sub
 from simfloat.attention.plan import BASELINE_OPS, Plan
 from simfloat.trace import record
@@ -125,35 +125,41 @@ def baseline(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    plan: Plan | str,
+    plan: Plan | str = "pytorch-bf16",
     causal: bool = False,
     scale: float | None = None,
     trace: object = None,
     engine: str | None = None,
+    layout: str = "bhsd",
 ) -> np.ndarray:
     """Emulated standard attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
     Args:
-        q: (..., seq_q, head_dim) float32/float64 array (values used as they are).
+        q: (..., seq_q, head_dim) float32/float64 (or float16) array (values used as they are; values outside
+            the plan's input format are warned about).
         k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1. Grouped-
             query / multi-query attention: k and v (..., kv_heads, seq_k, d) with q (..., q_heads, seq_q, d),
             q_heads a multiple of kv_heads; query head h reads kv head h // (q_heads // kv_heads) (the bits of
             k and v repeated per query head).
-        plan: a :class:`~simfloat.attention.Plan` or preset name (``"pytorch-bf16"``, ``"fp64"``, ...); uses
-            the ops qk, scale, softmax, pv, out.
+        plan: a :class:`~simfloat.attention.Plan` or preset name (default ``"pytorch-bf16"``; ``"fp64"``,
+            ...); uses the ops qk, scale, softmax, pv, out.
         causal: top-left aligned mask: query i sees keys j <= i.
         scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)), rounded into the scale op's format.
         trace: a :class:`simfloat.Tracer` or None.
         engine: ``"vector"`` (:mod:`simfloat.attention._engine`) or ``"reference"`` (the scalar kernel of this
             module, which also records traces); None: vector, reference when tracing. The same bits.
+        layout: ``"bhsd"`` or ``"bshd"``, as :func:`~simfloat.attention.flash`.
 
     Returns:
         (..., seq_q, head_dim_v) float64 array of values of ``plan.out``'s format.
 
     Raises:
-        TypeError, ValueError: bad arrays, shapes, scale, plan, tracer or engine.
+        TypeError, ValueError: bad arrays, shapes, scale, plan, tracer, engine or layout.
+
+    Warns:
+        InputFormatWarning, KernelOverflowWarning: as :func:`~simfloat.attention.flash`.
     """
-    x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
+    x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
     which = check_engine(engine, x.trace is not None)
     pp = x.plan.params(x.scale)
     n_lead, seq_q = x.q.shape[:2]
@@ -164,7 +170,8 @@ def baseline(
         eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=ROWS, bn=0, causal=x.causal, wn=1)
         if n_lead * seq_q > 0:
             run_rows(baseline_units, n_lead * seq_q, xs, out, eng, min_rows=16)
-        return out.reshape(x.lead + (seq_q, dv))
+        check_output(out, x, "baseline")
+        return to_layout(out.reshape(x.lead + (seq_q, dv)), layout)
     tr = None
     if x.trace is not None:
         tr = x.trace._start(
@@ -172,4 +179,5 @@ def baseline(
         )
     if n_lead * n_qt > 0:
         run_rows(_units, n_lead * n_qt, x.q, x.k, x.v, out, pp, int(x.causal), x.scale, tr)
-    return out.reshape(x.lead + (seq_q, dv))
+    check_output(out, x, "baseline")
+    return to_layout(out.reshape(x.lead + (seq_q, dv)), layout)

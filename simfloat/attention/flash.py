@@ -44,7 +44,7 @@ from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, clamp_blocks
 from simfloat.attention._build import engine as build_engine
 from simfloat.attention._engine import flash_units
-from simfloat.attention._inputs import block, prepare
+from simfloat.attention._inputs import block, check_output, prepare, to_layout
 from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.tiling import pick_tiles
@@ -322,7 +322,7 @@ def flash(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    plan: Plan | str,
+    plan: Plan | str = "triton-bf16",
     block_m: int | None = None,
     block_n: int | None = None,
     tiles: str | None = None,
@@ -331,17 +331,20 @@ def flash(
     trace: object = None,
     return_stats: bool = False,
     engine: str | None = None,
+    layout: str = "bhsd",
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Emulated flash attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
     Args:
-        q: (..., seq_q, head_dim) float32/float64 array. Values are used as they are: round them into the
-            kernel's input format first (``simfloat.round(q, "bf16")``) to emulate low-precision inputs.
+        q: (..., seq_q, head_dim) float32/float64 (or float16) array. Values are used as they are: round them
+            into the kernel's input format first (``simfloat.round(q, "bf16")``) to emulate low-precision inputs
+            (other values are warned about: :class:`~simfloat.attention.InputFormatWarning`).
         k: (..., seq_k, head_dim); v: (..., seq_k, head_dim_v). Leading dims broadcast; seq_k >= 1. Grouped-
             query / multi-query attention: k and v (..., kv_heads, seq_k, d) with q (..., q_heads, seq_q, d),
             q_heads a multiple of kv_heads; query head h reads kv head h // (q_heads // kv_heads) (the bits of
             k and v repeated per query head).
-        plan: a :class:`~simfloat.attention.Plan` or preset name (``"triton-bf16"``, ...).
+        plan: a :class:`~simfloat.attention.Plan` or preset name (default ``"triton-bf16"``, as
+            :func:`simfloat.attribute`).
         block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial;
             default 64 each). Tiles larger than the sequence give the bits of tiles clamped to it, and cost as
             much.
@@ -357,15 +360,21 @@ def flash(
         engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._engine`) or ``"reference"``
             (the scalar kernels of this module, which also record traces); None: vector, reference when
             tracing or for ``plan.exp_impl="tl.exp"`` (reference only). Both give the same bits.
+        layout: ``"bhsd"`` (q, k, v and the output (..., heads, seq, head_dim), as torch) or ``"bshd"``
+            ((..., seq, heads, head_dim), as flash-attn; ``m`` and ``l`` stay (..., heads, seq_q), as its lse).
 
     Returns:
         (..., seq_q, head_dim_v) float64 array whose values are values of ``plan.out``'s format; with
         ``return_stats`` the tuple (out, m, l). Bitwise deterministic for any thread count.
 
     Raises:
-        TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan, tracer or engine.
+        TypeError, ValueError: bad arrays, shapes, block sizes, scale, plan, tracer, engine or layout.
+
+    Warns:
+        InputFormatWarning: operands that are not values of the plan's input format.
+        KernelOverflowWarning: finite inputs whose outputs are not (naming the op that overflowed).
     """
-    x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace)
+    x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
     which = check_engine(engine, x.trace is not None)
     if x.plan.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet)
         if engine is not None:
@@ -409,7 +418,8 @@ def flash(
             )
         if n_lead * n_qt > 0:
             run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal), wn), tr)
-    out = out.reshape(x.lead + (seq_q, dv))
+    check_output(out, x, "flash", block_m=bm_req, block_n=bn_req)
+    out = to_layout(out.reshape(x.lead + (seq_q, dv)), layout)
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
     return out

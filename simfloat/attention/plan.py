@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -427,6 +428,9 @@ class Plan:
         family = self.name.split("-", 1)[0]
         return {"triton": ("flash",), "h200": ("flash",), "pytorch": ("baseline",)}.get(family, ("flash", "baseline"))
 
+    def __repr__(self) -> str:
+        return _short_repr(self, _build())
+
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
         return (
@@ -646,6 +650,32 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
     return _preset(name, hardware, Plan, presets, _with_hardware, ("plan", "plan", "the Triton flash kernel"))
 
 
+def _short_value(x: object) -> str:
+    """A field's value in a repr: formats by name (``bfloat16``), rounding modes by name."""
+    if isinstance(x, (OpSpec, FloatFormat)):
+        return str(x) if isinstance(x, OpSpec) else x.name
+    text = re.sub(r"FloatFormat\(name='([^']*)'[^)]*\)", r"\1", repr(x))
+    return re.sub(r"<RoundingMode\.(\w+): \d+>", lambda m: m.group(1).lower(), text)
+
+
+def _short_repr(p: Plan | BackwardPlan, table: dict[str, Any]) -> str:
+    """``Plan('triton-bf16')`` for a preset; else its name and the fields that differ from the preset its name
+    starts with (``triton-bf16*``, ``triton-bf16[only p]``, ``triton-bf16@h200``), or from ``fp64`` for a name of
+    its own: ``Plan('triton-bf16*', p=float32, exp2=False)``. ``str()`` lists every field."""
+    base = p.name
+    for stop in "*[@":
+        base = base.split(stop, 1)[0]
+    ref = table.get(base)
+    against = "" if ref is not None else ", vs 'fp64'"
+    ref = table["fp64"] if ref is None else ref
+    diffs = [
+        f"{f.name}={_short_value(getattr(p, f.name))}"
+        for f in dataclasses.fields(p)
+        if f.name != "name" and getattr(p, f.name) != getattr(ref, f.name)
+    ]
+    return f"{type(p).__name__}({p.name!r}{against if diffs else ''}" + "".join(f", {d}" for d in diffs) + ")"
+
+
 def _preset(
     name: object,
     hardware: object,
@@ -830,6 +860,9 @@ class BackwardPlan:
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
+
+    def __repr__(self) -> str:
+        return _short_repr(self, _build_backward())
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in BACKWARD_OPS)
