@@ -26,13 +26,16 @@ def _attribute(args: argparse.Namespace) -> int:
     from simfloat.attribution.cli import run
 
     passes = getattr(args, "passes", "forward")
+    if getattr(args, "estimate", False) and passes != "forward":
+        print("simfloat attribute: error: --estimate covers the forward pass's runs (--pass forward)", file=sys.stderr)
+        return 2
     rc = run(args) if passes in ("forward", "both") else 0
     if passes in ("backward", "both") and rc == 0:
         from simfloat.attribution.backward import run_cli
 
         try:
             rc = run_cli(args)
-        except ValueError as err:
+        except (ValueError, NotImplementedError) as err:
             print(f"simfloat attribute: error: {err}", file=sys.stderr)
             return 2
     return rc
@@ -115,7 +118,22 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-k", type=_positive, help="key sequence length (default: --seq)")
     p.add_argument("--head-dim", type=_positive, help="head dimension (default 128)")
     p.add_argument("--batch", type=_positive, help="batch size (default 1)")
-    p.add_argument("--heads", type=_positive, help="heads (default 1)")
+    p.add_argument(
+        "--heads",
+        type=_nonnegative,
+        nargs="+",
+        metavar="N|H",
+        help="heads (default 1); with --inputs: the query heads of the recorded call to attribute, by index "
+        "(e.g. --heads 0 3; default all)",
+    )
+    p.add_argument(
+        "--inputs",
+        metavar="FILE",
+        help="attribute a model's own attention: a file of simfloat.torch.capture_sdpa (its q, k, v, causal mask "
+        "and scale; --pass backward: its dO too) instead of seeded inputs; --format then picks the plans "
+        "(default: the recorded dtype's)",
+    )
+    p.add_argument("--call", type=_nonnegative, metavar="N", help="with --inputs: the recorded call (default 0)")
     p.add_argument(
         "--kv-heads",
         type=_positive,
@@ -203,6 +221,12 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         help="attribute the forward output (default), the backward's gradients dQ/dK/dV "
         "(simfloat.attribution.backward: per backward op, the forward's share, vs tiles and vs rescaling steps) "
         "or both",
+    )
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="time each kind of kernel run on a small slice of the inputs, print how long the job would take (and "
+        "the --rows that fits in two minutes), and run nothing (every job prints this estimate before it starts)",
     )
     p.add_argument(
         "--bounds",

@@ -7,6 +7,16 @@
   under a backward plan: the emulated kernels' numerics decide every value, torch only carries the tensors.
 * :func:`emulate_sdpa` — a context manager routing ``torch.nn.functional.scaled_dot_product_attention`` to
   :func:`attention` in the calling thread.
+* :func:`capture_sdpa` — a context manager recording every such call (q, k, v, its options, the module that
+  made it, and the gradient dO that reaches it in the backward pass) into one file for
+  :func:`simfloat.attribute` (``simfloat attribute --inputs``), without changing what the model computes.
+
+Inside either block torch's fused fast path of ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``
+(eval mode under ``torch.no_grad``), which bypasses ``scaled_dot_product_attention``, is turned off
+(``torch.backends.mha.set_fastpath_enabled(False)``), so those modules are routed and recorded too. What still
+bypasses it (``nn.MultiheadAttention`` with ``need_weights=True``, torch's default, which forms the attention
+weights itself; code that bound the function before the block) is named in a :class:`RoutingWarning`, and so
+is a block that ends with no call routed or recorded.
 
 Tensors are (batch, heads, seq, head_dim) of any float dtype; the result has the query's dtype and device (the
 emulator runs on the CPU in float64 and holds values of the plan's output format, which the cast into the
@@ -25,10 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +52,22 @@ from simfloat.attention import plan as _plan
 from simfloat.attention.backward import _scale_of
 from simfloat.attention.plan import BackwardPlan, Plan, backward_presets, presets
 
-__all__ = ["AttentionConfig", "attention", "config", "emulate_sdpa", "reference_attention", "timings"]
+__all__ = [
+    "AttentionConfig",
+    "RoutingWarning",
+    "attention",
+    "capture_sdpa",
+    "config",
+    "emulate_sdpa",
+    "reference_attention",
+    "timings",
+]
+
+
+class RoutingWarning(UserWarning):
+    """An attention that :func:`emulate_sdpa` could not route (or :func:`capture_sdpa` could not record)
+    because it did not go through ``scaled_dot_product_attention``, or a block that saw no such call."""
+
 
 KERNELS = ("flash", "baseline")
 
@@ -287,12 +315,132 @@ def attention(
     return _Attention.apply(q, k, v, cfg)
 
 
-# -- routing torch.nn.functional.scaled_dot_product_attention ------------------------------------------------
+# -- the modules making the calls, torch's fast path, and what bypasses SDPA --------------------------------
+
+
+@dataclass
+class _Block:
+    """One emulate_sdpa or capture_sdpa block of one thread: how many calls it saw, which modules it warned of."""
+
+    what: str  # "emulate_sdpa" or "capture_sdpa"
+    verb: str  # "routed" or "recorded"
+    calls: int = 0
+    warned: set[int] = field(default_factory=set)
+
 
 _lock = threading.Lock()
-_local = threading.local()
+_local = threading.local()  # .stack: [(AttentionConfig, _Block)] of emulate_sdpa; .blocks: [_Block]; .modules
 _installed: list[object] = []  # [original sdpa] while any thread is inside emulate_sdpa
 _users = [0]
+_tracking: dict[str, Any] = {"users": 0, "handles": [], "fastpath": None}
+_names: dict[tuple[int, int], str | None] = {}
+
+
+def _thread(name: str) -> list[Any]:
+    out = getattr(_local, name, None)
+    if out is None:
+        out = []
+        setattr(_local, name, out)
+    return out
+
+
+def _count_call() -> None:
+    """A call routed or recorded in this thread: every open block and every running module hears of it."""
+    for blk in _thread("blocks"):
+        blk.calls += 1
+    _local.sdpa_calls = getattr(_local, "sdpa_calls", 0) + 1
+
+
+def _child_name(parent: torch.nn.Module, child: torch.nn.Module) -> str | None:
+    key = (id(parent), id(child))
+    if key not in _names:
+        _names[key] = next((n for n, m in parent.named_modules() if m is child and n), None)
+    return _names[key]
+
+
+def _caller() -> tuple[str, str]:
+    """(qualified name, class name) of the innermost module running in this thread, its name taken within the
+    outermost one (``"layers.0.self_attn"``; ``""`` for the outermost itself; ``"<no module>"`` outside any)."""
+    mods = [m for m, _ in _thread("modules")]
+    if not mods:
+        return "<no module>", ""
+    parts: list[str] = []
+    for parent, child in zip(mods, mods[1:], strict=False):
+        name = _child_name(parent, child)
+        if name is None:  # a module called by one it does not belong to: named from there on
+            parts = []
+        else:
+            parts.append(name)
+    return ".".join(parts), type(mods[-1]).__name__
+
+
+def _pre_hook(module: torch.nn.Module, args: object) -> None:
+    _thread("modules").append((module, getattr(_local, "sdpa_calls", 0)))
+
+
+def _post_hook(module: torch.nn.Module, args: object, out: object) -> None:
+    mods = _thread("modules")
+    if not mods or mods[-1][0] is not module:
+        return
+    qualname = _caller()[0]
+    _, before = mods.pop()
+    blocks = _thread("blocks")
+    if not blocks or not isinstance(module, torch.nn.MultiheadAttention):
+        return
+    if getattr(_local, "sdpa_calls", 0) == before and id(module) not in blocks[-1].warned:
+        blk = blocks[-1]
+        blk.warned.add(id(module))
+        warnings.warn(
+            f"{blk.what}: nn.MultiheadAttention {qualname or type(module).__name__!r} computed its attention without "
+            f"scaled_dot_product_attention, so it was not {blk.verb}: with need_weights=True (torch's default) it "
+            "forms the attention weights itself; call it with need_weights=False (as nn.TransformerEncoderLayer "
+            "does) to have it " + blk.verb,
+            RoutingWarning,
+            stacklevel=2,
+        )
+
+
+@contextlib.contextmanager
+def _tracked(what: str, verb: str) -> Iterator[_Block]:
+    """While any block is open: module hooks (who makes each call, which MultiheadAttention bypasses SDPA) and
+    torch's MHA fast path off (it bypasses SDPA). Yields this thread's new block; warns at its end if it saw no
+    call."""
+    with _lock:
+        if _tracking["users"] == 0:
+            mm = torch.nn.modules.module
+            _tracking["handles"] = [
+                mm.register_module_forward_pre_hook(_pre_hook),
+                mm.register_module_forward_hook(_post_hook, always_call=True),
+            ]
+            _tracking["fastpath"] = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+        _tracking["users"] += 1
+    blk = _Block(what, verb)
+    blocks = _thread("blocks")
+    blocks.append(blk)
+    try:
+        yield blk
+    finally:
+        blocks.remove(blk)
+        with _lock:
+            _tracking["users"] -= 1
+            if _tracking["users"] == 0:
+                for h in _tracking["handles"]:
+                    h.remove()
+                _tracking["handles"] = []
+                torch.backends.mha.set_fastpath_enabled(_tracking["fastpath"])
+                _names.clear()
+    if blk.calls == 0:
+        warnings.warn(
+            f"{what}: no call of torch.nn.functional.scaled_dot_product_attention was {verb} in this block (code "
+            "that bound the function before it, `from torch.nn.functional import scaled_dot_product_attention`, "
+            "is not, nor is attention computed by hand)",
+            RoutingWarning,
+            stacklevel=4,
+        )
+
+
+# -- routing torch.nn.functional.scaled_dot_product_attention ------------------------------------------------
 
 
 def _routed_sdpa(
@@ -310,7 +458,7 @@ def _routed_sdpa(
     if not stack:  # another thread's emulation: this thread keeps torch's own kernel
         kw = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal, "scale": scale}
         return original(query, key, value, enable_gqa=enable_gqa, **kw)  # type: ignore[operator]
-    base: AttentionConfig = stack[-1]
+    base: AttentionConfig = stack[-1][0]
     if attn_mask is not None:
         raise NotImplementedError("emulate_sdpa: attn_mask is not emulated (only None; use is_causal for a mask)")
     if dropout_p != 0.0:
@@ -335,6 +483,7 @@ def _routed_sdpa(
         scale=scale if scale is not None else base.scale,
     )
     out = attention(query, key, value, plan=cfg)
+    _count_call()
     return out.squeeze(1) if squeeze else out
 
 
@@ -354,8 +503,9 @@ def emulate_sdpa(
     each call; a call's ``scale`` overrides the one given here); calls from other threads keep torch's kernel.
     The attribute ``torch.nn.functional.scaled_dot_product_attention`` is replaced while any thread is inside
     such a block (entries and exits under a lock) and restored when the last one leaves; blocks nest (the inner
-    settings win until it exits). Code that bound the function before the block (``from torch.nn.functional
-    import scaled_dot_product_attention``) is not routed, nor are torch's fused fast paths that do not call it.
+    settings win until it exits). torch's MHA fast path is off meanwhile (see the module docstring), so
+    ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention(..., need_weights=False)`` are routed in eval
+    mode too.
 
     Args:
         plan, backward_plan, kernel, block_m, block_n, scale: see :func:`config` (``causal`` comes from each
@@ -367,6 +517,10 @@ def emulate_sdpa(
     Raises:
         On entry, the errors of :func:`config`. Inside: ``NotImplementedError`` for an ``attn_mask`` other than
         None or a ``dropout_p`` other than 0; ``ValueError`` for differing head counts without ``enable_gqa``.
+
+    Warns:
+        RoutingWarning: an ``nn.MultiheadAttention`` that computed attention without the function (named), and
+            a block that routed no call.
     """
     cfg = config(plan=plan, backward_plan=backward_plan, kernel=kernel, block_m=block_m, block_n=block_n, scale=scale)
     with _lock:
@@ -374,19 +528,118 @@ def emulate_sdpa(
             _installed[:] = [torch.nn.functional.scaled_dot_product_attention]
             torch.nn.functional.scaled_dot_product_attention = _routed_sdpa
         _users[0] += 1
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    stack.append(cfg)
+    stack = _thread("stack")
     try:
-        yield cfg
+        with _tracked("emulate_sdpa", "routed") as blk:
+            stack.append((cfg, blk))
+            try:
+                yield cfg
+            finally:
+                stack.pop()
     finally:
-        stack.pop()
         with _lock:
             _users[0] -= 1
             if _users[0] == 0:
                 torch.nn.functional.scaled_dot_product_attention = _installed[0]  # type: ignore[assignment]
                 _installed.clear()
+
+
+# -- recording the calls ---------------------------------------------------------------------------------------
+
+
+def _stored(x: torch.Tensor) -> np.ndarray:
+    """A tensor as the capture file stores it: bfloat16 as float32 (exact), other dtypes as themselves."""
+    x = x.detach().to("cpu")
+    if x.dtype == torch.bfloat16:
+        x = x.to(torch.float32)
+    return x.contiguous().numpy()
+
+
+@contextlib.contextmanager
+def capture_sdpa(path: str | os.PathLike[str], *, backward: bool = True) -> Iterator[list[dict[str, Any]]]:
+    """Record every ``torch.nn.functional.scaled_dot_product_attention`` call into one file at ``path``.
+
+    Each call's q, k, v (as it received them), its options (``attn_mask``, ``dropout_p``, ``is_causal``,
+    ``scale``, ``enable_gqa``), the module that made it (its qualified name in the model, e.g.
+    ``"layers.0.self_attn"``, and class) and, when ``backward``, the gradient dO that arrives at its output in
+    a backward pass run inside the block (the first one) go into a numpy ``.npz`` file with a JSON index
+    (:mod:`simfloat.attribution.captured`), one entry per call, written as the calls come (arrays are not kept
+    in memory) and finished when the block exits (also on an error). What the model computes does not change:
+    each call runs the function that was in place (torch's, or :func:`emulate_sdpa`'s inside such a block) and
+    returns its result, the gradient hooks return nothing. Calls from every thread are recorded. torch's MHA
+    fast path is off inside the block (see the module docstring): in eval mode under ``torch.no_grad`` the
+    modules then compute through ``scaled_dot_product_attention`` instead of the fused kernel.
+
+    Read the file with :func:`simfloat.attribution.load_capture`; attribute a call with
+    ``simfloat.attribute(path, call=N)`` or ``simfloat attribute --inputs PATH --call N``. Calls whose options
+    the emulator does not model yet (a mask other than the causal one, dropout) are recorded, and refused at
+    attribution with a message naming the option.
+
+    Args:
+        path: the file to write (``.npz``; replaced if it exists).
+        backward: also record each call's output gradient.
+
+    Yields:
+        The index as it grows: one dict per recorded call (``call``, ``module``, ``module_type``, ``dtype``,
+        the options, ``shape_q``/``shape_k``/``shape_v``, whether ``attn_mask`` and ``do`` were stored).
+
+    Warns:
+        RoutingWarning: as :func:`emulate_sdpa` (an ``nn.MultiheadAttention`` not recorded; no call at all).
+    """
+    from simfloat.attribution.captured import CaptureWriter
+
+    writer = CaptureWriter(path)
+    inner: Callable[..., torch.Tensor] = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+        **extra: Any,
+    ) -> torch.Tensor:
+        out = inner(
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+            **extra,
+        )
+        module, module_type = _caller()
+        entry = dict(
+            module=module,
+            module_type=module_type,
+            dtype=str(query.dtype).removeprefix("torch."),
+            dropout_p=float(dropout_p),
+            is_causal=bool(is_causal),
+            scale=None if scale is None else float(scale),
+            enable_gqa=bool(enable_gqa),
+            extra=sorted(extra),
+        )
+        arrays = {"q": _stored(query), "k": _stored(key), "v": _stored(value)}
+        if attn_mask is not None:
+            arrays["attn_mask"] = _stored(attn_mask)
+        i = writer.add_call(entry, arrays)
+        _count_call()
+        if backward and isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda g: writer.add_grad(i, _stored(g)))
+        return out
+
+    torch.nn.functional.scaled_dot_product_attention = recording  # type: ignore[assignment]
+    try:
+        with _tracked("capture_sdpa", "recorded"):
+            yield writer.entries
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = inner  # type: ignore[assignment]
+        writer.close()
 
 
 def reference_attention(

@@ -13,9 +13,11 @@ def _inputs(seed=0, seq=40, d=16):
 
 
 def test_isolation_and_ablation_of_the_bf16_casts():
+    pytest.importorskip("pandas")
     q, k, v, do = _inputs()
-    rows = attribute_backward(q, k, v, do, plan_="triton-bf16", tiles=[(16, 16), (32, 16)], causal=True)
-    assert len(rows) == 2 * (2 + 2 * len(BWD_ATTRIBUTION_OPS))
+    res = attribute_backward(q, k, v, do, "triton-bf16", tiles=[(16, 16), (32, 16)], causal=True)
+    assert len(res.isolation) == len(res.ablation) == 2 * len(BWD_ATTRIBUTION_OPS) and len(res.tiles) == 2 * 2
+    rows = [r for t in (res.tiles, res.isolation, res.ablation) for r in t.to_dict("records")]
     first = {(r["kind"], r["op"]): r for r in rows if (r["block_m"], r["block_n"]) == (16, 16)}
     full = first[("full", "")]
     # the gradients are stored in bf16: alone, that cast deviates by about half a bf16 ulp of the largest value
@@ -89,7 +91,7 @@ def test_backward_steps_table_and_one_point_against_a_direct_run():
         k,
         v,
         do,
-        plan_="triton-bf16",
+        plan="triton-bf16",
         block_m=8,
         block_n=16,
         block_ns=[8, 40],

@@ -419,8 +419,8 @@ def check_output(out: np.ndarray, x: Inputs, kernel: str, *, block_m: int = 64, 
         op, kv, ref = found
         where = "the epilogue" if kv == -1 else f"kv block {kv}"
         why = (
-            f"op {op} overflowed {_format_of(getattr(x.plan, op))} in {where} (the largest |value| it had to hold "
-            f"is {ref:.3g}), and what follows it turned that into NaN or infinity"
+            f"op {op} overflowed {_format_of(getattr(x.plan, op))} in {where} (its exact result reaches {ref:.3g}), "
+            "and what follows it turned that into NaN or infinity"
         )
     warnings.warn(
         f"{head}: {why}. The kernel on a GPU does the same; scale the inputs (or the softmax scale) down, or give "

@@ -4,6 +4,9 @@ rescaling-step studies, flash vs baseline, and per-kv-block traces, all against 
 * :func:`attribute` — the whole study for one or more flash plans; returns an :class:`Attribution`.
 * :func:`isolation_plan`, :func:`ablation_plan`, :func:`reference_plan` — the plans it runs.
 * :func:`baseline_plan_for` / :data:`BASELINE_PAIRS` — which baseline plan a flash plan is compared with.
+* :func:`load_capture` / :class:`SdpaCall` — a model's own attention calls, recorded by
+  :func:`simfloat.torch.capture_sdpa`, which :func:`attribute` takes.
+* :class:`Estimate` — how long an attribution will take (``attribute(..., estimate=...)``).
 * :func:`deviation` — the metrics (max_abs, mean_abs, rms, rel_rms); :func:`literature` — the literature's
   (:data:`LITERATURE`, :mod:`simfloat.metrics`), added to the flash-vs-baseline table.
 
@@ -21,6 +24,7 @@ from simfloat.attribution._core import (
     literature,
     select_rows,
 )
+from simfloat.attribution._estimate import Estimate
 from simfloat.attribution._plans import (
     BASELINE_PAIRS,
     ablation_plan,
@@ -30,6 +34,7 @@ from simfloat.attribution._plans import (
     reference_plan,
 )
 from simfloat.attribution._result import Attribution
+from simfloat.attribution.captured import Capture, SdpaCall, load_capture
 
 __all__ = [
     "BASELINE_PAIRS",
@@ -37,6 +42,9 @@ __all__ = [
     "METRICS",
     "Attribution",
     "AttributionInterrupted",
+    "Capture",
+    "Estimate",
+    "SdpaCall",
     "ablation_plan",
     "attribute",
     "baseline_plan_for",
@@ -46,6 +54,7 @@ __all__ = [
     "deviation",
     "isolation_plan",
     "literature",
+    "load_capture",
     "reference_plan",
     "select_rows",
 ]

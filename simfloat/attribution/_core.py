@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,17 @@ from simfloat.attention import FLASH_OPS, Plan
 from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
-from simfloat.attention._inputs import kv_repeats, operand
+from simfloat.attention._inputs import (
+    InputFormatWarning,
+    check_layout,
+    from_layout,
+    input_format,
+    kv_repeats,
+    not_representable,
+    operand,
+)
 from simfloat.attention.tiling import resolve_tiles
+from simfloat.attribution._estimate import Estimate, estimate_runs
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
@@ -27,6 +38,7 @@ from simfloat.attribution._plans import (
     reference_plan,
 )
 from simfloat.attribution._result import Attribution
+from simfloat.attribution.captured import SdpaCall, load_capture
 from simfloat.metrics import error_metrics
 from simfloat.trace import Tracer
 
@@ -135,35 +147,73 @@ class AttributionInterrupted(KeyboardInterrupt):
 
 
 class _Runner:
-    """Collects the (kernel, plan, tiles) runs the tables need, deduplicated by what determines the output,
-    then runs them once each."""
+    """Collects the (kernel, plan, tiles, inputs) runs the tables need, deduplicated by what determines the
+    output, then runs them once each. ``inputs``: the operands by variant (None: as given; a format name: rounded
+    into it, for the plans whose input format does not hold them)."""
 
     def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None) -> None:
-        self.q, self.k, self.v, self.causal, self.scale = q, k, v, causal, scale
+        self.inputs: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {None: (q, k, v)}
+        self.causal, self.scale = causal, scale
         self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
+        self.golden: dict[str | None, tuple[object, ...]] = {}
+
+    def variant(self, fmt: str) -> str:
+        """The operands rounded into ``fmt`` (made once)."""
+        if fmt not in self.inputs:
+            from simfloat.rounding import round as _round
+
+            self.inputs[fmt] = tuple(np.asarray(_round(x, fmt), dtype=np.float64) for x in self.inputs[None])  # type: ignore[assignment]
+        return fmt
 
     def need(
-        self, kernel: str, p: Plan, bm: int = 0, bn: int = 0, trace_rows: np.ndarray | None = None
+        self,
+        kernel: str,
+        p: Plan,
+        bm: int = 0,
+        bn: int = 0,
+        trace_rows: np.ndarray | None = None,
+        variant: str | None = None,
     ) -> tuple[object, ...]:
         """The key of a run; ``trace_rows``: a traced run (reference engine) over those rows of ``q``."""
-        key = cache_key(kernel, p) + ((bm, bn) if kernel == "flash" else ())
+        key = cache_key(kernel, p) + ((bm, bn) if kernel == "flash" else ()) + (variant,)
         if trace_rows is not None:
             key = key + ("traced", tuple(trace_rows.tolist()))
-        self.jobs.setdefault(key, dict(kernel=kernel, plan=p, bm=bm, bn=bn, rows=trace_rows, out=None))
+        self.jobs.setdefault(key, dict(kernel=kernel, plan=p, bm=bm, bn=bn, rows=trace_rows, variant=variant, out=None))
         return key
+
+    def need_golden(self, variant: str | None = None) -> tuple[object, ...]:
+        """The golden run (fp64 baseline) of a variant of the inputs."""
+        self.golden[variant] = self.need("baseline", _plan("fp64"), variant=variant)
+        return self.golden[variant]
+
+    def kernel(self, job: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> Any:
+        """Run ``job`` on these operands (its traced rows of q): (output, tracer or None)."""
+        traced = job["rows"] is not None
+        tr = Tracer() if traced else None
+        qs = q[..., job["rows"], :] if traced else q
+        kw: dict[str, Any] = dict(plan=job["plan"], causal=causal, scale=self.scale, trace=tr)
+        if job["kernel"] == "flash":
+            return _flash_kernel(qs, k, v, block_m=job["bm"], block_n=job["bn"], **kw), tr
+        return _baseline_kernel(qs, k, v, **kw), tr
 
     def _one(self, job: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        traced = job["rows"] is not None
-        tr = Tracer() if traced else None
-        q = self.q[..., job["rows"], :] if traced else self.q
-        kw: dict[str, Any] = dict(plan=job["plan"], causal=self.causal, scale=self.scale, trace=tr)
-        if job["kernel"] == "flash":
-            job["out"] = _flash_kernel(q, self.k, self.v, block_m=job["bm"], block_n=job["bn"], **kw)
-        else:
-            job["out"] = _baseline_kernel(q, self.k, self.v, **kw)
-        job["tracer"] = tr
+        job["out"], job["tracer"] = self.kernel(job, *self.inputs[job["variant"]], self.causal)
         job["seconds"] = time.perf_counter() - t0
+
+    def estimate(self, seq_q: int) -> Estimate:
+        """The :class:`Estimate` of the pending runs (timed on calibration slices of the inputs)."""
+        q, k, v = self.inputs[None]
+
+        def run_slice(job: dict[str, Any], rows: int, keys: int) -> None:
+            qv, kv, vv = self.inputs[job["variant"]]
+            lead = (0,) * (qv.ndim - 2)
+            qs, ks, vs = (x[lead][None] for x in (qv, kv, vv))
+            j = dict(job, rows=np.arange(rows) if job["rows"] is not None else None)
+            self.kernel(j, qs[:, :rows], ks[:, :keys], vs[:, :keys], False)
+
+        todo = [j for j in self.jobs.values() if j["out"] is None]
+        return estimate_runs(todo, q.shape, v.shape, self.causal, seq_q, run_slice)
 
     def run(self, progress: bool | Callable[[int, int], None], workers: int) -> None:
         """Run the pending jobs, ``workers`` at a time (the kernels release the GIL; every job is independent,
@@ -183,11 +233,9 @@ class _Runner:
             close()
 
     def finished(self) -> list[dict[str, Any]]:
-        """The runs finished so far, with their deviation from the golden (first) run once it is among them."""
-        jobs = list(self.jobs.values())
-        golden = jobs[0]["out"] if jobs and "seconds" in jobs[0] else None
+        """The runs finished so far, with their deviation from their inputs' golden run once it is done."""
         out = []
-        for j in jobs:
+        for j in self.jobs.values():
             if "seconds" not in j:
                 continue
             row: dict[str, Any] = dict(
@@ -196,10 +244,12 @@ class _Runner:
                 block_m=j["bm"] if j["kernel"] == "flash" else None,
                 block_n=j["bn"] if j["kernel"] == "flash" else None,
                 traced=j["rows"] is not None,
+                inputs=j["variant"] or "as given",
                 seconds=round(j["seconds"], 3),
             )
-            if golden is not None:
-                ref = golden if j["rows"] is None else golden[..., j["rows"], :]
+            gold = self.jobs.get(self.golden.get(j["variant"], ()), {})
+            if "seconds" in gold:
+                ref = gold["out"] if j["rows"] is None else gold["out"][..., j["rows"], :]
                 row.update(deviation(j["out"], ref))
             out.append(row)
         return out
@@ -284,10 +334,73 @@ def _tiles(tiles: object, d: int) -> list[tuple[int, int]]:
     return list(dict.fromkeys(out))
 
 
+def _inputs(
+    q: object, k: object, v: object, causal: object, scale: object, call: object, heads: object, layout: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any, float | None, SdpaCall | None]:
+    """attribute()'s operands: arrays (in ``layout``), or a recorded call (an :class:`SdpaCall`, or a capture
+    file's path and ``call``), whose causal mask and scale are the call's. ``heads``: query heads to keep."""
+    rec = None
+    if isinstance(q, (str, os.PathLike)):
+        with load_capture(q) as cap:
+            rec = cap[0 if call is None else call]  # type: ignore[index]
+    elif isinstance(q, SdpaCall):
+        if call is not None and call != q.index:
+            raise ValueError(f"call={call} but q is call {q.index} of its capture")
+        rec = q
+    elif call is not None:
+        raise TypeError("call= picks a call of a capture file: pass the file's path (or an SdpaCall) as q")
+    if rec is None:
+        check_layout(layout)
+        q, k, v = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+        if heads is not None:
+            arrays = [x for x in (q, k, v) if isinstance(x, np.ndarray)]
+            if len(arrays) == 3:
+                sel = SdpaCall(0, "", "", "", *arrays).select_heads(heads)  # type: ignore[arg-type]
+                q, k, v = sel.q, sel.k, sel.v
+        return q, k, v, causal, scale, None  # type: ignore[return-value]
+    if k is not None or v is not None:
+        raise TypeError("with a recorded call as q, leave k and v out: they are the call's")
+    if layout != "bhsd":
+        raise ValueError("a recorded call is in torch's layout: leave layout='bhsd'")
+    rec.check()
+    if causal and not rec.causal:
+        raise ValueError(f"causal=True, but {rec.describe()} had no causal mask")
+    if scale is not None and scale != rec.scale:
+        raise ValueError(f"scale={scale}, but {rec.describe()} had scale {rec.scale}")
+    rec = rec.select_heads(heads)  # type: ignore[arg-type]
+    return rec.q, rec.k, rec.v, rec.causal, rec.scale, rec
+
+
+def _rounding_note(plans: list[Plan], q: np.ndarray, k: np.ndarray, v: np.ndarray) -> dict[str, tuple[str, int]]:
+    """Per plan whose input format does not hold the operands: (that format, how many values it changes); each
+    such format warned about once (:class:`~simfloat.attention.InputFormatWarning`)."""
+    out: dict[str, tuple[str, int]] = {}
+    counted: dict[str, int] = {}
+    for p in plans:
+        fmt = input_format(p)
+        if fmt is None:
+            continue
+        if fmt not in counted:
+            counted[fmt] = sum(not_representable(x, fmt) for x in (q, k, v))
+            if counted[fmt]:
+                names = ", ".join(x.name for x in plans if input_format(x) == fmt)
+                warnings.warn(
+                    f"q, k, v hold {counted[fmt]} of {q.size + k.size + v.size} values that are not {fmt} values "
+                    f"(the input format of {names}): attribute rounds them into {fmt} for those plans, as the "
+                    f"kernel's caller does, and reports that rounding's own error (the input_rounding table; the "
+                    f"other tables hold the kernel's error on the rounded inputs)",
+                    InputFormatWarning,
+                    stacklevel=3,
+                )
+        if counted[fmt]:
+            out[p.name] = (fmt, counted[fmt])
+    return out
+
+
 def attribute(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
+    q: np.ndarray | SdpaCall | str | os.PathLike[str],
+    k: np.ndarray | None = None,
+    v: np.ndarray | None = None,
     plan: Plan | str | Sequence[Plan | str] = "triton-bf16",
     *,
     baseline: object = None,
@@ -304,6 +417,10 @@ def attribute(
     progress: bool | Callable[[int, int], None] = False,
     workers: int | None = None,
     bounds: bool = False,
+    layout: str = "bhsd",
+    call: int | None = None,
+    heads: Sequence[int] | None = None,
+    estimate: bool | Callable[[Estimate], None] = False,
 ) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
 
@@ -315,7 +432,13 @@ def attribute(
       steps ``ceil(seq_k / block_n)`` at the fixed sequence length;
     * flash vs baseline: the plan's flash output and its paired baseline plan's output
       (:func:`baseline_plan_for`), each against the golden one;
-    * per kv block (``trace``): the traced run's local error per op and kv block, and the state drift.
+    * per kv block (``trace``): the traced run's local error per op and kv block, and the state drift;
+    * input rounding: for a plan whose input format (``triton-bf16``: bf16) does not hold the inputs (fp32
+      activations), the inputs are rounded into it as the kernel's caller would (with an
+      :class:`~simfloat.attention.InputFormatWarning`); every table above is then the kernel's error on the
+      rounded inputs (against their golden output), and ``input_rounding`` adds the rounding's own error
+      (golden of the rounded inputs against golden of the inputs as given) and the total (the kernel on the
+      rounded inputs against the golden of the inputs as given).
 
     Isolation and ablation keep the plan's algorithm flags (exp2, FMA contraction, normalization, lazy
     rescaling, exp2 implementation, row-sum order: every :class:`Plan` field that is not an op): "all ops
@@ -324,13 +447,15 @@ def attribute(
     distinct run is made once (plans equal in every field but their names share it).
 
     Args:
-        q, k, v: (..., seq, head_dim) float32/float64 arrays, used as they are (round them into the input
-            format first); as for :func:`simfloat.attention.flash`.
+        q, k, v: (..., seq, head_dim) float arrays, as for :func:`simfloat.attention.flash`; or, as ``q`` alone,
+            a recorded call (:class:`~simfloat.attribution.SdpaCall`) or the path of a
+            :func:`simfloat.torch.capture_sdpa` file (then ``call`` picks the call, default 0): its q, k, v,
+            causal mask and scale.
         plan: a flash plan or preset name, or a sequence of them (distinct names).
         baseline: the baseline plan for the comparison: None (:data:`BASELINE_PAIRS` by plan name), a plan or
             name for all plans, or a mapping {flash plan name: baseline plan}.
         block_m, block_n: the tiles of the isolation, ablation, flash-vs-baseline and traced runs.
-        causal, scale: as for :func:`simfloat.attention.flash`.
+        causal, scale: as for :func:`simfloat.attention.flash` (a recorded call's own).
         ops: the ops to attribute (default all of ``FLASH_OPS``).
         tiles: (block_m, block_n) pairs of the tile study, or tile rules such as ``"fa1:M=98304"``
             (:func:`simfloat.attention.tiling.resolve_tiles`, for q's head dim; default :func:`default_tiles`;
@@ -341,8 +466,9 @@ def attribute(
             kernel computes each row independently, so this gives those rows' exact outputs at a fraction of
             the cost; the metrics are then over those rows. Not with ``causal``.
         trace: add a traced default-tile run of each plan (per-kv-block tables). Tracing runs on the scalar
-            reference engine, so it covers ``trace_rows`` of the evaluated rows: that many evenly spaced
-            (causal: the first ones, whose masks are those of the full run); None: all of them.
+            reference engine, so it covers ``trace_rows`` of the evaluated rows: that many evenly spaced; with
+            ``causal`` the first ones (whose masks are those of the full run), at least ``4 * block_n`` of
+            them so that they reach four kv blocks; None: all of them.
         progress: ``True``: a tqdm bar on stderr, up before the first run; or a callable
             ``progress(done, total)``, called with ``done = 0`` once the distinct runs are known (before the
             first one starts) and after every run.
@@ -350,17 +476,30 @@ def attribute(
         bounds: add the ``bounds`` table: per isolated op and per output (flash plan, paired baseline) the
             worst-case and probabilistic error bounds of :mod:`simfloat.bounds` next to the measured error
             and their ratio (:func:`simfloat.bounds.attribution_bounds`).
+        layout: ``"bhsd"`` or ``"bshd"`` (flash-attn's (..., seq, heads, head_dim)) operands; the tables do not
+            depend on it.
+        call: with a capture file as ``q``: the index of the call to attribute.
+        heads: query heads to keep (indices on the head axis; a key/value head goes with each, as grouped-query
+            attention maps them); None: all.
+        estimate: True or a callable ``estimate(Estimate)``: before the first run, time each kind of run on a
+            small slice of the inputs and predict the whole job (:class:`Estimate`, kept in
+            ``meta["estimate_s"]``); the callable hears it first (and may raise to stop before any run).
 
     Returns:
         An :class:`Attribution` (DataFrames ``isolation, ablation, tiles, steps, flash_vs_baseline, by_block,
-        state_by_block``; ``plot()``, ``to_csv()``, ``table()``).
+        state_by_block, input_rounding``; ``plot()``, ``to_csv()``, ``table()``).
 
     Raises:
         ValueError, TypeError: bad plans, ops, tiles, rows, baseline pairing, or kernel arguments (NaN or
             infinite values in q, k or v are named with their first index).
+        NotImplementedError: a recorded call with options the emulator does not model (named).
         AttributionInterrupted: Ctrl-C during the kernel runs (a KeyboardInterrupt holding the finished runs).
+
+    Warns:
+        InputFormatWarning: inputs that a plan's input format does not hold (they are rounded, see above).
     """
     pd = _need("pandas", "attribute")  # before any work: the tables are DataFrames
+    q, k, v, causal, scale, rec = _inputs(q, k, v, causal, scale, call, heads, layout)
     plans = _plans(plan)
     if not (isinstance(progress, bool) or callable(progress)):
         raise TypeError(f"progress must be a bool or a callable progress(done, total), got {type(progress).__name__}")
@@ -374,7 +513,7 @@ def attribute(
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.ndim < 2:
             raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
-        operand(x, name)  # NaN or inf is named here, by its index in the caller's array (not the rows')
+    q, k, v = (operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))  # NaN or inf: named by the caller's index
     kv_repeats(q.shape, k.shape, "k"), kv_repeats(q.shape, v.shape, "v")  # heads that do not divide: before any run
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     if not isinstance(causal, (bool, np.bool_)):
@@ -394,73 +533,75 @@ def attribute(
         trace_rows = _positive_int(trace_rows, "trace_rows")
     if trace_rows is None or trace_rows >= n_eval:
         t_sel = np.arange(n_eval)
-    elif causal:
-        t_sel = np.arange(trace_rows)
+    elif causal:  # the first rows (a subset's mask would not be the full run's), enough to reach 4 kv blocks
+        t_sel = np.arange(min(n_eval, max(trace_rows, 4 * bn)))
     else:
         t_sel = np.unique(np.linspace(0, n_eval - 1, trace_rows).round().astype(np.int64))
 
     qs = q if sel is None else q[..., sel, :]
+    rounding = _rounding_note(plans, q, k, v)
     run = _Runner(qs, k, v, bool(causal), scale)
-    gold = run.need("baseline", _plan("fp64"))
+    run.need_golden()
     keys: dict[str, Any] = {}
     for p in plans:
+        var = run.variant(rounding[p.name][0]) if p.name in rounding else None
+        if var is not None:
+            run.need_golden(var)
         keys[p.name] = dict(
-            main=run.need("flash", p, bm, bn),
-            traced=run.need("flash", p, bm, bn, trace_rows=t_sel) if trace else None,
-            ref=run.need("flash", reference_plan(p), bm, bn),
-            base=run.need("baseline", pairs[p.name]),
-            iso={op: run.need("flash", isolation_plan(p, op), bm, bn) for op in ops},
-            abl={op: run.need("flash", ablation_plan(p, op), bm, bn) for op in ops},
-            tiles={t: run.need("flash", p, *t) for t in tile_list},
-            steps={b: run.need("flash", p, bm, b) for b in bns},
+            variant=var,
+            main=run.need("flash", p, bm, bn, variant=var),
+            traced=run.need("flash", p, bm, bn, trace_rows=t_sel, variant=var) if trace else None,
+            ref=run.need("flash", reference_plan(p), bm, bn, variant=var),
+            base=run.need("baseline", pairs[p.name], variant=var),
+            iso={op: run.need("flash", isolation_plan(p, op), bm, bn, variant=var) for op in ops},
+            abl={op: run.need("flash", ablation_plan(p, op), bm, bn, variant=var) for op in ops},
+            tiles={t: run.need("flash", p, *t, variant=var) for t in tile_list},
+            steps={b: run.need("flash", p, bm, b, variant=var) for b in bns},
         )
+    est = None
+    if estimate:
+        if not (estimate is True or callable(estimate)):
+            raise TypeError(f"estimate must be a bool or a callable estimate(Estimate), got {type(estimate).__name__}")
+        est = run.estimate(seq_q)
+        if callable(estimate):
+            estimate(est)
     run.run(progress, _workers(workers))
 
-    golden = run.out(gold)
+    def dev(key: tuple[object, ...], variant: str | None) -> dict[str, float]:
+        return deviation(run.out(key), run.out(run.golden[variant]))
 
-    def dev(key: tuple[object, ...]) -> dict[str, float]:
-        return deviation(run.out(key), golden)
-
-    iso_rows, abl_rows, tile_rows, step_rows, fvb_rows, blocks, states = [], [], [], [], [], [], []
+    iso_rows, abl_rows, tile_rows, step_rows, fvb_rows, blocks, states, inp_rows = [], [], [], [], [], [], [], []
     for p in plans:
         kk = keys[p.name]
-        full, ref, base = dev(kk["main"]), dev(kk["ref"]), dev(kk["base"])
+        var = kk["variant"]
+        golden = run.out(run.golden[var])
+        full, ref, base = dev(kk["main"], var), dev(kk["ref"], var), dev(kk["base"], var)
 
         def frac(d: dict[str, float], full: dict[str, float] = full) -> dict[str, float]:
             return {"frac_max": _ratio(d["max_abs"], full["max_abs"]), "frac_rms": _ratio(d["rms"], full["rms"])}
 
         for op in ops:
             entry = describe(getattr(p, op))
-            d = dev(kk["iso"][op])
+            d = dev(kk["iso"][op], var)
             iso_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
-            d = dev(kk["abl"][op])
+            d = dev(kk["abl"][op], var)
             abl_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
         iso_rows.append(dict(plan=p.name, op="all", entry="(the plan)", **full, **frac(full)))
         abl_rows.append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
-        for tbm, tbn in tile_list:
-            d = dev(kk["tiles"][(tbm, tbn)])
-            tile_rows.append(
-                dict(
-                    plan=p.name,
-                    block_m=tbm,
-                    block_n=tbn,
-                    steps=-(-seq_k // tbn),
-                    **d,
-                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+        for what, table, grid, geo in (("tiles", tile_rows, tile_list, None), ("steps", step_rows, bns, bm)):
+            for t in grid:
+                tbm, tbn = t if geo is None else (geo, t)  # type: ignore[misc]
+                d = dev(kk[what][t], var)
+                table.append(
+                    dict(
+                        plan=p.name,
+                        block_m=tbm,
+                        block_n=tbn,
+                        steps=-(-seq_k // tbn),
+                        **d,
+                        ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                    )
                 )
-            )
-        for b in bns:
-            d = dev(kk["steps"][b])
-            step_rows.append(
-                dict(
-                    plan=p.name,
-                    block_m=bm,
-                    block_n=b,
-                    steps=-(-seq_k // b),
-                    **d,
-                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
-                )
-            )
         bp = pairs[p.name]
         for kernel, kplan, d, key in (("flash", p.name, full, kk["main"]), ("baseline", bp.name, base, kk["base"])):
             is_flash = kernel == "flash"
@@ -478,6 +619,17 @@ def attribute(
                     **lit,
                 )
             )
+        if var is not None:
+            given = run.out(run.golden[None])
+            fmt, n_changed = rounding[p.name]
+            for source, out in (
+                ("input rounding", golden),
+                ("kernel", None),
+                ("total", run.out(kk["main"])),
+                ("baseline total", run.out(kk["base"])),
+            ):
+                d = full if out is None else deviation(out, given)
+                inp_rows.append(dict(plan=p.name, source=source, input_format=fmt, values_rounded=n_changed, **d))
         tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
         if tr is not None:
             blocks.append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
@@ -490,20 +642,28 @@ def attribute(
     if bounds:
         from simfloat.bounds import attribution_bounds
 
-        bruns = []
-        for p in plans:
-            kk = keys[p.name]
-            bruns += [(p.name, op, "flash", isolation_plan(p, op), run.out(kk["iso"][op])) for op in ops]
-            bruns += [
-                (p.name, "all", "flash", p, run.out(kk["main"])),
-                (p.name, "all", "baseline", pairs[p.name], run.out(kk["base"])),
-            ]
-        bound_table = attribution_bounds(
-            qs, k, v, bruns, golden, block_m=bm, block_n=bn, causal=bool(causal), scale=scale
-        )
+        parts = []
+        for var in dict.fromkeys(keys[p.name]["variant"] for p in plans):
+            bruns = []
+            for p in plans:
+                kk = keys[p.name]
+                if kk["variant"] != var:
+                    continue
+                bruns += [(p.name, op, "flash", isolation_plan(p, op), run.out(kk["iso"][op])) for op in ops]
+                bruns += [
+                    (p.name, "all", "flash", p, run.out(kk["main"])),
+                    (p.name, "all", "baseline", pairs[p.name], run.out(kk["base"])),
+                ]
+            qv, kv_, vv = run.inputs[var]
+            gold = run.out(run.golden[var])
+            parts.append(
+                attribution_bounds(qv, kv_, vv, bruns, gold, block_m=bm, block_n=bn, causal=bool(causal), scale=scale)
+            )
+        bound_table = pd.concat(parts, ignore_index=True)
     m = list(METRICS)
     geo = ["plan", "block_m", "block_n", "steps"]
     n_rows = seq_q if sel is None else len(sel)
+    golden0 = run.out(run.golden[None])
     meta = dict(
         shape_q=tuple(q.shape),
         shape_k=tuple(k.shape),
@@ -521,7 +681,12 @@ def attribute(
         baselines={a: b.name for a, b in pairs.items()},
         runs=len(run.jobs),
         kernel_seconds=sum(j["seconds"] for j in run.jobs.values()),
-        golden_rms=float(np.sqrt(np.mean(np.square(golden)))) if golden.size else math.nan,
+        golden_rms=float(np.sqrt(np.mean(np.square(golden0)))) if golden0.size else math.nan,
+        layout=layout,
+        call=None if rec is None else rec.meta(),
+        input_rounding={a: f for a, (f, _) in rounding.items()},
+        estimate_s=None if est is None else est.seconds,
+        **{"pass": "forward"},
     )
     return Attribution(
         isolation=frame(iso_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
@@ -540,6 +705,7 @@ def attribute(
         else frame([], ["plan", "kv_block", "state", "max_abs", "rms", "rel_max"]),
         meta=meta,
         bounds=bound_table,
+        input_rounding=frame(inp_rows, ["plan", "source", "input_format", "values_rounded", *m]),
     )
 
 

@@ -50,6 +50,18 @@ class Attribution:
         bounds: with ``attribute(..., bounds=True)``: per (plan, op, kernel) the error bounds of
             :mod:`simfloat.bounds` next to the measured error (:func:`simfloat.bounds.attribution_bounds`);
             else None.
+        input_rounding: per plan whose input format did not hold the inputs (which were then rounded into
+            it) and ``source``: ``input rounding`` (the golden output of the rounded inputs against that of the
+            inputs as given), ``kernel`` (the plan on the rounded inputs against their golden output: the other
+            tables' error), ``total`` and ``baseline total`` (the flash and the paired baseline run against the
+            golden output of the inputs as given); ``input_format``, ``values_rounded``. Empty when no plan
+            rounded them.
+
+    The backward pass (:func:`simfloat.attribution.backward.attribute_backward`, ``meta["pass"] ==
+    "backward"``) fills ``isolation``, ``ablation`` (per op), ``tiles`` (per tile, ``kind`` full / forward) and
+    ``steps`` (:func:`~simfloat.attribution.backward.backward_steps`) with the gradients' deviations
+    (``dq_max``, ``dq_rms``, ... of dq, dk, dv), the other tables empty; ``table()``, ``to_csv()`` and
+    ``plot()`` show those.
     """
 
     isolation: pd.DataFrame
@@ -61,23 +73,46 @@ class Attribution:
     state_by_block: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     bounds: pd.DataFrame | None = None
+    input_rounding: pd.DataFrame | None = None
 
     def __repr__(self) -> str:
         m = self.meta
-        return f"Attribution(plans={m.get('plans')}, q={m.get('shape_q')}, rows={m.get('rows')}, runs={m.get('runs')})"
+        kind = "" if m.get("pass", "forward") == "forward" else "pass='backward', "
+        return (
+            f"Attribution({kind}plans={m.get('plans')}, q={m.get('shape_q')}, rows={m.get('rows')}, "
+            f"runs={m.get('runs')})"
+        )
+
+    @property
+    def backward(self) -> bool:
+        """The result of the backward pass's attribution (``meta["pass"] == "backward"``)."""
+        return self.meta.get("pass") == "backward"
 
     def table(self) -> str:
-        """The console summary: flash vs baseline, per-op attribution, deviation vs rescaling steps and
-        tiles."""
+        """The console summary: flash vs baseline, the input rounding, per-op attribution, deviation vs
+        rescaling steps and tiles (backward: per op and per tile, then the steps study)."""
+        if self.backward:
+            from simfloat.attribution._backward_out import backward_table
+
+            return backward_table(self)
         m = self.meta
         rows = m.get("rows")
         seq_q = m.get("seq_q")
         which = "all query rows" if rows == seq_q else f"{rows} of {seq_q} query rows (evenly spaced)"
+        call = m.get("call")
         lines = [
             f"q {m.get('shape_q')}, k {m.get('shape_k')}, v {m.get('shape_v')}; {which}; "
             f"tiles {m.get('block_m')}x{m.get('block_n')}"
             + ("; causal" if m.get("causal") else "")
             + f"; {m.get('runs')} distinct kernel runs",
+            *(
+                [
+                    f"inputs: call {call['index']} of a capture, made by {call['module'] or '(the outermost module)'} "
+                    f"({call['module_type']}), {call['dtype']}"
+                ]
+                if call
+                else []
+            ),  # fmt: skip
             "deviation = O - O_golden, O_golden = fp64 baseline attention; max_abs is Golden et al.'s metric",
             "",
             "flash vs baseline",
@@ -86,6 +121,16 @@ class Attribution:
             ["plan", "kernel", "kernel_plan", "max_abs", "mean_abs", "rms", "rel_rms", "ratio_max", "ratio_rms"]
         ]
         lines.append(fvb.to_string(index=False, formatters=_formatters(fvb)))
+        if self.input_rounding is not None and len(self.input_rounding):
+            t = self.input_rounding[["plan", "source", "input_format", "values_rounded", "max_abs", "rms", "rel_rms"]]
+            lines += [
+                "",
+                "input rounding: the inputs are not values of these plans' input formats, so they were rounded "
+                "into them (as the kernel's caller does); every other table is the kernel's error on the rounded "
+                "inputs. Here against O_golden of the inputs as given: the rounding alone, the kernel alone, and "
+                "both (total)",
+                t.to_string(index=False, formatters=_formatters(t)),
+            ]
         for name in self.meta.get("plans", []):
             iso = self.isolation[self.isolation["plan"] == name].set_index("op")
             abl = self.ablation[self.ablation["plan"] == name].set_index("op")
@@ -118,7 +163,13 @@ class Attribution:
         return self.table()
 
     def to_csv(self, folder: str | Path) -> list[Path]:
-        """Write each table as ``<folder>/<table>.csv`` (folder created). Returns the paths."""
+        """Write each table as ``<folder>/<table>.csv`` (folder created; ``input_rounding.csv`` and
+        ``bounds.csv`` when they hold rows; backward: ``backward_attribution.csv`` and, with the steps study,
+        ``backward_steps.csv``). Returns the paths."""
+        if self.backward:
+            from simfloat.attribution._backward_out import backward_csv
+
+            return backward_csv(self, Path(folder))
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         paths = []
@@ -126,14 +177,35 @@ class Attribution:
             path = out / f"{name}.csv"
             getattr(self, name).to_csv(path, index=False)
             paths.append(path)
-        if self.bounds is not None:
-            paths.append(out / "bounds.csv")
-            self.bounds.to_csv(paths[-1], index=False)
+        for name in ("input_rounding", "bounds"):
+            table = getattr(self, name)
+            if table is not None and (name == "bounds" or len(table)):
+                paths.append(out / f"{name}.csv")
+                table.to_csv(paths[-1], index=False)
         return paths
+
+    def plot_steps(self, path: str | Path, title: str | None = None, metric: str = "rel_l1") -> Path:
+        """Backward only: save the steps study's PNG (``metric`` of dQ, dK, dV vs rescaling steps; it needs
+        ``attribute_backward(..., steps=True)``). Returns the path.
+
+        Raises:
+            ValueError: a forward result (its steps are in :meth:`plot`), or no steps study.
+        """
+        if not self.backward:
+            raise ValueError("plot_steps is the backward result's; a forward result draws its steps in plot()")
+        from simfloat.attribution._backward_out import backward_steps_plot
+
+        return backward_steps_plot(self, Path(path), title or "", metric)
 
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """Save one PNG: per-op isolation/ablation bars (top), deviation vs tiles, vs rescaling steps, and the
-        traced accumulator drift per kv block (bottom). Returns the path."""
+        traced accumulator drift per kv block (bottom); each panel says how many query rows it covers, the
+        legends sit below the panels. Backward: per-op bars and the tiles (and :meth:`plot_steps`). Returns the
+        path."""
+        if self.backward:
+            from simfloat.attribution._backward_out import backward_plot
+
+            return backward_plot(self, Path(path), title or "")
         import numpy as np
 
         from simfloat.attribution._core import _pyplot, _save_figure
@@ -142,7 +214,9 @@ class Attribution:
 
         plans = list(self.meta.get("plans", []))
         colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(plans)}
-        fig = plt.figure(figsize=(16, 10))
+        m = self.meta
+        rows = f"{m.get('rows')} query rows"
+        fig = plt.figure(figsize=(16, 11.5))
         gs = fig.add_gridspec(2, 3, height_ratios=[1.1, 1])
         ax = fig.add_subplot(gs[0, :])
         ops = [o for o in dict.fromkeys(self.isolation["op"]) if o != "all"]
@@ -174,7 +248,7 @@ class Attribution:
         ax.set_xticks(x, ops)
         ax.set_yscale("log")
         ax.set_ylabel("max |O - O_fp64|")
-        ax.set_title("Per-op attribution: isolation (solid) and ablation (hatched)")
+        ax.set_title(f"Per-op attribution: isolation (solid) and ablation (hatched); {rows}")
         ax.legend(fontsize=8, ncol=max(1, len(plans)), loc="upper left", bbox_to_anchor=(0, -0.07))
         bases = self.flash_vs_baseline[self.flash_vs_baseline["kernel"] == "baseline"].set_index("plan")
 
@@ -189,12 +263,23 @@ class Attribution:
                         label=f"baseline {bases.loc[p, 'kernel_plan']} max",
                     )
 
+        below = dict(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)  # under the axes
         a1 = fig.add_subplot(gs[1, 0])
         if len(self.tiles):
-            tiles = dict.fromkeys(zip(self.tiles["block_m"], self.tiles["block_n"], strict=True))
-            labels = [f"{bm}x{bn}" for bm, bn in tiles]
-            for p, g in self.tiles.groupby("plan", sort=False):
-                xs = [labels.index(f"{bm}x{bn}") for bm, bn in zip(g["block_m"], g["block_n"], strict=True)]
+            import pandas as pd
+
+            default = (m.get("block_m"), m.get("block_n"))
+            main = self.flash_vs_baseline[self.flash_vs_baseline["kernel"] == "flash"]  # the default tile's run
+            extra = main.assign(block_m=default[0], block_n=default[1])[
+                ["plan", "block_m", "block_n", "max_abs", "rms"]
+            ]
+            points = pd.concat([self.tiles[["plan", "block_m", "block_n", "max_abs", "rms"]], extra])
+            points = points.drop_duplicates(["plan", "block_m", "block_n"]).sort_values(["block_m", "block_n"])
+            tiles = list(dict.fromkeys(zip(points["block_m"], points["block_n"], strict=True)))
+            names = [f"{bm}x{bn}" for bm, bn in tiles]
+            labels = [n + ("\n(default)" if t == default else "") for n, t in zip(names, tiles, strict=True)]
+            for p, g in points.groupby("plan", sort=False):
+                xs = [names.index(f"{bm}x{bn}") for bm, bn in zip(g["block_m"], g["block_n"], strict=True)]
                 a1.plot(xs, g["max_abs"].clip(lower=tiny), marker="o", color=colors.get(p), label=f"{p} max")
                 a1.plot(
                     xs,
@@ -210,8 +295,8 @@ class Attribution:
         a1.set_yscale("log")
         a1.set_xlabel("tile block_m x block_n")
         a1.set_ylabel("deviation from fp64")
-        a1.set_title("Deviation vs tile size")
-        a1.legend(fontsize=7)
+        a1.set_title(f"Deviation vs tile size; {rows}")
+        a1.legend(**below)
         a2 = fig.add_subplot(gs[1, 1])
         if len(self.steps):
             for p, g in self.steps.groupby("plan", sort=False):
@@ -234,8 +319,8 @@ class Attribution:
             f"block_m={self.meta.get('block_m')}"
         )
         a2.set_ylabel("deviation from fp64")
-        a2.set_title("Deviation vs number of rescaling steps")
-        a2.legend(fontsize=7)
+        a2.set_title(f"Deviation vs number of rescaling steps; {rows}")
+        a2.legend(**below)
         a3 = fig.add_subplot(gs[1, 2])
         sb = self.state_by_block
         if len(sb):
@@ -245,14 +330,22 @@ class Attribution:
                     if len(g):
                         g = g.sort_values("kv_block")
                         a3.plot(
-                            g["kv_block"], g["rel_max"].clip(lower=tiny), ls=ls, color=colors[p], label=f"{p}: {st}"
+                            g["kv_block"],
+                            g["rel_max"].clip(lower=tiny),
+                            ls=ls,
+                            marker="o",
+                            ms=3,
+                            color=colors[p],
+                            label=f"{p}: {st}",
                         )
         a3.set_yscale("log")
         a3.set_xlabel("kv block (rescaling step)")
         a3.set_ylabel("max |state - fp64 shadow| / max |shadow|")
-        a3.set_title("State drift along the key sequence (traced run)")
-        a3.legend(fontsize=7)
-        m = self.meta
+        n_tr = m.get("trace_rows")
+        first = "the first ones" if m.get("causal") else "evenly spaced"
+        a3.set_title(f"State drift along the key sequence\n(traced run: {n_tr} rows, {first})")
+        if a3.get_lines():
+            a3.legend(**below)
         fig.suptitle(
             title
             or (

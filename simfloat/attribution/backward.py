@@ -24,7 +24,6 @@ and relative L1 of :func:`simfloat.metrics.error_metrics` (``dq_max_abs``, ``dq_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,8 @@ import numpy as np
 from simfloat.accumulate import Sequential
 from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats, plan
 from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardPlan, Plan
-from simfloat.attribution._core import _save_figure
+from simfloat.attribution._backward_out import steps_table, write_backward, write_backward_steps
+from simfloat.attribution._result import Attribution
 from simfloat.metrics import error_metrics
 
 __all__ = [
@@ -107,8 +107,9 @@ def _tile_rows(
     bn: int,
     causal: bool,
     ablate: bool = True,
+    scale: float | None = None,
 ) -> list[dict[str, Any]]:
-    kw: dict[str, Any] = dict(block_m=bm, block_n=bn, causal=causal)
+    kw: dict[str, Any] = dict(block_m=bm, block_n=bn, causal=causal, scale=scale)
     rows: list[dict[str, Any]] = []
 
     def forward(p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,39 +147,151 @@ def _check_ops(ops: Sequence[str]) -> list[str]:
     return ops
 
 
+def _deprecated_plan(plan: BackwardPlan | str, plan_: BackwardPlan | str | None) -> BackwardPlan | str:
+    if plan_ is None:
+        return plan
+    import warnings
+
+    warnings.warn("plan_= is now plan= (as attribute()'s)", DeprecationWarning, stacklevel=3)
+    return plan_
+
+
+def _operands(
+    q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float | None, call: int | None, heads: Any, layout: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, float | None, Any]:
+    """The backward's operands: arrays (in ``layout``), or a recorded call with its dO (as :func:`attribute`)."""
+    from simfloat.attention._inputs import from_layout
+    from simfloat.attribution._core import _inputs
+
+    if isinstance(q, np.ndarray) and isinstance(do, np.ndarray):
+        do = from_layout(do, layout, "do")
+        if heads is not None:
+            from simfloat.attribution.captured import SdpaCall
+
+            qq, kk, vv = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+            sel = SdpaCall(0, "", "", "", qq, kk, vv, do).select_heads(heads)  # type: ignore[arg-type]
+            return sel.q, sel.k, sel.v, sel.do, causal, scale, None  # type: ignore[return-value]
+    elif do is not None and not isinstance(q, np.ndarray):
+        raise TypeError("with a recorded call as q, leave do out: it is the call's")
+    qa, ka, va, causal, scale, rec = _inputs(q, k, v, causal, scale, call, heads, layout)
+    if rec is not None:
+        if rec.do is None:
+            raise ValueError(
+                f"{rec.describe()}: no dO was recorded (run the backward pass, loss.backward(), inside the "
+                "capture_sdpa block, with backward=True)"
+            )
+        do = rec.do
+    if not isinstance(do, np.ndarray):
+        raise TypeError(f"do must be a numpy array of q's shape, got {type(do).__name__}")
+    return qa, ka, va, do, causal, scale, rec
+
+
 def attribute_backward(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    do: np.ndarray,
+    q: Any,
+    k: np.ndarray | None = None,
+    v: np.ndarray | None = None,
+    do: np.ndarray | None = None,
+    plan: BackwardPlan | str = "triton-bf16",
     *,
-    plan_: BackwardPlan | str = "triton-bf16",
     tiles: Sequence[tuple[int, int]] = ((64, 64),),
     causal: bool = False,
+    scale: float | None = None,
     ops: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
-    """Isolation and ablation of every backward op, and the forward's share, per tile (see the module docstring).
+    layout: str = "bhsd",
+    call: int | None = None,
+    heads: Sequence[int] | None = None,
+    steps: bool = False,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_ns: Sequence[int] | None = None,
+    seqs: Sequence[int] | None = None,
+    plan_: BackwardPlan | str | None = None,
+) -> Attribution:
+    """Isolation and ablation of every backward op, and the forward's share, per tile (see the module docstring);
+    with ``steps``, the gradients against the number of rescaling steps too (:func:`backward_steps`).
 
     Args:
-        q, k, v, do: (..., seq, head_dim) float arrays in the input format (rounded first).
-        plan_: the backward plan or preset name.
+        q, k, v, do: (..., seq, head_dim) float arrays in the input format (rounded first); or, as ``q`` alone,
+            a recorded call (:class:`~simfloat.attribution.SdpaCall`, with its dO) or the path of a
+            :func:`simfloat.torch.capture_sdpa` file (``call`` picks the call), as for
+            :func:`simfloat.attribute`.
+        plan: the backward plan or preset name (``plan_=``, its former name, still works, with a
+            DeprecationWarning).
         tiles: (block_m, block_n) pairs, used by the forward and the backward alike.
-        causal: top-left aligned causal mask.
+        causal, scale: the mask and softmax scale (a recorded call's own).
         ops: the ops to attribute (default :data:`BWD_ATTRIBUTION_OPS`).
+        layout, call, heads: as for :func:`simfloat.attribute`.
+        steps: add the steps study (the ``steps`` table): ``block_ns`` at ``block_m`` and ``seqs`` at
+            ``block_m`` x ``block_n`` (default: the first tile; None: :func:`backward_steps`' defaults), for
+            the :data:`STEPS_TOP_OPS` largest isolated ops of the first tile and :data:`STEPS_ACCUMULATING_OPS`.
 
     Returns:
-        One dict per (tile, kind, op): ``block_m, block_n, kind`` (full / forward / isolation / ablation),
-        ``op``, and ``dq_max, dq_rms, dk_max, dk_rms, dv_max, dv_rms`` (relative to max |golden|).
+        An :class:`~simfloat.attribution.Attribution` with ``meta["pass"] == "backward"``: ``isolation`` and
+        ``ablation`` (per tile and op), ``tiles`` (per tile, ``kind`` full / forward), ``steps``; each row with
+        ``dq_max, dq_rms, dq_max_abs, dq_rmse, dq_rel_l1`` and dk, dv alike (``*_max``, ``*_rms`` relative to
+        max |golden|); ``table()``, ``to_csv()``, ``plot()``, ``plot_steps()``.
 
     Raises:
-        ValueError: an unknown op; errors of :func:`simfloat.attention.flash_backward`.
+        ValueError: an unknown op; a recorded call without dO; errors of
+            :func:`simfloat.attention.flash_backward`.
+        NotImplementedError: a recorded call with options the emulator does not model (named).
     """
-    bp, fp, g64, f64 = _plans(plan_)
+    import pandas as pd
+
+    plan = _deprecated_plan(plan, plan_)
+    q, k, v, do, causal, scale, rec = _operands(q, k, v, do, causal, scale, call, heads, layout)
+    bp, fp, g64, f64 = _plans(plan)
     ops = _check_ops(BWD_ATTRIBUTION_OPS if ops is None else ops)
     rows: list[dict[str, Any]] = []
+    tiles = list(tiles)
     for bm, bn in tiles:
-        rows += _tile_rows(q, k, v, do, bp, fp, g64, f64, ops, bm, bn, causal)
-    return rows
+        rows += _tile_rows(q, k, v, do, bp, fp, g64, f64, ops, bm, bn, bool(causal), scale=scale)
+    df = pd.DataFrame(rows)
+    df.insert(0, "plan", bp.name)
+    step_rows: list[dict[str, Any]] = []
+    top: list[str] = []
+    sm, sn = tiles[0] if tiles else (64, 64)
+    sm, sn = block_m or sm, block_n or sn
+    if steps:
+        top = list(dict.fromkeys([*top_isolated(rows), *STEPS_ACCUMULATING_OPS]))
+        step_rows = backward_steps(
+            q, k, v, do, plan=bp, block_m=sm, block_n=sn, block_ns=block_ns, seqs=seqs, causal=bool(causal),
+            ops=top, scale=scale,
+        )  # fmt: skip
+    st = pd.DataFrame(step_rows)
+    if len(st):
+        st.insert(0, "plan", bp.name)
+    empty = pd.DataFrame()
+    meta = dict(
+        shape_q=tuple(q.shape),
+        shape_k=tuple(k.shape),
+        shape_v=tuple(v.shape),
+        seq_q=q.shape[-2],
+        seq_k=k.shape[-2],
+        rows=q.shape[-2],
+        tiles=tiles,
+        block_m=sm,
+        block_n=sn,
+        causal=bool(causal),
+        scale=scale,
+        plans=[bp.name],
+        forward_plan=fp.name,
+        runs=len(rows),
+        steps_ops=top,
+        layout=layout,
+        call=None if rec is None else rec.meta(),
+        **{"pass": "backward"},
+    )
+    return Attribution(
+        isolation=df[df.kind == "isolation"].reset_index(drop=True),
+        ablation=df[df.kind == "ablation"].reset_index(drop=True),
+        tiles=df[df.kind.isin(["full", "forward"])].reset_index(drop=True),
+        steps=st,
+        flash_vs_baseline=empty,
+        by_block=empty,
+        state_by_block=empty,
+        meta=meta,
+    )
 
 
 def default_seqs(seq: int, block_n: int) -> list[int]:
@@ -209,13 +322,15 @@ def backward_steps(
     v: np.ndarray,
     do: np.ndarray,
     *,
-    plan_: BackwardPlan | str = "triton-bf16",
+    plan: BackwardPlan | str = "triton-bf16",
     block_m: int = 64,
     block_n: int = 64,
     block_ns: Sequence[int] | None = None,
     seqs: Sequence[int] | None = None,
     causal: bool = False,
     ops: Sequence[str] = (),
+    scale: float | None = None,
+    plan_: BackwardPlan | str | None = None,
 ) -> list[dict[str, Any]]:
     """The gradient deviation vs the number of rescaling steps ``ceil(seq_k / block_n)``, two ways.
 
@@ -229,7 +344,7 @@ def backward_steps(
 
     Args:
         q, k, v, do: (..., seq, head_dim) float arrays in the input format (rounded first).
-        plan_: the backward plan or preset name.
+        plan: the backward plan or preset name (``plan_``: its former name, deprecated).
         block_m, block_n: the fixed tile (block_m in both sweeps, block_n in the length sweep).
         block_ns: block_n values of the block_n sweep (default :func:`simfloat.attribution.default_block_ns`
             of seq_k); ``()``: no block_n sweep.
@@ -237,6 +352,7 @@ def backward_steps(
             min(seq_q, seq_k) and block_n); ``()``: no length sweep.
         causal: top-left aligned causal mask.
         ops: the ops isolated at every point (e.g. :func:`top_isolated` of an :func:`attribute_backward` run).
+        scale: the softmax scale (default 1/sqrt(head_dim)).
 
     Returns:
         One dict per (sweep, point, kind, op): ``sweep, seq_q, seq_k, block_m, block_n, steps`` (=
@@ -249,7 +365,7 @@ def backward_steps(
     """
     from simfloat.attribution._core import _positive_int, default_block_ns
 
-    bp, fp, g64, f64 = _plans(plan_)
+    bp, fp, g64, f64 = _plans(_deprecated_plan(plan, plan_))
     ops = _check_ops(ops)
     bm, bn = _positive_int(block_m, "block_m"), _positive_int(block_n, "block_n")
     seq_q, seq_k = q.shape[-2], k.shape[-2]
@@ -265,135 +381,35 @@ def backward_steps(
         qs, dos = q[..., :nq, :], do[..., :nq, :]
         ks, vs = k[..., :nk, :], v[..., :nk, :]
         geo = dict(sweep=sweep, seq_q=nq, seq_k=nk, steps=-(-nk // b), q_tiles=-(-nq // bm))
-        for r in _tile_rows(qs, ks, vs, dos, bp, fp, g64, f64, ops, bm, b, causal, ablate=False):
+        for r in _tile_rows(qs, ks, vs, dos, bp, fp, g64, f64, ops, bm, b, causal, ablate=False, scale=scale):
             rows.append({**geo, **r})
     return rows
 
 
-def _frame_csv(rows: Sequence[dict[str, Any]], out: Path, name: str) -> tuple[Any, Path, Any]:
-    """What both writers start with: pandas and matplotlib (Agg) loaded (a missing one: an ImportError naming
-    the extra), ``rows`` as a DataFrame written to ``out/<name>.csv`` (folder created). Returns (the frame, the
-    CSV's path, matplotlib.pyplot)."""
-    from simfloat.attribution._core import _need, _pyplot
-
-    pd = _need("pandas", f"simfloat.attribution.backward ({name})")
-    plt = _pyplot(f"simfloat.attribution.backward ({name})")
-    out.mkdir(parents=True, exist_ok=True)
-    df = pd.DataFrame(list(rows))
-    csv_path = out / f"{name}.csv"
-    df.to_csv(csv_path, index=False)
-    return df, csv_path, plt
-
-
-def _curves(df: Any) -> list[tuple[str, Any]]:
-    out = []
-    for kind in ("full", "forward"):
-        out.append((kind, df[df.kind == kind]))
-    for op in dict.fromkeys(df[df.kind == "isolation"].op):
-        out.append((f"isolated {op}", df[(df.kind == "isolation") & (df.op == op)]))
-    return out
-
-
-def write_backward_steps(
-    rows: Sequence[dict[str, Any]], out: str | Path, title: str = "", metric: str = "rel_l1"
-) -> tuple[Path, Path]:
-    """``backward_steps.csv`` (every row of :func:`backward_steps`) and ``backward_steps.png`` (``metric`` of dQ,
-    dK, dV vs rescaling steps: one row of panels per sweep, one curve per kind/op; an op whose deviation of a
-    gradient is exactly 0 (it does not touch it) is left out of that panel) into ``out``."""
-    df, csv_path, plt = _frame_csv(rows, Path(out), "backward_steps")
-    sweeps = list(dict.fromkeys(df.sweep)) if len(df) else []
-    fig, axes = plt.subplots(max(len(sweeps), 1), 3, figsize=(16, 4.2 * max(len(sweeps), 1)), squeeze=False)
-    styles = {"full": ("k", "o-"), "forward": ("tab:gray", "s--")}
-    palette = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
-    ops = [label for label, _ in _curves(df) if label not in styles]
-    for i, label in enumerate(ops):  # one color per op across all panels (gray and black: full, forward)
-        styles[label] = (palette[i % len(palette)], "^:")
-    for i, sweep in enumerate(sweeps):
-        part = df[df.sweep == sweep].sort_values("steps")
-        first = part.iloc[0]
-        if sweep == "block_n":
-            what = f"block_n sweep: seq_q {first.seq_q}, seq_k {first.seq_k}, block_m {first.block_m}"
-        else:
-            what = f"length sweep: tile {first.block_m}x{first.block_n}, N = {part.seq_k.min()}..{part.seq_k.max()}"
-        for j, g in enumerate(_GRADS):
-            ax = axes[i][j]
-            for label, c in _curves(part):
-                y = c[f"{g}_{metric}"]
-                if not (y > 0).any():  # an op that does not touch this gradient (exactly 0): not drawn
-                    continue
-                color, style = styles[label]
-                ax.plot(c.steps[y > 0], y[y > 0], style, color=color, label=label)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("rescaling steps = ceil(seq_k / block_n)")
-            ax.set_title(f"{g} {metric} vs rescaling steps ({what})", fontsize=8)
-            ax.legend(fontsize=7)
-    note = f"{metric} of each gradient against the fp64 golden one; exact zeros (an op not on that gradient) not drawn"
-    fig.suptitle(f"{title}\n{note}" if title else note, fontsize=10)
-    return csv_path, _save_figure(plt, fig, csv_path.with_suffix(".png"), dpi=110)
-
-
-def steps_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The console table of :func:`backward_steps`: relative L1 and max / max |golden| per point, kind and op."""
-    lines = [
-        f"{'sweep':>7} {'seq':>6} {'tile':>9} {'steps':>5} {'q_tiles':>7} {'kind':>9} {'op':>10} "
-        f"{'dq_rel_l1':>9} {'dk_rel_l1':>9} {'dv_rel_l1':>9} {'dq_max':>9} {'dk_max':>9} {'dv_max':>9}"
-    ]
-    for r in rows:
-        lines.append(
-            f"{r['sweep']:>7} {r['seq_k']:>6} {r['block_m']:>4}x{r['block_n']:<4} {r['steps']:>5} "
-            f"{r['q_tiles']:>7} {r['kind']:>9} {r['op']:>10} "
-            + " ".join(f"{r[f'{g}_rel_l1']:9.2e}" for g in _GRADS)
-            + " "
-            + " ".join(f"{r[f'{g}_max']:9.2e}" for g in _GRADS)
-        )
-    return "\n".join(lines)
-
-
-def write_backward(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> tuple[Path, Path]:
-    """``backward_attribution.csv`` and ``backward_attribution.png`` (isolation and ablation per op, dQ/dK/dV
-    max deviation, first tile; full and forward-only deviation per tile) into ``out``."""
-    df, csv_path, plt = _frame_csv(rows, Path(out), "backward_attribution")
-    first = df[(df.block_m == df.block_m.iloc[0]) & (df.block_n == df.block_n.iloc[0])]
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
-    for i, kind in enumerate(("isolation", "ablation")):
-        part = first[first.kind == kind]
-        x = np.arange(len(part))
-        for j, g in enumerate(("dq", "dk", "dv")):
-            ax[i].bar(x + (j - 1) * 0.27, part[f"{g}_max"], 0.27, label=g)
-        ax[i].set_xticks(x, part.op, rotation=60, fontsize=8)
-        ax[i].set_yscale("log")
-        ax[i].set_title(
-            f"{kind}: max deviation / max |golden| (tile {int(first.block_m.iloc[0])}x{int(first.block_n.iloc[0])})",
-            fontsize=9,
-        )
-        ax[i].legend(fontsize=8)
-    for kind, style in (("full", "o-"), ("forward", "s--")):
-        part = df[df.kind == kind]
-        labels = [f"{a}x{b}" for a, b in zip(part.block_m, part.block_n, strict=True)]
-        for g in ("dq", "dk", "dv"):
-            ax[2].plot(labels, part[f"{g}_max"], style, label=f"{g} {kind}")
-    ax[2].set_yscale("log")
-    ax[2].set_title("vs tiles: full plan, and the forward's share alone", fontsize=9)
-    ax[2].legend(fontsize=7, ncol=2)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return csv_path, _save_figure(plt, fig, csv_path.with_suffix(".png"), dpi=110)
-
-
 def run_cli(args: Any) -> int:
-    """``simfloat attribute --pass backward``: seeded inputs (and dO) as the forward job, the first ``--plan``
-    (default triton-<format>) as a backward plan, ``--tiles`` (default the forward job's); then the steps study
-    (:func:`backward_steps`: ``--block-ns`` at ``--block-m``, ``--seqs`` at ``--block-m`` x ``--block-n``, the
-    :data:`STEPS_TOP_OPS` largest isolated ops of the first tile and :data:`STEPS_ACCUMULATING_OPS`); writes the
-    CSVs and PNGs into ``--out`` and prints the tables."""
-    from simfloat.attribution.cli import _out_dir, _pick, inputs, steps_block_ns
+    """``simfloat attribute --pass backward``: seeded inputs (and dO) as the forward job, or a recorded call
+    (``--inputs``, with its dO), the first ``--plan`` (default triton-<format>) as a backward plan, ``--tiles``
+    (default the forward job's); then the steps study (:func:`backward_steps`: ``--block-ns`` at ``--block-m``,
+    ``--seqs`` at ``--block-m`` x ``--block-n``, the :data:`STEPS_TOP_OPS` largest isolated ops of the first tile
+    and :data:`STEPS_ACCUMULATING_OPS`); writes the CSVs and PNGs into ``--out`` and prints the tables."""
+    from simfloat.attribution.cli import _out_dir, _pick, captured_call, inputs, steps_block_ns
 
-    seq = int(_pick(args, "seq"))
-    seq_k = int(args.seq_k) if args.seq_k is not None else seq
-    d = int(_pick(args, "head_dim"))
-    batch, heads = int(_pick(args, "batch")), int(_pick(args, "heads"))
-    fmt = str(_pick(args, "format"))
+    rec = captured_call(args)
+    if rec is not None:
+        rec.check()
+        if rec.do is None:
+            raise ValueError(
+                f"{rec.describe()}: no dO was recorded (run loss.backward() inside the capture_sdpa block)"
+            )
+        q, k, v, do = rec.q, rec.k, rec.v, rec.do
+        seq, seq_k = q.shape[-2], k.shape[-2]
+        fmt = str(args.format or rec.input_format or _pick(args, "format"))
+        causal, src = rec.causal, rec.describe()
+    else:
+        seq = int(_pick(args, "seq"))
+        seq_k = int(args.seq_k) if args.seq_k is not None else seq
+        fmt = str(_pick(args, "format"))
+        causal, src = bool(args.causal), ""
     name = (args.plan or [f"triton-{fmt}"])[0]
     tiles = list(_pick(args, "tiles"))
     bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
@@ -402,36 +418,42 @@ def run_cli(args: Any) -> int:
     if seqs is not None and max(seqs) > min(seq, seq_k):
         raise ValueError(f"--seqs {max(seqs)}: longer than the inputs (--seq {seq}, --seq-k {seq_k})")
     out = _out_dir(args.out)
-    q, k, v = inputs((batch, heads, seq, d), (batch, heads, seq_k, d), args.dist, fmt, args.seed)
-    do = inputs((batch, heads, seq, d), (1,), "normal", fmt, args.seed + 1)[0]
-    head = (
-        f"simfloat attribute --pass backward: {args.dist} inputs in {fmt}, seed {args.seed}, q {q.shape}, "
-        f"k and v {k.shape}, plan {name}, tiles {tiles}{', causal' if args.causal else ''}"
-    )
-    print(head, flush=True)
-    rows = attribute_backward(q, k, v, do, plan_=name, tiles=tiles, causal=bool(args.causal))
-    csv_path, png = write_backward(rows, out, head)
-    lines = [head, f"{'tile':>9} {'kind':>9} {'op':>10} {'dq_max':>9} {'dk_max':>9} {'dv_max':>9}"]
-    for r in rows:
-        lines.append(
-            f"{r['block_m']:>4}x{r['block_n']:<4} {r['kind']:>9} {r['op']:>10} {r['dq_max']:9.2e} "
-            f"{r['dk_max']:9.2e} {r['dv_max']:9.2e}"
+    if rec is None:
+        d = int(_pick(args, "head_dim"))
+        batch, heads = int(_pick(args, "batch")), _pick_heads(args)
+        q, k, v = inputs((batch, heads, seq, d), (batch, heads, seq_k, d), args.dist, fmt, args.seed)
+        do = inputs((batch, heads, seq, d), (1,), "normal", fmt, args.seed + 1)[0]
+        head = (
+            f"simfloat attribute --pass backward: {args.dist} inputs in {fmt}, seed {args.seed}, q {q.shape}, "
+            f"k and v {k.shape}, plan {name}, tiles {tiles}{', causal' if causal else ''}"
         )
-    top = list(dict.fromkeys([*top_isolated(rows), *STEPS_ACCUMULATING_OPS]))
+    else:
+        head = f"simfloat attribute --pass backward: {src}; plan {name}, tiles {tiles}"
+    print(head, flush=True)
+    res = attribute_backward(
+        q, k, v, do, name, tiles=tiles, causal=causal, scale=None if rec is None else rec.scale,
+        steps=True, block_m=bm, block_n=bn, block_ns=block_ns, seqs=seqs,
+    )  # fmt: skip
+    res.meta["call"] = None if rec is None else rec.meta()
+    paths = res.to_csv(out)
+    png = res.plot(out / "backward_attribution.png", head)
+    steps_png = res.plot_steps(out / "backward_steps.png", head)
     steps_head = (
         f"gradient deviation vs rescaling steps = ceil(seq_k / block_n): block_n {block_ns} at block_m {bm}; "
-        f"lengths {seqs if seqs is not None else 'default'} at tile {bm}x{bn}; isolated ops {top} (the largest "
-        "of the first tile, and the accumulating dots); rel_l1 = sum|grad - golden| / sum|golden|, "
+        f"lengths {seqs if seqs is not None else 'default'} at tile {bm}x{bn}; isolated ops {res.meta['steps_ops']} "
+        "(the largest of the first tile, and the accumulating dots); rel_l1 = sum|grad - golden| / sum|golden|, "
         "max = max|grad - golden| / max|golden|"
     )
-    print(steps_head, flush=True)
-    steps = backward_steps(
-        q, k, v, do, plan_=name, block_m=bm, block_n=bn, block_ns=block_ns, seqs=seqs, causal=bool(args.causal), ops=top
-    )
-    steps_csv, steps_png = write_backward_steps(steps, out, head)
-    lines += [steps_head, steps_table(steps)]
-    text = "\n".join(lines)
+    table = res.table().split("\n", 1)[1]  # without the result's own header: the job's is printed
+    first, _, steps = table.partition("\n\n")
+    text = "\n".join([head, first, steps_head, steps])
     (out / "backward_summary.txt").write_text(text + "\n")
     print(text)
-    print(f"wrote {csv_path}, {png}, {steps_csv}, {steps_png}, {out / 'backward_summary.txt'}")
+    print(f"wrote {', '.join(map(str, paths))}, {png}, {steps_png}, {out / 'backward_summary.txt'}")
     return 0
+
+
+def _pick_heads(args: Any) -> int:
+    from simfloat.attribution.cli import head_count
+
+    return head_count(args)

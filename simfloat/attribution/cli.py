@@ -7,16 +7,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings as _warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from simfloat.attention._inputs import input_format, not_representable
 
 __all__ = [
     "ANALYSIS",
     "DEFAULTS",
     "FORMATS",
     "QUICK",
+    "captured_call",
+    "head_count",
     "input_format",
     "inputs",
     "not_representable",
@@ -29,7 +34,6 @@ FORMATS = ("bf16", "fp16", "fp32", "e4m3", "e5m2")
 #: The fp16 baseline that stands in for an fp8 flash plan's (torch has no fp8 eager attention; fp8 values are
 #: fp16 values, so it computes on the same inputs).
 FP8_BASELINE = "pytorch-fp16"
-_FAMILIES = ("triton", "h200", "all", "pytorch")
 
 #: The embedded default job (seq 2048, head dim 128, bf16, triton-bf16 and all-bf16 vs their baselines).
 DEFAULTS = dict(
@@ -86,30 +90,63 @@ def inputs(
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
 
 
-def input_format(plan_name: str) -> str | None:
-    """The input format a preset-family plan takes (its kernel's q, k, v dtype), by its name: ``<f>`` for
-    ``triton-``/``h200-``/``all-``/``pytorch-<f>`` (``fp32`` for the tf32 kernel, which reads fp32 inputs),
-    also for plans derived from them (a trailing ``*``) and plans of a hardware profile
-    (``triton-<f>@<profile>``); None for ``fp64`` and other plans (any input)."""
-    family, _, fmt = plan_name.rstrip("*").partition("@")[0].partition("-")
-    if family not in _FAMILIES or not fmt:
-        return None
-    return "fp32" if fmt == "tf32" else fmt
-
-
-def not_representable(x: np.ndarray, fmt: str) -> int:
-    """How many values of ``x`` are not values of ``fmt`` (rounding them into it would change them)."""
-    import simfloat as sf
-
-    with np.errstate(over="ignore", invalid="ignore"):
-        return int(np.count_nonzero(sf.round(x, fmt) != x))
-
-
 def _pick(args: argparse.Namespace, name: str) -> Any:
     value = getattr(args, name, None)
     if value is not None:
         return value
     return (QUICK if args.quick else DEFAULTS)[name]
+
+
+def head_count(args: argparse.Namespace) -> int:
+    """``--heads`` of a seeded job: one count (default 1, --quick 2).
+
+    Raises:
+        ValueError: several values or 0 (head indices are for ``--inputs``).
+    """
+    heads = getattr(args, "heads", None)
+    if heads is None:
+        return int((QUICK if args.quick else DEFAULTS)["heads"])
+    if len(heads) != 1 or heads[0] < 1:
+        raise ValueError(
+            f"--heads {' '.join(map(str, heads))}: seeded inputs take one head count >= 1 (head indices pick the "
+            "heads of a recorded call, with --inputs)"
+        )
+    return int(heads[0])
+
+
+#: Options that describe seeded inputs, which a recorded call (``--inputs``) replaces.
+_SEEDED = ("seq", "seq_k", "head_dim", "batch", "kv_heads")
+
+
+def captured_call(args: argparse.Namespace) -> Any:
+    """``--inputs FILE --call N [--heads H ...]``: the recorded call (its chosen heads), checked; None without
+    ``--inputs``.
+
+    Raises:
+        ValueError: ``--call`` without ``--inputs``, an option of seeded inputs with it, no such call or head,
+            ``--causal`` for a call without a causal mask.
+        NotImplementedError: a call with options the emulator does not model (named).
+    """
+    path = getattr(args, "inputs", None)
+    call = getattr(args, "call", None)
+    if path is None:
+        if call is not None:
+            raise ValueError("--call picks a call of a recorded file: give the file with --inputs")
+        return None
+    given = [f"--{name.replace('_', '-')}" for name in _SEEDED if getattr(args, name, None) is not None]
+    if given:
+        raise ValueError(f"--inputs: the recorded call fixes the shapes; leave out {', '.join(given)}")
+    from simfloat.attribution.captured import load_capture
+
+    with load_capture(path) as cap:
+        try:
+            rec = cap[0 if call is None else call]
+        except IndexError as err:
+            raise ValueError(f"--call: {err}; the calls:\n{cap.describe()}") from None
+    rec.check()
+    if args.causal and not rec.causal:
+        raise ValueError(f"--causal: {rec.describe()} had no causal mask")
+    return rec.select_heads(getattr(args, "heads", None))
 
 
 def steps_block_ns(args: argparse.Namespace, seq_k: int) -> list[int]:
@@ -147,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     and write PNG, CSVs and summary.txt."""
     try:
         return _run(args)
-    except (ValueError, TypeError, ImportError) as err:
+    except (ValueError, TypeError, ImportError, NotImplementedError) as err:
         print(f"simfloat attribute: error: {err}", file=sys.stderr)
         return 2
 
@@ -200,7 +237,8 @@ class _Progress:
 
 def _input_warnings(plans: list[str], fmt: str, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> list[str]:
     """One line per plan whose input format (:func:`input_format`) does not hold the inputs (rounded to
-    ``fmt``): the emulator takes them as they are, while the plan's kernel would round them first."""
+    ``fmt``): :func:`~simfloat.attribution.attribute` rounds them into it for that plan (as the kernel's caller
+    does) and reports the rounding (its own InputFormatWarning is silenced in the job: these lines say it)."""
     out = []
     total = q.size + k.size + v.size
     for p in plans:
@@ -211,8 +249,8 @@ def _input_warnings(plans: list[str], fmt: str, q: np.ndarray, k: np.ndarray, v:
         if bad:
             out.append(
                 f"plan {p} takes {want} inputs, but {bad} of the {total} values of q, k, v ({fmt}) are "
-                f"not {want} values: they are used as they are, where the kernel would round them "
-                f"first; run the plan with --format {want}"
+                f"not {want} values: they are rounded into {want} for it first (as the kernel's caller does) and "
+                f"that rounding's own error is reported (input rounding); --format {want} draws {want} inputs"
             )
     return out
 
@@ -266,24 +304,44 @@ def _with_hardware(
     return run_plans, dict(new_pairs), new_pairs
 
 
+class _EstimateOnly(Exception):
+    """--estimate: the estimate is printed, nothing runs."""
+
+
+def _estimate_printer(args: argparse.Namespace) -> Any:
+    def show(est: Any) -> None:
+        advice = est.advice()
+        print(f"{est}" + (f"; {advice}" if advice else ""), flush=True)
+        if getattr(args, "estimate", False):
+            raise _EstimateOnly
+
+    return show
+
+
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _check_analysis()
-    seq = int(_pick(args, "seq"))
-    seq_k = int(args.seq_k) if args.seq_k is not None else seq
-    d = int(_pick(args, "head_dim"))
-    batch, heads = int(_pick(args, "batch")), int(_pick(args, "heads"))
+    rec = captured_call(args)
+    seq_k = None
+    if rec is None:
+        seq = int(_pick(args, "seq"))
+        seq_k = int(args.seq_k) if args.seq_k is not None else seq
+    else:
+        seq, seq_k = rec.q.shape[-2], rec.k.shape[-2]
     fmt = args.format
     if fmt is None and args.plan:  # the plans' own input format, when they agree on one
         wanted = {f for f in map(input_format, args.plan) if f is not None}
         fmt = wanted.pop() if len(wanted) == 1 else None
+    if fmt is None and rec is not None and rec.input_format in FORMATS:
+        fmt = rec.input_format  # the recorded tensors' dtype
     fmt = str(fmt if fmt is not None else _pick(args, "format"))
     plans = args.plan or [f"triton-{fmt}", f"all-{fmt}"]
-    rows = args.rows if args.rows is not None else (None if args.causal else _pick(args, "rows"))
+    causal = bool(args.causal) if rec is None else rec.causal
+    rows = args.rows if args.rows is not None else (None if causal else _pick(args, "rows"))
     if rows == "all":
         rows = None
-    if rows is not None and args.causal:
-        raise ValueError("--rows cannot be combined with --causal (a causal row's keys depend on its position)")
+    if rows is not None and causal:
+        raise ValueError("--rows cannot be combined with a causal mask (a causal row's keys depend on its position)")
     bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
     tiles = _pick(args, "tiles")
     block_ns = steps_block_ns(args, seq_k)
@@ -300,54 +358,81 @@ def _run(args: argparse.Namespace) -> int:
     if getattr(args, "hardware", None) is not None:
         run_plans, baseline, pairs = _with_hardware(plans, pairs, baseline, args.hardware)
     shown = [getattr(p, "name", p) for p in run_plans]
-    kv_heads = heads if getattr(args, "kv_heads", None) is None else int(args.kv_heads)
-    from simfloat.attention._inputs import kv_group
+    if rec is None:
+        d = int(_pick(args, "head_dim"))
+        batch, heads = int(_pick(args, "batch")), head_count(args)
+        kv_heads = heads if getattr(args, "kv_heads", None) is None else int(args.kv_heads)
+        from simfloat.attention._inputs import kv_group
 
-    try:  # grouped-query attention: --kv-heads must divide --heads
-        kv_group(heads, kv_heads)
-    except ValueError as err:
-        raise ValueError(f"--kv-heads {kv_heads} with --heads {heads}: {err}") from None
+        try:  # grouped-query attention: --kv-heads must divide --heads
+            kv_group(heads, kv_heads)
+        except ValueError as err:
+            raise ValueError(f"--kv-heads {kv_heads} with --heads {heads}: {err}") from None
     out = _out_dir(args.out)
-    shape_q, shape_kv = (batch, heads, seq, d), (batch, kv_heads, seq_k, d)
-    evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
-    head = (
-        f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
-        f"{shape_kv}, {evaluated}{', causal' if args.causal else ''}; plans {', '.join(shown)} (baselines: "
-        + ", ".join(f"{a}->{b}" for a, b in pairs.items())
-        + ")"
-    )
+    baselines = ", ".join(f"{a}->{b}" for a, b in pairs.items())
+    if rec is None:
+        shape_q, shape_kv = (batch, heads, seq, d), (batch, kv_heads, seq_k, d)
+        evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
+        head = (
+            f"simfloat attribute: {args.dist} inputs rounded to {fmt}, seed {args.seed}; q {shape_q}, k and v "
+            f"{shape_kv}, {evaluated}{', causal' if causal else ''}; plans {', '.join(shown)} (baselines: "
+            f"{baselines})"
+        )
+    else:
+        evaluated = "all query rows" if rows is None or rows >= seq else f"{rows} of {seq} query rows"
+        from simfloat.attribution.captured import load_capture
+
+        with load_capture(args.inputs) as cap:
+            n_calls = len(cap)
+        head = (
+            f"simfloat attribute: {rec.describe()} (call {rec.index} of {n_calls} in {args.inputs}"
+            + (f", heads {' '.join(map(str, args.heads))}" if args.heads else "")
+            + f"), {evaluated}; plans {', '.join(shown)} (baselines: {baselines})"
+        )
     print(head, flush=True)
-    q, k, v = inputs(shape_q, shape_kv, args.dist, fmt, args.seed)
-    warnings = _input_warnings(plans, fmt, q, k, v)
+    if rec is None:
+        q, k, v = inputs(shape_q, shape_kv, args.dist, fmt, args.seed)
+    else:
+        q, k, v = rec.q, rec.k, rec.v
+    warnings = _input_warnings(plans, fmt if rec is None else rec.dtype, q, k, v)
     for w in warnings:
         print(f"simfloat attribute: warning: {w}", file=sys.stderr, flush=True)
     if warnings:
         head += "\n" + "\n".join(f"warning: {w}" for w in warnings)
     import simfloat.attribution  # looked up at call time (tests replace it)
+    from simfloat.attention import InputFormatWarning
 
     progress = _Progress()
     try:
-        res = simfloat.attribution.attribute(
-            q,
-            k,
-            v,
-            run_plans,
-            baseline=baseline,
-            block_m=bm,
-            block_n=bn,
-            causal=args.causal,
-            tiles=tiles,
-            block_ns=block_ns,
-            rows=rows,
-            trace_rows=args.trace_rows,
-            progress=progress,
-            bounds=getattr(args, "bounds", False),
-        )
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", InputFormatWarning)  # said above, in the job's own words
+            res = simfloat.attribution.attribute(
+                q,
+                k,
+                v,
+                run_plans,
+                baseline=baseline,
+                block_m=bm,
+                block_n=bn,
+                causal=causal,
+                scale=None if rec is None else rec.scale,
+                tiles=tiles,
+                block_ns=block_ns,
+                rows=rows,
+                trace_rows=args.trace_rows,
+                progress=progress,
+                bounds=getattr(args, "bounds", False),
+                estimate=_estimate_printer(args),
+            )
+    except _EstimateOnly:
+        return 0
     except simfloat.attribution.AttributionInterrupted as stop:
         progress.close()
         return _interrupted(stop, out, head, time.perf_counter() - t0)
     finally:
         progress.close()
+    if rec is not None:
+        res.meta["call"] = rec.meta()
     table = res.table()
     res.to_csv(out)
     png = res.plot(out / "attribution.png")
