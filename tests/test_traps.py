@@ -38,7 +38,7 @@ def _qkv(seq=40, d=16, lead=(1, 2), fmt="bf16", seed=0):
 def test_inputs_outside_the_plans_format_are_warned_about_in_every_entry_point():
     InputFormatWarning = _category("InputFormatWarning")  # noqa: N806
     q, k, v = _qkv(fmt="fp32")  # fp32 activations fed to a bf16 kernel
-    with pytest.warns(InputFormatWarning, match=r"q .*not bf16 values.*triton-bf16"):
+    with pytest.warns(InputFormatWarning, match=r"q, k, v hold values that are not bf16 values.*triton-bf16"):
         flash(q, k, v, plan="triton-bf16", block_m=16, block_n=16)
     with pytest.warns(InputFormatWarning, match="pytorch-bf16"):
         baseline(q, k, v, plan="pytorch-bf16")
@@ -124,9 +124,12 @@ def test_emulate_sdpa_routes_the_encoder_layer_in_eval_and_names_what_it_cannot_
         assert st.timings()["forward_calls"] == 1
     assert float((got - want).abs().max()) < 1e-12
     mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).double()
-    with pytest.warns(st.RoutingWarning, match=r"MultiheadAttention.*need_weights"):
+    with pytest.warns(st.RoutingWarning) as got:
         with st.emulate_sdpa(plan="fp64"):
             mha(x, x, x)  # need_weights=True (torch's default) computes softmax(QK^T) itself
+    said = [str(w.message) for w in got]
+    assert any(re.search(r"MultiheadAttention 'MultiheadAttention'.*need_weights=False", m) for m in said), said
+    assert any("no call" in m for m in said), said
     st.timings(reset=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", st.RoutingWarning)

@@ -20,6 +20,7 @@ __all__ = [
     "Inputs",
     "KernelOverflowWarning",
     "check_input_format",
+    "check_layout",
     "check_output",
     "check_qkv",
     "from_layout",
@@ -92,16 +93,12 @@ def check_input_format(arrays: dict[str, np.ndarray], plan_name: str, *, stackle
     bad = {name: n for name, n in bad.items() if n}
     if not bad:
         return
-    what = ", ".join(f"{name} ({n} of {arrays[name].size})" for name, n in bad.items())
-    first = next(iter(bad))
+    names = ", ".join(bad)
+    counts = "; ".join(f"{name}: {n} of {arrays[name].size}" for name, n in bad.items())
     warnings.warn(
-        f"{first} and the others listed hold values that are not {fmt} values: {what}; plan {plan_name}'s kernel "
-        f"takes {fmt} inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); in torch "
-        f"x.to(<the {fmt} dtype>)), but they are used as they are here and the result is not the kernel's"
-        if len(bad) > 1
-        else f"{first} holds values that are not {fmt} values ({what}): plan {plan_name}'s kernel takes {fmt} "
-        f"inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); in torch x.to(<the {fmt} dtype>)), "
-        "but they are used as they are here and the result is not the kernel's",
+        f"{names} hold{'s' if len(bad) == 1 else ''} values that are not {fmt} values ({counts}): plan "
+        f"{plan_name}'s kernel takes {fmt} inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); "
+        f"in torch x.to(<the {fmt} dtype>)), but here they are used as they are and the result is not the kernel's",
         InputFormatWarning,
         stacklevel=stacklevel,
     )

@@ -562,6 +562,8 @@ def attribute(
     if estimate:
         if not (estimate is True or callable(estimate)):
             raise TypeError(f"estimate must be a bool or a callable estimate(Estimate), got {type(estimate).__name__}")
+        if callable(progress):  # the number of runs first (as run() would), then the estimate, then the runs
+            progress(0, len(run.jobs))
         est = run.estimate(seq_q)
         if callable(estimate):
             estimate(est)

@@ -310,8 +310,10 @@ class _EstimateOnly(Exception):
 
 def _estimate_printer(args: argparse.Namespace) -> Any:
     def show(est: Any) -> None:
+        from tqdm import tqdm
+
         advice = est.advice()
-        print(f"{est}" + (f"; {advice}" if advice else ""), flush=True)
+        tqdm.write(f"{est}" + (f"; {advice}" if advice else ""), file=sys.stdout)  # above the progress bar
         if getattr(args, "estimate", False):
             raise _EstimateOnly
 
@@ -341,7 +343,11 @@ def _run(args: argparse.Namespace) -> int:
     if rows == "all":
         rows = None
     if rows is not None and causal:
-        raise ValueError("--rows cannot be combined with a causal mask (a causal row's keys depend on its position)")
+        raise ValueError(
+            "--rows cannot be combined with --causal"
+            + (" (the recorded call is causal)" if rec is not None else "")
+            + " (a causal row's keys depend on its position)"
+        )
     bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
     tiles = _pick(args, "tiles")
     block_ns = steps_block_ns(args, seq_k)
