@@ -633,12 +633,12 @@ def capture_sdpa(path: str | os.PathLike[str], *, backward: bool = True) -> Iter
             out.register_hook(lambda g: writer.add_grad(i, _stored(g)))
         return out
 
-    torch.nn.functional.scaled_dot_product_attention = recording  # type: ignore[assignment]
+    torch.nn.functional.scaled_dot_product_attention = recording
     try:
         with _tracked("capture_sdpa", "recorded"):
             yield writer.entries
     finally:
-        torch.nn.functional.scaled_dot_product_attention = inner  # type: ignore[assignment]
+        torch.nn.functional.scaled_dot_product_attention = inner
         writer.close()
 
 

@@ -8,6 +8,7 @@ import math
 import re
 import threading
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,7 @@ def check_layout(layout: object) -> str:
     return str(layout)
 
 
-def from_layout(x: object, layout: str, name: str) -> object:
+def from_layout(x: Any, layout: str, name: str) -> Any:
     """An operand in ``layout`` as (..., heads, seq, head_dim) (a view; non-arrays are left to
     :func:`operand`'s message).
 

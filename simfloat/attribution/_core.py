@@ -572,7 +572,14 @@ def attribute(
     def dev(key: tuple[object, ...], variant: str | None) -> dict[str, float]:
         return deviation(run.out(key), run.out(run.golden[variant]))
 
-    iso_rows, abl_rows, tile_rows, step_rows, fvb_rows, blocks, states, inp_rows = [], [], [], [], [], [], [], []
+    iso_rows: list[dict[str, Any]] = []
+    abl_rows: list[dict[str, Any]] = []
+    tile_rows: list[dict[str, Any]] = []
+    step_rows: list[dict[str, Any]] = []
+    fvb_rows: list[dict[str, Any]] = []
+    inp_rows: list[dict[str, Any]] = []
+    blocks: list[Any] = []
+    states: list[Any] = []
     for p in plans:
         kk = keys[p.name]
         var = kk["variant"]
@@ -590,9 +597,9 @@ def attribute(
             abl_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
         iso_rows.append(dict(plan=p.name, op="all", entry="(the plan)", **full, **frac(full)))
         abl_rows.append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
-        for what, table, grid, geo in (("tiles", tile_rows, tile_list, None), ("steps", step_rows, bns, bm)):
+        for what, table, grid, fixed_m in (("tiles", tile_rows, tile_list, None), ("steps", step_rows, bns, bm)):
             for t in grid:
-                tbm, tbn = t if geo is None else (geo, t)  # type: ignore[misc]
+                tbm, tbn = t if fixed_m is None else (fixed_m, t)  # type: ignore[misc]
                 d = dev(kk[what][t], var)
                 table.append(
                     dict(

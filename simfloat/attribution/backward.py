@@ -169,7 +169,7 @@ def _operands(
             from simfloat.attribution.captured import SdpaCall
 
             qq, kk, vv = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-            sel = SdpaCall(0, "", "", "", qq, kk, vv, do).select_heads(heads)  # type: ignore[arg-type]
+            sel = SdpaCall(0, "", "", "", qq, kk, vv, do).select_heads(heads)
             return sel.q, sel.k, sel.v, sel.do, causal, scale, None  # type: ignore[return-value]
     elif do is not None and not isinstance(q, np.ndarray):
         raise TypeError("with a recorded call as q, leave do out: it is the call's")

@@ -12,6 +12,7 @@ bfloat16 tensors are stored as float32 arrays (every bfloat16 value is one), oth
 from __future__ import annotations
 
 import json
+import os
 import threading
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -139,12 +140,17 @@ class SdpaCall:
         if hq % hk:
             raise ValueError(f"{self.describe()}: q's {hq} heads are not a multiple of k's {hk}")
         kv = [h // (hq // hk) for h in idx]
-        pick = lambda x, i: None if x is None else np.take(x, i, axis=-3)  # noqa: E731
         mask = self.attn_mask
         if mask is not None and mask.ndim >= 3 and mask.shape[-3] == hq:
             mask = np.take(mask, idx, axis=-3)
-        return replace(self, q=pick(self.q, idx), k=pick(self.k, kv), v=pick(self.v, kv), do=pick(self.do, idx),
-                       attn_mask=mask)  # fmt: skip
+        return replace(
+            self,
+            q=np.take(self.q, idx, axis=-3),
+            k=np.take(self.k, kv, axis=-3),
+            v=np.take(self.v, kv, axis=-3),
+            do=None if self.do is None else np.take(self.do, idx, axis=-3),
+            attn_mask=mask,
+        )
 
     def meta(self) -> dict[str, Any]:
         """What an attribution records of the call (index, module, module_type, dtype)."""
@@ -158,7 +164,7 @@ class Capture(Sequence[SdpaCall]):
     the number of calls.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         try:
             self._npz = np.load(self.path, allow_pickle=False)
@@ -190,7 +196,10 @@ class Capture(Sequence[SdpaCall]):
             )
         e = self.entries[int(i) % n]
         j = e["call"]
-        arr = lambda name: self._npz[f"{name}{j}"] if f"{name}{j}" in self._npz.files else None  # noqa: E731
+
+        def arr(name: str) -> Any:
+            return self._npz[f"{name}{j}"] if f"{name}{j}" in self._npz.files else None
+
         return SdpaCall(
             index=j,
             module=e["module"],
@@ -239,7 +248,7 @@ class Capture(Sequence[SdpaCall]):
         return "\n".join(lines)
 
 
-def load_capture(path: str | Path) -> Capture:
+def load_capture(path: str | os.PathLike[str]) -> Capture:
     """The calls recorded in a :func:`simfloat.torch.capture_sdpa` file.
 
     Raises:
@@ -255,7 +264,7 @@ class CaptureWriter:
     :meth:`close` writes the index. Until then the file has no index and :func:`load_capture` refuses it.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._zip = zipfile.ZipFile(self.path, "w", zipfile.ZIP_STORED, allowZip64=True)
         self._lock = threading.Lock()

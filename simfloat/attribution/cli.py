@@ -105,7 +105,7 @@ def head_count(args: argparse.Namespace) -> int:
     """
     heads = getattr(args, "heads", None)
     if heads is None:
-        return int((QUICK if args.quick else DEFAULTS)["heads"])
+        return int((QUICK if args.quick else DEFAULTS)["heads"])  # type: ignore[call-overload]
     if len(heads) != 1 or heads[0] < 1:
         raise ValueError(
             f"--heads {' '.join(map(str, heads))}: seeded inputs take one head count >= 1 (head indices pick the "
