@@ -226,7 +226,7 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         "--estimate",
         action="store_true",
         help="time each kind of kernel run on a small slice of the inputs, print how long the job would take (and "
-        "the --rows that fits in two minutes), and run nothing (every job prints this estimate before it starts)",
+        "the --rows that fits in ten minutes), and run nothing (every job prints this estimate before it starts)",
     )
     p.add_argument(
         "--bounds",

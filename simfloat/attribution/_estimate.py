@@ -44,8 +44,9 @@ class Estimate:
         seq_q: query rows of the inputs.
         causal: a causal mask (then rows cannot be subsampled).
         per_row: seconds of the untraced runs per evaluated row (they scale with the rows).
-        fixed: seconds of the traced runs (they do not).
+        fixed: seconds of the traced runs (they scale with their own rows, ``trace_rows``).
         calibration: seconds the calibration took (compilation included).
+        trace_rows: query rows of each traced run (0: none).
     """
 
     seconds: float
@@ -56,28 +57,39 @@ class Estimate:
     per_row: float
     fixed: float
     calibration: float
+    trace_rows: int = 0
 
-    def rows_for(self, seconds: float) -> int:
+    def _fixed(self, trace_rows: int | None) -> float:
+        if trace_rows is None or not self.trace_rows:
+            return self.fixed
+        return self.fixed * min(trace_rows, self.trace_rows) / self.trace_rows
+
+    def rows_for(self, seconds: float, trace_rows: int | None = None) -> int:
         """How many evenly spaced query rows (``rows=``) make the runs take about ``seconds`` (at least 1, at
-        most the rows now evaluated)."""
+        most the rows now evaluated), with the traced runs over ``trace_rows`` rows (None: as now)."""
         if self.per_row <= 0:
             return self.rows
-        return int(max(1, min(self.rows, math.floor((seconds - self.fixed) / self.per_row))))
+        return int(max(1, min(self.rows, math.floor((seconds - self._fixed(trace_rows)) / self.per_row))))
 
-    def advice(self, budget: float = 120.0) -> str:
-        """A hint for a run longer than ``budget`` seconds: the ``--rows`` that fits (``rows=`` in the API), or
-        a shorter sequence for a causal one. Empty when it fits."""
+    def advice(self, budget: float = 600.0) -> str:
+        """A hint for a job longer than ``budget`` seconds: the ``--rows`` (and, when the traced run takes more
+        than a third of the budget, the ``--trace-rows``) that fit (``rows=``, ``trace_rows=`` in the API), or a
+        shorter sequence for a causal job. Empty when it fits."""
         if self.seconds <= budget:
             return ""
         if self.causal:
             return (
-                f"a causal mask needs every row; a shorter --seq (the time grows as seq^2) or fewer --tiles and "
-                f"--block-ns bring it under {duration(budget)}"
+                f"a causal mask needs every row; a shorter --seq (the time grows as seq^2), fewer --tiles and "
+                f"--block-ns or a smaller --trace-rows bring it toward {duration(budget)}"
             )
-        r = self.rows_for(budget)
+        t = self.trace_rows
+        if t and self.fixed > budget / 3:
+            t = max(1, math.floor(self.trace_rows * budget / 3 / self.fixed))
+        r = self.rows_for(budget, t)
+        opts = f"--rows {r}" + (f" --trace-rows {t}" if t < self.trace_rows else "")
         return (
-            f"--rows {r} (evenly spaced query rows; their outputs are the same bits as in the full run) takes "
-            f"about {duration(self.per_row * r + self.fixed)}"
+            f"{opts} (evenly spaced query rows; their outputs are the same bits as in the full run) takes about "
+            f"{duration(self.per_row * r + self._fixed(t))}"
         )
 
     def __str__(self) -> str:
@@ -126,8 +138,10 @@ def estimate_runs(
         rate[kind] = (time.perf_counter() - t1) / (rows * keys * width)
     every = np.arange(n_rows)
     per_row = fixed = 0.0
+    traced = 0
     for j in jobs:
         if j["rows"] is not None:
+            traced = max(traced, len(j["rows"]))
             fixed += rate["traced"] * n_lead * _keys_seen(np.asarray(j["rows"]), seq_k, causal) * width
         else:
             per_row += rate[j["kernel"]] * n_lead * _keys_seen(every, seq_k, causal) * width / max(n_rows, 1)
@@ -140,4 +154,5 @@ def estimate_runs(
         per_row=per_row,
         fixed=fixed,
         calibration=time.perf_counter() - t0,
+        trace_rows=traced,
     )
