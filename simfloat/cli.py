@@ -1,18 +1,20 @@
 """Command line: ``simfloat demo | attribute | sweep | report``. Each subcommand lives in its own module
 and is imported only when run, so ``simfloat --help`` stays fast (``sweep`` and ``report`` declare their options
-in :mod:`simfloat.sweep.cli`, which imports the standard library and this module only)."""
+in :mod:`simfloat.sweep.cli`, which imports the standard library and :mod:`simfloat._args` only; the argument
+types live there, re-exported here for ``simfloat-gpu``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
+from simfloat._args import int_at_least, positive_int, writable_dir
 from simfloat._interrupt import run_command
 
-__all__ = ["main"]
+__all__ = ["main", "positive_int", "writable_dir"]
+
+_positive = positive_int
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -41,40 +43,6 @@ def _attribute(args: argparse.Namespace) -> int:
     return rc
 
 
-def _int_at_least(text: str, low: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"expected a {what} integer, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    return _int_at_least(text, 1, "positive")
-
-
-_positive = positive_int
-
-
-def writable_dir(path: Path, option: str, what: str = "folder") -> None:
-    """Create ``path`` (parents too) and check a file can be written there, before any work.
-
-    Raises:
-        ValueError: naming ``option``, the path and ``what`` it is for.
-    """
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option} {path}: exists and is not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise ValueError(f"{option} {path}: cannot create or write the {what}: {err.strerror or err}") from None
-
-
 def _tile(text: str) -> tuple[int, int] | str:
     if text.lower().startswith("fa1:"):  # a tile rule, resolved for the inputs' head dim
         from simfloat.attention.tiling import resolve_tiles
@@ -91,7 +59,7 @@ def _tile(text: str) -> tuple[int, int] | str:
 
 
 def _nonnegative(text: str) -> int:
-    return _int_at_least(text, 0, "non-negative")
+    return int_at_least(text, 0, "non-negative")
 
 
 def _trace_rows(text: str) -> int | None:

@@ -271,13 +271,13 @@ def test_the_estimate_comes_before_the_first_run():
 def causal_fig():
     """attribute()'s figure for causal inputs, caught before it is saved (the same hook before and after)."""
     pytest.importorskip("matplotlib")
-    import simfloat.attribution._core as core
+    import simfloat.attribution._extras as extras
 
     q, k, v = _qkv(seq=64, d=8, lead=(1,))
     res = attribute(q, k, v, "triton-bf16", causal=True, block_m=16, block_n=16, trace_rows=8,
                     ops=["p", "out"], tiles=[(32, 16), (8, 16)], block_ns=[16, 64])  # fmt: skip
     caught = {}
-    real = core._save_figure
+    real = extras.save_figure
 
     def keep(plt, fig, path, dpi):
         caught["fig"] = fig
@@ -285,7 +285,7 @@ def causal_fig():
         caught["legends"] = [(ax, ax.get_legend().get_window_extent()) for ax in fig.axes if ax.get_legend()]
         return real(plt, fig, path, dpi)
 
-    core._save_figure = keep
+    extras.save_figure = keep
     try:
         import tempfile
         from pathlib import Path
@@ -293,7 +293,7 @@ def causal_fig():
         with tempfile.TemporaryDirectory() as d:
             res.plot(Path(d) / "a.png")
     finally:
-        core._save_figure = real
+        extras.save_figure = real
     return res, caught
 
 

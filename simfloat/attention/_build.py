@@ -34,7 +34,7 @@ from simfloat.rounding import mode_code
 
 if TYPE_CHECKING:
     from simfloat.attention._quant_kernels import QParams
-    from simfloat.attention.quantized import QuantPlan
+    from simfloat.attention.quant_plan import QuantPlan
 
 __all__ = ["ENGINES", "check_engine", "clamp_blocks", "dot_output_format", "engine", "quant_engine", "within_float32"]
 
@@ -176,7 +176,7 @@ def quant_engine(
     """The njit records of a quantized flash call (:mod:`simfloat.attention._quant_engine`).
 
     Args:
-        pl: the :class:`~simfloat.attention.quantized.QuantPlan`; qp: its
+        pl: the :class:`~simfloat.attention.quant_plan.QuantPlan`; qp: its
             :class:`~simfloat.attention._quant_kernels.QParams` for the call's scale.
         qc: (L, Sq, D) Q codes; qs: (L, Sq) their per-row scales.
         kc: (L, Sk, D) K codes; ks: (L, n_tiles * bn) per-key scales (1 past Sk).

@@ -8,6 +8,7 @@ import math
 import re
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -361,13 +362,12 @@ def _format_of(entry: object) -> str:
     return str(entry)
 
 
-def _overflowed_op(x: Inputs, kernel: str, b: int, i: int, block_m: int, block_n: int) -> tuple[str, int, float] | None:
+def _overflowed_op(
+    x: Inputs, kernel: Callable[..., object], b: int, i: int, block_m: int, block_n: int
+) -> tuple[str, int, float] | None:
     """(op, kv block, largest |float64 value|) of the first op whose result is not finite on row ``i`` of lead
-    index ``b``: that row rerun alone, traced (its keys: all, or the first i + 1 with a causal mask, which is
-    the same dataflow). None if the trace finds none."""
-    from simfloat.attention.baseline import baseline
-    from simfloat.attention.flash import flash
-
+    index ``b``: that row rerun alone through ``kernel``, traced (its keys: all, or the first i + 1 with a causal
+    mask, which is the same dataflow). None if the trace finds none."""
     keys = min(i + 1, x.k.shape[1]) if x.causal else x.k.shape[1]
     q1, k1, v1 = x.q[b : b + 1, i : i + 1], x.k[b : b + 1, :keys], x.v[b : b + 1, :keys]
     tr = Tracer()
@@ -375,10 +375,10 @@ def _overflowed_op(x: Inputs, kernel: str, b: int, i: int, block_m: int, block_n
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            if kernel == "flash":
-                flash(q1, k1, v1, plan=x.plan, block_m=block_m, block_n=block_n, scale=x.scale, trace=tr)
+            if kernel.__name__ == "flash":
+                kernel(q1, k1, v1, plan=x.plan, block_m=block_m, block_n=block_n, scale=x.scale, trace=tr)
             else:
-                baseline(q1, k1, v1, plan=x.plan, scale=x.scale, trace=tr)
+                kernel(q1, k1, v1, plan=x.plan, scale=x.scale, trace=tr)
     finally:
         _diagnosing.on = False
     run = tr.runs[0]
@@ -391,13 +391,16 @@ def _overflowed_op(x: Inputs, kernel: str, b: int, i: int, block_m: int, block_n
     return None
 
 
-def check_output(out: np.ndarray, x: Inputs, kernel: str, *, block_m: int = 64, block_n: int = 64) -> None:
+def check_output(
+    out: np.ndarray, x: Inputs, kernel: Callable[..., object], *, block_m: int = 64, block_n: int = 64
+) -> None:
     """Warn (:class:`KernelOverflowWarning`) if finite inputs gave non-finite outputs, naming the op that
     overflowed, its format and the kv block (found by rerunning the first such row traced).
 
     Args:
-        out: the kernel's (n_lead, seq_q, d_v) output. x: its checked inputs. kernel: ``"flash"`` or
-            ``"baseline"``. block_m, block_n: flash's tiles.
+        out: the kernel's (n_lead, seq_q, d_v) output. x: its checked inputs. kernel: the entry point that
+            made it (:func:`~simfloat.attention.flash` or :func:`~simfloat.attention.baseline`: passed in, since
+            those import this module), rerun on the row. block_m, block_n: flash's tiles.
     """
     if getattr(_diagnosing, "on", False):
         return
@@ -406,9 +409,10 @@ def check_output(out: np.ndarray, x: Inputs, kernel: str, *, block_m: int = 64, 
         return  # non-finite inputs were named already (a RuntimeWarning)
     b, i = (int(n) for n in np.unravel_index(int(np.argmax(bad.any(axis=-1))), bad.shape[:2]))
     found = _overflowed_op(x, kernel, b, i, block_m, block_n)
+    name = kernel.__name__
     n = int(np.count_nonzero(bad))
     head = (
-        f"{kernel} under plan {x.plan.name}: finite inputs gave {n} non-finite output value{'s' if n > 1 else ''} "
+        f"{name} under plan {x.plan.name}: finite inputs gave {n} non-finite output value{'s' if n > 1 else ''} "
         f"(the first in row {i} of lead index {b})"
     )
     if found is None:

@@ -34,7 +34,7 @@ __all__ = ["QParams", "block_p_codes", "dot3", "fixed_codes", "p_quant", "quant_
 _NINF = -np.inf
 _Z = np.uint64(0)
 
-# op indices (QUANT_OPS order in quantized.py) and state indices (simfloat.trace.STATES)
+# op indices (QUANT_OPS order in quant_plan.py) and state indices (simfloat.trace.STATES)
 (
     ROTATE,
     K_SMOOTH,
@@ -73,7 +73,7 @@ DELTA_NONE, DELTA_MMA, DELTA_SCORES = range(3)
 
 
 class QParams(NamedTuple):
-    """A :class:`~simfloat.attention.quantized.QuantPlan` flattened for njit code, with the call's scale."""
+    """A :class:`~simfloat.attention.quant_plan.QuantPlan` flattened for njit code, with the call's scale."""
 
     qk: AccParams
     pv: AccParams

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-import simfloat
+from simfloat import ops as _ops
 from simfloat._jit import fma64, jit
 from simfloat._lanes import Lane, ladd, lane, lmul, lround
 from simfloat._parallel import run_rows
@@ -64,6 +64,7 @@ from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd,
 from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardParams, BackwardPlan, OpSpec, backward_plan
 from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
+from simfloat.rounding import round as _round
 from simfloat.trace import Tracer, record
 
 __all__ = ["BACKWARD_STATES", "TRACED_BACKWARD_OPS", "baseline_backward", "flash_backward", "lse_from_stats"]
@@ -523,8 +524,8 @@ def _log_rounded(x: np.ndarray, spec: OpSpec, base2: bool) -> np.ndarray:
     with np.errstate(divide="ignore"):
         y = np.log2(x) if base2 else np.log(x)
     w = np.abs(y) * 2.0**-46
-    r = simfloat.round(y, fmt, mode)
-    near = simfloat.round(y - w, fmt, mode) != simfloat.round(y + w, fmt, mode)
+    r = _round(y, fmt, mode)
+    near = _round(y - w, fmt, mode) != _round(y + w, fmt, mode)
     if np.any(near):
         h2, l2 = log_dd(2.0)
         ln2 = Fraction(h2) + Fraction(l2)
@@ -538,7 +539,7 @@ def _log_rounded(x: np.ndarray, spec: OpSpec, base2: bool) -> np.ndarray:
             else:
                 h, lo = log_dd(xi)
                 vals.append((Fraction(h) + Fraction(lo)) / ln2 if base2 else Fraction(h) + Fraction(lo))
-        r.flat[idx] = simfloat.round(vals, fmt, mode)  # Fractions are rounded once from their exact value
+        r.flat[idx] = _round(vals, fmt, mode)  # Fractions are rounded once from their exact value
     return r
 
 
@@ -563,7 +564,7 @@ def lse_from_stats(m: np.ndarray, l: np.ndarray, *, plan: BackwardPlan | str) ->
     if np.any(la <= 0):
         raise ValueError("l must be > 0 (the row sum of a row that saw a key)")
     logs = _log_rounded(la.astype(np.float64), pl.lse, pl.exp2)
-    return np.asarray(simfloat.ops.add(ma.astype(np.float64), logs, pl.lse.fmt, pl.lse.mode), dtype=np.float64)
+    return np.asarray(_ops.add(ma.astype(np.float64), logs, pl.lse.fmt, pl.lse.mode), dtype=np.float64)
 
 
 def _lanes(pl: BackwardPlan) -> BwdLanes:
@@ -798,10 +799,10 @@ def baseline_backward(
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sc = _scale_of(scale, qa.shape[-1])
-    ops = simfloat.ops
+    ops = _ops
 
     def r(x: np.ndarray, spec: OpSpec) -> np.ndarray:
-        return np.asarray(simfloat.round(np.asarray(x, dtype=np.float64), spec.fmt, spec.mode))
+        return np.asarray(_round(np.asarray(x, dtype=np.float64), spec.fmt, spec.mode))
 
     qf, kf, vf, df = (np.asarray(x, dtype=np.float64) for x in (qa, ka, va, da))
     if group > 1:  # k.repeat_interleave(group, dim=-3), v too: the gradients are summed over the group below
@@ -812,7 +813,7 @@ def baseline_backward(
         """spec(x * scale), through the opmath format when the plan has one (torch's ``tensor * scale``)."""
         if pl.opmath is None:
             return np.asarray(ops.mul(x, float(r(np.array(sc), spec)), spec.fmt, spec.mode))
-        y = ops.mul(x, float(simfloat.round(sc, pl.opmath)), pl.opmath)
+        y = ops.mul(x, float(_round(sc, pl.opmath)), pl.opmath)
         return r(np.asarray(y), spec)
 
     s = scaled(matmul(qf, kt, acc=pl.qk), pl.scale)
@@ -845,5 +846,5 @@ def _group_sum(x: np.ndarray, group: int, pl: BackwardPlan) -> np.ndarray:
     """(..., heads, S, D) -> (..., heads // group, S, D): ``grad(sum_g x[h * group + g])``, the sum sequential
     over g in the delta op's format (a torch sum reduction, fp32 for a half-precision tensor)."""
     y = x.reshape(x.shape[:-3] + (x.shape[-3] // group, group) + x.shape[-2:])
-    tot = np.asarray(simfloat.ops.sum(np.moveaxis(y, -3, -1), pl.delta.fmt, pl.delta.mode, axis=-1))
-    return np.asarray(simfloat.round(tot, pl.grad.fmt, pl.grad.mode), dtype=np.float64)
+    tot = np.asarray(_ops.sum(np.moveaxis(y, -3, -1), pl.delta.fmt, pl.delta.mode, axis=-1))
+    return np.asarray(_round(tot, pl.grad.fmt, pl.grad.mode), dtype=np.float64)

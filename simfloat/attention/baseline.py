@@ -170,7 +170,7 @@ def baseline(
         eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=ROWS, bn=0, causal=x.causal, wn=1)
         if n_lead * seq_q > 0:
             run_rows(baseline_units, n_lead * seq_q, xs, out, eng, min_rows=16)
-        check_output(out, x, "baseline")
+        check_output(out, x, baseline)
         return to_layout(out.reshape(x.lead + (seq_q, dv)), layout)
     tr = None
     if x.trace is not None:
@@ -179,5 +179,5 @@ def baseline(
         )
     if n_lead * n_qt > 0:
         run_rows(_units, n_lead * n_qt, x.q, x.k, x.v, out, pp, int(x.causal), x.scale, tr)
-    check_output(out, x, "baseline")
+    check_output(out, x, baseline)
     return to_layout(out.reshape(x.lead + (seq_q, dv)), layout)

@@ -418,7 +418,7 @@ def flash(
             )
         if n_lead * n_qt > 0:
             run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal), wn), tr)
-    check_output(out, x, "flash", block_m=bm_req, block_n=bn_req)
+    check_output(out, x, flash, block_m=bm_req, block_n=bn_req)
     out = to_layout(out.reshape(x.lead + (seq_q, dv)), layout)
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from simfloat.attribution._core import _need, _pyplot, _save_figure
-
-if TYPE_CHECKING:
-    from simfloat.attribution._result import Attribution
+from simfloat.attribution._extras import need, pyplot, save_figure
 
 __all__ = [
     "backward_csv",
@@ -28,12 +25,28 @@ __all__ = [
 _GRADS = ("dq", "dk", "dv")
 
 
+class _Backward(Protocol):
+    """What these views read of a backward :class:`~simfloat.attribution.Attribution` (the record's module
+    imports this one, so the record is named by its fields here)."""
+
+    @property
+    def meta(self) -> dict[str, Any]: ...
+    @property
+    def tiles(self) -> Any: ...
+    @property
+    def isolation(self) -> Any: ...
+    @property
+    def ablation(self) -> Any: ...
+    @property
+    def steps(self) -> Any: ...
+
+
 def _frame_csv(rows: Sequence[dict[str, Any]], out: Path, name: str) -> tuple[Any, Path, Any]:
     """What both writers start with: pandas and matplotlib (Agg) loaded (a missing one: an ImportError naming
     the extra), ``rows`` as a DataFrame written to ``out/<name>.csv`` (folder created). Returns (the frame, the
     CSV's path, matplotlib.pyplot)."""
-    pd = _need("pandas", f"simfloat.attribution.backward ({name})")
-    plt = _pyplot(f"simfloat.attribution.backward ({name})")
+    pd = need("pandas", f"simfloat.attribution.backward ({name})")
+    plt = pyplot(f"simfloat.attribution.backward ({name})")
     out.mkdir(parents=True, exist_ok=True)
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     csv_path = out / f"{name}.csv"
@@ -92,7 +105,7 @@ def write_backward_steps(
     per kind/op; an op whose deviation of a gradient is exactly 0 (it does not touch it) is left out of that
     panel) into ``out``."""
     df, csv_path, plt = _frame_csv(rows, Path(out), "backward_steps")
-    return csv_path, _save_figure(plt, _steps_figure(plt, df, title, metric), csv_path.with_suffix(".png"), dpi=110)
+    return csv_path, save_figure(plt, _steps_figure(plt, df, title, metric), csv_path.with_suffix(".png"), dpi=110)
 
 
 def steps_table(rows: Sequence[dict[str, Any]] | Any) -> str:
@@ -147,10 +160,10 @@ def write_backward(rows: Sequence[dict[str, Any]], out: str | Path, title: str =
     """``backward_attribution.csv`` and ``backward_attribution.png`` (isolation and ablation per op, dQ/dK/dV
     max deviation, first tile; full and forward-only deviation per tile) into ``out``."""
     df, csv_path, plt = _frame_csv(rows, Path(out), "backward_attribution")
-    return csv_path, _save_figure(plt, _attribution_figure(plt, df, title), csv_path.with_suffix(".png"), dpi=110)
+    return csv_path, save_figure(plt, _attribution_figure(plt, df, title), csv_path.with_suffix(".png"), dpi=110)
 
 
-def _long(res: Attribution) -> Any:
+def _long(res: _Backward) -> Any:
     """The backward result's attribution rows in one frame: per tile, full and forward, then isolation and
     ablation."""
     import pandas as pd
@@ -162,7 +175,7 @@ def _long(res: Attribution) -> Any:
     return df.sort_values("_tile", kind="stable").drop(columns="_tile").reset_index(drop=True)
 
 
-def _head(res: Attribution) -> str:
+def _head(res: _Backward) -> str:
     m = res.meta
     call = m.get("call")
     src = "" if not call else f"; call {call['index']} ({call['module'] or 'outermost module'}, {call['dtype']})"
@@ -172,7 +185,7 @@ def _head(res: Attribution) -> str:
     )
 
 
-def backward_table(res: Attribution) -> str:
+def backward_table(res: _Backward) -> str:
     """The console text of a backward :class:`~simfloat.attribution.Attribution`: per tile, kind and op the
     max deviation of dQ, dK, dV relative to max |golden|; then the steps study, if it ran."""
     lines = [_head(res), f"{'tile':>9} {'kind':>9} {'op':>10} {'dq_max':>9} {'dk_max':>9} {'dv_max':>9}"]
@@ -185,7 +198,7 @@ def backward_table(res: Attribution) -> str:
     return "\n".join(lines)
 
 
-def backward_csv(res: Attribution, folder: Path) -> list[Path]:
+def backward_csv(res: _Backward, folder: Path) -> list[Path]:
     """``backward_attribution.csv`` (and ``backward_steps.csv`` with the steps study) in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "backward_attribution.csv"]
@@ -196,13 +209,13 @@ def backward_csv(res: Attribution, folder: Path) -> list[Path]:
     return paths
 
 
-def backward_plot(res: Attribution, path: Path, title: str = "") -> Path:
+def backward_plot(res: _Backward, path: Path, title: str = "") -> Path:
     """The per-op and per-tile figure of a backward result, saved as ``path``."""
-    plt = _pyplot("Attribution.plot")
-    return _save_figure(plt, _attribution_figure(plt, _long(res), title or _head(res)), path, dpi=110)
+    plt = pyplot("Attribution.plot")
+    return save_figure(plt, _attribution_figure(plt, _long(res), title or _head(res)), path, dpi=110)
 
 
-def backward_steps_plot(res: Attribution, path: Path, title: str = "", metric: str = "rel_l1") -> Path:
+def backward_steps_plot(res: _Backward, path: Path, title: str = "", metric: str = "rel_l1") -> Path:
     """The steps study's figure of a backward result (it needs ``steps=True``), saved as ``path``.
 
     Raises:
@@ -210,5 +223,5 @@ def backward_steps_plot(res: Attribution, path: Path, title: str = "", metric: s
     """
     if not len(res.steps):
         raise ValueError("this backward attribution has no steps study: run attribute_backward(..., steps=True)")
-    plt = _pyplot("Attribution.plot_steps")
-    return _save_figure(plt, _steps_figure(plt, res.steps, title or _head(res), metric), path, dpi=110)
+    plt = pyplot("Attribution.plot_steps")
+    return save_figure(plt, _steps_figure(plt, res.steps, title or _head(res), metric), path, dpi=110)

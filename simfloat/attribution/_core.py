@@ -8,7 +8,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,7 @@ from simfloat.attention._inputs import (
 )
 from simfloat.attention.tiling import resolve_tiles
 from simfloat.attribution._estimate import Estimate, estimate_runs
+from simfloat.attribution._extras import need
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
@@ -258,40 +258,13 @@ class _Runner:
         return self.jobs[key]["out"]
 
 
-def _need(module: str, what: str) -> Any:
-    """Import an optional dependency of the analysis extra, or say in one line what to install."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ImportError(f"{what} needs {module}: pip install 'simfloat[analysis]'") from None
-
-
-def _pyplot(what: str) -> Any:
-    """matplotlib.pyplot on the Agg backend (files only), or the ImportError of :func:`_need` naming ``what``."""
-    _need("matplotlib", what).use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
-    """``fig`` laid out, saved as ``path`` (its folder created) at ``dpi`` and closed; returns ``path``."""
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
-
-
 def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """(report(done, total), close) for :meth:`_Runner.run`."""
     if callable(progress):
         return progress, lambda: None
     if not progress:
         return (lambda done, total: None), lambda: None
-    bar = _need("tqdm", "progress=True").tqdm(
+    bar = need("tqdm", "progress=True").tqdm(
         total=total, desc="simfloat attribute", unit="run", file=sys.stderr, leave=False
     )
 
@@ -498,7 +471,7 @@ def attribute(
     Warns:
         InputFormatWarning: inputs that a plan's input format does not hold (they are rounded, see above).
     """
-    pd = _need("pandas", "attribute")  # before any work: the tables are DataFrames
+    pd = need("pandas", "attribute")  # before any work: the tables are DataFrames
     q, k, v, causal, scale, rec = _inputs(q, k, v, causal, scale, call, heads, layout)
     plans = _plans(plan)
     if not (isinstance(progress, bool) or callable(progress)):

@@ -208,9 +208,9 @@ class Attribution:
             return backward_plot(self, Path(path), title or "")
         import numpy as np
 
-        from simfloat.attribution._core import _pyplot, _save_figure
+        from simfloat.attribution._extras import pyplot, save_figure
 
-        plt = _pyplot("Attribution.plot")
+        plt = pyplot("Attribution.plot")
 
         plans = list(self.meta.get("plans", []))
         colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(plans)}
@@ -353,7 +353,7 @@ class Attribution:
                 f"rows evaluated, tiles {m.get('block_m')}x{m.get('block_n')}"
             )
         )
-        return _save_figure(plt, fig, Path(path), dpi=90)
+        return save_figure(plt, fig, Path(path), dpi=90)
 
 
 def _section(title: str, table: Any) -> list[str]:

@@ -72,7 +72,7 @@ def inputs(
     ``outlier``: N(0, 1) + N(0, 100) * Bernoulli(0.001) (FlashAttention-3's FP8 test; N(0, 100) has variance
     100, i.e. standard deviation 10).
     """
-    import simfloat as sf
+    from simfloat.rounding import round as _round
 
     g = np.random.default_rng(seed)
 
@@ -85,7 +85,7 @@ def inputs(
             x = g.standard_normal(shape) + 10.0 * g.standard_normal(shape) * (g.random(shape) < 0.001)
         else:
             raise ValueError(f"unknown distribution {dist!r}; choose normal, uniform or outlier")
-        return sf.round(x, fmt)
+        return _round(x, fmt)
 
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
 
@@ -209,8 +209,8 @@ def _check_analysis() -> None:
 
 
 def _out_dir(path: str) -> Path:
-    """The output folder, created and checked writable before any work (:func:`simfloat.cli.writable_dir`)."""
-    from simfloat.cli import writable_dir
+    """The output folder, created and checked writable before any work (:func:`simfloat._args.writable_dir`)."""
+    from simfloat._args import writable_dir
 
     writable_dir(Path(path), "--out", "output folder")
     return Path(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simfloat.cli import positive_int
+from simfloat._args import positive_int
 
 __all__ = ["add_report", "add_sweep", "run_report", "run_sweep_cli"]
 
