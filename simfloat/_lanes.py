@@ -28,7 +28,7 @@ import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, fma64, ljit
 from simfloat.formats import FloatFormat
-from simfloat.rounding import overflow_value
+from simfloat.rounding import RoundingMode, overflow_value
 
 __all__ = [
     "Lane",
@@ -61,6 +61,7 @@ _B52 = np.uint64(52)
 _ONE = np.uint64(1)
 _EXP_MASK = np.uint64(0x7FF0000000000000)
 _RECIP = np.uint64(2046) << _B52
+_LANE_MODES = frozenset(m for m in RoundingMode if m != RoundingMode.STOCHASTIC)  # the modes with a fast lane
 
 
 class Lane(NamedTuple):
@@ -87,15 +88,16 @@ class Lane(NamedTuple):
 
 
 def lane(fmt: FloatFormat, mode: int) -> Lane:
-    """The :class:`Lane` record of ``fmt`` under rounding ``mode`` (a RoundingMode value)."""
+    """The :class:`Lane` record of ``fmt`` under rounding ``mode`` (a :class:`~simfloat.rounding.RoundingMode` or
+    its value)."""
     p = fmt.params
     m, emin, emax = fmt.mantissa_bits, fmt.emin, fmt.emax
-    native = m == 52 and emin == -1022 and mode == 0 and p.has_inf
+    native = m == 52 and emin == -1022 and mode == RoundingMode.NEAREST_EVEN and p.has_inf
     fast = native or (
         fmt.signed
         and fmt.zero  # unsigned / zero-less formats (block scales) take round_exact's NaN rules
         and m <= 50
-        and mode in (0, 1, 2, 3, 4, 5)
+        and mode in _LANE_MODES
         and emin - m >= -1022
         and m - emin <= 1023
         and emax + 1 - m <= 1023
@@ -128,7 +130,7 @@ def lane(fmt: FloatFormat, mode: int) -> Lane:
         not p.neg_zero,
         bool(
             fast
-            and mode == 0
+            and mode == RoundingMode.NEAREST_EVEN
             and (m, emin, emax) == (23, -126, 127)
             and p.subnormals
             and p.has_inf
@@ -190,12 +192,12 @@ def lround(x, r):
     odd = t0 + sgn if (t0 != y) & (h == np.trunc(h)) else t0  # truncate, then make the last bit 1 if inexact
     mode = r.mode
     t = t0  # toward zero
-    t = np.ceil(y) if mode == 3 else t
-    t = np.floor(y) if mode == 4 else t
-    t = away if mode == 1 else t
-    t = odd if mode == 5 else t
+    t = np.ceil(y) if mode == RoundingMode.UP else t
+    t = np.floor(y) if mode == RoundingMode.DOWN else t
+    t = away if mode == RoundingMode.NEAREST_AWAY else t
+    t = odd if mode == RoundingMode.ODD else t
     v = t * (big * r.two_neg_m)
-    v = t_ne if mode == 0 else v
+    v = t_ne if mode == RoundingMode.NEAREST_EVEN else v
     return _finish(v, x, r)
 
 
@@ -261,8 +263,11 @@ def lround_exact(s, e, r):
 
 @ljit
 def ladd(a, b, r):
-    """round(a + b), one rounding (TwoSum)."""
+    """round(a + b), one rounding (TwoSum). An exact zero sum is +0 but under rounding down, where IEEE 754 makes
+    it -0: there the sum is formed as ``-((-a) + (-b))``, the same value otherwise (round-to-nearest is
+    symmetric), a select rather than a branch."""
     s = a + b
+    s = -((-a) + (-b)) if r.mode == RoundingMode.DOWN else s
     return lround_exact(s, add_tail(a, b, s), r)
 
 

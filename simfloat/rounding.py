@@ -143,7 +143,13 @@ def sticky(s: float, e: float) -> int:
 def overflow_value(neg: bool, p: FormatParams, mode: int) -> float:
     """The value an overflowing result takes: IEEE gives infinity for nearest modes and for directed rounding
     away from zero, the largest finite value otherwise; the format's policy replaces infinity."""
-    to_inf = mode == 0 or mode == 1 or mode == 6 or (mode == 3 and not neg) or (mode == 4 and neg)
+    to_inf = (
+        mode == RoundingMode.NEAREST_EVEN
+        or mode == RoundingMode.NEAREST_AWAY
+        or mode == RoundingMode.STOCHASTIC
+        or (mode == RoundingMode.UP and not neg)
+        or (mode == RoundingMode.DOWN and neg)
+    )
     if to_inf:
         if p.overflow == 0:
             r = np.inf
@@ -154,6 +160,43 @@ def overflow_value(neg: bool, p: FormatParams, mode: int) -> float:
     else:
         r = p.max_value
     return -r if neg else r
+
+
+@jit
+def _round_quick(s: float, exact: bool, p: FormatParams, mode: int) -> tuple[bool, float]:
+    """``(True, s + tail rounded into p)`` where a shortcut gives :func:`round_exact`'s bits, else ``(False, 0)``.
+
+    It applies to nearest-even and toward-zero targets below float64 precision with negative values and zero,
+    ``s`` a normal float64, no overflow, a result that is a code (not an unsigned format's -0), and ``s`` either
+    exact or not itself a midpoint (nearest-even) or point (toward zero) of the target grid. Every point and
+    midpoint of the target grid is then a float64 number (the grid keeps at most 51 bits), so none lies strictly
+    between the exact value and ``s`` (within half a float64 ulp of it): ``s`` rounds like the exact value, by
+    ``rint`` / ``trunc`` of ``s`` scaled to the grid's integers. About 3 ns against 25 for the general path.
+    """
+    if p.mantissa_bits >= 52 or not (p.signed and p.zero):
+        return False, 0.0
+    ex = np.int64((f64_bits(s) >> np.uint64(52)) & np.uint64(0x7FF))
+    if ex == 0 or ex == 0x7FF:
+        return False, 0.0
+    e = max(ex - 1023, p.emin)
+    if ex - 1023 < p.emin and not p.subnormals:
+        return False, 0.0
+    sh = p.mantissa_bits - e  # the grid's quantum is 2**-sh
+    if sh > 1000 or sh < -1000:
+        return False, 0.0
+    y = s * _pow2(sh)  # exact: |y| < 2**52, a normal float64 or (far below the grid) a tiny one
+    if mode == RoundingMode.NEAREST_EVEN:
+        r = np.rint(y)
+        if not exact and abs(y - r) == 0.5:
+            return False, 0.0
+    else:
+        r = np.trunc(y)  # keeps the sign of zero
+        if not exact and r == y:
+            return False, 0.0
+    r = r * _pow2(-sh)
+    if abs(r) > p.max_value or (r == 0.0 and not p.neg_zero):
+        return False, 0.0
+    return True, r
 
 
 @jit
@@ -173,6 +216,10 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
         The rounded value as float64 (exactly representable in the format), NaN for NaN input and for overflow
         or infinity under a NaN policy.
     """
+    if mode == RoundingMode.NEAREST_EVEN or mode == RoundingMode.TOWARD_ZERO:
+        ok, r = _round_quick(s, d == 0, p, mode)
+        if ok:
+            return r
     if s != s:
         return s
     if not (p.signed and p.zero):  # a format without negative values or without zero: NaN for those
@@ -218,21 +265,21 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
         half = _ONE << np.uint64(shift - 1)
         half_cmp = 0 if rem == half else (1 if rem > half else -1)
     if rem != _ZERO:
-        if mode == 0:
+        if mode == RoundingMode.NEAREST_EVEN:
             if half_cmp > 0 or (half_cmp == 0 and (kept & _ONE) == _ONE):
                 kept += _ONE
-        elif mode == 1:
+        elif mode == RoundingMode.NEAREST_AWAY:
             if half_cmp >= 0:
                 kept += _ONE
-        elif mode == 3:
+        elif mode == RoundingMode.UP:
             if not neg:
                 kept += _ONE
-        elif mode == 4:
+        elif mode == RoundingMode.DOWN:
             if neg:
                 kept += _ONE
-        elif mode == 5:
+        elif mode == RoundingMode.ODD:
             kept |= _ONE
-        elif mode == 6:
+        elif mode == RoundingMode.STOCHASTIC:
             # P(up) = rem / 2**shift, compared against 64 uniform bits; resolution 2**-64.
             if shift <= 64:
                 thr = rem << np.uint64(64 - shift)
@@ -244,7 +291,7 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
                 thr = _ZERO
             if rbits < thr:
                 kept += _ONE
-        # mode 2 (toward zero): truncation, nothing to add
+        # toward zero: truncation, nothing to add
     r: float = np.float64(kept) * _pow2(q)  # kept <= 2**53 and the product is representable: exact
     if r > p.max_value:
         return overflow_value(neg, p, mode)
@@ -284,9 +331,10 @@ _CHUNK = 65536  # elements per parallel task; results never depend on it
 def _round_chunk_exact(x, out, lo, p, mode, seed):
     """Elements lo.. of the flat input through :func:`round_exact` (stochastic rounding, and formats the bit
     kernel below does not cover); the stochastic bits are indexed by the flat position."""
-    if mode == 6:
+    if mode == RoundingMode.STOCHASTIC:
         for i in range(x.size):
-            out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, 6, rand_bits(seed, np.uint64(lo + i))))
+            rb = rand_bits(seed, np.uint64(lo + i))
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, RoundingMode.STOCHASTIC, rb))
     else:
         for i in range(x.size):
             out[i] = quiet_nan(round_exact(np.float64(x[i]), 0, p, mode, _ZERO))

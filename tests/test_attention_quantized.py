@@ -26,9 +26,7 @@ from simfloat.attention import (
     smooth_keys,
     smooth_queries,
 )
-from simfloat.attention import _kernels as K
 from simfloat.attention import _quant_kernels as QK
-from simfloat.attention.plan import OpParams
 from simfloat.formats import format as sformat
 from simfloat.trace import Tracer
 
@@ -261,35 +259,35 @@ def test_block_dot_fast_path_equals_dot_acc():
                 assert np.isfinite(got) and got == dot_acc(a[i, r], b[i, r], c, ap)
 
 
-def test_fast_scalar_ops_equal_general_ops():
+def test_the_rounding_shortcut_equals_the_exact_rounding():
+    """round_exact's shortcut (nearest-even / toward-zero: rint / trunc of the value scaled to the grid, once the
+    quantized kernels' own fast paths) gives the oracle's bits on grid midpoints and products landing on them."""
+    from fractions import Fraction
+
+    from oracle import round_ref
+
+    from simfloat.rounding import _round_quick
+
     rng = np.random.default_rng(11)
     x, y = (rng.standard_normal(4000) * np.exp2(rng.integers(-20, 20, 4000)) for _ in range(2))
     x, y = (z.astype(np.float32).astype(np.float64) for z in (x, y))
-    # values on fp16 grid midpoints and products landing on them
     mid = (np.arange(2048, 4096, dtype=np.float64) + 0.5) * 2.0**-10
-    x = np.concatenate([x, mid, mid * 3, np.ldexp(mid, -20), [0.0, -0.0, 1e-45, 65520.0, 7e4]])
-    y = np.concatenate([y, np.ones(len(mid)), np.full(len(mid), 1 / 3), np.ones(len(mid)), [1.0, 2.0, 1.0, 1.0, 1.0]])
-    for fname, mode in (
-        ("float16", 0),
-        ("float32", 0),
-        ("bfloat16", 0),
-        ("float8_e4m3fn", 0),
-        ("float16", 2),
-        ("float32", 2),
-    ):
-        o = OpParams(sformat(fname).params, mode)
-
-        def same(u, w):
-            return u == w or (np.isnan(u) and np.isnan(w))
-
-        for i in range(len(x)):
-            a, b = x[i], y[i]
-            assert same(QK.frnd(a, o), K.rnd(a, o))
-            assert same(QK.fmul(a, b, o), K.mul(a, b, o))
-            assert same(QK.fadd(a, b, o), K.add(a, b, o))
-            assert same(QK.ffma(a, b, 0.5, o), K.fma(a, b, 0.5, o))
-            if b != 0.0:
-                assert same(QK.fdiv(a, b, o), K.div(a, b, o))
+    x = np.concatenate([x, mid, mid * 3, np.ldexp(mid, -20), [0.0, -0.0, 1e-45, -1e-45, 65520.0, 7e4]])
+    y = np.concatenate(
+        [y, np.ones(len(mid)), np.full(len(mid), 1 / 3), np.ones(len(mid)), [1.0, 2.0, 1.0, 1.0, 1.0, 1.0]]
+    )
+    names = {0: "nearest_even", 2: "toward_zero"}
+    taken = 0
+    for fname, mode in (("float16", 0), ("float32", 0), ("bfloat16", 0), ("float8_e4m3fn", 0), ("float16", 2)):
+        f = sformat(fname)
+        for a, b in zip(x, y, strict=True):
+            for s, exact in ((a, True), (a * b, Fraction(a) * Fraction(b))):
+                ok, r = _round_quick(s, exact is True or Fraction(s) == exact, f.params, mode)
+                if ok:
+                    taken += 1
+                    want = round_ref(exact if exact is not True else s, f, names[mode])
+                    assert r == want and np.signbit(r) == np.signbit(want), (fname, mode, a, b, r, want)
+    assert taken > 10000
 
 
 # --- tracing and attribution -----------------------------------------------------------------------------

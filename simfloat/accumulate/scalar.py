@@ -1,5 +1,8 @@
 """The scalar dot products of every accumulation model: one output at a time, one rounding at a time.
 
+Each IEEE step (a fused or a rounded multiply-add, a chunk added to the outer sum) is the arithmetic floor's
+(:mod:`simfloat.ops._scalar`); the tensor-core block steps align and truncate as the hardware does.
+
 :func:`dot_acc` (and :func:`dot_scaled_acc` for block-scaled MMAs) is the reference every vector row kernel
 (:mod:`simfloat.accumulate._rows`) is tested against bit for bit.
 """
@@ -10,10 +13,10 @@ import math
 
 import numpy as np
 
-from simfloat._jit import f64_bits, fma64, jit
+from simfloat._jit import f64_bits, jit
 from simfloat.accumulate.models import _ZERO, AccParams
-from simfloat.formats import FormatParams
-from simfloat.rounding import round_exact, round_scalar, sticky
+from simfloat.ops._scalar import add_scalar, fma_scalar
+from simfloat.rounding import round_scalar
 
 __all__ = ["dot_acc", "dot_scaled_acc"]
 
@@ -23,35 +26,6 @@ def _two_sum(a: float, b: float) -> tuple[float, float]:
     s = a + b
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
-
-
-@jit
-def _fused_step(c: float, a: float, b: float, p: FormatParams, mode: int) -> float:
-    """round(c + a*b) with one rounding of the exact value."""
-    prod = a * b
-    if prod - prod != 0.0 or c - c != 0.0:  # inf/nan: IEEE propagation
-        return round_scalar(c + prod, p, mode, _ZERO)
-    perr = fma64(a, b, -prod)  # exact: a*b = prod + perr
-    s, e = _two_sum(c, prod)
-    if perr == 0.0:  # always the case for operands of <= 26 significant bits (every low-precision format)
-        return round_exact(s, sticky(s, e), p, mode, _ZERO)
-    # Wide operands: exact value s + e + perr. Fold the two small terms into one float t rounded to odd, so t
-    # keeps a sticky last bit, then split s + t again; the residual T - t only matters where e2 is 0 or a tie.
-    t, tt = _two_sum(e, perr)
-    if tt != 0.0 and (f64_bits(t) & np.uint64(1)) == _ZERO:
-        t = np.nextafter(t, np.inf if tt > 0.0 else -np.inf)
-        tt = 1.0 if tt > 0.0 else -1.0
-    s2, e2 = _two_sum(s, t)
-    d = sticky(s2, e2)
-    if tt != 0.0:
-        if d == 0:
-            d = 1 if tt > 0.0 else -1
-        elif abs(d) == 2 and (tt > 0.0) != (e2 > 0.0):
-            d = 1 if e2 > 0.0 else -1  # just inside the half-ulp point
-        elif abs(d) == 2:  # just beyond it: re-anchor on the neighbour, the tail now points back
-            s2 = np.nextafter(s2, np.inf if e2 > 0.0 else -np.inf)
-            d = -1 if e2 > 0.0 else 1
-    return round_exact(s2, d, p, mode, _ZERO)
 
 
 @jit
@@ -211,10 +185,9 @@ def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:
             bk = _opnd(b[k], ap)
             if ap.round_products:
                 prod = round_scalar(ak * bk, ap.prod_p, ap.acc_mode, _ZERO)
-                s, e = _two_sum(c, prod)
-                c = round_exact(s, sticky(s, e), ap.acc_p, ap.acc_mode, _ZERO)
+                c = add_scalar(c, prod, ap.acc_p, ap.acc_mode, _ZERO)
             else:
-                c = _fused_step(c, ak, bk, ap.acc_p, ap.acc_mode)
+                c = fma_scalar(ak, bk, c, ap.acc_p, ap.acc_mode, _ZERO)
         return c
     k = lo
     while k < hi:
@@ -247,7 +220,6 @@ def dot_acc(a: np.ndarray, b: np.ndarray, c: float, ap: AccParams) -> float:
     while lo < n:
         hi = min(n, lo + size)
         part = _accumulate(a, b, 0.0, lo, hi, ap)
-        s, e = _two_sum(c, part)
-        c = round_exact(s, sticky(s, e), ap.outer_p, ap.outer_mode, _ZERO)
+        c = add_scalar(c, part, ap.outer_p, ap.outer_mode, _ZERO)
         lo = hi
     return c

@@ -1,11 +1,12 @@
 """Scalar njit operations for the attention kernels: each rounds its exact result once into an op's format.
 
-Every function takes the op as an :class:`~simfloat.attention.plan.OpParams` (format parameters + mode).
-Sums, products, quotients and FMAs are exact before the one rounding (error-free transformations and
-:func:`~simfloat.rounding.sticky`); exp/exp2 round libm's float64 value (within about half a float64 ulp
-of the true value), so the result is the correctly rounded one except when that value lies within a float64
-ulp of a rounding boundary of the target format (probability ~2**-29 for fp32; float64 targets get libm's
-value). ``-inf`` is never passed here: the kernels treat it as the "no key seen yet" sentinel.
+Every function takes the op as an :class:`~simfloat.attention.plan.OpParams` (format parameters + mode). The
+arithmetic is the floor's (:mod:`simfloat.ops._scalar`: exact before the one rounding, IEEE 754's special values
+and signs of zero, every float64 operand); these are its workers with the op's format and mode filled in.
+exp/exp2 round libm's float64 value (within about half a float64 ulp of the true value), so the result is the
+correctly rounded one except when that value lies within a float64 ulp of a rounding boundary of the target
+format (probability ~2**-29 for fp32; float64 targets get libm's value). ``-inf`` is never passed here: the
+kernels treat it as the "no key seen yet" sentinel.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import math
 
 import numpy as np
 
-from simfloat._jit import fma64, jit
-from simfloat.accumulate.scalar import _fused_step
+from simfloat._jit import jit
 from simfloat.hardware import ex2_approx_f32, mma_tree_sum
-from simfloat.rounding import round_exact, sticky
+from simfloat.ops._scalar import add_scalar, div_scalar, fma_scalar, mul_scalar, sub_scalar
+from simfloat.rounding import round_exact
 
 __all__ = ["add", "div", "dot64", "exp", "exp2", "exp2_hw", "fma", "fmax", "mul", "rnd", "row_sum", "sub"]
 
@@ -33,44 +34,31 @@ def rnd(x, o):
 @jit
 def add(a, b, o):
     """round(a + b)."""
-    s = a + b
-    if s - s != 0.0:  # inf/NaN
-        return rnd(s, o)
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    return round_exact(s, sticky(s, e), o.p, o.mode, _Z)
+    return add_scalar(a, b, o.p, o.mode, _Z)
 
 
 @jit
 def sub(a, b, o):
     """round(a - b)."""
-    return add(a, -b, o)
+    return sub_scalar(a, b, o.p, o.mode, _Z)
 
 
 @jit
 def mul(a, b, o):
     """round(a * b)."""
-    r = a * b
-    if r - r != 0.0 or r == 0.0:
-        return rnd(r, o)
-    return round_exact(r, sticky(r, fma64(a, b, -r)), o.p, o.mode, _Z)
+    return mul_scalar(a, b, o.p, o.mode, _Z)
 
 
 @jit
 def div(a, b, o):
-    """round(a / b): the residual a - r*b is exact, its sign (times b's) is the tail's sign; never a tie."""
-    r = a / b
-    if r - r != 0.0 or r == 0.0:
-        return rnd(r, o)
-    res = fma64(-r, b, a)
-    d = 0 if res == 0.0 else (1 if (res > 0.0) == (b > 0.0) else -1)
-    return round_exact(r, d, o.p, o.mode, _Z)
+    """round(a / b)."""
+    return div_scalar(a, b, o.p, o.mode, _Z)
 
 
 @jit
 def fma(a, b, c, o):
     """round(a * b + c), one rounding."""
-    return _fused_step(c, a, b, o.p, o.mode)
+    return fma_scalar(a, b, c, o.p, o.mode, _Z)
 
 
 @jit

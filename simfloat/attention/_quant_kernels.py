@@ -24,17 +24,52 @@ import numpy as np
 from simfloat._jit import bits_f64, f64_bits, fma64, jit
 from simfloat.accumulate.models import AccParams
 from simfloat.accumulate.scalar import _accumulate, _exponent, dot_acc, dot_scaled_acc, product_exponent
-from simfloat.attention._kernels import add, div, dot64, fma, fmax, mul, rnd
+from simfloat.attention._kernels import add, div, dot64, exp, exp2, fma, fmax, mul, rnd, sub
 from simfloat.attention.plan import OpParams
 from simfloat.rounding import round_scalar
-from simfloat.trace import record
+from simfloat.trace import STATES, record
 
-__all__ = ["QParams", "block_p_codes", "dot3", "fixed_codes", "p_quant", "quant_elems", "scales_from_amax", "units"]
+__all__ = [
+    "QUANT_OPS",
+    "QParams",
+    "block_p_codes",
+    "dot3",
+    "fixed_codes",
+    "p_quant",
+    "quant_elems",
+    "scales_from_amax",
+    "units",
+]
 
 _NINF = -np.inf
 _Z = np.uint64(0)
 
-# op indices (QUANT_OPS order in quant_plan.py) and state indices (simfloat.trace.STATES)
+#: Ops of a :class:`~simfloat.attention.quant_plan.QuantPlan`, in kernel order (the tracer's op names; defined here,
+#: beside the kernels that index by them, and re-exported by quant_plan).
+QUANT_OPS = (
+    "rotate",
+    "k_smooth",
+    "q_smooth",
+    "q_delta",
+    "q_quant",
+    "k_quant",
+    "v_quant",
+    "qk",
+    "dequant",
+    "scale",
+    "exp",
+    "m_i",
+    "alpha",
+    "l_i",
+    "acc",
+    "p_quant",
+    "pv",
+    "pv_dequant",
+    "normalize",
+    "out",
+)
+# op indices (positions in QUANT_OPS: each constant is its op's name in capitals) and state indices (in
+# simfloat.trace.STATES), looked up by name
 (
     ROTATE,
     K_SMOOTH,
@@ -56,8 +91,32 @@ _Z = np.uint64(0)
     PV_DEQUANT,
     NORMALIZE,
     OUT,
-) = range(20)
-S_M, S_L, S_ACC, S_OUT = range(4)
+) = (
+    QUANT_OPS.index(n)
+    for n in (
+        "rotate",
+        "k_smooth",
+        "q_smooth",
+        "q_delta",
+        "q_quant",
+        "k_quant",
+        "v_quant",
+        "qk",
+        "dequant",
+        "scale",
+        "exp",
+        "m_i",
+        "alpha",
+        "l_i",
+        "acc",
+        "p_quant",
+        "pv",
+        "pv_dequant",
+        "normalize",
+        "out",
+    )
+)
+S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
 
 # dot kinds (DOT_SCALED: a block-scaled MMA model on codes and per-element block scales)
 DOT_INT, DOT_BLOCK, DOT_GENERIC, DOT_F64, DOT_SCALED = range(5)
@@ -114,126 +173,14 @@ class QParams(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# fast paths of the scalar ops
+# dots
 # ---------------------------------------------------------------------------------------------------------
-# _kernels' ops round the exact result through the general round_exact (~25 ns). The versions below take a
-# shortcut (~3 ns) where it provably gives the same bits: round-to-nearest-even or toward-zero targets below
-# float64 precision, normal float64 values, no overflow, and the float64 result either exact or (nearest
-# only) not on a midpoint of the target grid. A float64 value that is not a midpoint rounds like the exact
-# value it approximates: every grid point and midpoint of the target is a float64 number, so no such point
-# lies strictly between the exact value and its float64 rounding. Everything else goes to the general ops.
 
 
 @jit
 def _pow2(k):
     """2**k for |k| <= 1000 (exact, from bits)."""
     return bits_f64(np.uint64(k + 1023) << np.uint64(52))
-
-
-@jit
-def _grid(x, p, mode, exact):
-    """(ok, x rounded into format p) by the shortcut, ok False where it does not apply."""
-    m = p.mantissa_bits
-    if m >= 52 or (mode != 0 and mode != 2):
-        return False, 0.0
-    ex = np.int64((f64_bits(x) >> np.uint64(52)) & np.uint64(0x7FF))
-    if ex == 0 or ex == 0x7FF:
-        return False, 0.0
-    e = ex - 1023
-    if e < p.emin:
-        if not p.subnormals:
-            return False, 0.0
-        e = p.emin
-    sh = m - e
-    if sh > 1000 or sh < -1000:
-        return False, 0.0
-    y = x * _pow2(sh)
-    if mode == 0:
-        r = np.rint(y)
-        if not exact and abs(y - r) == 0.5:
-            return False, 0.0
-    else:
-        r = float(math.trunc(y))
-        if not exact and r == y:
-            return False, 0.0
-    r = r * _pow2(-sh)
-    if abs(r) > p.max_value or (r == 0.0 and not p.neg_zero):
-        return False, 0.0
-    return True, r
-
-
-@jit
-def frnd(x, o):
-    """_kernels.rnd."""
-    ok, r = _grid(x, o.p, o.mode, True)
-    return r if ok else rnd(x, o)
-
-
-@jit
-def fmul(a, b, o):
-    """_kernels.mul."""
-    r0 = a * b
-    ok, r = _grid(r0, o.p, o.mode, fma64(a, b, -r0) == 0.0)
-    return r if ok else mul(a, b, o)
-
-
-@jit
-def fdiv(a, b, o):
-    """_kernels.div."""
-    r0 = a / b
-    ok, r = _grid(r0, o.p, o.mode, fma64(-r0, b, a) == 0.0)
-    return r if ok else div(a, b, o)
-
-
-@jit
-def fadd(a, b, o):
-    """_kernels.add."""
-    s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    ok, r = _grid(s, o.p, o.mode, e == 0.0)
-    return r if ok else add(a, b, o)
-
-
-@jit
-def fsub(a, b, o):
-    """_kernels.sub."""
-    return fadd(a, -b, o)
-
-
-@jit
-def ffma(a, b, c, o):
-    """_kernels.fma."""
-    p = a * b
-    if fma64(a, b, -p) == 0.0:
-        s = p + c
-        bb = s - p
-        e = (p - (s - bb)) + (c - bb)
-        ok, r = _grid(s, o.p, o.mode, e == 0.0)
-        if ok:
-            return r
-    return fma(a, b, c, o)
-
-
-@jit
-def fexp2(x, o):
-    """_kernels.exp2 (libm's value rounded as if exact)."""
-    y = math.exp2(x)
-    ok, r = _grid(y, o.p, o.mode, True)
-    return r if ok else rnd(y, o)
-
-
-@jit
-def fexp(x, o):
-    """_kernels.exp."""
-    y = math.exp(x)
-    ok, r = _grid(y, o.p, o.mode, True)
-    return r if ok else rnd(y, o)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# dots
-# ---------------------------------------------------------------------------------------------------------
 
 
 @jit
@@ -285,8 +232,7 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):
                 c = 0.0
             else:
                 val = np.float64(total) * _pow2(q)
-                ok, r = _grid(val, ap.acc_p, ap.acc_mode, True)
-                c = r if ok else round_scalar(val, ap.acc_p, ap.acc_mode, _Z)
+                c = round_scalar(val, ap.acc_p, ap.acc_mode, _Z)
         lo = hi
     return c
 
@@ -341,20 +287,20 @@ def quant_elems(x, scale, codes, kind, arith, code_op, qmax, rule):
     (with qmax <= 0: no clamp, the cast's own overflow policy)."""
     for e in range(x.shape[0]):
         xe = x[e]
-        y = fdiv(xe, scale[e], arith)
+        y = div(xe, scale[e], arith)
         if kind == K_INT:
             codes[e] = _int_code(y, qmax, rule)
         else:
             if qmax > 0.0:
                 y = min(max(y, -qmax), qmax)
-            codes[e] = frnd(y, code_op)
+            codes[e] = rnd(y, code_op)
 
 
 @jit
 def scales_from_amax(amax, out, qmax, arith):
     """``arith(amax / qmax)``, 1.0 for an all-zero group (the kernels' Q3 / F2)."""
     for g in range(amax.shape[0]):
-        out[g] = 1.0 if amax[g] == 0.0 else fdiv(amax[g], qmax, arith)
+        out[g] = 1.0 if amax[g] == 0.0 else div(amax[g], qmax, arith)
 
 
 @jit
@@ -364,19 +310,19 @@ def p_quant(p, pp):
     K_FLOAT: ``code(p)``; K_FFLOAT: ``code(clamp(arith(t * qmax), +-qmax))``; K_NONE: p."""
     if pp.p_kind == K_NONE:
         return p
-    t = frnd(p, pp.p_pre_op) if pp.p_pre else p
+    t = rnd(p, pp.p_pre_op) if pp.p_pre else p
     if pp.p_kind == K_FLOAT:
-        return frnd(t, pp.p_code)
+        return rnd(t, pp.p_code)
     if pp.p_kind == K_FFLOAT:
         return _float_code(t, pp.p_qmax, pp.p_arith, pp.p_code)
     if pp.p_rule == R_HALF_UP or pp.p_rule == R_HALF_UP_UNFUSED:
         if pp.p_rule == R_HALF_UP:
-            y = ffma(t, pp.p_qmax, 0.5, pp.p_arith)
+            y = fma(t, pp.p_qmax, 0.5, pp.p_arith)
         else:  # the reference code as written: (p * 127) + 0.5, two roundings
-            y = fadd(fmul(t, pp.p_qmax, pp.p_arith), 0.5, pp.p_arith)
+            y = add(mul(t, pp.p_qmax, pp.p_arith), 0.5, pp.p_arith)
         r = float(math.trunc(y))
         return min(max(r, -pp.p_qmax), pp.p_qmax)
-    return _int_code(fmul(t, pp.p_qmax, pp.p_arith), pp.p_qmax, pp.p_rule)
+    return _int_code(mul(t, pp.p_qmax, pp.p_arith), pp.p_qmax, pp.p_rule)
 
 
 @jit
@@ -384,18 +330,18 @@ def fixed_codes(x, codes, arith, qmax, rule):
     """Fixed-scale integer codes (scale 1/qmax) of the flat array x, as :func:`p_quant` computes them."""
     for e in range(x.shape[0]):
         if rule == R_HALF_UP:
-            codes[e] = min(max(float(math.trunc(ffma(x[e], qmax, 0.5, arith))), -qmax), qmax)
+            codes[e] = min(max(float(math.trunc(fma(x[e], qmax, 0.5, arith))), -qmax), qmax)
         elif rule == R_HALF_UP_UNFUSED:
-            y = fadd(fmul(x[e], qmax, arith), 0.5, arith)
+            y = add(mul(x[e], qmax, arith), 0.5, arith)
             codes[e] = min(max(float(math.trunc(y)), -qmax), qmax)
         else:
-            codes[e] = _int_code(fmul(x[e], qmax, arith), qmax, rule)
+            codes[e] = _int_code(mul(x[e], qmax, arith), qmax, rule)
 
 
 @jit
 def _float_code(t, qmax, arith, code_op):
     """A fixed-scale float code: ``code_op(clamp(arith(t * qmax), +-qmax))``."""
-    return frnd(min(max(fmul(t, qmax, arith), -qmax), qmax), code_op)
+    return rnd(min(max(mul(t, qmax, arith), -qmax), qmax), code_op)
 
 
 @jit
@@ -421,9 +367,9 @@ def block_p_codes(p, n, codes, scales, pp):
         for j in range(n):
             pmax = max(pmax, abs(p[j]))
         if pmax != 0.0:
-            s1 = fdiv(pmax, pp.p_qmax, pp.p_arith)
+            s1 = div(pmax, pp.p_qmax, pp.p_arith)
     for j in range(n):
-        codes[j] = fdiv(p[j], s1, pp.p_arith) if pp.p_two_level else p[j]
+        codes[j] = div(p[j], s1, pp.p_arith) if pp.p_two_level else p[j]
     for j in range(n, codes.shape[0]):
         codes[j] = 0.0
     g = pp.p_block
@@ -520,7 +466,7 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
     nv = max(0, jv - j0)
     sscale = qss
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
-        sscale = fmul(qss, ks[b, j0], pp.scale)
+        sscale = mul(qss, ks[b, j0], pp.scale)
         if tr is not None:
             record(tr[0], b, t, jt, SCALE, sscale - qss * ks[b, j0], qss * ks[b, j0])
     smax = _NINF
@@ -531,14 +477,14 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
             ex = c0 + _sdot64(qc, b, i, qb, kc, b, j0 + jj, kb, pp.qk_kind == DOT_SCALED)
             record(tr[0], b, t, jt, QK, x - ex, ex)
         if not pp.folded:
-            y = fmul(x, qs[b, i], pp.dequant)
-            z = fmul(y, ks[b, j0 + jj], pp.dequant)
+            y = mul(x, qs[b, i], pp.dequant)
+            z = mul(y, ks[b, j0 + jj], pp.dequant)
             if tr is not None:
                 record(tr[0], b, t, jt, DEQUANT, y - x * qs[b, i], x * qs[b, i])
                 record(tr[0], b, t, jt, DEQUANT, z - y * ks[b, j0 + jj], y * ks[b, j0 + jj])
             x = z
             if pp.delta_mode == DELTA_SCORES:  # Q smoothing's correction on the dequantized score
-                y = fadd(x, ds[b, t, j0 + jj], pp.dequant)
+                y = add(x, ds[b, t, j0 + jj], pp.dequant)
                 if tr is not None:
                     record(tr[0], b, t, jt, DEQUANT, y - (x + ds[b, t, j0 + jj]), x + ds[b, t, j0 + jj])
                 x = y
@@ -546,43 +492,43 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
         smax = fmax(smax, x)
     m_new = m_i  # T7 / T5
     if smax != _NINF:
-        mx = fmul(smax, sscale, pp.scale)
+        mx = mul(smax, sscale, pp.scale)
         if tr is not None:
             record(tr[0], b, t, jt, SCALE, mx - smax * sscale, smax * sscale)
         m_new = fmax(m_i, mx)
         if m_new != m_i:
-            y = frnd(m_new, pp.m_i)
+            y = rnd(m_new, pp.m_i)
             if tr is not None:
                 record(tr[0], b, t, jt, M_I, y - m_new, m_new)
             m_new = y
     m_sub = 0.0 if m_new == _NINF else m_new
     m_x = m_sub  # the shift in P's exponent
     if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
-        m_x = fsub(m_sub, pp.p_shift, pp.scale)
+        m_x = sub(m_sub, pp.p_shift, pp.scale)
         if tr is not None:
             record(tr[0], b, t, jt, SCALE, m_x - (m_sub - pp.p_shift), m_sub - pp.p_shift)
     for jj in range(nv):  # T9, T10 / T7, T8
         sj = s[jj]
         if pp.contract:
-            x = ffma(sj, sscale, -m_x, pp.scale)
+            x = fma(sj, sscale, -m_x, pp.scale)
             if tr is not None:
                 ex = fma64(sj, sscale, -m_x)
                 record(tr[0], b, t, jt, SCALE, x - ex, ex)
         else:
-            y = fmul(sj, sscale, pp.scale)
-            x = fsub(y, m_x, pp.scale)
+            y = mul(sj, sscale, pp.scale)
+            x = sub(y, m_x, pp.scale)
             if tr is not None:
                 record(tr[0], b, t, jt, SCALE, y - sj * sscale, sj * sscale)
                 record(tr[0], b, t, jt, SCALE, x - (y - m_x), y - m_x)
-        pj = fexp2(x, pp.exp) if pp.exp2 else fexp(x, pp.exp)
+        pj = exp2(x, pp.exp) if pp.exp2 else exp(x, pp.exp)
         if tr is not None:
             ex = _ex(x, pp)
             record(tr[0], b, t, jt, EXP, pj - ex, ex)
         p[jj] = pj
     alpha = 0.0  # T11 / T9
     if m_i != _NINF:
-        dm = fsub(m_i, m_sub, pp.alpha)
-        alpha = fexp2(dm, pp.alpha) if pp.exp2 else fexp(dm, pp.alpha)
+        dm = sub(m_i, m_sub, pp.alpha)
+        alpha = exp2(dm, pp.alpha) if pp.exp2 else exp(dm, pp.alpha)
         if tr is not None:
             record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
             record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))
@@ -609,24 +555,24 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
         isum = 0.0
         for jj in range(nv):
             isum += pc[jj]  # exact: integers < 2**53
-        l_ij = fdiv(isum, pp.p_qmax, pp.l_i)
+        l_ij = div(isum, pp.p_qmax, pp.l_i)
         if tr is not None:
             record(tr[0], b, t, jt, L_I, l_ij - isum / pp.p_qmax, isum / pp.p_qmax)
     else:
         src = pc if pp.consistent else p
         for jj in range(nv):
-            y = fadd(l_ij, src[jj], pp.l_i)
+            y = add(l_ij, src[jj], pp.l_i)
             if tr is not None:
                 record(tr[0], b, t, jt, L_I, y - (l_ij + src[jj]), l_ij + src[jj])
             l_ij = y
     if pp.contract:  # T16
-        l_new = ffma(l_i, alpha, l_ij, pp.l_i)
+        l_new = fma(l_i, alpha, l_ij, pp.l_i)
         if tr is not None:
             ex = fma64(l_i, alpha, l_ij)
             record(tr[0], b, t, jt, L_I, l_new - ex, ex)
     else:
-        y = fmul(l_i, alpha, pp.l_i)
-        l_new = fadd(y, l_ij, pp.l_i)
+        y = mul(l_i, alpha, pp.l_i)
+        l_new = add(y, l_ij, pp.l_i)
         if tr is not None:
             record(tr[0], b, t, jt, L_I, y - l_i * alpha, l_i * alpha)
             record(tr[0], b, t, jt, L_I, l_new - (y + l_ij), y + l_ij)
@@ -637,48 +583,48 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
                 ex = _sdot64(pc3, 0, 0, psc3, vt, vrow, d, vb, pp.pv_kind == DOT_SCALED)
                 record(tr[0], b, t, jt, PV, pv - ex, ex)
             if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale folded back
-                y = fmul(pv, s1, pp.pv_dequant)
+                y = mul(pv, s1, pp.pv_dequant)
                 if tr is not None:
                     record(tr[0], b, t, jt, PV_DEQUANT, y - pv * s1, pv * s1)
                 pv = y
             if pp.contract:
-                a = ffma(acc[d], alpha, pv, pp.acc)
+                a = fma(acc[d], alpha, pv, pp.acc)
                 if tr is not None:
                     ex = fma64(acc[d], alpha, pv)
                     record(tr[0], b, t, jt, ACC, a - ex, ex)
             else:
-                a0 = fmul(acc[d], alpha, pp.acc)
-                a = fadd(a0, pv, pp.acc)
+                a0 = mul(acc[d], alpha, pp.acc)
+                a = add(a0, pv, pp.acc)
                 if tr is not None:
                     record(tr[0], b, t, jt, ACC, a0 - acc[d] * alpha, acc[d] * alpha)
                     record(tr[0], b, t, jt, ACC, a - (a0 + pv), a0 + pv)
             acc[d] = a
         elif pp.pv_mode == PV_SEPARATE:
             pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
-            y = fmul(pv, vs[b, jt, d], pp.pv_dequant)
+            y = mul(pv, vs[b, jt, d], pp.pv_dequant)
             if tr is not None:
                 ex = dot64(pc, vt[vrow, d], 0.0)
                 record(tr[0], b, t, jt, PV, pv - ex, ex)
                 record(tr[0], b, t, jt, PV_DEQUANT, y - pv * vs[b, jt, d], pv * vs[b, jt, d])
             if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
-                z = fdiv(y, pp.p_qmax, pp.pv_dequant)
+                z = div(y, pp.p_qmax, pp.pv_dequant)
                 if tr is not None:
                     record(tr[0], b, t, jt, PV_DEQUANT, z - y / pp.p_qmax, y / pp.p_qmax)
                 y = z
             if pp.contract:
-                a = ffma(acc[d], alpha, y, pp.acc)
+                a = fma(acc[d], alpha, y, pp.acc)
                 if tr is not None:
                     ex = fma64(acc[d], alpha, y)
                     record(tr[0], b, t, jt, ACC, a - ex, ex)
             else:
-                a0 = fmul(acc[d], alpha, pp.acc)
-                a = fadd(a0, y, pp.acc)
+                a0 = mul(acc[d], alpha, pp.acc)
+                a = add(a0, y, pp.acc)
                 if tr is not None:
                     record(tr[0], b, t, jt, ACC, a0 - acc[d] * alpha, acc[d] * alpha)
                     record(tr[0], b, t, jt, ACC, a - (a0 + y), a0 + y)
             acc[d] = a
         else:
-            a0 = fmul(acc[d], alpha, pp.acc)
+            a0 = mul(acc[d], alpha, pp.acc)
             if tr is not None:
                 record(tr[0], b, t, jt, ACC, a0 - acc[d] * alpha, acc[d] * alpha)
             if pp.pv_mode == PV_INTO_ACC:
@@ -688,7 +634,7 @@ def _tile(b, t, i, jt, m_i, l_i, qss, acc, s, p, pc, pc3, psc, psc3, qc, qs, qb,
                     record(tr[0], b, t, jt, PV, a - ex, ex)
             else:
                 pv = dot3(pc3, 0, 0, vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
-                a = ffma(pv, vs[b, jt, d], a0, pp.pv_dequant)
+                a = fma(pv, vs[b, jt, d], a0, pp.pv_dequant)
                 if tr is not None:
                     ex = dot64(pc, vt[vrow, d], 0.0)
                     record(tr[0], b, t, jt, PV, pv - ex, ex)
@@ -725,7 +671,7 @@ def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, ds, out, m_out, l_out, pp,
         for i in range(t * bm, min(seq_q, (t + 1) * bm)):
             qss = pp.qk_scale
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
-                qss = fmul(pp.qk_scale, qs[b, i], pp.scale)
+                qss = mul(pp.qk_scale, qs[b, i], pp.scale)
                 if tr is not None:
                     record(tr[0], b, t, 0, SCALE, qss - pp.qk_scale * qs[b, i], pp.qk_scale * qs[b, i])
             m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
@@ -746,17 +692,17 @@ def units(lo, hi, qc, qs, qb, kc, ks, kb, vt, vs, vb, ds, out, m_out, l_out, pp,
             for d in range(dv):
                 a = acc[d]
                 if epi:  # FP8 per-tensor E1 / two-level: V's descale once (then P's fixed scale)
-                    y = fmul(a, vs[b, 0, d], pp.pv_dequant)
+                    y = mul(a, vs[b, 0, d], pp.pv_dequant)
                     if tr is not None:
                         record(tr[0], b, t, n_kv_all, PV_DEQUANT, y - a * vs[b, 0, d], a * vs[b, 0, d])
                     a = y
                     if p_fixed:
-                        y = fdiv(a, pp.p_qmax, pp.pv_dequant)
+                        y = div(a, pp.p_qmax, pp.pv_dequant)
                         if tr is not None:
                             record(tr[0], b, t, n_kv_all, PV_DEQUANT, y - a / pp.p_qmax, a / pp.p_qmax)
                         a = y
-                o = fdiv(a, l_div, pp.normalize)
-                y = frnd(o, pp.out)
+                o = div(a, l_div, pp.normalize)
+                y = rnd(o, pp.out)
                 out[b, i, d] = y
                 if tr is not None:
                     record(tr[0], b, t, n_kv_all, NORMALIZE, o - a / l_div, a / l_div)

@@ -73,8 +73,12 @@ __all__ = ["BACKWARD_STATES", "TRACED_BACKWARD_OPS", "baseline_backward", "flash
 TRACED_BACKWARD_OPS = tuple(op for op in FLASH_BACKWARD_OPS if op != "lse")
 #: the accumulators whose drift from the float64 shadow a traced :func:`flash_backward` records
 BACKWARD_STATES = ("dq", "dk", "dv")
-B_DELTA, B_QK, B_SCALE, B_EXP, B_P, B_DV, B_DP, B_DS, B_DS_CAST, B_DK, B_DQ, B_GRAD_SCALE, B_GRAD = range(13)
-S_DQ, S_DK, S_DV = range(3)
+# op indices (positions in TRACED_BACKWARD_OPS) and state indices (in BACKWARD_STATES), looked up by name
+B_DELTA, B_QK, B_SCALE, B_EXP, B_P, B_DV, B_DP, B_DS, B_DS_CAST, B_DK, B_DQ, B_GRAD_SCALE, B_GRAD = (
+    TRACED_BACKWARD_OPS.index(n)
+    for n in ("delta", "qk", "scale", "exp", "p", "dv", "dp", "ds", "ds_cast", "dk", "dq", "grad_scale", "grad")
+)
+S_DQ, S_DK, S_DV = (BACKWARD_STATES.index(n) for n in ("dq", "dk", "dv"))
 
 
 class BwdLanes(NamedTuple):

@@ -29,14 +29,15 @@ from simfloat.attention._engine import baseline_units
 from simfloat.attention._inputs import check_output, prepare, to_layout
 from simfloat.attention._kernels import add, div, dot64, exp, fmax, mul, rnd, sub
 from simfloat.attention.plan import BASELINE_OPS, Plan
-from simfloat.trace import record
+from simfloat.trace import STATES, record
 
 __all__ = ["baseline"]
 
 ROWS = 64  # rows per work unit and per traced q tile
 _NINF = -np.inf
-QK, SCALE, SOFTMAX, PV, OUT = range(5)
-S_M, S_L, S_ACC, S_OUT = range(4)
+# op indices (positions in BASELINE_OPS) and state indices (in simfloat.trace.STATES), looked up by name
+QK, SCALE, SOFTMAX, PV, OUT = (BASELINE_OPS.index(n) for n in ("qk", "scale", "softmax", "pv", "out"))
+S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
 
 
 @jit

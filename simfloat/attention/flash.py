@@ -49,14 +49,17 @@ from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.tiling import pick_tiles
 from simfloat.hardware import ex2_approx_f32
-from simfloat.trace import record
+from simfloat.trace import STATES, record
 
 __all__ = ["flash"]
 
 _NINF = -np.inf
-# op indices (FLASH_OPS order) and state indices (simfloat.trace.STATES order)
-QK, SCALE, EXP, M_I, ALPHA, L_IJ, L_I, ACC, P, PV, NORMALIZE, OUT = range(12)
-S_M, S_L, S_ACC, S_OUT = range(4)
+# op indices (positions in FLASH_OPS) and state indices (in simfloat.trace.STATES), looked up by name
+QK, SCALE, EXP, M_I, ALPHA, L_IJ, L_I, ACC, P, PV, NORMALIZE, OUT = (
+    FLASH_OPS.index(n)
+    for n in ("qk", "scale", "exp", "m_i", "alpha", "l_ij", "l_i", "acc", "p", "pv", "normalize", "out")
+)
+S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
 
 
 @jit

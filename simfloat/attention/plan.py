@@ -54,7 +54,6 @@ BASELINE_OPS = ("qk", "scale", "softmax", "pv", "out")
 _OPS = FLASH_OPS + ("softmax",)
 _DOTS = ("qk", "pv")
 _MODELS = _DOTS + ("l_ij",)  # ops that take a model rather than an OpSpec
-_FLAGS = ("exp2", "contract", "normalization", "lazy_threshold", "exp2_impl", "sum_order", "exp_impl")
 EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
 EXP_IMPLS = ("correctly_rounded", "tl.exp")  # tl.exp: exp2(op(x * op(log2 e))), as Triton lowers tl.exp
 SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.mma_tree_sum (tl.sum, mma layout)

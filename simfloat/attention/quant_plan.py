@@ -15,6 +15,7 @@ import numpy as np
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._kernels import mul, rnd
+from simfloat.attention._quant_kernels import QUANT_OPS
 from simfloat.attention.plan import OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
 from simfloat.blockscale import _SCALE_RULES, BlockFormat, _scale_rounding, block_format
 from simfloat.formats import FloatFormat
@@ -23,29 +24,6 @@ from simfloat.rounding import RoundingMode, mode_code
 
 __all__ = ["EXACT", "QUANTIZERS", "QUANT_OPS", "Quant", "QuantPlan", "quant_plan", "quant_presets"]
 
-#: Ops of a :class:`QuantPlan`, in kernel order (the tracer's op names).
-QUANT_OPS = (
-    "rotate",
-    "k_smooth",
-    "q_smooth",
-    "q_delta",
-    "q_quant",
-    "k_quant",
-    "v_quant",
-    "qk",
-    "dequant",
-    "scale",
-    "exp",
-    "m_i",
-    "alpha",
-    "l_i",
-    "acc",
-    "p_quant",
-    "pv",
-    "pv_dequant",
-    "normalize",
-    "out",
-)
 #: The quantizer ops.
 QUANTIZERS = ("q_quant", "k_quant", "v_quant", "p_quant")
 _DOTS = ("qk", "pv")

@@ -5,8 +5,10 @@ Two layers:
 * **Array functions** (:func:`add`, :func:`sub`, :func:`mul`, :func:`div`, :func:`fma`, :func:`sqrt`,
   :func:`exp`, :func:`exp2`, :func:`log`, :func:`maximum`, :func:`sum`, :func:`max`): validate, broadcast and
   run a parallel njit driver.
-* **njit scalar workers** for other njit code (the attention and Triton emulators are built on them):
-  ``op_scalar(operands..., p, mode, rbits) -> float`` with ``p = fmt.params``, ``mode = int(RoundingMode)``
+* **njit scalar workers**, the arithmetic floor of other njit code (the attention kernels' ops,
+  :mod:`simfloat.attention._kernels`, are these workers with an op's format and mode; so are the IEEE steps of
+  the scalar dot products, :mod:`simfloat.accumulate.scalar`; their vector twin is :mod:`simfloat._lanes`):
+  ``op_scalar(operands..., p, mode, rbits) -> float`` with ``p = fmt.params``, ``mode`` a ``RoundingMode``
   and ``rbits`` 64 random bits (stochastic rounding; e.g. ``rounding.rand_bits(seed, counter)``), and the
   reduction workers on 1-D slices
   ``sum_sequential``/``sum_pairwise``/``sum_chunked``/``sum_numpy``/``sum_slice`` and ``max_slice`` (see

@@ -62,7 +62,7 @@ Fmt = str | FloatFormat
 def _bits(mode, seed, fixed, i):
     """Random word of element ``i``: the counter-based stream, or ``seed`` itself when ``fixed`` (used by the
     tests to pin stochastic rounding to its extremes, 0 and 2**64 - 1)."""
-    if mode != 6:
+    if mode != RoundingMode.STOCHASTIC:
         return _Z
     return seed if fixed else rand_bits(seed, np.uint64(i))
 

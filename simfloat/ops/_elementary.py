@@ -39,7 +39,7 @@ from simfloat._eft import dd_add, dd_add_d, dd_div, dd_mul, fast_two_sum, split,
 from simfloat._jit import jit
 from simfloat.formats import FormatParams
 from simfloat.ops._scalar import overflow_value, round_scaled
-from simfloat.rounding import round_exact, sticky
+from simfloat.rounding import RoundingMode, round_exact, sticky
 
 __all__ = ["exp_scalar", "exp2_scalar", "log_scalar", "exp_dd", "exp2_dd", "log_dd"]
 
@@ -156,7 +156,7 @@ def _round_dd(h: float, lo: float, k: int, p: FormatParams, mode: int, rbits: np
     """Round ``(h + lo) * 2**k`` (a double-double approximation of a transcendental value, relative error
     below ``2**-100``) into ``p``: decided by the ends of ``(h + lo)(1 +- 2**-97)``, else by the value
     itself."""
-    if mode != 6:
+    if mode != RoundingMode.STOCHASTIC:
         eps = abs(h) * _REL_DD
         s1, e1 = two_sum(h, lo - eps)
         r1 = round_scaled(s1, sticky(s1, e1), k, p, mode, rbits)
@@ -170,7 +170,7 @@ def _round_dd(h: float, lo: float, k: int, p: FormatParams, mode: int, rbits: np
 @jit
 def _libm_decides(y: float, p: FormatParams, mode: int, rbits: np.uint64) -> tuple[bool, float]:
     """Whether every value within ``y(1 +- 2**-50)`` rounds alike (then: to what)."""
-    if mode == 6:
+    if mode == RoundingMode.STOCHASTIC:
         return False, 0.0
     if p.mantissa_bits >= 52:
         return True, round_exact(y, 0, p, mode, rbits)

@@ -37,7 +37,7 @@ import numpy as np
 from simfloat._jit import jit
 from simfloat.formats import FormatParams
 from simfloat.ops._scalar import add_scalar, max2
-from simfloat.rounding import rand_bits, round_exact
+from simfloat.rounding import RoundingMode, rand_bits, round_exact
 
 __all__ = ["sum_sequential", "sum_pairwise", "sum_chunked", "sum_numpy", "sum_slice", "max_slice"]
 
@@ -46,13 +46,13 @@ _Z = np.uint64(0)
 
 @jit
 def _load(x, i: int, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
-    rb = rand_bits(seed, counter0 + np.uint64(i)) if mode == 6 else _Z
+    rb = rand_bits(seed, counter0 + np.uint64(i)) if mode == RoundingMode.STOCHASTIC else _Z
     return round_exact(np.float64(x[i]), 0, p, mode, rb)
 
 
 @jit
 def _add(a: float, b: float, p: FormatParams, mode: int, seed: np.uint64, counter: np.uint64) -> float:
-    rb = rand_bits(seed, counter) if mode == 6 else _Z
+    rb = rand_bits(seed, counter) if mode == RoundingMode.STOCHASTIC else _Z
     return add_scalar(a, b, p, mode, rb)
 
 

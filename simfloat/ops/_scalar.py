@@ -24,7 +24,7 @@ import numpy as np
 from simfloat._eft import exponent, next_away, pow2, scale, split, two_prod, two_sum
 from simfloat._jit import f64_bits, fma64, jit
 from simfloat.formats import FormatParams
-from simfloat.rounding import overflow_value, round_exact, sticky
+from simfloat.rounding import RoundingMode, overflow_value, round_exact, sticky
 
 __all__ = [
     "round_scaled",
@@ -93,7 +93,7 @@ def round_scaled(h: float, d: int, k: int | np.int64, p: FormatParams, mode: int
 def _zero_sum(a: float, b: float, mode: int) -> float:
     """The signed zero an exactly-zero sum ``a + b`` gets: IEEE says +0 in every mode but roundTowardNegative
     (-0); a sum of two zeros of one sign keeps that sign. RN hardware addition gives all but the RD rule."""
-    if mode == 4:
+    if mode == RoundingMode.DOWN:
         return -((-a) + (-b))
     return a + b
 
@@ -300,7 +300,7 @@ def fma_scalar(a: float, b: float, c: float, p: FormatParams, mode: int, rbits: 
         k = -1100
     s, d = _fma_core(a, b, c)
     if s == 0.0 and d == 0:
-        return round_exact(-0.0 if mode == 4 else 0.0, 0, p, mode, rbits)  # exact cancellation
+        return round_exact(-0.0 if mode == RoundingMode.DOWN else 0.0, 0, p, mode, rbits)  # exact cancellation
     return round_scaled(s, d, k, p, mode, rbits)
 
 
