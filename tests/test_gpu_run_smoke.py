@@ -92,6 +92,7 @@ def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp
     """The job records the backward smoke grid in <slug>/backward/ (the smoke mode runs the kernels under
     faithful(), the triton-<fmt> plans' numerics): every recorded array regenerates from its config, and
     `validate --fixtures` compares them with flash_backward bit for bit (dq, dk, dv, delta, lse)."""
+    from simfloat_gpu.campaign import report as R
     from simfloat_gpu.campaign import validate as V
     from simfloat_gpu.campaign import validate_bwd as B
 
@@ -99,8 +100,8 @@ def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp
         t.extractall(tmp_path, filter="data")
     fix = tmp_path / "cpu-smoke"
     env, items = B.load_backward_fixtures(fix)
-    assert env["backend"] == "faithful" and env["kernel_sha256"]["flash_attention_bwd.py"] == V._sha256(
-        V.KERNELS_DIR / "flash_attention_bwd.py"
+    assert env["backend"] == "faithful" and env["kernel_sha256"]["flash_attention_bwd.py"] == R.file_sha256(
+        R.KERNELS_DIR / "flash_attention_bwd.py"
     )
     grid = B.backward_grid("smoke")
     assert [cfg for cfg, _, _ in items] == grid
@@ -241,11 +242,11 @@ def test_bad_options_exit_2_before_any_work(argv, message, tmp_path, capsys):
 
 
 def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path, capsys):
-    from simfloat_gpu.campaign import fit
+    from simfloat_gpu.campaign import fit_cli
 
     report = tmp_path / "fit.json"
     files = [str(smoke_out / n) for n in ("probes.npz", "exp2.npz", "isa.tar.xz")]
-    assert fit.main([*files, "--report", str(report), "--coarse-rows", "48"]) == 0
+    assert fit_cli.main([*files, "--report", str(report), "--coarse-rows", "48"]) == 0
     assert {"dot", "sum", "exp", "isa"} <= set(json.loads(report.read_text()))
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(3), y=np.zeros(3))
@@ -255,7 +256,7 @@ def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path
         ([files[0], "--only", "flash"], "unknown fit(s) flash"),
     ):
         with pytest.raises(SystemExit) as exc:
-            fit.main(argv)
+            fit_cli.main(argv)
         assert exc.value.code == 2 and message in capsys.readouterr().err, argv
 
 

@@ -115,9 +115,9 @@ def _init_worker(smoke: bool) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     _STATE["smoke"] = smoke
     _STATE["device"] = "cpu" if smoke else "cuda"
-    from simfloat_gpu.campaign import validate
+    from simfloat_gpu.campaign.running import worker_init
 
-    validate._worker_init("faithful" if smoke else "gpu", 1 if smoke else 0)
+    worker_init("faithful" if smoke else "gpu", 1 if smoke else 0)
 
 
 def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]:
@@ -126,17 +126,17 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
     try:
         smoke, device = _STATE["smoke"], _STATE["device"]
         if kind == "validate":
-            from simfloat_gpu.campaign import validate
+            from simfloat_gpu.campaign.grid import Config
+            from simfloat_gpu.campaign.running import validate_config
 
-            res: Any = validate.validate_config(
-                validate.Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
+            res: Any = validate_config(
+                Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
             )
         elif kind == "backward":
-            from simfloat_gpu.campaign import validate, validate_bwd
+            from simfloat_gpu.campaign import validate_bwd
+            from simfloat_gpu.campaign.grid import Config
 
-            res = validate_bwd.record_backward_config(
-                validate.Config.from_dict(payload), "faithful" if smoke else "gpu"
-            )
+            res = validate_bwd.record_backward_config(Config.from_dict(payload), "faithful" if smoke else "gpu")
         elif kind == "dot":
             from simfloat_gpu.campaign import probes
 
@@ -494,20 +494,20 @@ def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
 
 def _parts(text: str) -> set[str]:
     """argparse type of --skip: comma-separated names of :data:`PARTS`."""
-    from simfloat_gpu.campaign.validate import names_of
+    from simfloat_gpu.campaign.arguments import names_of
 
     return names_of(text, PARTS, "part")
 
 
 def _mib(text: str) -> float:
     """argparse type: a finite size in MiB > 0."""
-    from simfloat_gpu.campaign.validate import positive_number
+    from simfloat_gpu.campaign.arguments import positive_number
 
     return positive_number(text, "a positive size in MiB")
 
 
 def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
-    from simfloat_gpu.campaign.validate import positive_int, positive_seconds, writable_dir
+    from simfloat_gpu.campaign.arguments import positive_int, positive_seconds, writable_dir
 
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
@@ -617,7 +617,11 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         return 2
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from simfloat_gpu.campaign import probes, validate, validate_bwd
+    from simfloat_gpu.campaign import probes, validate_bwd
+    from simfloat_gpu.campaign.compare import new_record
+    from simfloat_gpu.campaign.fixtures import write_fixtures
+    from simfloat_gpu.campaign.grid import grid
+    from simfloat_gpu.campaign.report import environment
 
     # 1. env
     def env_part() -> dict[str, Any]:
@@ -625,7 +629,7 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
 
         if not smoke and not torch.cuda.is_available():
             raise RuntimeError("no CUDA device visible to torch; use --cpu-smoke on a CPU")
-        env = validate.environment("faithful" if smoke else "gpu")
+        env = environment("faithful" if smoke else "gpu")
         summary["env"] = env
         log(
             f"env: {env.get('gpu', 'CPU')} driver {env.get('driver')} CUDA {env.get('cuda')} "
@@ -653,7 +657,7 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
             summary["parts"]["isa"] = {"status": f"error: {type(exc).__name__}: {exc}"}
 
     # 3. pool: validation grid (fixtures), dot and sum probes; the exp probe in this process meanwhile
-    configs = validate.grid(args.grid or ("smoke" if smoke else "full"))
+    configs = grid(args.grid or ("smoke" if smoke else "full"))
     tasks: list[tuple[str, Any, Any]] = []
     n_pairs = 25 if len(configs) > 40 else len(configs)  # the all-pairs part of the full grid comes first
     bwd_configs = validate_bwd.backward_grid(args.bwd_grid or ("smoke" if smoke else "ci"))
@@ -705,17 +709,17 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         env_f = dict(env, recorded_by="simfloat_gpu.campaign.gpu_run", smoke=smoke)
         info: dict[str, Any] = summary["parts"].setdefault("fixtures", {})
         if "validate" not in skip:
-            res = _in_grid_order(configs, by_kind["validate"], lambda c, st: validate._record(c, "gpu", status=st))
-            n = validate.write_fixtures(fix, res, configs, env_f)
+            res = _in_grid_order(configs, by_kind["validate"], lambda c, st: new_record(c, "gpu", status=st))
+            n = write_fixtures(fix, res, configs, env_f)
             info.update(configs=n, of=len(configs), rows=[r[0].to_json() for r in res])
             log(f"fixtures: {n}/{len(configs)} forward configs")
         else:  # no forward configs, but a fixture folder all the same (validate --fixtures reads it)
-            validate.write_fixtures(fix, [], [], env_f)
+            write_fixtures(fix, [], [], env_f)
         if "backward" not in skip:
             bres = _in_grid_order(
                 bwd_configs,
                 by_kind["backward"],
-                lambda c, st: validate_bwd._row(c, "gpu", status=st),
+                lambda c, st: validate_bwd.backward_record(c, "gpu", status=st),
             )
             nb = validate_bwd.write_backward_fixtures(fix, bres, bwd_configs, env_f)
             info.update(backward_configs=nb, backward_of=len(bwd_configs), backward_rows=[r[0].to_json() for r in bres])
