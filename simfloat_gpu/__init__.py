@@ -7,3 +7,7 @@
 
 Nothing is imported here on purpose (see :mod:`simfloat_gpu.kernels`).
 """
+
+#: what a message about missing torch / triton tells the user to run (the distribution that installs this
+#: package with its dependencies)
+INSTALL_HINT = "pip install 'simfloat-emu-gpu'"

@@ -272,3 +272,35 @@ def test_fit_exp_reads_split_exp2_files(smoke_out, tmp_path):
     whole = fit.fit_exp([np.load(smoke_out / "exp2.npz")], log=lambda m: None)
     split = fit.fit_exp([np.load(tmp_path / "exp2.npz"), np.load(tmp_path / "exp2_binades.npz")], log=lambda m: None)
     assert split["segments"] == whole["segments"]
+
+
+def test_a_failed_part_makes_the_exit_status_1(tmp_path, monkeypatch):
+    """The speed part raising (as it did from a wheel, reading the repository's benchmarks/): the job still
+    writes its summary with the error, and exits 1, not 0."""
+    from simfloat_gpu.campaign import speed
+
+    def broken(*args, **kwargs):
+        raise FileNotFoundError("no such file: benchmarks/bench_gpu_attention.py")
+
+    monkeypatch.setattr(speed, "run_speed", broken)
+    out = tmp_path / "out"
+    skip = "isa,validate,backward,dot,sum,exp"
+    assert gpu_run.main(["--out", str(out), "--cpu-smoke", "--skip", skip, "--budget-s", "120"]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parts"]["speed"]["status"].startswith("error: FileNotFoundError")
+    assert "failed part(s): speed" in (out / "log.txt").read_text()
+
+
+def test_the_speed_part_needs_no_repository_files(tmp_path, monkeypatch):
+    """The speed part runs from package code alone (a wheel has no benchmarks/ folder): with its deadline
+    already past, every configuration is a row of speed.csv marked skipped, none an error."""
+    import time
+
+    from simfloat_gpu.campaign import speed
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu_run, "ROOT", tmp_path)
+    n = speed.run_speed(tmp_path / "speed.csv", time.monotonic() - 1, True, lambda msg: None)
+    rows = list(csv.DictReader((tmp_path / "speed.csv").open()))
+    assert n == len(rows) > 0 and {r["note"] for r in rows} == {"skipped: time budget"}
+    assert {r["kernel"] for r in rows} == {"triton-bf16", "fp16", "int8", "half-int8"}

@@ -220,6 +220,13 @@ def test_campaign_cli_dispatches_and_names_unknown_commands(capsys):
     assert "usage: simfloat-gpu fit" in capsys.readouterr().out
 
 
+def test_missing_torch_names_the_install_command(monkeypatch):
+    """A kernel run without torch (a core-only environment): the error gives the GPU side's install command."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(RuntimeError, match=r"needs torch and triton .*pip install 'simfloat-emu-gpu'"):
+        V.resolve_backend("faithful")
+
+
 def test_every_kernel_kind_is_one_row_of_the_table():
     """The grid's configs are of the kinds of the table, each kind's plan names a preset of the emulator,
     and a config of an unknown kind is refused by name."""

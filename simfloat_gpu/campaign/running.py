@@ -85,9 +85,10 @@ def resolve_backend(backend: str = "auto") -> str:
         import torch  # noqa: F401
         import triton  # noqa: F401
     except ImportError as exc:
+        from simfloat_gpu import INSTALL_HINT
+
         raise RuntimeError(
-            f"running the Triton kernels needs torch and triton ({exc}); install the 'gpu' "
-            "extra: pip install -e '.[gpu]'"
+            f"running the Triton kernels needs torch and triton ({exc}); install the GPU side: {INSTALL_HINT}"
         ) from exc
     return backend
 
