@@ -26,8 +26,9 @@ import os
 import sys
 import time
 
-# runnable as a script from the repository root or from benchmarks/
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# runnable as a script from the repository root or from benchmarks/ (the GPU side: gpu/simfloat_gpu)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "gpu")]
 
 from simfloat_gpu.campaign.speed import KERNELS as ALL_KERNELS  # noqa: E402
 

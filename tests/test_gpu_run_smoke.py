@@ -1,9 +1,7 @@
-"""simfloat_gpu/campaign/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful interpreter): every
-part
-produces its file, the outputs respect the job's size bounds, and simfloat_gpu.campaign.fit recovers the interpreter's
-own
-models from the probes (the tensor-core presets, the pairwise tree it was given); bad options and the output
-check on their own."""
+"""gpu/simfloat_gpu/campaign/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful
+interpreter): every part produces its file, the outputs respect the job's size bounds, and simfloat_gpu.campaign.fit
+recovers the interpreter's own models from the probes (the tensor-core presets, the pairwise tree it was given); bad
+options and the output check on their own."""
 
 import csv
 import importlib
@@ -31,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def smoke_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_run")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gpu")]))
     # the budget bounds the job; it must leave room for a cold numba cache (the vector engine compiles for a
     # few minutes the first time), after which the job takes about a minute
     proc = subprocess.run(
@@ -139,7 +137,7 @@ def test_backward_alone_still_writes_a_fixture_folder(tmp_path):
     from simfloat_gpu.campaign import validate_bwd as B
 
     out = tmp_path / "out"
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gpu")]))
     skip = "isa,validate,dot,sum,exp,speed"
     argv = ["--out", str(out), "--cpu-smoke", "--skip", skip, "--bwd-grid", "smoke", "--budget-s", "300"]
     proc = subprocess.run(
