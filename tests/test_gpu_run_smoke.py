@@ -160,7 +160,7 @@ def test_fit_recovers_the_interpreter_models(smoke_out):
     from simfloat_gpu.campaign import fit
 
     z = np.load(smoke_out / "probes.npz")
-    dots = fit._variants(z, "dot")
+    dots = fit.probe_variants(z, "dot")
     assert set(dots) == {
         "_".join(map(str, v)) for v in importlib.import_module("simfloat_gpu.campaign.probes").DOT_SMOKE_VARIANTS
     }
@@ -169,7 +169,7 @@ def test_fit_recovers_the_interpreter_models(smoke_out):
         assert res["agreement"] == 1.0 and res["preset_sm90"] == 1.0, res
         # the interpreter runs the sm90 presets (exponent-sum alignment): the fit must single them out
         assert res["best"] == "sm90 preset (exponent-sum alignment)", (name, res["best"])
-    ((name, v),) = fit._variants(z, "sum").items()
+    ((name, v),) = fit.probe_variants(z, "sum").items()
     res = fit.fit_sum(name, v, log=lambda m: None)
     for layout in ("y_mma", "y_blocked"):
         assert res[layout]["rows_consistent"] and "pairwise" in res[layout]["matches_simfloat_order"]
