@@ -13,9 +13,10 @@ $(VENV)/.core: pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[analysis]"
 	touch $@
 
-# Everything the suite exercises, torch (CPU wheel, pinned) and triton included.
-$(VENV)/.full: $(VENV)/.core
-	$(PIP) install -q -c constraints.txt -e ".[analysis,test,gpu]"
+# Everything the suite exercises: the test extra and the GPU side, gpu/ (its own distribution, simfloat-emu-gpu:
+# torch, CPU wheel, pinned, and triton included), both editable.
+$(VENV)/.full: $(VENV)/.core gpu/pyproject.toml
+	$(PIP) install -q -c constraints.txt -e ".[analysis,test]" -e ./gpu
 	touch $@
 
 demo: $(VENV)/.core
@@ -31,8 +32,8 @@ test-fast: $(VENV)/.full
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
 
 lint: $(VENV)/.full
-	$(BIN)/ruff check simfloat simfloat_gpu tests experiments benchmarks
-	$(BIN)/ruff format --check simfloat simfloat_gpu tests experiments benchmarks
+	$(BIN)/ruff check simfloat gpu/simfloat_gpu tests experiments benchmarks
+	$(BIN)/ruff format --check simfloat gpu/simfloat_gpu tests experiments benchmarks
 	$(BIN)/mypy
 
 bench: $(VENV)/.full
@@ -44,4 +45,4 @@ clean:
 
 # numba caches a function by its own source file only: stale after an edit of a helper it inlines.
 clean-cache:
-	find simfloat simfloat_gpu tests experiments benchmarks -name '*.nbi' -delete -o -name '*.nbc' -delete
+	find simfloat gpu tests experiments benchmarks -name '*.nbi' -delete -o -name '*.nbc' -delete

@@ -1,6 +1,7 @@
 """GPU speed of the attention kernels: INT8 / half-INT8 (simfloat_gpu.kernels.int8_attention) and FP8
 (simfloat_gpu.kernels.fp8_attention)
-against the FP16 / BF16 flash kernel (simfloat_gpu.kernels.flash_attention.flash_attention, when that module exists).
+against the FP16 / BF16 flash kernel (simfloat_gpu.kernels.flash_attention.flash_attention), through the runners of
+simfloat_gpu.campaign.speed (which the speed part of ``simfloat-gpu run`` uses too).
 
 Shapes: batch 4, 32 heads, head_dim 64 and 128, seq 1k..16k, non-causal. Each kernel is timed with
 triton.testing.do_bench (median, L2 flushed between runs) on inputs already in its own format: the INT8
@@ -25,10 +26,12 @@ import os
 import sys
 import time
 
-# runnable as a script from the repository root or from benchmarks/
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# runnable as a script from the repository root or from benchmarks/ (the GPU side: gpu/simfloat_gpu)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "gpu")]
 
-ALL_KERNELS = ("int8", "half-int8", "fp8-e4m3", "fp16", "bf16")
+from simfloat_gpu.campaign.speed import KERNELS as ALL_KERNELS  # noqa: E402
+
 DEFAULT_KERNELS = ("int8", "half-int8", "fp16", "bf16")
 FIELDS = ("kernel", "includes_quant", "batch", "heads", "seq", "head_dim", "block_m", "block_n", "ms", "tflops")
 
@@ -76,42 +79,6 @@ def _parse_args(argv):
     return args
 
 
-def _blocks(args, head_dim):
-    block_m = args.block_m or (128 if head_dim <= 64 else 64)
-    block_n = args.block_n or 64
-    return block_m, block_n
-
-
-def _make_runners(kernel, q16, k16, v16, block_m, block_n, include_quant, modules):
-    """[(includes_quant, fn)] for one kernel on fp16 inputs; inputs converted / quantized up front."""
-    import torch
-
-    int8_mod, fp8_mod, flash = modules
-    if kernel in ("fp16", "bf16"):
-        dtype = torch.float16 if kernel == "fp16" else torch.bfloat16
-        q, k, v = (t.to(dtype) for t in (q16, k16, v16))
-        return [(False, lambda: flash(q, k, v, block_m=block_m, block_n=block_n))]
-    if kernel in ("int8", "half-int8"):
-        q8, qs = int8_mod.quantize_per_token(q16)
-        k8, ks = int8_mod.quantize_per_token(k16)
-        if kernel == "int8":
-            v8, vs = int8_mod.quantize_per_tensor(v16)
-        else:
-            v8, vs = v16, None
-        runners = [
-            (False, lambda: int8_mod.int8_attention_quantized(q8, qs, k8, ks, v8, vs, block_m=block_m, block_n=block_n))
-        ]
-        if include_quant:
-            runners.append(
-                (True, lambda: int8_mod.int8_attention(q16, k16, v16, variant=kernel, block_m=block_m, block_n=block_n))
-            )
-        return runners
-    if kernel == "fp8-e4m3":
-        # fp8_attention quantizes internally; its kernel-only time is not separable through the public API
-        return [(True, lambda: fp8_mod.fp8_attention(q16, k16, v16, fmt="e4m3", block_m=block_m, block_n=block_n))]
-    raise ValueError(kernel)
-
-
 def main(argv=None) -> int:
     args = _parse_args(argv)
     try:
@@ -128,18 +95,9 @@ def main(argv=None) -> int:
     import triton
     from triton.testing import do_bench
 
-    from simfloat_gpu.kernels import fp8_attention as fp8_mod
-    from simfloat_gpu.kernels import int8_attention as int8_mod
+    from simfloat_gpu.campaign.speed import default_blocks, make_runners
 
-    try:
-        from simfloat_gpu.kernels.flash_attention import flash_attention
-    except ImportError:
-        flash_attention = None
     kernels = list(args.kernels)
-    if flash_attention is None and {"fp16", "bf16"} & set(kernels):
-        print("simfloat_gpu.kernels.flash_attention not found: skipping the fp16/bf16 kernels")
-        kernels = [k for k in kernels if k not in ("fp16", "bf16")]
-    modules = (int8_mod, fp8_mod, flash_attention)
 
     warmup, rep = (10, 30) if args.quick else (25, 100)
     name = torch.cuda.get_device_name()
@@ -153,7 +111,7 @@ def main(argv=None) -> int:
     skipped = 0
     b, h = args.batch, args.heads
     for head_dim in args.head_dims:
-        block_m, block_n = _blocks(args, head_dim)
+        block_m, block_n = default_blocks(head_dim, args.block_m, args.block_n)
         for seq in args.seqs:
             gen = torch.Generator(device="cuda").manual_seed(seq + head_dim)
             q16, k16, v16 = (
@@ -164,9 +122,7 @@ def main(argv=None) -> int:
                 if time.perf_counter() - start > args.time_budget:
                     skipped += 1
                     continue
-                for includes_quant, fn in _make_runners(
-                    kernel, q16, k16, v16, block_m, block_n, args.include_quant, modules
-                ):
+                for includes_quant, fn in make_runners(kernel, q16, k16, v16, block_m, block_n, args.include_quant):
                     ms = do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
                     row = dict(
                         kernel=kernel,

@@ -133,6 +133,6 @@ def test_gpu_fit_singles_it_out_on_the_probe():
     _probe("e4m3_16_32_32")  # skips without the fixture
     from simfloat_gpu.campaign import fit
 
-    v = fit._variants(np.load(PROBES), "dot")["e4m3_16_32_32"]
+    v = fit.probe_variants(np.load(PROBES), "dot")["e4m3_16_32_32"]
     res = fit.fit_dot("e4m3_16_32_32", v, coarse_rows=256, log=lambda m: None)
     assert res["best"].startswith("fp8_mma_sync") and res["agreement"] == 1.0, res

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simfloat_gpu.campaign import report as R
 from simfloat_gpu.campaign import validate as V
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gpu"
@@ -77,7 +78,7 @@ def test_fixtures_match_the_kernel_sources(compared):
     """Fixtures recorded from other kernel sources compare something else: say so (not a failure)."""
     path, env, _ = compared
     for name, sha in (env.get("kernel_sha256") or {}).items():
-        now = V._sha256(V.KERNELS_DIR / name)
+        now = R.file_sha256(R.KERNELS_DIR / name)
         if sha and now != sha:
             pytest.xfail(
                 f"{name} changed since {path.name}'s fixtures were recorded (sha {sha} -> {now}); re-record them"

@@ -191,7 +191,7 @@ def test_compiles_for_sm90_with_the_documented_instructions(tmp_path):
     """The precision plan in the module docstring names PTX instructions; check them in the real PTX."""
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "gpu"), env.get("PYTHONPATH", "")])
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)

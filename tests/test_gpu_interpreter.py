@@ -768,3 +768,14 @@ def test_entry_checks(monkeypatch):
         with pytest.raises(ValueError), faithful(**bad):
             pass
     assert faithful_config() is None
+
+
+def test_faithful_without_triton_names_the_install_command(monkeypatch):
+    """No triton installed (a core-only environment): faithful() says what to install, not just the import."""
+    import sys
+
+    from simfloat_gpu.interpreter import faithful
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
+    with pytest.raises(ImportError, match=r"needs triton .*pip install 'simfloat-emu-gpu'"), faithful():
+        pass

@@ -13,6 +13,8 @@ import pytest
 
 from simfloat_gpu.campaign import validate as V
 from simfloat_gpu.campaign import validate_bwd as B
+from simfloat_gpu.campaign.compare import new_record
+from simfloat_gpu.campaign.fixtures import optional_float
 from simfloat_gpu.campaign.records import CONFIG_FIELDS, BackwardRecord, ValidationRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +34,7 @@ OLD_BWD_FIELDS = (
 
 def _compared() -> ValidationRecord:
     cfg = V.Config("flash", "bf16", 97, 16, 32, 16, True, "low")
-    return V._record(
+    return new_record(
         cfg,
         "faithful",
         "h200",
@@ -89,7 +91,7 @@ def test_both_records_declare_the_config_fields_in_one_order_and_type():
 
 def test_csv_round_trip_is_exact_at_the_edge():
     rec = _compared()
-    empty = V._record(V.Config("int8", "fp16", 64, 64, 64, 64, False, "low", "half-int8", "consistent"), "gpu")
+    empty = new_record(V.Config("int8", "fp16", 64, 64, 64, 64, False, "low", "half-int8", "consistent"), "gpu")
     text = _via_csv([rec, empty], V.FIELDS)
     assert text[0]["kernel_err_max"] == "2.393e-03" and text[0]["out32_rel_diff"] == "1.235e-04"
     assert text[0]["bitwise_agreement"] == "0.998047" and text[0]["causal"] == "True"
@@ -171,8 +173,8 @@ def test_every_committed_record_file_loads():
         _, items = V.load_fixtures(fix)
         assert items
         for cfg, entry, _ in items:
-            rec = V._record(
-                cfg, "fixtures", **{k: V._optional_float(entry.get(k)) for k in ("kernel_err_max", "kernel_s")}
+            rec = new_record(
+                cfg, "fixtures", **{k: optional_float(entry.get(k)) for k in ("kernel_err_max", "kernel_s")}
             )
             assert rec.to_csv_row()["kernel_err_max"] == entry["kernel_err_max"]  # the text survives the record
             loaded += 1

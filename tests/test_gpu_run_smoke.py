@@ -1,9 +1,7 @@
-"""simfloat_gpu/campaign/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful interpreter): every
-part
-produces its file, the outputs respect the job's size bounds, and simfloat_gpu.campaign.fit recovers the interpreter's
-own
-models from the probes (the tensor-core presets, the pairwise tree it was given); bad options and the output
-check on their own."""
+"""gpu/simfloat_gpu/campaign/gpu_run.py end to end on a CPU (--cpu-smoke: tiny sizes under the faithful
+interpreter): every part produces its file, the outputs respect the job's size bounds, and simfloat_gpu.campaign.fit
+recovers the interpreter's own models from the probes (the tensor-core presets, the pairwise tree it was given); bad
+options and the output check on their own."""
 
 import csv
 import importlib
@@ -31,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def smoke_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_run")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gpu")]))
     # the budget bounds the job; it must leave room for a cold numba cache (the vector engine compiles for a
     # few minutes the first time), after which the job takes about a minute
     proc = subprocess.run(
@@ -92,6 +90,7 @@ def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp
     """The job records the backward smoke grid in <slug>/backward/ (the smoke mode runs the kernels under
     faithful(), the triton-<fmt> plans' numerics): every recorded array regenerates from its config, and
     `validate --fixtures` compares them with flash_backward bit for bit (dq, dk, dv, delta, lse)."""
+    from simfloat_gpu.campaign import report as R
     from simfloat_gpu.campaign import validate as V
     from simfloat_gpu.campaign import validate_bwd as B
 
@@ -99,8 +98,8 @@ def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp
         t.extractall(tmp_path, filter="data")
     fix = tmp_path / "cpu-smoke"
     env, items = B.load_backward_fixtures(fix)
-    assert env["backend"] == "faithful" and env["kernel_sha256"]["flash_attention_bwd.py"] == V._sha256(
-        V.KERNELS_DIR / "flash_attention_bwd.py"
+    assert env["backend"] == "faithful" and env["kernel_sha256"]["flash_attention_bwd.py"] == R.file_sha256(
+        R.KERNELS_DIR / "flash_attention_bwd.py"
     )
     grid = B.backward_grid("smoke")
     assert [cfg for cfg, _, _ in items] == grid
@@ -138,7 +137,7 @@ def test_backward_alone_still_writes_a_fixture_folder(tmp_path):
     from simfloat_gpu.campaign import validate_bwd as B
 
     out = tmp_path / "out"
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gpu")]))
     skip = "isa,validate,dot,sum,exp,speed"
     argv = ["--out", str(out), "--cpu-smoke", "--skip", skip, "--bwd-grid", "smoke", "--budget-s", "300"]
     proc = subprocess.run(
@@ -161,7 +160,7 @@ def test_fit_recovers_the_interpreter_models(smoke_out):
     from simfloat_gpu.campaign import fit
 
     z = np.load(smoke_out / "probes.npz")
-    dots = fit._variants(z, "dot")
+    dots = fit.probe_variants(z, "dot")
     assert set(dots) == {
         "_".join(map(str, v)) for v in importlib.import_module("simfloat_gpu.campaign.probes").DOT_SMOKE_VARIANTS
     }
@@ -170,7 +169,7 @@ def test_fit_recovers_the_interpreter_models(smoke_out):
         assert res["agreement"] == 1.0 and res["preset_sm90"] == 1.0, res
         # the interpreter runs the sm90 presets (exponent-sum alignment): the fit must single them out
         assert res["best"] == "sm90 preset (exponent-sum alignment)", (name, res["best"])
-    ((name, v),) = fit._variants(z, "sum").items()
+    ((name, v),) = fit.probe_variants(z, "sum").items()
     res = fit.fit_sum(name, v, log=lambda m: None)
     for layout in ("y_mma", "y_blocked"):
         assert res[layout]["rows_consistent"] and "pairwise" in res[layout]["matches_simfloat_order"]
@@ -241,11 +240,11 @@ def test_bad_options_exit_2_before_any_work(argv, message, tmp_path, capsys):
 
 
 def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path, capsys):
-    from simfloat_gpu.campaign import fit
+    from simfloat_gpu.campaign import fit_cli
 
     report = tmp_path / "fit.json"
     files = [str(smoke_out / n) for n in ("probes.npz", "exp2.npz", "isa.tar.xz")]
-    assert fit.main([*files, "--report", str(report), "--coarse-rows", "48"]) == 0
+    assert fit_cli.main([*files, "--report", str(report), "--coarse-rows", "48"]) == 0
     assert {"dot", "sum", "exp", "isa"} <= set(json.loads(report.read_text()))
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(3), y=np.zeros(3))
@@ -255,7 +254,7 @@ def test_fit_command_reads_the_jobs_files_and_refuses_others(smoke_out, tmp_path
         ([files[0], "--only", "flash"], "unknown fit(s) flash"),
     ):
         with pytest.raises(SystemExit) as exc:
-            fit.main(argv)
+            fit_cli.main(argv)
         assert exc.value.code == 2 and message in capsys.readouterr().err, argv
 
 
@@ -271,3 +270,35 @@ def test_fit_exp_reads_split_exp2_files(smoke_out, tmp_path):
     whole = fit.fit_exp([np.load(smoke_out / "exp2.npz")], log=lambda m: None)
     split = fit.fit_exp([np.load(tmp_path / "exp2.npz"), np.load(tmp_path / "exp2_binades.npz")], log=lambda m: None)
     assert split["segments"] == whole["segments"]
+
+
+def test_a_failed_part_makes_the_exit_status_1(tmp_path, monkeypatch):
+    """The speed part raising (as it did from a wheel, reading the repository's benchmarks/): the job still
+    writes its summary with the error, and exits 1, not 0."""
+    from simfloat_gpu.campaign import speed
+
+    def broken(*args, **kwargs):
+        raise FileNotFoundError("no such file: benchmarks/bench_gpu_attention.py")
+
+    monkeypatch.setattr(speed, "run_speed", broken)
+    out = tmp_path / "out"
+    skip = "isa,validate,backward,dot,sum,exp"
+    assert gpu_run.main(["--out", str(out), "--cpu-smoke", "--skip", skip, "--budget-s", "120"]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parts"]["speed"]["status"].startswith("error: FileNotFoundError")
+    assert "failed part(s): speed" in (out / "log.txt").read_text()
+
+
+def test_the_speed_part_needs_no_repository_files(tmp_path, monkeypatch):
+    """The speed part runs from package code alone (a wheel has no benchmarks/ folder): with its deadline
+    already past, every configuration is a row of speed.csv marked skipped, none an error."""
+    import time
+
+    from simfloat_gpu.campaign import speed
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu_run, "ROOT", tmp_path)
+    n = speed.run_speed(tmp_path / "speed.csv", time.monotonic() - 1, True, lambda msg: None)
+    rows = list(csv.DictReader((tmp_path / "speed.csv").open()))
+    assert n == len(rows) > 0 and {r["note"] for r in rows} == {"skipped: time budget"}
+    assert {r["kernel"] for r in rows} == {"triton-bf16", "fp16", "int8", "half-int8"}

@@ -16,6 +16,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from simfloat_gpu.campaign import grid as G  # noqa: E402
+from simfloat_gpu.campaign import report as R  # noqa: E402
 from simfloat_gpu.campaign import validate as V  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,8 +61,8 @@ def test_grids_are_deterministic_and_ids_unique():
         assert {getattr(c, dim) for c in ci} == set(values), dim
     assert any(c.kind == "int8" for c in V.grid("ci"))
     # sized for <= 5 minutes on 2 cores (estimate in single-core seconds, measured constants)
-    assert sum(V.estimated_cost(c) for c in V.grid("full")) < 2 * 150
-    assert sum(V.estimated_cost(c) for c in V.grid("ci")) < 25
+    assert sum(G.estimated_cost(c) for c in V.grid("full")) < 2 * 150
+    assert sum(G.estimated_cost(c) for c in V.grid("ci")) < 25
 
 
 def test_seed_and_inputs_are_stable():
@@ -103,9 +105,9 @@ def test_agreement_and_ulps():
 
 
 def test_gpu_slug():
-    assert V.gpu_slug("NVIDIA H200") == "h200"
-    assert V.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
-    assert V.gpu_slug("NVIDIA A100-SXM4-40GB") == "a100"
+    assert R.gpu_slug("NVIDIA H200") == "h200"
+    assert R.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert R.gpu_slug("NVIDIA A100-SXM4-40GB") == "a100"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def test_ci_grid_is_bitwise_identical_under_the_faithful_interpreter(ci_results)
     configs, results = ci_results
     rows = [r for r, _ in results]
     for row in rows:
-        assert row.status == "ok" or row.status.startswith("kernel only"), (row.id, row.status)
+        assert row.status == "ok", (row.id, row.status)
         if row.status != "ok":
             continue
         for key in ("bitwise_agreement", "m_agreement", "l_agreement"):
@@ -216,3 +218,26 @@ def test_campaign_cli_dispatches_and_names_unknown_commands(capsys):
         main(["fit", "--help"])
     assert exc.value.code == 0
     assert "usage: simfloat-gpu fit" in capsys.readouterr().out
+
+
+def test_missing_torch_names_the_install_command(monkeypatch):
+    """A kernel run without torch (a core-only environment): the error gives the GPU side's install command."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(RuntimeError, match=r"needs torch and triton .*pip install 'simfloat-emu-gpu'"):
+        V.resolve_backend("faithful")
+
+
+def test_every_kernel_kind_is_one_row_of_the_table():
+    """The grid's configs are of the kinds of the table, each kind's plan names a preset of the emulator,
+    and a config of an unknown kind is refused by name."""
+    from simfloat.attention import plan as float_plan
+    from simfloat.attention import quant_plan
+    from simfloat_gpu.campaign.kinds import KINDS
+
+    configs = V.grid("ci")
+    assert {c.kind for c in configs} == set(KINDS)
+    for c in configs:
+        name = V.emulator_plan(c, "triton")
+        (float_plan if KINDS[c.kind].every_family else quant_plan)(name)  # a preset of the emulator
+    with pytest.raises(ValueError, match="Config.kind must be one of 'flash', 'int8', 'sage', got 'fp8'"):
+        V.Config("fp8", "fp16", 64, 32, 32, 32, False, "low")

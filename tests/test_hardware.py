@@ -61,12 +61,12 @@ def test_sum_order_matches_probe_trees():
     path = PROBES / "probes.npz"
     if not path.is_file():
         pytest.skip("no H200 probes")
-    from simfloat_gpu.campaign.fit import _variants, tree_from_lca
+    from simfloat_gpu.campaign.fit import probe_variants, tree_from_lca
     from simfloat_gpu.campaign.probes import sum_design
 
     z = np.load(path)
     checked = 0
-    for name, v in _variants(z, "sum").items():
+    for name, v in probe_variants(z, "sum").items():
         bm, bn = (int(s) for s in v["shape"][:2])
         if bm < 64:
             continue

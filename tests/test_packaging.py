@@ -10,6 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+#: the GPU side's own distribution (gpu/pyproject.toml)
+GPU_PROJECT = tomllib.loads((ROOT / "gpu" / "pyproject.toml").read_text())["project"]
 
 
 def _names(reqs):
@@ -33,7 +35,8 @@ print(sf.attention.flash(x, x, x, plan="triton-bf16", block_m=4, block_n=4).shap
 
 
 def test_no_exact_pins_outside_constraints():
-    for group, reqs in [("dependencies", PROJECT["dependencies"]), *PROJECT["optional-dependencies"].items()]:
+    groups = [("dependencies", PROJECT["dependencies"]), *PROJECT["optional-dependencies"].items()]
+    for group, reqs in [*groups, ("gpu/ dependencies", GPU_PROJECT["dependencies"])]:
         for r in reqs:
             assert "==" not in r and "===" not in r, f"{group}: {r} (pin it in constraints.txt)"
 
@@ -41,12 +44,13 @@ def test_no_exact_pins_outside_constraints():
 def test_extras_hold_what_uses_them():
     extras = {k: _names(v) for k, v in PROJECT["optional-dependencies"].items()}
     assert {"pandas", "matplotlib", "tqdm"} <= extras["analysis"]  # simfloat attribute
-    assert {"torch", "triton", "ml_dtypes"} <= extras["gpu"]  # the kernels; simfloat_gpu.campaign.fit decodes fp8 bits
+    # the kernels; simfloat_gpu.campaign.fit decodes fp8 bits
+    assert {"simfloat_emu", "torch", "triton", "ml_dtypes"} <= _names(GPU_PROJECT["dependencies"])
     assert {"dask", "pandas", "matplotlib", "tqdm"} <= extras["sweep"]  # simfloat sweep / report
     assert {"pytest", "mpmath", "ml_dtypes", "pandas", "matplotlib", "tqdm"} <= extras["test"]
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pinned = _names(x for x in lines if x.strip() and not x.startswith("#"))
-    for names in extras.values():
+    for names in [*extras.values(), _names(GPU_PROJECT["dependencies"]) - {"simfloat_emu"}]:
         assert names <= pinned, names - pinned  # make test installs them with -c constraints.txt
 
 
@@ -74,8 +78,8 @@ def test_the_layers_import_downwards_only():
     other (ARCHITECTURE.md)."""
     forbidden = {
         "simfloat": ("simfloat_gpu",),
-        "simfloat_gpu/kernels": ("simfloat_gpu.campaign", "simfloat_gpu.interpreter"),
-        "simfloat_gpu/interpreter": ("simfloat_gpu.campaign", "simfloat_gpu.kernels"),
+        "gpu/simfloat_gpu/kernels": ("simfloat_gpu.campaign", "simfloat_gpu.interpreter"),
+        "gpu/simfloat_gpu/interpreter": ("simfloat_gpu.campaign", "simfloat_gpu.kernels"),
     }
     for folder, prefixes in forbidden.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -84,4 +88,16 @@ def test_the_layers_import_downwards_only():
 
 
 def test_console_scripts():
-    assert PROJECT["scripts"] == {"simfloat": "simfloat.cli:main", "simfloat-gpu": "simfloat_gpu.campaign.cli:main"}
+    assert PROJECT["scripts"] == {"simfloat": "simfloat.cli:main"}
+    assert GPU_PROJECT["scripts"] == {"simfloat-gpu": "simfloat_gpu.campaign.cli:main"}
+
+
+def test_the_gpu_side_is_its_own_distribution():
+    """gpu/ ships simfloat_gpu (import path = source path) and depends on simfloat; simfloat never depends on
+    it, nor ships it."""
+    assert GPU_PROJECT["name"] == "simfloat-emu-gpu" and (ROOT / "gpu" / "simfloat_gpu" / "__init__.py").is_file()
+    assert not (ROOT / "simfloat_gpu").exists()
+    core = [PROJECT["dependencies"], *PROJECT["optional-dependencies"].values()]
+    assert not any("simfloat_emu_gpu" in _names(reqs) for reqs in core)
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["simfloat", "simfloat.*"]

@@ -240,7 +240,7 @@ def test_sum_rule_matches_the_engine_and_the_probes():
         np.testing.assert_array_equal(got, want)
     z = np.load(PROBES / "probes.npz")
     for name in ("16_16", "32_32"):
-        v = F._variants(z, "sum")[name]
+        v = F.probe_variants(z, "sum")[name]
         _, x = sum_design(int(v["shape"][1]))
         y = v["y_mma"].astype(np.float32)
         assert any(np.array_equal(sum_rule_outputs(x, "h200-mma", w), y) for w in (1, 2, 4))
@@ -253,7 +253,7 @@ def test_dot_fit_refuses_to_call_a_wrong_model_exact():
     from simfloat_gpu.campaign import fit as F
 
     z = np.load(PROBES / "probes.npz")
-    v = F._variants(z, "dot")["bf16_16_16_16"]
+    v = F.probe_variants(z, "dot")["bf16_16_16_16"]
     prob = F.dot_problem("bf16_16_16_16", v)
     prof = load_profile("h200")
     s, e = F.score_dot(prof.dot("bf16", "mma.sync").model, prob)
@@ -283,7 +283,7 @@ def test_fit_searches_the_model_of_one_part():
     from simfloat_gpu.campaign.fit_profile import dot_space, search_dot
 
     z = np.load(PROBES / "probes.npz")
-    variants = [("fp16_16_16_64", F._variants(z, "dot")["fp16_16_16_64"])]
+    variants = [("fp16_16_16_64", F.probe_variants(z, "dot")["fp16_16_16_64"])]
     shipped = load_profile("h200").dot("fp16", "mma.sync")
     space = dot_space("fp16", "mma.sync")
     assert shipped.model in space and len(space) > 100
@@ -297,12 +297,12 @@ def test_fit_searches_the_model_of_one_part():
 def test_fit_calls_a_corrupted_probe_not_exact(tmp_path, capsys):
     """One GPU output moved by one ulp: the fit (simfloat-gpu fit --profile) still picks the best model, but
     calls the part inexact, says so when it writes the profile, and the report shows which family missed."""
-    from simfloat_gpu.campaign import fit as F
+    from simfloat_gpu.campaign import fit_cli
 
     path = _one_probe(tmp_path, "fp16_16_16_64", corrupt=True)
     out = tmp_path / "mine.json"
     report = tmp_path / "fit.json"
-    assert F.main([str(path), "--profile", str(out), "--name", "corrupt", "--report", str(report)]) == 0
+    assert fit_cli.main([str(path), "--profile", str(out), "--name", "corrupt", "--report", str(report)]) == 0
     printed = capsys.readouterr().out
     assert "wrote" in printed and "not bit-exact: tensor core fp16 mma.sync" in printed
     prof = load_profile(out)
@@ -355,6 +355,7 @@ def test_validate_hardware_family(tmp_path):
     import types
 
     from simfloat_gpu.campaign import validate as V
+    from simfloat_gpu.campaign.report import family_of
 
     p = argparse.ArgumentParser()
     V.add_arguments(p)
@@ -365,9 +366,9 @@ def test_validate_hardware_family(tmp_path):
     assert V.use_hardware(prof) == "myh200"
     cfg = V.Config(kind="flash", fmt="bf16", seq=64, head_dim=16, block_m=64, block_n=64, causal=False, out="fp32")
     assert V.emulator_plan(cfg, "myh200") == "triton-bf16@myh200"
-    row = types.SimpleNamespace  # _family_of reads a record's kind and plan
-    assert V._family_of(row(kind="flash", plan="triton-bf16@myh200")) == "myh200"  # type: ignore[arg-type]
-    assert V._family_of(row(kind="flash", plan="h200-bf16")) == "h200"  # type: ignore[arg-type]
+    row = types.SimpleNamespace  # family_of reads a record's kind and plan
+    assert family_of(row(kind="flash", plan="triton-bf16@myh200")) == "myh200"  # type: ignore[arg-type]
+    assert family_of(row(kind="flash", plan="h200-bf16")) == "h200"  # type: ignore[arg-type]
 
 
 def test_profile_plan_names_round_trip(tmp_path):

@@ -284,7 +284,15 @@ def _check_int(name: str, value: Any, lo: int) -> int:
 
 def _check_environment() -> str:
     """Triton version and TRITON_INTERPRET; returns the version string."""
-    import triton
+    try:
+        import triton
+    except ImportError as exc:
+        from simfloat_gpu import INSTALL_HINT
+
+        raise ImportError(
+            f"simfloat_gpu.interpreter.faithful() runs Triton's interpreter and needs triton ({exc}); install the "
+            f"GPU side: {INSTALL_HINT}"
+        ) from exc
 
     version = str(triton.__version__)
     m = re.match(r"(\d+)\.(\d+)", version)
@@ -414,6 +422,7 @@ def faithful(
         The active settings, as :func:`faithful_config` returns them.
 
     Raises:
+        ImportError: triton is not installed (the message gives the install command).
         RuntimeError: unsupported triton version, or TRITON_INTERPRET=1 not in effect.
         ValueError, TypeError: invalid settings.
     """

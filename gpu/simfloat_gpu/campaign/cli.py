@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("gpu_run", "the one GPU job: fixtures, probes, speed, environment, in a time budget"),
     "probe": ("probes", "one hardware probe (isa, dot, exp, sum) on its own"),
-    "fit": ("fit", "fit the emulator's hardware models to probe results and report how well each fits"),
+    "fit": ("fit_cli", "fit the emulator's hardware models to probe results and report how well each fits"),
 }
 
 

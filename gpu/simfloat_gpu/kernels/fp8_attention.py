@@ -72,14 +72,24 @@ import torch
 import triton
 import triton.language as tl
 
-from simfloat_gpu.kernels.int8_attention import (
+from simfloat_gpu.kernels.common import (
+    FLOAT_DTYPES,
     LOG2E,
-    _check_attention_shapes,
-    _check_choice,
-    _check_common_options,
-    _check_device,
-    _empty_kmajor,
-    _quantize_groups,
+    check_choice,
+    check_qkv_tensors,
+    init_state,
+    key_limit,
+    normalize_and_store,
+    output_buffers,
+    strides,
+    tile_heads,
+)
+from simfloat_gpu.kernels.int8_attention import (
+    check_common_options,
+    check_kernel_device,
+    check_quantized_shapes,
+    empty_kmajor,
+    quantize_groups,
 )
 
 __all__ = ["fp8_attention", "quantize_fp8", "FP8_FORMATS", "LOG2E", "NUM_WARPS"]
@@ -92,7 +102,6 @@ FP8_FORMATS = {
 #: Fixed launch width: the GPU reduction / MMA order depends on it.
 NUM_WARPS = 4
 
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _SCALINGS = ("per-tensor", "per-block")
 
 
@@ -225,11 +234,7 @@ def _fp8_attn_fwd(
     IS_CAUSAL: tl.constexpr,
     PER_BLOCK: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
-    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
+    start_m, off_hz, off_z, off_h, off_hkv = tile_heads(H, GROUP)
 
     q_base = Q + off_z * stride_qz + off_h * stride_qh
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
@@ -246,14 +251,9 @@ def _fp8_attn_fwd(
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
     q_scale = tl.load(QS + off_z * stride_qsz + off_h * stride_qsh + start_m * stride_qsb)
     qs_scale = qk_scale * q_scale
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i, l_i, acc = init_state(BLOCK_M, HEAD_DIM)
 
-    if IS_CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
-    else:
-        hi = N_CTX_K
+    hi = key_limit(start_m, N_CTX_K, BLOCK_M, IS_CAUSAL)
     acc, l_i, m_i = _fp8_attn_inner(
         acc,
         l_i,
@@ -283,16 +283,8 @@ def _fp8_attn_fwd(
     if not PER_BLOCK:
         acc = acc * tl.load(vs_base)
     # E2
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = tl.math.div_rn(acc, l_safe[:, None])
-    tl.store(
-        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-        out.to(Out.dtype.element_ty),
-        mask=row_ok[:, None],
-    )
-    stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
-    tl.store(M + stats_offs, m_i, mask=row_ok)
-    tl.store(L + stats_offs, l_i, mask=row_ok)
+    o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on
+    normalize_and_store(acc, l_i, m_i, o_ptrs, M, L, off_hz, offs_m, row_ok, N_CTX_Q)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -301,7 +293,7 @@ def _fp8_attn_fwd(
 
 
 def _check_fmt(fmt, device):
-    _check_choice("fmt", fmt, tuple(FP8_FORMATS))
+    check_choice("fmt", fmt, tuple(FP8_FORMATS))
     if device.type == "cuda" and fmt == "e4m3":
         cap = torch.cuda.get_device_capability(device)
         if cap < (8, 9):
@@ -327,11 +319,11 @@ def quantize_fp8(x, *, fmt="e4m3", group=None, kmajor=False):
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in _FLOAT_DTYPES:
+    if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"x has dtype {x.dtype}; supported: float16, bfloat16, float32")
     if x.dim() != 4:
         raise ValueError(f"x must be 4-D (batch, heads, seq, d), got shape {tuple(x.shape)}")
-    _check_device([x], "x", "simfloat_gpu.kernels.fp8_attention")
+    check_kernel_device([x], "x", "simfloat_gpu.kernels.fp8_attention")
     dtype, fp8_max = _check_fmt(fmt, x.device)
     seq = x.shape[2]
     if group is None:
@@ -340,8 +332,8 @@ def quantize_fp8(x, *, fmt="e4m3", group=None, kmajor=False):
         raise TypeError(f"group must be None or an int, got {type(group).__name__}")
     elif group < 1:
         raise ValueError(f"group must be >= 1, got {group}")
-    out = _empty_kmajor(x.shape, dtype, x.device) if kmajor else torch.empty(x.shape, dtype=dtype, device=x.device)
-    scale = _quantize_groups(x, out, group, fp8_max, False)
+    out = empty_kmajor(x.shape, dtype, x.device) if kmajor else torch.empty(x.shape, dtype=dtype, device=x.device)
+    scale = quantize_groups(x, out, group, fp8_max, False)
     return out, scale
 
 
@@ -376,21 +368,12 @@ def fp8_attention(
     Returns:
         out, float16 (batch, heads, seq_q, head_dim), or (out, m, l) when return_stats.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
-    if q.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share a dtype")
-    _check_device([q, k, v], "q, k, v", "simfloat_gpu.kernels.fp8_attention")
-    _check_attention_shapes(q, k, v)
-    block_m, block_n, causal, qk_scale = _check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
+    check_qkv_tensors(q, k, v)
+    check_kernel_device([q, k, v], "q, k, v", "simfloat_gpu.kernels.fp8_attention")
+    check_quantized_shapes(q, k, v)
+    block_m, block_n, causal, qk_scale = check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
     _check_fmt(fmt, q.device)
-    per_block = _check_choice("scaling", scaling, _SCALINGS) == "per-block"
+    per_block = check_choice("scaling", scaling, _SCALINGS) == "per-block"
 
     q8, qs = quantize_fp8(q, fmt=fmt, group=block_m if per_block else None)
     k8, ks = quantize_fp8(k, fmt=fmt, group=block_n if per_block else None)
@@ -398,10 +381,8 @@ def fp8_attention(
 
     batch, heads, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
-    out = torch.empty((batch, heads, seq_q, head_dim), dtype=torch.float16, device=q.device)
-    m = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    l = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)  # noqa: E741
-    if seq_q > 0 and batch * heads > 0:
+    out, m, l, work = output_buffers(q, torch.float16)  # noqa: E741
+    if work:
         block_stride = (lambda s: s.stride(2)) if per_block else (lambda s: 0)
         grid = (triton.cdiv(seq_q, block_m), batch * heads)
         _fp8_attn_fwd[grid](
@@ -415,18 +396,7 @@ def fp8_attention(
             m,
             l,
             qk_scale,
-            q8.stride(0),
-            q8.stride(1),
-            q8.stride(2),
-            q8.stride(3),
-            k8.stride(0),
-            k8.stride(1),
-            k8.stride(2),
-            k8.stride(3),
-            v8.stride(0),
-            v8.stride(1),
-            v8.stride(2),
-            v8.stride(3),
+            *strides(q8, k8, v8),
             qs.stride(0),
             qs.stride(1),
             block_stride(qs),
@@ -436,10 +406,7 @@ def fp8_attention(
             vs.stride(0),
             vs.stride(1),
             block_stride(vs),
-            out.stride(0),
-            out.stride(1),
-            out.stride(2),
-            out.stride(3),
+            *strides(out),
             heads,
             heads // k.shape[1],
             seq_q,

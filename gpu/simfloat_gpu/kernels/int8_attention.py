@@ -110,14 +110,28 @@ Notes for the emulator:
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from simfloat.attention._inputs import kv_group
+from simfloat_gpu.kernels.common import (
+    FLOAT_DTYPES,
+    LOG2E,
+    check_attention_shapes,
+    check_block,
+    check_bool,
+    check_choice,
+    check_device,
+    check_qkv_tensors,
+    init_state,
+    is_interpreted,
+    key_limit,
+    normalize_and_store,
+    output_buffers,
+    qk_scale_of,
+    strides,
+    tile_heads,
+)
 
 __all__ = [
     "quantize_per_token",
@@ -127,16 +141,18 @@ __all__ = [
     "LOG2E",
     "INT8_MAX",
     "NUM_WARPS",
+    "check_common_options",
+    "check_kernel_device",
+    "check_quantized_shapes",
+    "empty_kmajor",
+    "quantize_groups",
 ]
 
-#: log2(e) as the reference writes it; rounded to fp32 before use (see H1).
-LOG2E = 1.44269504
 #: Symmetric INT8 range: [-127, 127].
 INT8_MAX = 127.0
 #: Fixed launch width of the attention kernel: the GPU reduction / MMA order depends on it.
 NUM_WARPS = 4
 
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _VARIANTS = ("int8", "half-int8")
 _ROW_SUMS = ("reference", "consistent")
 #: 1.5 * 2**23: adding and subtracting it rounds an fp32 |y| < 2**22 to an integer, ties to even.
@@ -417,11 +433,7 @@ def _int8_attn_fwd(
     FULL_INT8: tl.constexpr,
     ROW_SUM_QUANTIZED: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
-    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
+    start_m, off_hz, off_z, off_h, off_hkv = tile_heads(H, GROUP)
 
     q_base = Q + off_z * stride_qz + off_h * stride_qh
     qs_base = QS + off_z * stride_qsz + off_h * stride_qsh
@@ -438,14 +450,9 @@ def _int8_attn_fwd(
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0)
     q_scale = tl.load(qs_base + offs_m * stride_qsm, mask=row_ok, other=0.0)
     v_scale = tl.load(VS + off_z * stride_vsz + off_hkv * stride_vsh)  # half-int8: a placeholder, unused
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i, l_i, acc = init_state(BLOCK_M, HEAD_DIM)
 
-    if IS_CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
-    else:
-        hi = N_CTX_K
+    hi = key_limit(start_m, N_CTX_K, BLOCK_M, IS_CAUSAL)
     acc, l_i, m_i = _int8_attn_inner(
         acc,
         l_i,
@@ -472,18 +479,9 @@ def _int8_attn_fwd(
         ROW_SUM_QUANTIZED,
     )
 
-    # E1: deferred normalisation, guarded against l_i == 0, correctly rounded division
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = tl.math.div_rn(acc, l_safe[:, None])
-    # E2
-    tl.store(
-        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-        out.to(Out.dtype.element_ty),
-        mask=row_ok[:, None],
-    )
-    stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
-    tl.store(M + stats_offs, m_i, mask=row_ok)
-    tl.store(L + stats_offs, l_i, mask=row_ok)
+    # E1: deferred normalisation, guarded against l_i == 0, correctly rounded division; E2
+    o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on
+    normalize_and_store(acc, l_i, m_i, o_ptrs, M, L, off_hz, offs_m, row_ok, N_CTX_Q)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -491,37 +489,17 @@ def _int8_attn_fwd(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _kernel_is_interpreted() -> bool:
-    return type(_int8_attn_fwd).__name__ == "InterpretedFunction"
-
-
-def _is_pow2(x: int) -> bool:
-    return x > 0 and (x & (x - 1)) == 0
-
-
-def _check_block(name: str, value, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if not (_is_pow2(value) and lo <= value <= 256):
-        raise ValueError(f"{name} must be a power of two in [{lo}, 256], got {value}")
-    return value
-
-
-def _check_device(tensors, names: str, module: str = "simfloat_gpu.kernels.int8_attention"):
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"{names} must be on one device, got {', '.join(str(t.device) for t in tensors)}")
-    device = tensors[0].device
-    if device.type != "cuda" and not (device.type == "cpu" and _kernel_is_interpreted()):
-        hint = f" (CPU tensors need TRITON_INTERPRET=1 set before {module} is imported)" if device.type == "cpu" else ""
-        raise ValueError(f"{names} are on {device}; the kernel needs CUDA tensors{hint}")
+def check_kernel_device(tensors, names: str, module: str = "simfloat_gpu.kernels.int8_attention"):
+    """The tensors on one device: CUDA, or the CPU when the kernels run under the interpreter (``module``: the
+    module to import after setting TRITON_INTERPRET=1, in the message)."""
+    hint = f" (CPU tensors need TRITON_INTERPRET=1 set before {module} is imported)"
+    check_device(tensors, names, is_interpreted(_int8_attn_fwd), hint)
 
 
 def _check_float_tensor(name: str, x, min_dim: int):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in _FLOAT_DTYPES:
+    if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32")
     if x.dim() < min_dim:
         raise ValueError(f"{name} must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}")
@@ -538,7 +516,7 @@ def quantize_per_token(x):
         x ~= x_int8 * scale[..., None]; scale = max|row| / 127 (1.0 for all-zero rows).
     """
     _check_float_tensor("x", x, 1)
-    _check_device([x], "x")
+    check_kernel_device([x], "x")
     d = x.shape[-1]
     if d < 1:
         raise ValueError(f"x must have a non-empty last dimension, got shape {tuple(x.shape)}")
@@ -566,7 +544,7 @@ def quantize_per_token(x):
     return xq.reshape(x.shape), scale.reshape(x.shape[:-1])
 
 
-def _quantize_groups(x4, out, group: int, qmax: float, is_int: bool):
+def quantize_groups(x4, out, group: int, qmax: float, is_int: bool):
     """Launch _quantize_groups_kernel on a 4-D (batch, heads, seq, d) tensor into ``out`` (same shape,
     any strides); returns the fp32 scales, shape (batch, heads, cdiv(seq, group))."""
     b, h, s, d = x4.shape
@@ -583,14 +561,7 @@ def _quantize_groups(x4, out, group: int, qmax: float, is_int: bool):
         x4,
         out,
         scale,
-        x4.stride(0),
-        x4.stride(1),
-        x4.stride(2),
-        x4.stride(3),
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        out.stride(3),
+        *strides(x4, out),
         scale.stride(0),
         scale.stride(1),
         scale.stride(2),
@@ -606,7 +577,7 @@ def _quantize_groups(x4, out, group: int, qmax: float, is_int: bool):
     return scale
 
 
-def _empty_kmajor(shape, dtype, device):
+def empty_kmajor(shape, dtype, device):
     """(b, h, s, d) storage with s contiguous: the K-major layout the P @ V tensor-core operand wants."""
     b, h, s, d = shape
     return torch.empty((b, h, d, s), dtype=dtype, device=device).transpose(2, 3)
@@ -621,67 +592,35 @@ def quantize_per_tensor(x):
         transposed view), scale fp32 of shape x.shape[:-2].
     """
     _check_float_tensor("x", x, 2)
-    _check_device([x], "x")
+    check_kernel_device([x], "x")
     s, d = x.shape[-2:]
     x4 = x.reshape(1, -1, s, d)
-    out = _empty_kmajor(x4.shape, torch.int8, x.device)
-    scale = _quantize_groups(x4, out, max(s, 1), INT8_MAX, True)
+    out = empty_kmajor(x4.shape, torch.int8, x.device)
+    scale = quantize_groups(x4, out, max(s, 1), INT8_MAX, True)
     return out.reshape(x.shape), scale[..., 0].reshape(x.shape[:-2])
 
 
-def _check_attention_shapes(q, k, v):
-    (bq, hq, _, dq), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
-    if not (bq == bk == bv and hk == hv):
-        raise ValueError(
-            f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-            f"v {tuple(v.shape)} (k and v: the same heads)"
-        )
-    kv_group(hq, hk)  # q heads a multiple of kv heads
-    if sk != sv:
-        raise ValueError(f"k and v must have the same sequence length, got {sk} and {sv}")
-    if not (dq == dk == dv):
-        raise ValueError(f"head_dim must agree: q {dq}, k {dk}, v {dv}")
-    if not (_is_pow2(dq) and 32 <= dq <= 256):
-        raise ValueError(f"head_dim must be a power of two in [32, 256] (8-bit tl.dot needs K >= 32), got {dq}")
-    if sk < 1:
-        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+def check_quantized_shapes(q, k, v):
+    """The shapes of the 8-bit kernels (head_dim a power of two in [32, 256]: 8-bit tl.dot needs K >= 32)."""
+    check_attention_shapes(q, k, v, 32, " (8-bit tl.dot needs K >= 32)")
 
 
-def _check_common_options(q, sm_scale, block_m, block_n, causal, return_stats):
-    block_m = _check_block("block_m", block_m, 16)
-    block_n = _check_block("block_n", block_n, 32)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if not isinstance(return_stats, (bool, np.bool_)):
-        raise TypeError(f"return_stats must be a bool, got {type(return_stats).__name__}")
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(q.shape[-1])
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float, np.floating, np.integer)):
-        raise TypeError(f"sm_scale must be a real number, got {type(sm_scale).__name__}")
-    sm_scale = float(sm_scale)
-    if not (math.isfinite(sm_scale) and sm_scale > 0.0):
-        # T7 uses max(s) * qk_scale == max(s * qk_scale), which needs qk_scale > 0
-        raise ValueError(f"sm_scale must be finite and > 0, got {sm_scale}")
-    qk_scale = float(np.float32(sm_scale) * np.float32(LOG2E))  # H1
-    return block_m, block_n, bool(causal), qk_scale
-
-
-def _check_choice(name, value, choices):
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, one of {choices}, got {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
+def check_common_options(q, sm_scale, block_m, block_n, causal, return_stats):
+    """(block_m, block_n, causal, qk_scale) of the 8-bit kernels' options (block_n >= 32; H1: qk_scale in fp32)."""
+    block_m = check_block("block_m", block_m, 16)
+    block_n = check_block("block_n", block_n, 32)
+    causal = check_bool("causal", causal)
+    check_bool("return_stats", return_stats)
+    # T7 uses max(s) * qk_scale == max(s * qk_scale), which needs qk_scale > 0
+    return block_m, block_n, causal, qk_scale_of("sm_scale", sm_scale, q.shape[-1])
 
 
 def _launch(q8, qs, k8, ks, v, vs, *, block_m, block_n, causal, qk_scale, row_sum):
     full = v.dtype == torch.int8
     batch, heads, seq_q, head_dim = q8.shape
     seq_k = k8.shape[2]
-    out = torch.empty((batch, heads, seq_q, head_dim), dtype=torch.float16, device=q8.device)
-    m = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q8.device)
-    l = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q8.device)  # noqa: E741
-    if seq_q == 0 or batch * heads == 0:
+    out, m, l, work = output_buffers(q8, torch.float16)  # noqa: E741
+    if not work:
         return out, m, l
     if vs is None:
         vs = qs  # placeholder pointer; never read when FULL_INT8 is False
@@ -700,29 +639,9 @@ def _launch(q8, qs, k8, ks, v, vs, *, block_m, block_n, causal, qk_scale, row_su
         m,
         l,
         qk_scale,
-        q8.stride(0),
-        q8.stride(1),
-        q8.stride(2),
-        q8.stride(3),
-        qs.stride(0),
-        qs.stride(1),
-        qs.stride(2),
-        k8.stride(0),
-        k8.stride(1),
-        k8.stride(2),
-        k8.stride(3),
-        ks.stride(0),
-        ks.stride(1),
-        ks.stride(2),
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        v.stride(3),
+        *strides(q8, qs, k8, ks, v),
         *vs_strides,
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        out.stride(3),
+        *strides(out),
         heads,
         heads // k8.shape[1],
         seq_q,
@@ -801,10 +720,10 @@ def int8_attention_quantized(
             f"v has dtype {v.dtype}; expected torch.int8 (int8 variant) or torch.float16 (half-int8 variant)"
         )
     tensors = [q_int8, q_scale, k_int8, k_scale, v] + ([v_scale] if v_scale is not None else [])
-    _check_device(tensors, "all inputs")
-    _check_attention_shapes(q_int8, k_int8, v)
-    block_m, block_n, causal, qk_scale = _check_common_options(q_int8, sm_scale, block_m, block_n, causal, return_stats)
-    _check_choice("row_sum", row_sum, _ROW_SUMS)
+    check_kernel_device(tensors, "all inputs")
+    check_quantized_shapes(q_int8, k_int8, v)
+    block_m, block_n, causal, qk_scale = check_common_options(q_int8, sm_scale, block_m, block_n, causal, return_stats)
+    check_choice("row_sum", row_sum, _ROW_SUMS)
     out, m, l = _launch(  # noqa: E741
         q_int8,
         q_scale,
@@ -855,27 +774,18 @@ def int8_attention(
     Returns:
         out, float16 (batch, heads, seq_q, head_dim), or (out, m, l) when return_stats.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
-    if q.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share a dtype")
-    _check_device([q, k, v], "q, k, v")
-    _check_attention_shapes(q, k, v)
-    _check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
-    _check_choice("variant", variant, _VARIANTS)
-    _check_choice("row_sum", row_sum, _ROW_SUMS)
+    check_qkv_tensors(q, k, v)
+    check_kernel_device([q, k, v], "q, k, v")
+    check_quantized_shapes(q, k, v)
+    check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
+    check_choice("variant", variant, _VARIANTS)
+    check_choice("row_sum", row_sum, _ROW_SUMS)
 
     q8, qs = quantize_per_token(q)
     k8, ks = quantize_per_token(k)
     if variant == "int8":
-        v8 = _empty_kmajor(v.shape, torch.int8, v.device)
-        vs = _quantize_groups(v, v8, v.shape[2], INT8_MAX, True)[..., 0]
+        v8 = empty_kmajor(v.shape, torch.int8, v.device)
+        vs = quantize_groups(v, v8, v.shape[2], INT8_MAX, True)[..., 0]
     else:
         v8, vs = v.to(torch.float16), None
     return int8_attention_quantized(

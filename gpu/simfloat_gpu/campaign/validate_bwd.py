@@ -9,7 +9,7 @@ multi-query configs, k and v with fewer heads than q; fp32 inputs with a dot ``p
 the backward kernels give dq, dk, dv, delta and lse; the emulator gets the same q, k, v, o, dO and the lse of
 :func:`simfloat.attention.lse_from_stats` (checked equal to the kernel's) and must reproduce every gradient bit.
 A float64 torch autograd of the same inputs gives each side's max relative error. Grids reuse
-:mod:`simfloat_gpu.campaign.validate`'s dimensions: "full" (a cost-weighted all-pairs covering array), "ci" (every
+:mod:`simfloat_gpu.campaign.grid`'s dimensions: "full" (a cost-weighted all-pairs covering array), "ci" (every
 value of every dimension), "smoke" (three tiny configs, one multi-query); "full" and "ci" add grouped-query and
 multi-query configs (:data:`GROUPS`) and fp32 configs of both precisions. Runs under the faithful interpreter
 on a CPU, or on a GPU (then the emulator comparison measures how close the plan is to the hardware).
@@ -31,11 +31,33 @@ from typing import Any
 
 import numpy as np
 
-from simfloat_gpu.campaign import validate as fwd
+from simfloat_gpu.campaign import grid as G
+from simfloat_gpu.campaign.compare import config_columns
+from simfloat_gpu.campaign.fixtures import (
+    add_fixture_arrays,
+    fixture_entry,
+    load_fixture_dir,
+    optional_float,
+    save_fixture_dir,
+)
+from simfloat_gpu.campaign.grid import (
+    Config,
+    all_pairs,
+    all_values,
+    dedupe,
+    flash_config,
+    input_crc,
+    make_inputs,
+    round_to_format,
+)
+from simfloat_gpu.campaign.kinds import PLAN_FAMILIES, run_flash
 from simfloat_gpu.campaign.records import BackwardRecord
+from simfloat_gpu.campaign.report import cell
+from simfloat_gpu.campaign.running import kernel_session, resolve_backend
 
 __all__ = [
     "BWD_FIELDS",
+    "backward_record",
     "GROUPS",
     "BackwardRecord",
     "BACKWARD_DIR",
@@ -68,15 +90,15 @@ FIXTURE_ARRAYS = ("o", "m", "l", "dq", "dk", "dv", "delta", "lse")
 GROUPS = ((4, 2), (4, 1))
 
 
-def _gqa(fmt: str, bm: int, bn: int, seq: int, causal: bool, out: str, heads: int, kv_heads: int) -> fwd.Config:
-    return fwd.Config("flash", fmt, seq, 32, bm, bn, causal, out, heads=heads, kv_heads=kv_heads)
+def _gqa(fmt: str, bm: int, bn: int, seq: int, causal: bool, out: str, heads: int, kv_heads: int) -> Config:
+    return Config("flash", fmt, seq, 32, bm, bn, causal, out, heads=heads, kv_heads=kv_heads)
 
 
-def _fp32(precision: str, bm: int, bn: int, seq: int, d: int, causal: bool) -> fwd.Config:
-    return fwd.Config("flash", "fp32", seq, d, bm, bn, causal, "fp32", heads=2, precision=precision)
+def _fp32(precision: str, bm: int, bn: int, seq: int, d: int, causal: bool) -> Config:
+    return Config("flash", "fp32", seq, d, bm, bn, causal, "fp32", heads=2, precision=precision)
 
 
-def _extra(name: str) -> list[fwd.Config]:
+def _extra(name: str) -> list[Config]:
     """The grouped-query and fp32 configs of a grid (head_dim 32 and short sequences: the interpreter's cost
     grows with heads, and fp32 "ieee" dots are FMA loops)."""
     if name == "ci":
@@ -86,33 +108,33 @@ def _extra(name: str) -> list[fwd.Config]:
     tiles = ((16, 32, 97, "low"), (32, 16, 64, "fp32"), (64, 32, 97, "fp32"), (32, 64, 64, "low"))  # bm bn seq out
     gqa = [
         _gqa(fmt, *tiles[i % len(tiles)][:3], causal, tiles[i % len(tiles)][3], h, hk)
-        for i, (fmt, (h, hk), causal) in enumerate(itertools.product(fwd.FORMATS, GROUPS, fwd.CAUSAL))
+        for i, (fmt, (h, hk), causal) in enumerate(itertools.product(G.FORMATS, GROUPS, G.CAUSAL))
     ]
     f32 = [
         _fp32(prec, bm, bn, seq, d, causal)
-        for prec in fwd.PRECISIONS
+        for prec in G.PRECISIONS
         for bm, bn, seq, d, causal in ((16, 32, 97, 16, True), (32, 16, 64, 32, False), (64, 64, 97, 16, False))
     ]
     return gqa + f32
 
 
-def backward_grid(name: str = "ci") -> list[fwd.Config]:
+def backward_grid(name: str = "ci") -> list[Config]:
     """The backward grid ("full", "ci" or "smoke"; see the module docstring)."""
-    dims = (fwd.FORMATS, fwd.BLOCKS, fwd.BLOCKS, fwd.SEQS, fwd.HEAD_DIMS, fwd.CAUSAL, fwd.OUTS)
+    dims = (G.FORMATS, G.BLOCKS, G.BLOCKS, G.SEQS, G.HEAD_DIMS, G.CAUSAL, G.OUTS)
     if name == "full":
-        return fwd._dedupe(fwd._all_pairs(dims, fwd._flash) + _extra(name))
+        return dedupe(all_pairs(dims, flash_config) + _extra(name))
     if name == "ci":
-        return fwd._dedupe(fwd._all_values(dims, fwd._flash) + _extra(name))
+        return dedupe(all_values(dims, flash_config) + _extra(name))
     if name == "smoke":
         return [
-            fwd._flash("bf16", 16, 32, 40, 16, True, "low"),
-            fwd._flash("fp16", 32, 16, 33, 16, False, "fp32"),
-            fwd.Config("flash", "bf16", 33, 16, 16, 16, True, "low", heads=2, kv_heads=1),
+            flash_config("bf16", 16, 32, 40, 16, True, "low"),
+            flash_config("fp16", 32, 16, 33, 16, False, "fp32"),
+            Config("flash", "bf16", 33, 16, 16, 16, True, "low", heads=2, kv_heads=1),
         ]
     raise ValueError(f"unknown grid {name!r}; known: full, ci, smoke")
 
 
-def emulator_plan(cfg: fwd.Config, family: str = "triton") -> str:
+def emulator_plan(cfg: Config, family: str = "triton") -> str:
     """The backward plan a config's kernels are compared with: ``<family>-<fmt>`` (family "triton" or "h200");
     fp32 inputs: ``<family>-tf32`` (tf32 tensor cores) or ``triton-fp32`` ("ieee" FMA loops; triton only) by
     the config's precision.
@@ -120,8 +142,8 @@ def emulator_plan(cfg: fwd.Config, family: str = "triton") -> str:
     Raises:
         ValueError: an unknown family, or "h200" with "ieee" dots (no such plan).
     """
-    if family not in fwd.PLAN_FAMILIES:
-        raise ValueError(f"unknown plan family {family!r}; backward families: {', '.join(fwd.PLAN_FAMILIES)}")
+    if family not in PLAN_FAMILIES:
+        raise ValueError(f"unknown plan family {family!r}; backward families: {', '.join(PLAN_FAMILIES)}")
     if cfg.fmt == "fp32":
         if cfg.precision == "tf32":
             return f"{family}-tf32"
@@ -150,25 +172,25 @@ def _rel(x: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(np.asarray(x, dtype=np.float64) - ref).max() / scale)
 
 
-def _row(cfg: fwd.Config, backend: str, **fields: Any) -> BackwardRecord:
+def backward_record(cfg: Config, backend: str, **fields: Any) -> BackwardRecord:
     """The record of ``cfg`` before any run (id ``bwd-<config id>``, ``kv_heads`` the heads of k and v), with
     ``fields``."""
-    columns = fwd.config_columns(cfg, BackwardRecord)
+    columns = config_columns(cfg, BackwardRecord)
     return BackwardRecord(
         **{**columns, "id": "bwd-" + cfg.id, "kv_heads": cfg.kv_heads or cfg.heads, "backend": backend, **fields}
     )
 
 
-def backward_inputs(cfg: fwd.Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """q, k, v (:func:`simfloat_gpu.campaign.validate.make_inputs`) and dO (``cfg.shape``, standard normal from
+def backward_inputs(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v (:func:`simfloat_gpu.campaign.grid.make_inputs`) and dO (``cfg.shape``, standard normal from
     seed + 1): float32 arrays of values of ``cfg.fmt``, regenerable from the config alone."""
-    q, k, v = fwd.make_inputs(cfg)
-    do = fwd.round_to_format(np.random.default_rng(cfg.seed + 1).standard_normal(cfg.shape).astype(np.float32), cfg.fmt)
+    q, k, v = make_inputs(cfg)
+    do = round_to_format(np.random.default_rng(cfg.seed + 1).standard_normal(cfg.shape).astype(np.float32), cfg.fmt)
     return q, k, v, do
 
 
 def run_backward_kernels(
-    cfg: fwd.Config, backend: str, inputs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    cfg: Config, backend: str, inputs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """The forward kernel (o, m, l), then the backward kernels (dq, dk, dv, delta, lse) on ``inputs`` (q, k, v,
     dO of :func:`backward_inputs`), on the GPU (backend ``gpu``) or under the faithful interpreter; the
@@ -177,8 +199,8 @@ def run_backward_kernels(
 
     from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
 
-    with fwd.kernel_session(backend, cfg.fmt, *inputs) as (_, (tq, tk, tv, tdo)):
-        o, m, l = fwd.run_flash(cfg, tq, tk, tv, torch.float32 if cfg.out == "fp32" else tq.dtype)  # noqa: E741
+    with kernel_session(backend, cfg.fmt, *inputs) as (_, (tq, tk, tv, tdo)):
+        o, m, l = run_flash(cfg, tq, tk, tv, torch.float32 if cfg.out == "fp32" else tq.dtype)  # noqa: E741
         dq, dk, dv, delta, lse = flash_attention_backward(
             tq,
             tk,
@@ -209,7 +231,7 @@ def _kernel_errors(
 
 def compare_backward_to_emulator(
     row: BackwardRecord,
-    cfg: fwd.Config,
+    cfg: Config,
     inputs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     kernel: dict[str, np.ndarray],
     want: Sequence[np.ndarray],
@@ -271,22 +293,20 @@ def compare_backward_to_emulator(
     )
 
 
-def validate_backward_config(cfg: fwd.Config, backend: str, *, emulate: bool = True) -> BackwardRecord:
+def validate_backward_config(cfg: Config, backend: str, *, emulate: bool = True) -> BackwardRecord:
     """One config: kernels (forward, then backward), the emulator, the float64 gradients; one record."""
     rec, _ = _kernels_record(cfg, backend, emulate=emulate)
     return rec
 
 
-def record_backward_config(cfg: fwd.Config, backend: str) -> tuple[BackwardRecord, dict[str, np.ndarray] | None]:
+def record_backward_config(cfg: Config, backend: str) -> tuple[BackwardRecord, dict[str, np.ndarray] | None]:
     """The kernels of one config (no emulator): the record (status ``kernel only``) and the kernel's arrays
     for a fixture (:func:`write_backward_fixtures`; None when the kernels failed)."""
     return _kernels_record(cfg, backend, emulate=False)
 
 
-def _kernels_record(
-    cfg: fwd.Config, backend: str, *, emulate: bool
-) -> tuple[BackwardRecord, dict[str, np.ndarray] | None]:
-    row = _row(cfg, backend)
+def _kernels_record(cfg: Config, backend: str, *, emulate: bool) -> tuple[BackwardRecord, dict[str, np.ndarray] | None]:
+    row = backward_record(cfg, backend)
     inputs = backward_inputs(cfg)
     t0 = time.perf_counter()
     try:
@@ -305,7 +325,7 @@ def _kernels_record(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _low_format(cfg: fwd.Config, name: str) -> bool:
+def _low_format(cfg: Config, name: str) -> bool:
     """Whether the kernel's array ``name`` holds values of a 16-bit input format (stored as bits)."""
     if cfg.fmt == "fp32":
         return False
@@ -315,7 +335,7 @@ def _low_format(cfg: fwd.Config, name: str) -> bool:
 def write_backward_fixtures(
     fix_dir: Path,
     results: Sequence[tuple[BackwardRecord, dict[str, np.ndarray] | None]],
-    configs: Sequence[fwd.Config],
+    configs: Sequence[Config],
     env: dict[str, Any],
 ) -> int:
     """Write ``fix_dir/backward/`` (env.json, configs.json, outputs.npz, as the forward fixtures) from
@@ -327,23 +347,23 @@ def write_backward_fixtures(
         if kern is None:
             continue
         low = [name for name in FIXTURE_ARRAYS if _low_format(cfg, name)]
-        keys = fwd._add_fixture_arrays(arrays, cfg, kern, FIXTURE_ARRAYS, low)
-        crc = fwd.input_crc(*backward_inputs(cfg))
-        entries.append(fwd._fixture_entry(cfg, rec, crc, ("dq_err", "dk_err", "dv_err"), keys))
-    fwd._save_fixture_dir(Path(fix_dir) / BACKWARD_DIR, env, entries, arrays)
+        keys = add_fixture_arrays(arrays, cfg, kern, FIXTURE_ARRAYS, low)
+        crc = input_crc(*backward_inputs(cfg))
+        entries.append(fixture_entry(cfg, rec, crc, ("dq_err", "dk_err", "dv_err"), keys))
+    save_fixture_dir(Path(fix_dir) / BACKWARD_DIR, env, entries, arrays)
     return len(entries)
 
 
 def load_backward_fixtures(
     fix_dir: Path,
-) -> tuple[dict[str, Any], list[tuple[fwd.Config, dict[str, Any], dict[str, np.ndarray]]]]:
+) -> tuple[dict[str, Any], list[tuple[Config, dict[str, Any], dict[str, np.ndarray]]]]:
     """(env, [(config, entry, arrays)]) from ``fix_dir/backward/`` (:func:`write_backward_fixtures`); the
     arrays as float64 (the values the kernels wrote), named as :data:`FIXTURE_ARRAYS`. No such subfolder:
     ({}, [])."""
     sub = Path(fix_dir) / BACKWARD_DIR
     if not (sub / "configs.json").is_file():
         return {}, []
-    env, items = fwd._load_fixture_dir(sub)
+    env, items = load_fixture_dir(sub)
     return env, [(cfg, entry, {k: a.astype(np.float64) for k, a in arrays.items()}) for cfg, entry, arrays in items]
 
 
@@ -364,14 +384,14 @@ def compare_backward_fixtures(
     backend = backend or f"{env.get('gpu_slug') or Path(fix_dir).name} (fixtures)"
     rows = []
     for cfg, entry, kernel in items:
-        base = _row(
+        base = backward_record(
             cfg,
             backend,
-            kernel_s=fwd._optional_float(entry.get("kernel_s")),
-            **{f"{n}_err": fwd._optional_float(entry.get(f"{n}_err")) for n in ("dq", "dk", "dv")},
+            kernel_s=optional_float(entry.get("kernel_s")),
+            **{f"{n}_err": optional_float(entry.get(f"{n}_err")) for n in ("dq", "dk", "dv")},
         )
         inputs = backward_inputs(cfg)
-        crc_ok = fwd.input_crc(*inputs) == int(entry["input_crc"])
+        crc_ok = input_crc(*inputs) == int(entry["input_crc"])
         want = _grads64(*inputs, cfg.causal) if crc_ok else []
         for fam in families:
             if not crc_ok:
@@ -394,7 +414,7 @@ def run_backward(
 ) -> list[BackwardRecord]:
     """Run a backward grid; writes ``out_dir/backward.csv`` and ``backward.md``; returns the rows. Configs not
     started before ``deadline`` (a time.monotonic() value) are left out (the report says how many)."""
-    backend = fwd.resolve_backend(backend)
+    backend = resolve_backend(backend)
     configs = backward_grid(grid_name)
     rows: list[BackwardRecord] = []
     start = time.monotonic()
@@ -403,7 +423,7 @@ def run_backward(
             break
         row = validate_backward_config(cfg, backend, emulate=emulate)
         rows.append(row)
-        secs = f"{fwd._cell(row.kernel_s)} s + {fwd._cell(row.emulator_s)} s"
+        secs = f"{cell(row.kernel_s)} s + {cell(row.emulator_s)} s"
         log(f"[{i + 1}/{len(configs)}] {row.id}: {row.status} ({secs})")
     title = f"Backward kernels ({backend}) vs simfloat flash_backward, {grid_name} grid"
     write_backward_report(out_dir, rows, title, n_configs=len(configs), elapsed=time.monotonic() - start)

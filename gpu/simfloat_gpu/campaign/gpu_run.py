@@ -1,7 +1,10 @@
 """The whole GPU job in one command: environment, validation fixtures, hardware probes, speed.
 
-    PYTHONPATH=. simfloat-gpu run --out DIR [--budget-s 230]      # on the GPU machine
+    simfloat-gpu run --out DIR [--budget-s 230]                    # on the GPU machine
     simfloat-gpu run --out smoke-out --cpu-smoke                   # the same plumbing on a CPU
+
+The exit status is 0 when every part ran, 1 when one failed (its error in ``summary.json`` and the log; the
+other parts' files are kept), 2 for bad options or no GPU.
 
 Parts, in this order (each in try/except: one failure loses nothing else; every line of the log is flushed):
 
@@ -18,8 +21,9 @@ the flash
    ``probes.npz`` (dot + sum), ``exp2.npz`` (+ ``exp2_binades.npz`` only if one file would exceed
    ``--max-file-mib``), ``isa.tar.xz``.
 5. **speed**: the Triton flash kernel (bf16, head_dim 128, seq 1k..16k, causal and not) against torch SDPA's
-   flash backend, and the INT8 / half-INT8 / FP16 kernels through benchmarks/bench_gpu_attention.py's runners
-   (triton.testing.do_bench medians, TFLOP/s) -> ``speed.csv``. Last, alone on the GPU.
+   flash backend, and the INT8 / half-INT8 / FP16 kernels (:mod:`simfloat_gpu.campaign.speed`, the runners
+   benchmarks/bench_gpu_attention.py times too; triton.testing.do_bench medians, TFLOP/s) -> ``speed.csv``.
+   Last, alone on the GPU.
 
 A global time budget (``--budget-s``, counted from process start) bounds every part; what does not fit is
 skipped and logged. The outputs are bounded too, for machines that hand back only so much: no file above
@@ -54,6 +58,8 @@ import numpy as np  # noqa: E402
 
 __all__ = ["main", "OUT_FILES", "DEFAULT_MAX_FILE_MIB", "DEFAULT_MAX_TOTAL_MIB", "PARTS", "check_out_dir"]
 
+#: the folder holding the simfloat_gpu package (a checkout's, or site-packages): the isa subprocess imports it
+#: from there
 ROOT = Path(__file__).resolve().parents[2]
 #: the files this job writes into --out, most important first
 OUT_FILES = (
@@ -71,20 +77,6 @@ DEFAULT_MAX_FILE_MIB = 16.0
 DEFAULT_MAX_TOTAL_MIB = 64.0
 #: the parts --skip can name
 PARTS = ("isa", "validate", "backward", "dot", "sum", "exp", "speed")
-SPEED_FIELDS = (
-    "part",
-    "kernel",
-    "batch",
-    "heads",
-    "seq",
-    "head_dim",
-    "causal",
-    "block_m",
-    "block_n",
-    "ms",
-    "tflops",
-    "note",
-)
 
 
 class Log:
@@ -115,9 +107,9 @@ def _init_worker(smoke: bool) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     _STATE["smoke"] = smoke
     _STATE["device"] = "cpu" if smoke else "cuda"
-    from simfloat_gpu.campaign import validate
+    from simfloat_gpu.campaign.running import worker_init
 
-    validate._worker_init("faithful" if smoke else "gpu", 1 if smoke else 0)
+    worker_init("faithful" if smoke else "gpu", 1 if smoke else 0)
 
 
 def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]:
@@ -126,17 +118,17 @@ def _task(kind: str, key: Any, payload: Any) -> tuple[str, Any, Any, float, str]
     try:
         smoke, device = _STATE["smoke"], _STATE["device"]
         if kind == "validate":
-            from simfloat_gpu.campaign import validate
+            from simfloat_gpu.campaign.grid import Config
+            from simfloat_gpu.campaign.running import validate_config
 
-            res: Any = validate.validate_config(
-                validate.Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
+            res: Any = validate_config(
+                Config.from_dict(payload), "faithful" if smoke else "gpu", emulate=False, record=True
             )
         elif kind == "backward":
-            from simfloat_gpu.campaign import validate, validate_bwd
+            from simfloat_gpu.campaign import validate_bwd
+            from simfloat_gpu.campaign.grid import Config
 
-            res = validate_bwd.record_backward_config(
-                validate.Config.from_dict(payload), "faithful" if smoke else "gpu"
-            )
+            res = validate_bwd.record_backward_config(Config.from_dict(payload), "faithful" if smoke else "gpu")
         elif kind == "dot":
             from simfloat_gpu.campaign import probes
 
@@ -286,166 +278,6 @@ def check_out_dir(
 
 
 # ----------------------------------------------------------------------------------------------------
-# speed
-# ----------------------------------------------------------------------------------------------------
-
-
-def _bench_module() -> Any:
-    import importlib.util
-
-    path = ROOT / "benchmarks" / "bench_gpu_attention.py"
-    spec = importlib.util.spec_from_file_location("bench_gpu_attention", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-def _timer(smoke: bool) -> Callable[[Callable[[], Any]], float]:
-    if not smoke:
-        from triton.testing import do_bench
-
-        return lambda fn: float(do_bench(fn, warmup=10, rep=40, return_mode="median"))
-
-    def cpu_median(fn: Callable[[], Any]) -> float:
-        ts = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        return float(np.median(ts))
-
-    return cpu_median
-
-
-def run_speed(csv_path: Path, deadline: float, smoke: bool, log: Log) -> int:
-    """speed.csv; returns the number of measurements."""
-    import csv
-    import types
-
-    import torch
-
-    from simfloat_gpu.kernels.flash_attention import flash_attention
-
-    device = "cpu" if smoke else "cuda"
-    bench = _bench_module()
-    timer = _timer(smoke)
-    ctx: Any = contextlib.nullcontext()
-    if smoke:
-        from simfloat_gpu.interpreter import faithful
-
-        ctx = faithful()
-    rows: list[dict[str, Any]] = []
-    f = open(csv_path, "w", newline="")  # noqa: SIM115
-    w = csv.DictWriter(f, fieldnames=SPEED_FIELDS)
-    w.writeheader()
-    f.flush()
-
-    def emit(
-        part: str,
-        kernel: str,
-        b: int,
-        h: int,
-        s: int,
-        d: int,
-        causal: bool,
-        bm: Any,
-        bn: Any,
-        *,
-        ms: Any = "",
-        tflops: Any = "",
-        note: str = "",
-    ) -> None:
-        """One row of speed.csv (:data:`SPEED_FIELDS`): what was measured, the timing (empty: none)."""
-        row = dict(part=part, kernel=kernel, batch=b, heads=h, seq=s, head_dim=d, causal=causal, block_m=bm, block_n=bn)
-        row.update(ms=ms, tflops=tflops, note=note)
-        rows.append(row)
-        w.writerow(row)
-        f.flush()
-        log(
-            f"speed {row['part']} {row['kernel']} seq {row['seq']} d {row['head_dim']} "
-            f"causal {row['causal']}: "
-            f"{row['ms']} ms, {row['tflops']} TFLOP/s {row['note']}"
-        )
-
-    def measure(
-        part: str, kernel: str, fn: Callable[[], Any], b: int, h: int, s: int, d: int, causal: bool, bm: Any, bn: Any
-    ) -> None:
-        where = (part, kernel, b, h, s, d, causal, bm, bn)
-        if time.monotonic() > deadline:
-            emit(*where, note="skipped: time budget")
-            return
-        try:
-            ms = timer(fn)
-            flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-            emit(*where, ms=round(ms, 4), tflops=round(flops / (ms * 1e-3) / 1e12, 2))
-        except Exception as exc:
-            emit(*where, note=f"error: {type(exc).__name__}: {exc}"[:200])
-
-    try:
-        with ctx:
-            # 1. flash bf16, head_dim 128, vs SDPA's flash backend; batch * seq = 16k tokens, 16 heads
-            d, heads = (32, 1) if smoke else (128, 16)
-            seqs = (64,) if smoke else (1024, 2048, 4096, 8192, 16384)
-            bm, bn = bench._blocks(types.SimpleNamespace(block_m=None, block_n=None), d)
-            for s in seqs:
-                b = 1 if smoke else max(1, 16384 // s)
-                g = torch.Generator(device=device).manual_seed(s)
-                q, k, v = (
-                    torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, generator=g) for _ in range(3)
-                )
-                for causal in (False, True):
-                    measure(
-                        "flash-vs-sdpa",
-                        "triton-bf16",
-                        lambda q=q, k=k, v=v, c=causal: flash_attention(q, k, v, causal=c, block_m=bm, block_n=bn),
-                        b,
-                        heads,
-                        s,
-                        d,
-                        causal,
-                        bm,
-                        bn,
-                    )
-                    if not smoke:
-                        from torch.nn.attention import SDPBackend, sdpa_kernel
-                        from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-                        def run_sdpa(q=q, k=k, v=v, c=causal) -> Any:
-                            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                                return sdpa(q, k, v, is_causal=c)
-
-                        measure("flash-vs-sdpa", "sdpa-flash-bf16", run_sdpa, b, heads, s, d, causal, "", "")
-                del q, k, v
-            # 2. INT8 / half-INT8 vs FP16 (bench_gpu_attention's runners: kernel only, inputs pre-quantized)
-            from simfloat_gpu.kernels import fp8_attention, int8_attention
-
-            modules = (int8_attention, fp8_attention, flash_attention)
-            for d in (32,) if smoke else (128, 64):
-                bm, bn = bench._blocks(types.SimpleNamespace(block_m=None, block_n=None), d)
-                for s in (64,) if smoke else (1024, 4096, 16384):
-                    b, heads = (1, 1) if smoke else (max(1, 16384 // s), 16)
-                    g = torch.Generator(device=device).manual_seed(s + d)
-                    q16, k16, v16 = (
-                        torch.randn(b, heads, s, d, device=device, dtype=torch.float16, generator=g) for _ in range(3)
-                    )
-                    for kernel in ("fp16", "int8", "half-int8"):
-                        try:
-                            runners = bench._make_runners(kernel, q16, k16, v16, bm, bn, False, modules)
-                        except Exception as exc:
-                            note = f"error: {type(exc).__name__}: {exc}"[:200]
-                            emit("int8-vs-fp16", kernel, b, heads, s, d, False, bm, bn, note=note)
-                            continue
-                        for _, fn in runners:
-                            measure("int8-vs-fp16", kernel, fn, b, heads, s, d, False, bm, bn)
-                    del q16, k16, v16
-                    if not smoke:
-                        torch.cuda.empty_cache()
-    finally:
-        f.close()
-    return len(rows)
-
-
-# ----------------------------------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------------------------------
 
@@ -494,20 +326,20 @@ def _isa_subprocess(work: Path, smoke: bool, budget: float) -> subprocess.Popen:
 
 def _parts(text: str) -> set[str]:
     """argparse type of --skip: comma-separated names of :data:`PARTS`."""
-    from simfloat_gpu.campaign.validate import names_of
+    from simfloat_gpu.campaign.arguments import names_of
 
     return names_of(text, PARTS, "part")
 
 
 def _mib(text: str) -> float:
     """argparse type: a finite size in MiB > 0."""
-    from simfloat_gpu.campaign.validate import positive_number
+    from simfloat_gpu.campaign.arguments import positive_number
 
     return positive_number(text, "a positive size in MiB")
 
 
 def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
-    from simfloat_gpu.campaign.validate import positive_int, positive_seconds, writable_dir
+    from simfloat_gpu.campaign.arguments import positive_int, positive_seconds, writable_dir
 
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
@@ -617,7 +449,11 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         return 2
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from simfloat_gpu.campaign import probes, validate, validate_bwd
+    from simfloat_gpu.campaign import probes, validate_bwd
+    from simfloat_gpu.campaign.compare import new_record
+    from simfloat_gpu.campaign.fixtures import write_fixtures
+    from simfloat_gpu.campaign.grid import grid
+    from simfloat_gpu.campaign.report import environment
 
     # 1. env
     def env_part() -> dict[str, Any]:
@@ -625,7 +461,7 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
 
         if not smoke and not torch.cuda.is_available():
             raise RuntimeError("no CUDA device visible to torch; use --cpu-smoke on a CPU")
-        env = validate.environment("faithful" if smoke else "gpu")
+        env = environment("faithful" if smoke else "gpu")
         summary["env"] = env
         log(
             f"env: {env.get('gpu', 'CPU')} driver {env.get('driver')} CUDA {env.get('cuda')} "
@@ -653,7 +489,7 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
             summary["parts"]["isa"] = {"status": f"error: {type(exc).__name__}: {exc}"}
 
     # 3. pool: validation grid (fixtures), dot and sum probes; the exp probe in this process meanwhile
-    configs = validate.grid(args.grid or ("smoke" if smoke else "full"))
+    configs = grid(args.grid or ("smoke" if smoke else "full"))
     tasks: list[tuple[str, Any, Any]] = []
     n_pairs = 25 if len(configs) > 40 else len(configs)  # the all-pairs part of the full grid comes first
     bwd_configs = validate_bwd.backward_grid(args.bwd_grid or ("smoke" if smoke else "ci"))
@@ -705,17 +541,17 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         env_f = dict(env, recorded_by="simfloat_gpu.campaign.gpu_run", smoke=smoke)
         info: dict[str, Any] = summary["parts"].setdefault("fixtures", {})
         if "validate" not in skip:
-            res = _in_grid_order(configs, by_kind["validate"], lambda c, st: validate._record(c, "gpu", status=st))
-            n = validate.write_fixtures(fix, res, configs, env_f)
+            res = _in_grid_order(configs, by_kind["validate"], lambda c, st: new_record(c, "gpu", status=st))
+            n = write_fixtures(fix, res, configs, env_f)
             info.update(configs=n, of=len(configs), rows=[r[0].to_json() for r in res])
             log(f"fixtures: {n}/{len(configs)} forward configs")
         else:  # no forward configs, but a fixture folder all the same (validate --fixtures reads it)
-            validate.write_fixtures(fix, [], [], env_f)
+            write_fixtures(fix, [], [], env_f)
         if "backward" not in skip:
             bres = _in_grid_order(
                 bwd_configs,
                 by_kind["backward"],
-                lambda c, st: validate_bwd._row(c, "gpu", status=st),
+                lambda c, st: validate_bwd.backward_record(c, "gpu", status=st),
             )
             nb = validate_bwd.write_backward_fixtures(fix, bres, bwd_configs, env_f)
             info.update(backward_configs=nb, backward_of=len(bwd_configs), backward_rows=[r[0].to_json() for r in bres])
@@ -769,6 +605,8 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
 
     # 5. speed, alone on the GPU
     def speed_part() -> None:
+        from simfloat_gpu.campaign.speed import run_speed
+
         n = run_speed(out / "speed.csv", end, smoke, log)
         summary["parts"]["speed"] = {"measurements": n}
 
@@ -776,11 +614,14 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         part("speed", speed_part)
     summary["out_check"] = check_out_dir(out, max_file, max_total, log)
     summary["files"] = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+    failed = [name for name, p in summary["parts"].items() if str(p.get("status", "")).startswith("error")]
     log(f"done in {time.monotonic() - START:.1f} s; files: {summary['files']}")
+    if failed:
+        log(f"failed part(s): {', '.join(failed)} (see summary.json and above)")
     save_summary()
     log.close()
     shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

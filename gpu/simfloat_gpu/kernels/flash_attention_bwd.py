@@ -77,7 +77,8 @@ import triton
 import triton.language as tl
 
 from simfloat.attention._inputs import kv_group
-from simfloat_gpu.kernels.flash_attention import _check_block, _check_inputs, _check_options, flash_attention
+from simfloat_gpu.kernels.common import check_block, strides
+from simfloat_gpu.kernels.flash_attention import check_inputs, check_options, flash_attention
 
 __all__ = ["FlashAttentionFunction", "NUM_STAGES", "NUM_WARPS", "flash_attention_backward", "flash_attention_grad"]
 
@@ -356,7 +357,7 @@ def _attn_bwd_dq(
 
 
 def _check_bwd_inputs(q, k, v, o, do, m, l):  # noqa: E741
-    _check_inputs(q, k, v)
+    check_inputs(q, k, v)
     for name, t in (("o", o), ("do", do), ("m", m), ("l", l)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -419,11 +420,11 @@ def flash_attention_backward(
         TypeError, ValueError: tensors of the wrong type, dtype, shape or device; bad options (named).
     """
     _check_bwd_inputs(q, k, v, o, do, m, l)
-    block_m = _check_block("block_m", block_m)
-    block_n = _check_block("block_n", block_n)
+    block_m = check_block("block_m", block_m, 16, " (tl.dot needs >= 16)")
+    block_n = check_block("block_n", block_n, 16, " (tl.dot needs >= 16)")
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    qk_scale, grad_dtype, _, _, precision = _check_options(q, scale, grad_dtype, None, input_precision)
+    qk_scale, grad_dtype, _, _, precision = check_options(q, scale, grad_dtype, None, input_precision)
     sm_scale = float(np.float32(1.0 / np.sqrt(q.shape[-1]) if scale is None else scale))
 
     batch, heads, seq_q, head_dim = q.shape
@@ -450,14 +451,7 @@ def flash_attention_backward(
         l,
         delta,
         lse,
-        o.stride(0),
-        o.stride(1),
-        o.stride(2),
-        o.stride(3),
-        do.stride(0),
-        do.stride(1),
-        do.stride(2),
-        do.stride(3),
+        *strides(o, do),
         heads,
         seq_q,
         HEAD_DIM=head_dim,
@@ -465,24 +459,7 @@ def flash_attention_backward(
         num_warps=NUM_WARPS,
         num_stages=NUM_STAGES,
     )
-    common = (
-        q.stride(0),
-        q.stride(1),
-        q.stride(2),
-        q.stride(3),
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-        k.stride(3),
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        v.stride(3),
-        do.stride(0),
-        do.stride(1),
-        do.stride(2),
-        do.stride(3),
-    )
+    common = strides(q, k, v, do)
     meta = dict(
         HEAD_DIM=head_dim,
         BLOCK_M=block_m,
@@ -504,10 +481,7 @@ def flash_attention_backward(
         qk_scale,
         sm_scale,
         *common,
-        dk.stride(0),
-        dk.stride(1),
-        dk.stride(2),
-        dk.stride(3),
+        *strides(dk),
         heads,
         group,
         seq_q,
@@ -525,10 +499,7 @@ def flash_attention_backward(
         qk_scale,
         sm_scale,
         *common,
-        dq.stride(0),
-        dq.stride(1),
-        dq.stride(2),
-        dq.stride(3),
+        *strides(dq),
         heads,
         group,
         seq_q,

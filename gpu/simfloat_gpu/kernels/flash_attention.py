@@ -81,18 +81,30 @@ import torch
 import triton
 import triton.language as tl
 
-from simfloat.attention._inputs import kv_group
+from simfloat_gpu.kernels.common import (
+    LOG2E,
+    check_attention_shapes,
+    check_block,
+    check_bool,
+    check_device,
+    check_interpreter_consistent,
+    check_qkv_tensors,
+    init_state,
+    is_interpreted,
+    key_limit,
+    normalize_and_store,
+    output_buffers,
+    qk_scale_of,
+    strides,
+    tile_heads,
+)
 
-__all__ = ["flash_attention", "LOG2E", "NUM_WARPS", "NUM_STAGES"]
+__all__ = ["flash_attention", "LOG2E", "NUM_WARPS", "NUM_STAGES", "check_inputs", "check_options"]
 
-#: log2(e) as the tutorial writes it; rounded to fp32 before use (see H1).
-LOG2E = 1.44269504
 #: Fixed launch width: the GPU reduction / MMA order (hence the bits) depends on it.
 NUM_WARPS = 4
 #: Software-pipelining depth; numerically irrelevant, kept low so HEAD_DIM=256 tiles fit shared memory.
 NUM_STAGES = 2
-
-_INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_LAZY_THRESHOLD = 15.0
 
 
@@ -227,11 +239,7 @@ def _attn_fwd(
     LAZY_RESCALE: tl.constexpr,
     RESCALE_THRESHOLD: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
-    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one key/value head
+    start_m, off_hz, off_z, off_h, off_hkv = tile_heads(H, GROUP)
 
     q_base = Q + off_z * stride_qz + off_h * stride_qh
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
@@ -244,14 +252,9 @@ def _attn_fwd(
 
     # K1, K2
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i, l_i, acc = init_state(BLOCK_M, HEAD_DIM)
 
-    if IS_CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
-    else:
-        hi = N_CTX_K
+    hi = key_limit(start_m, N_CTX_K, BLOCK_M, IS_CAUSAL)
     acc, l_i, m_i = _attn_fwd_inner(
         acc,
         l_i,
@@ -275,18 +278,9 @@ def _attn_fwd(
         RESCALE_THRESHOLD,
     )
 
-    # E1: deferred normalisation, guarded against l_i == 0, correctly rounded division
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = tl.math.div_rn(acc, l_safe[:, None])
-    # E2
-    tl.store(
-        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-        out.to(Out.dtype.element_ty),
-        mask=row_ok[:, None],
-    )
-    stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
-    tl.store(M + stats_offs, m_i, mask=row_ok)
-    tl.store(L + stats_offs, l_i, mask=row_ok)
+    # E1: deferred normalisation, guarded against l_i == 0, correctly rounded division; E2
+    o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on
+    normalize_and_store(acc, l_i, m_i, o_ptrs, M, L, off_hz, offs_m, row_ok, N_CTX_Q)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -294,83 +288,20 @@ def _attn_fwd(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _kernel_is_interpreted() -> bool:
-    return type(_attn_fwd).__name__ == "InterpretedFunction"
-
-
-def _check_interpreter_consistent():
-    # triton.language's own @jit helpers (tl.sum, tl.max, ...) are decorated when triton is imported;
-    # if TRITON_INTERPRET=1 was set only afterwards, interpreted kernels fail inside tl.sum with
-    # "Cannot call @triton.jit'd outside of the scope of a kernel".
-    if type(tl.standard.sum).__name__ != "InterpretedFunction":
-        raise RuntimeError(
-            "TRITON_INTERPRET=1 was set after triton was imported; set it before the first "
-            "`import triton` (e.g. at the top of tests/conftest.py)"
-        )
-
-
-def _is_pow2(x: int) -> bool:
-    return x > 0 and (x & (x - 1)) == 0
-
-
-def _check_block(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if not (_is_pow2(value) and 16 <= value <= 256):
-        raise ValueError(f"{name} must be a power of two in [16, 256] (tl.dot needs >= 16), got {value}")
-    return value
-
-
-def _check_inputs(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
-    if q.dtype not in _INPUT_DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share a dtype")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if q.device.type != "cuda" and not (q.device.type == "cpu" and _kernel_is_interpreted()):
-        hint = (
-            " (CPU tensors need TRITON_INTERPRET=1 set before triton and this kernel module are imported)"
-            if q.device.type == "cpu"
-            else ""
-        )
-        raise ValueError(f"q, k, v are on {q.device}; the kernel needs CUDA tensors{hint}")
+def check_inputs(q, k, v):
+    """q, k, v: 4-D tensors of one float dtype and device (CUDA, or the CPU under the interpreter), of the
+    shapes the kernel takes (head_dim a power of two in [16, 256])."""
+    check_qkv_tensors(q, k, v)
+    hint = " (CPU tensors need TRITON_INTERPRET=1 set before triton and this kernel module are imported)"
+    check_device([q, k, v], "q, k, v", is_interpreted(_attn_fwd), hint)
     if q.device.type == "cpu":
-        _check_interpreter_consistent()
-    (bq, hq, _, dq), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
-    if not (bq == bk == bv and hk == hv):
-        raise ValueError(
-            f"batch and kv heads must agree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-            f"v {tuple(v.shape)} (k and v: the same heads)"
-        )
-    kv_group(hq, hk)  # q heads a multiple of kv heads
-    if sk != sv:
-        raise ValueError(f"k and v must have the same sequence length, got {sk} and {sv}")
-    if not (dq == dk == dv):
-        raise ValueError(f"head_dim must agree: q {dq}, k {dk}, v {dv}")
-    if not (_is_pow2(dq) and 16 <= dq <= 256):
-        raise ValueError(f"head_dim must be a power of two in [16, 256], got {dq}")
-    if sk < 1:
-        raise ValueError("k and v need at least one key (seq_k >= 1): softmax over no keys is undefined")
+        check_interpreter_consistent()
+    check_attention_shapes(q, k, v)
 
 
-def _check_options(q, scale, out_dtype, lazy_rescale_threshold, input_precision):
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    scale = float(scale)
-    if not (math.isfinite(scale) and scale > 0.0):
-        # the kernel uses max(qk) * qk_scale == max(qk * qk_scale), which needs qk_scale > 0
-        raise ValueError(f"scale must be finite and > 0, got {scale}")
-    qk_scale = float(np.float32(scale) * np.float32(LOG2E))  # H1: fp32 multiply of fp32 operands
+def check_options(q, scale, out_dtype, lazy_rescale_threshold, input_precision):
+    """(qk_scale, out_dtype, lazy, threshold, precision) of the launch options (H1: qk_scale in fp32)."""
+    qk_scale = qk_scale_of("scale", scale, q.shape[-1])  # H1: fp32 multiply of fp32 operands
     if not (math.isfinite(qk_scale) and qk_scale > 0.0):
         raise ValueError(f"scale * log2(e) = {qk_scale} in fp32 must be finite and > 0 (scale={scale})")
 
@@ -413,21 +344,18 @@ def _check_options(q, scale, out_dtype, lazy_rescale_threshold, input_precision)
 
 
 def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale_threshold, input_precision):
-    _check_inputs(q, k, v)
-    block_m = _check_block("block_m", block_m)
-    block_n = _check_block("block_n", block_n)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    qk_scale, out_dtype, lazy, threshold, precision = _check_options(
+    check_inputs(q, k, v)
+    block_m = check_block("block_m", block_m, 16, " (tl.dot needs >= 16)")
+    block_n = check_block("block_n", block_n, 16, " (tl.dot needs >= 16)")
+    check_bool("causal", causal)
+    qk_scale, out_dtype, lazy, threshold, precision = check_options(
         q, scale, out_dtype, lazy_rescale_threshold, input_precision
     )
 
     batch, heads, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
-    out = torch.empty((batch, heads, seq_q, head_dim), dtype=out_dtype, device=q.device)
-    m = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    l = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)  # noqa: E741
-    if seq_q == 0 or batch * heads == 0:
+    out, m, l, work = output_buffers(q, out_dtype)  # noqa: E741
+    if not work:
         return out, m, l
 
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
@@ -439,22 +367,7 @@ def _launch(q, k, v, *, causal, scale, block_m, block_n, out_dtype, lazy_rescale
         m,
         l,
         qk_scale,
-        q.stride(0),
-        q.stride(1),
-        q.stride(2),
-        q.stride(3),
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-        k.stride(3),
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        v.stride(3),
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        out.stride(3),
+        *strides(q, k, v, out),
         heads,
         heads // k.shape[1],
         seq_q,

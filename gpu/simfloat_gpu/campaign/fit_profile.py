@@ -229,7 +229,7 @@ def _fit_dots(
     from simfloat_gpu.campaign import fit as F
 
     groups: dict[tuple[str, str], list[tuple[str, dict[str, np.ndarray]]]] = {}
-    for name, v in F._variants(z, "dot").items():
+    for name, v in F.probe_variants(z, "dot").items():
         if "error" in v:
             log(f"dot {name}: not recorded ({v['error']})")
             continue
@@ -428,7 +428,7 @@ def _fit_sums(z: Any, log: Callable[[str], None]) -> tuple[list[SumPart], list[d
     from simfloat_gpu.campaign import fit as F
     from simfloat_gpu.campaign.probes import sum_design
 
-    variants = [(name, v) for name, v in F._variants(z, "sum").items() if "error" not in v]
+    variants = [(name, v) for name, v in F.probe_variants(z, "sum").items() if "error" not in v]
     if not variants:
         return [], []
     rules = [("h200-mma", w) for w in (1, 2, 4)] + [("sequential", 1)]

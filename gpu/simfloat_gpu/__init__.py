@@ -7,3 +7,10 @@
 
 Nothing is imported here on purpose (see :mod:`simfloat_gpu.kernels`).
 """
+
+#: the version of the simfloat-emu-gpu distribution (gpu/pyproject.toml reads it)
+__version__ = "0.1.0"
+
+#: what a message about missing torch / triton tells the user to run (the distribution that installs this
+#: package with its dependencies)
+INSTALL_HINT = "pip install 'simfloat-emu-gpu'"

@@ -1,12 +1,6 @@
-"""Fit simfloat's models to the hardware probes (CPU side, after ``simfloat_gpu.campaign.gpu_run``).
-
-    python -m simfloat_gpu.campaign.fit OUT/probes.npz OUT/exp2.npz [OUT/exp2_binades.npz] [OUT/isa.tar.xz] [--save-ex2
-    ex2.npz]
-        [--report R] [--profile OUT.json [--name NAME]]
-
-With ``--profile``, every part is fitted into a hardware profile (:mod:`simfloat_gpu.campaign.fit_profile`,
-:mod:`simfloat.profiles`) written to OUT.json, with its exp2 table next to it, and the report gives, per part
-and probe, the count of bit-exact outputs.
+"""Fit simfloat's models to the hardware probes (CPU side, after ``simfloat_gpu.campaign.gpu_run``); the command
+line is :mod:`simfloat_gpu.campaign.fit_cli` (``simfloat-gpu fit``), the hardware profile fitted from every part
+:mod:`simfloat_gpu.campaign.fit_profile`.
 
 Inputs are recognised by their keys:
 
@@ -31,11 +25,7 @@ An input with none of these keys is an error.
 
 from __future__ import annotations
 
-import argparse
-import io
 import json
-import sys
-import tarfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +41,8 @@ __all__ = [
     "Ex2Model",
     "ex2_approx",
     "load_ex2_model",
-    "main",
+    "probe_variants",
+    "compare_plans",
 ]
 
 FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
@@ -78,7 +69,9 @@ def decode(bits: np.ndarray, fmt: str) -> np.ndarray:
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def _variants(z: Any, kind: str) -> dict[str, dict[str, np.ndarray]]:
+def probe_variants(z: Any, kind: str) -> dict[str, dict[str, np.ndarray]]:
+    """The variants of one probe kind ("dot", "sum") in a probes.npz: ``{variant: {field: array}}`` from its
+    ``<kind>_<variant>__<field>`` keys."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for key in z.files:
         if not key.startswith(kind + "_") or "__" not in key:
@@ -582,105 +575,6 @@ def fit_exp(zs: Sequence[Any], log: Callable[[str], None] = print, save: Path | 
 
 
 # ----------------------------------------------------------------------------------------------------
-# command line
-# ----------------------------------------------------------------------------------------------------
-
-
-_FITS = ("dot", "sum", "exp")
-
-
-def _fits(text: str) -> set[str]:
-    """argparse type of --only: comma-separated names of :data:`_FITS`."""
-    from simfloat_gpu.campaign.validate import names_of
-
-    return names_of(text, _FITS, "fit")
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu fit") -> int:
-    from simfloat_gpu.campaign.validate import positive_int
-
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "inputs", nargs="+", type=Path, help="probes.npz, exp2*.npz, isa.tar.xz (of simfloat_gpu.campaign.gpu_run)"
-    )
-    p.add_argument("--save-ex2", type=Path, help="write the fitted ex2 model (npz) here")
-    p.add_argument("--report", type=Path, help="write the results as JSON here")
-    p.add_argument(
-        "--profile",
-        type=Path,
-        metavar="OUT.json",
-        help="write a hardware profile (simfloat.profiles) fitted from the inputs here, its exp2 table next to it",
-    )
-    p.add_argument("--name", help="the profile's name (default: the GPU's slug recorded by the run)")
-    p.add_argument("--coarse-rows", type=positive_int, default=768, help="rows of the coarse dot-model search")
-    p.add_argument(
-        "--only",
-        type=_fits,
-        default=set(),
-        metavar="FIT[,FIT...]",
-        help=f"comma-separated: {','.join(_FITS)} (default all)",
-    )
-    args = p.parse_args(argv)
-    only = args.only or set(_FITS)
-    for path in args.inputs:
-        if not path.is_file():
-            p.error(f"{path}: no such file")
-    if args.profile is not None:
-        return _write_profile(args, p)
-    report: dict[str, Any] = {}
-    exp_files = []
-    for path in args.inputs:
-        if path.suffixes[-2:] == [".tar", ".xz"]:
-            with tarfile.open(path) as t:
-                member = next((m for m in t.getmembers() if m.name.endswith("isa.json")), None)
-                if member is None:
-                    p.error(f"{path}: no isa.json inside (not an isa.tar.xz of simfloat_gpu.campaign.gpu_run)")
-                facts = json.load(io.TextIOWrapper(t.extractfile(member)))  # type: ignore[arg-type]
-                report["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts["kernels"].items()}
-                print("isa:", json.dumps(report["isa"], indent=1))
-            continue
-        z = np.load(path)
-        dots, sums = (any(f.startswith(f"{kind}_") for f in z.files) for kind in ("dot", "sum"))
-        exp = "segments" in z.files or any(f.endswith("_off") for f in z.files)
-        if not (dots or sums or exp):
-            p.error(f"{path}: neither probes (dot_*, sum_*) nor exp2 segments: not an output of `simfloat-gpu run`")
-        if dots and "dot" in only:
-            report["dot"] = [fit_dot(name, v, coarse_rows=args.coarse_rows) for name, v in _variants(z, "dot").items()]
-        if sums and "sum" in only:
-            report["sum"] = [fit_sum(name, v) for name, v in _variants(z, "sum").items()]
-        if exp:
-            exp_files.append(z)
-    if exp_files and "exp" in only:
-        report["exp"] = fit_exp(exp_files, save=args.save_ex2)
-    if args.report:
-        args.report.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    return 0
-
-
-def _write_profile(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
-    from simfloat.profiles import save_profile
-    from simfloat_gpu.campaign.fit_profile import fit_profile
-
-    if args.only:
-        p.error("--profile fits every part; it does not take --only")
-    if args.name is not None and (not args.name or "-" in args.name):
-        p.error(f"--name must be a non-empty name without '-', got {args.name!r}")
-    try:
-        profile, table, rows = fit_profile(args.inputs, name=args.name)
-    except ValueError as exc:
-        p.error(str(exc))
-    args.profile.parent.mkdir(parents=True, exist_ok=True)
-    save_profile(profile, args.profile, table=table)
-    print(profile.report())
-    inexact = [label for label, ok in profile.exact().items() if not ok]
-    exact = f" (not bit-exact: {', '.join(inexact)})" if inexact else " (every part bit-exact)"
-    print(f"wrote {args.profile}{exact}")
-    if args.report:
-        args.report.write_text(json.dumps({"profile": profile.to_json(), "probes": rows}, indent=1) + "\n")
-    return 0
-
-
-# ----------------------------------------------------------------------------------------------------
 # fixtures: the emulator's triton-<fmt> and h200-<fmt> plans against the recorded GPU outputs
 # ----------------------------------------------------------------------------------------------------
 
@@ -695,21 +589,18 @@ def compare_plans(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every fixture config against the emulator under each plan family (``triton-<fmt>``: sm90 dot
     presets, correctly rounded exp2, sequential l_ij; ``h200-<fmt>``: + the measured ex2.approx and tl.sum
-    order); int8 configs with simfloat_gpu.campaign.validate's int8 presets. Rows
-    (:func:`simfloat_gpu.campaign.validate.pivot`): id, kind, fmt,
+    order); int8 configs with their int8 presets (:mod:`simfloat_gpu.campaign.kinds`). Rows
+    (:func:`simfloat_gpu.campaign.report.pivot`): id, kind, fmt,
     blocks and, per prefix P, ``P:out``, ``P:out32``, ``P:m``, ``P:l`` (bitwise agreement).
 
     Raises:
         AssertionError: a config's regenerated inputs differ from the recorded ones, or a comparison failed.
     """
-    from simfloat_gpu.campaign import validate as V
+    from simfloat_gpu.campaign.fixtures import compare_fixtures
+    from simfloat_gpu.campaign.report import pivot
 
-    env, rows = V.compare_fixtures(fix_dir, max_cost=max_cost, families=prefixes, ids=ids, log=log)
+    env, rows = compare_fixtures(fix_dir, max_cost=max_cost, families=prefixes, ids=ids, log=log)
     bad = [(r.id, r.status) for r in rows if r.status.startswith("error")]
     if bad:
         raise AssertionError(f"fixture comparisons failed: {bad[:4]}")
-    return env, V.pivot([r for r in rows if r.status == "ok"])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return env, pivot([r for r in rows if r.status == "ok"])

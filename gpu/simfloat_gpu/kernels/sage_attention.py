@@ -52,14 +52,22 @@ import torch
 import triton
 import triton.language as tl
 
+from simfloat_gpu.kernels.common import (
+    FLOAT_DTYPES,
+    LOG2E,
+    init_state,
+    key_limit,
+    normalize_and_store,
+    output_buffers,
+    tile_heads,
+)
 from simfloat_gpu.kernels.int8_attention import (
     INT8_MAX,
-    LOG2E,
-    _check_attention_shapes,
-    _check_common_options,
-    _check_device,
-    _empty_kmajor,
-    _quantize_groups,
+    check_common_options,
+    check_kernel_device,
+    check_quantized_shapes,
+    empty_kmajor,
+    quantize_groups,
 )
 
 __all__ = ["FP8_MAX", "LOG2E", "NUM_WARPS", "WARP_Q", "quantize_sage", "sage_attention"]
@@ -70,8 +78,6 @@ FP8_MAX = 448.0
 WARP_Q = 32
 #: Fixed launch width: the GPU reduction / MMA order depends on it.
 NUM_WARPS = 4
-
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
@@ -138,11 +144,7 @@ def _sage_attn_fwd(
 ):
     """QS: fp32 (batch*heads, seq_q) per-row scales; KS: (batch*kv_heads, seq_k) per-key scales; VS:
     (batch*kv_heads, HEAD_DIM) per-channel scales (contiguous)."""
-    start_m = tl.program_id(0)
-    off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
-    off_hkv = off_h // GROUP
+    start_m, off_hz, off_z, off_h, off_hkv = tile_heads(H, GROUP)
     kv_row = off_z * H_KV + off_hkv
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -159,13 +161,8 @@ def _sage_attn_fwd(
     )
     q_scale = tl.load(QS + off_hz.to(tl.int64) * N_CTX_Q + offs_m, mask=row_ok, other=0.0)
     v_scale = tl.load(VS + kv_row * HEAD_DIM + offs_d)
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    if IS_CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX_K)
-    else:
-        hi = N_CTX_K
+    m_i, l_i, acc = init_state(BLOCK_M, HEAD_DIM)
+    hi = key_limit(start_m, N_CTX_K, BLOCK_M, IS_CAUSAL)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         key_ok = offs_n < N_CTX_K
@@ -180,16 +177,8 @@ def _sage_attn_fwd(
     # E1, E2
     acc = acc * v_scale[None, :]
     acc = tl.math.div_rn(acc, 448.0)
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = tl.math.div_rn(acc, l_safe[:, None])
-    tl.store(
-        Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on,
-        out.to(Out.dtype.element_ty),
-        mask=row_ok[:, None],
-    )
-    stats = off_hz.to(tl.int64) * N_CTX_Q + offs_m
-    tl.store(M + stats, m_i, mask=row_ok)
-    tl.store(L + stats, l_i, mask=row_ok)
+    o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_on
+    normalize_and_store(acc, l_i, m_i, o_ptrs, M, L, off_hz, offs_m, row_ok, N_CTX_Q)
 
 
 def _per_token(scales, group: int, seq: int):
@@ -217,12 +206,12 @@ def quantize_sage(q, k, v, *, block_n: int = 64, km=None):
             raise ValueError(f"km must have shape {want}, got {tuple(km.shape)}")
         k = k.float() - km  # S1
     q8 = torch.empty(q.shape, dtype=torch.int8, device=q.device)
-    qs = _per_token(_quantize_groups(q, q8, WARP_Q, INT8_MAX, True), WARP_Q, q.shape[2])
+    qs = _per_token(quantize_groups(q, q8, WARP_Q, INT8_MAX, True), WARP_Q, q.shape[2])
     k8 = torch.empty(k.shape, dtype=torch.int8, device=k.device)
-    ks = _per_token(_quantize_groups(k, k8, block_n, INT8_MAX, True), block_n, k.shape[2])
-    v8 = _empty_kmajor(v.shape, torch.float8_e4m3fn, v.device)
+    ks = _per_token(quantize_groups(k, k8, block_n, INT8_MAX, True), block_n, k.shape[2])
+    v8 = empty_kmajor(v.shape, torch.float8_e4m3fn, v.device)
     vt = v.transpose(2, 3)  # (b, h, d, s): one channel per "token"
-    vs = _quantize_groups(vt, v8.transpose(2, 3), 1, FP8_MAX, False).contiguous()
+    vs = quantize_groups(vt, v8.transpose(2, 3), 1, FP8_MAX, False).contiguous()
     return q8, qs, k8, ks, v8, vs
 
 
@@ -247,19 +236,17 @@ def sage_attention(q, k, v, *, km=None, block_m=64, block_n=64, causal=False, sm
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
-        if t.dtype not in _FLOAT_DTYPES or t.dtype != q.dtype:
+        if t.dtype not in FLOAT_DTYPES or t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype}; q, k, v must share one of float16, bfloat16, float32")
-    _check_device([q, k, v] + ([km] if isinstance(km, torch.Tensor) else []), "q, k, v, km",
+    check_kernel_device([q, k, v] + ([km] if isinstance(km, torch.Tensor) else []), "q, k, v, km",
                   "simfloat_gpu.kernels.sage_attention")  # fmt: skip
-    _check_attention_shapes(q, k, v)
-    block_m, block_n, causal, qk_scale = _check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
+    check_quantized_shapes(q, k, v)
+    block_m, block_n, causal, qk_scale = check_common_options(q, sm_scale, block_m, block_n, causal, return_stats)
     q8, qs, k8, ks, v8, vs = quantize_sage(q, k, v, block_n=block_n, km=km)
     batch, heads, seq_q, d = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
-    out = torch.empty((batch, heads, seq_q, d), dtype=torch.float16, device=q.device)
-    m = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    l = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)  # noqa: E741
-    if seq_q > 0 and batch * heads > 0:
+    out, m, l, work = output_buffers(q, torch.float16)  # noqa: E741
+    if work:
         _sage_attn_fwd[(triton.cdiv(seq_q, block_m), batch * heads)](
             q8,
             qs,
