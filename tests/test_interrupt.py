@@ -35,7 +35,7 @@ class _Job:
             os.environ,
             PYTHONUNBUFFERED="1",
             TRITON_INTERPRET="1",
-            PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gpu"), os.environ.get("PYTHONPATH", "")]),
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],
