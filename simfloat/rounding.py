@@ -178,9 +178,11 @@ def _round_quick(s: float, exact: bool, p: FormatParams, mode: int) -> tuple[boo
     ex = np.int64((f64_bits(s) >> np.uint64(52)) & np.uint64(0x7FF))
     if ex == 0 or ex == 0x7FF:
         return False, 0.0
-    e = max(ex - 1023, p.emin)
-    if ex - 1023 < p.emin and not p.subnormals:
-        return False, 0.0
+    e: int | np.int64 = ex - 1023
+    if e < p.emin:
+        if not p.subnormals:
+            return False, 0.0
+        e = p.emin
     sh = p.mantissa_bits - e  # the grid's quantum is 2**-sh
     if sh > 1000 or sh < -1000:
         return False, 0.0
@@ -217,9 +219,9 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
         or infinity under a NaN policy.
     """
     if mode == RoundingMode.NEAREST_EVEN or mode == RoundingMode.TOWARD_ZERO:
-        ok, r = _round_quick(s, d == 0, p, mode)
+        ok, quick = _round_quick(s, d == 0, p, mode)
         if ok:
-            return r
+            return quick
     if s != s:
         return s
     if not (p.signed and p.zero):  # a format without negative values or without zero: NaN for those
