@@ -50,6 +50,7 @@ __all__ = [
     "SumPart",
     "load_profile",
     "loaded_profile",
+    "lab_status",
     "measured_status",
     "model_from_json",
     "model_label",
@@ -69,7 +70,9 @@ _MODELS = {c.__name__: c for c in (Sequential, BlockFMA, Chunked, Interleaved)}
 #: the operand formats a profile's tensor-core parts are keyed by (``simfloat.formats`` names)
 DOT_FORMATS = ("bf16", "fp16", "tf32", "e4m3", "e5m2")
 #: the MMA instructions a part can describe
-MMAS = ("wgmma", "mma.sync", "any")
+MMAS = ("wgmma", "mma.sync", "tcgen05", "any")
+#: the status prefix of a part another lab measured (:func:`lab_status`)
+LAB = "measured by an independent lab: "
 
 
 def measured_status(exact: int, total: int) -> str:
@@ -86,18 +89,35 @@ def measured_status(exact: int, total: int) -> str:
     return f"measured: inexact ({100.0 * exact / total:.4f}%)"
 
 
+def lab_status(exact: int, total: int, source: str) -> str:
+    """The status of a published model that another lab's measurements check: ``"measured by an independent
+    lab: N/N (source)"``, N the rows the model reproduces bit for bit of ``total``.
+
+    Raises:
+        ValueError: counts that are negative, or ``exact > total``, or ``total == 0``.
+    """
+    if total <= 0 or exact < 0 or exact > total:
+        raise ValueError(f"lab_status: need 0 <= exact <= total and total > 0, got {exact}/{total}")
+    return f"{LAB}{exact}/{total} ({source})"
+
+
 def _check_status(status: object, what: str) -> str:
     if not isinstance(status, str):
         raise TypeError(f"{what}.status must be a string, got {type(status).__name__}")
     if status == PUBLISHED or status.startswith("measured: inexact (") or status.endswith(" probes bit-exact"):
         return status
+    if status.startswith(LAB):
+        return status
     raise ValueError(
-        f"{what}.status must be {PUBLISHED!r}, 'measured: N/N probes bit-exact' or 'measured: inexact (x%)', "
-        f"got {status!r}"
+        f"{what}.status must be {PUBLISHED!r}, 'measured: N/N probes bit-exact', 'measured: inexact (x%)' or "
+        f"'{LAB}N/N (source)', got {status!r}"
     )
 
 
 def _is_exact(status: str) -> bool:
+    if status.startswith(LAB):
+        n, _, total = status[len(LAB) :].partition(" ")[0].partition("/")
+        return n == total
     return status.startswith("measured: ") and status.endswith(" probes bit-exact")
 
 
@@ -167,7 +187,7 @@ class DotPart:
     Attributes:
         input_format: operand format, one of :data:`DOT_FORMATS`.
         mma: ``"wgmma"`` (Triton's choice for block_m >= 64 on sm_90), ``"mma.sync"`` (smaller tiles, other
-            archs) or ``"any"`` (the model holds for every instruction of the arch).
+            archs), ``"tcgen05"`` (sm_100) or ``"any"`` (the model holds for every instruction of the arch).
         model: the accumulation model (block, fraction bits, alignment, output rounding, operand conversion;
             split-k as :class:`~simfloat.accumulate.Chunked`; fp8 through fp16 mma.sync as
             :class:`~simfloat.accumulate.Interleaved`).
@@ -333,8 +353,8 @@ class HardwareProfile:
 
     def dot(self, input_format: str, mma: str | None = None) -> DotPart | None:
         """The tensor-core part for ``input_format`` (one of :data:`DOT_FORMATS`) and ``mma`` (None: the
-        ``"wgmma"`` part, else ``"any"``, else ``"mma.sync"``), or ``None``."""
-        order = (mma,) if mma is not None else ("wgmma", "any", "mma.sync")
+        ``"wgmma"`` part, else ``"tcgen05"``, else ``"any"``, else ``"mma.sync"``), or ``None``."""
+        order = (mma,) if mma is not None else ("wgmma", "tcgen05", "any", "mma.sync")
         for m in order:
             for d in self.tensor_cores:
                 if d.input_format == input_format and (d.mma == m or (mma is not None and d.mma == "any")):
@@ -673,33 +693,57 @@ PUBLISHED_GPUS = {
 }
 
 
-def published_profile(name: str) -> HardwareProfile:
+#: the measurements that check the published profiles: Khattak & Mikaitis' data (tests/fixtures/tensor_cores)
+LAB_SOURCE = "Khattak & Mikaitis, arXiv 2512.07004, one mma.sync per row"
+
+
+def published_profile(name: str, lab: Mapping[tuple[str, str], tuple[int, int]] | None = None) -> HardwareProfile:
     """A profile of published models only: the tensor-core presets :func:`simfloat.accumulate.tensor_core`
-    has for the GPU's arch (MMA-Sim's models, checked bit for bit against ``mmasim``), marked "published, not
-    measured"; every other part absent. The shipped ``a100``, ``ada`` and ``blackwell`` files are this.
+    has for the GPU's arch (MMA-Sim's models, checked bit for bit against ``mmasim``; one part per
+    instruction where the arch's instructions differ, else one ``"any"`` part), every other part absent. The
+    shipped ``a100``, ``ada`` and ``blackwell`` files are this, with ``lab`` the counts of Khattak &
+    Mikaitis' measurements (tests/test_profiles.py recomputes them from tests/fixtures/tensor_cores).
 
     Args:
         name: a key of :data:`PUBLISHED_GPUS`.
+        lab: per (input format, instruction) the rows another lab measured that the preset reproduces and
+            their number; such parts have the status :func:`lab_status`, the others "published, not
+            measured".
 
     Raises:
         ValueError: an unknown name.
     """
-    from simfloat.accumulate import tensor_core
+    from simfloat.accumulate import INSTRUCTIONS, tensor_core
 
     if name not in PUBLISHED_GPUS:
         raise ValueError(f"no published profile {name!r}; known: {', '.join(PUBLISHED_GPUS)}")
     arch, gpu = PUBLISHED_GPUS[name]
+    lab = dict(lab or {})
     parts, missing = [], []
     for fmt in DOT_FORMATS:
         try:
-            parts.append(DotPart(fmt, "any", tensor_core(arch, fmt)))
+            models = {ins: tensor_core(arch, fmt, instruction=ins) for ins in INSTRUCTIONS[arch]}
         except ValueError:
             missing.append(fmt)
+            continue
+        same = len(set(models.values())) == 1
+        for ins, model in models.items() if not same else [("any", next(iter(models.values())))]:
+            measured = [(i, lab[(fmt, i)]) for i in (INSTRUCTIONS[arch] if ins == "any" else (ins,)) if (fmt, i) in lab]
+            status = PUBLISHED
+            if measured:
+                i, (exact, total) = measured[0]
+                status = lab_status(exact, total, LAB_SOURCE if i == "mma.sync" else f"{LAB_SOURCE} ({i})")
+            parts.append(DotPart(fmt, ins, model, status=status))
     notes = [
-        f"tensor cores: simfloat.accumulate.tensor_core({arch!r}, fmt), MMA-Sim's model of the arch "
-        "(checked bit for bit against mmasim); not measured on this GPU",
+        f"tensor cores: simfloat.accumulate.tensor_core({arch!r}, fmt, instruction=...), MMA-Sim's model of the "
+        "arch (checked bit for bit against mmasim) where MMA-Sim has one",
         "exp2, exp, tl.sum, isa: not published as bit-level models; absent (plans keep triton-<fmt>'s defaults)",
     ]
+    if lab:
+        notes.append(
+            f"'{LAB}N/N': rows of {LAB_SOURCE} (their model_validation data, BSD-2-Clause) that the part's model "
+            "reproduces bit for bit"
+        )
     if missing:
         notes.append(f"no tensor-core kind on {arch} for {', '.join(missing)}")
     return HardwareProfile(name, arch, {"gpu": gpu}, tuple(parts), notes=tuple(notes))

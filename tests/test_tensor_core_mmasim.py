@@ -4,6 +4,7 @@ subnormal accumulators, and block scales; both engines for the plain kinds."""
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import ml_dtypes
@@ -326,13 +327,25 @@ def test_block_scaled_engines_agree(m: int, kind: str) -> None:
 
 def test_preset_errors() -> None:
     with pytest.raises(ValueError, match="arch"):
+        tensor_core("sm60", "fp16")
+    with pytest.raises(ValueError, match="fp16 operands only"):
         tensor_core("sm70", "bf16")
     with pytest.raises(ValueError, match="variant"):
         tensor_core("sm100", "bf16", variant="fasi2021")
     with pytest.raises(ValueError, match="no tensor-core kind"):
         tensor_core("sm90", "e2m1")
-    with pytest.raises(ValueError, match="needs sm100 or sm120"):
+    with pytest.raises(ValueError, match="needs sm100"):
         tensor_core("sm90", "e4m3", kind="mxf8f6f4")
+    with pytest.raises(ValueError, match="needs sm100"):
+        tensor_core("sm100", "e4m3", kind="mxf8f6f4", instruction="mma.sync")
+    with pytest.raises(ValueError, match="no instruction 'wgmma'"):
+        tensor_core("sm100", "bf16", instruction="wgmma")
+    with pytest.raises(ValueError, match="fp32 results only"):
+        tensor_core("sm90", "bf16", out_format="fp16")
+    with pytest.raises(ValueError, match="out_format"):
+        tensor_core("sm90", "fp16", out_format="bf16")
+    with pytest.raises(ValueError, match="no model"):
+        tensor_core("sm90", "e4m3", out_format="fp16", instruction="mma.sync")
     with pytest.raises(ValueError, match="e2m1 operands"):
         tensor_core("sm100", "e4m3", kind="nvf4")
     m = tensor_core("sm100", "e2m1", kind="nvf4")
@@ -341,3 +354,24 @@ def test_preset_errors() -> None:
     with pytest.raises(ValueError, match="multiple"):
         matmul_scaled(np.ones((2, 40)), np.ones((40, 2)), np.ones((2, 2)), np.ones((2, 2)), acc=m)
     assert sf.tensor_core is tensor_core
+
+
+def test_overflow_and_zero_sign_fields() -> None:
+    """The two rules on one designed step each, both engines, and bad values rejected."""
+    m = tensor_core("sm90", "bf16")
+    big = np.full(16, 2.0**120)
+    tiny_a, tiny_b = np.zeros(16), np.zeros(16)
+    tiny_a[0], tiny_b[0] = -(2.0**-133), 2.0**-133
+    for engine in ("reference", "vector"):
+        assert _ours(big[None], big[None], np.zeros(1), m, engine)[0] == np.finfo(np.float32).max
+        inf = dataclasses.replace(m, overflow="inf")
+        assert _ours(big[None], big[None], np.zeros(1), inf, engine)[0] == np.inf
+        assert _ours(-big[None], big[None], np.zeros(1), inf, engine)[0] == -np.inf
+        z = _ours(tiny_a[None], tiny_b[None], np.zeros(1), m, engine)[0]
+        assert z == 0.0 and np.signbit(z)
+        pz = _ours(tiny_a[None], tiny_b[None], np.zeros(1), dataclasses.replace(m, zero_sign="positive"), engine)
+        assert pz[0] == 0.0 and not np.signbit(pz[0])
+    with pytest.raises(ValueError, match="overflow"):
+        dataclasses.replace(m, overflow="saturate")
+    with pytest.raises(ValueError, match="zero_sign"):
+        dataclasses.replace(m, zero_sign="negative")

@@ -20,17 +20,18 @@ A model says how ``c + sum_k a[k] * b[k]`` is accumulated, rounding by rounding:
 Every model checks its formats and modes when it is made (a misspelt mode is a ValueError at once, naming the
 field).
 
-:func:`tensor_core` returns the presets (sm80, sm89, sm90, sm100, sm120; block-scaled kinds run through
-:func:`matmul_scaled`); :func:`matmul` and :func:`dot` apply any other model.
+:func:`tensor_core` returns the presets (sm70, sm80, sm89, sm90, sm100, sm120; per MMA instruction,
+:data:`INSTRUCTIONS`; fp32 or fp16 results; block-scaled kinds run through :func:`matmul_scaled`);
+:func:`matmul` and :func:`dot` apply any other model.
 
-The package, one layer each: :mod:`~simfloat.accumulate.models` (the model records and the architecture table),
+The package, one layer each: :mod:`~simfloat.accumulate.models` (the model records),
+:mod:`~simfloat.accumulate.presets` (the instruction table and the tensor-core presets),
 :mod:`~simfloat.accumulate.scalar` (the scalar dots, one rounding at a time: the reference),
 ``_rows`` (the vector row kernels, bit for bit the scalar dots), :mod:`~simfloat.accumulate.api` (the products).
 """
 
 from simfloat.accumulate.api import dot, matmul, matmul_scaled
 from simfloat.accumulate.models import (
-    VARIANTS,
     AccParams,
     BlockFMA,
     Chunked,
@@ -38,13 +39,13 @@ from simfloat.accumulate.models import (
     Model,
     Sequential,
     acc_params,
-    fp8_mma_sync,
     split_k,
-    tensor_core,
 )
+from simfloat.accumulate.presets import INSTRUCTIONS, VARIANTS, fp8_mma_sync, tensor_core
 from simfloat.accumulate.scalar import dot_acc, dot_scaled_acc
 
 __all__ = [
+    "INSTRUCTIONS",
     "VARIANTS",
     "AccParams",
     "BlockFMA",

@@ -146,11 +146,12 @@ def mma(model: Model) -> MMA:
     """The :class:`MMA` record of an accumulation model (validated by :func:`acc_params`)."""
     ap = acc_params(model)
     chunk = ap.chunk
-    outer = (
-        lane(_format(model.outer_fmt), int(mode_code(model.outer_mode)))
-        if isinstance(model, Chunked)
-        else lane(_format("float64"), 0)
-    )
+    if isinstance(model, Chunked):
+        outer = lane(_format(model.outer_fmt), int(mode_code(model.outer_mode)))
+    elif isinstance(model, BlockFMA) and not model.fused:  # acc_params made it one chunk per block
+        outer = lane(_format(model.out_fmt), int(mode_code(model.acc_add)))
+    else:
+        outer = lane(_format("float64"), 0)
     inner = model.inner if isinstance(model, Chunked) else model
     if isinstance(inner, Sequential):
         accf = _format(inner.fmt)
@@ -192,6 +193,8 @@ def mma(model: Model) -> MMA:
         # mixed operand clamps (both operands' weights come from one emin in the row kernels' callers) and
         # block-scaled kinds (which need their scales) take the reference path
         fast = fast and ap.opnd_emin_b == ap.opnd_emin and inner.scale_block == 0
+        # the overflow / zero-sign rules other than IEEE's: the reference kernel
+        fast = fast and inner.overflow == "round" and inner.zero_sign == "exact"
     if chunk != 0:
         fast = fast and outer.fast
     in_round = ap.round_inputs
@@ -1257,8 +1260,8 @@ def scaled_ok(model: BlockFMA, bound: float, spans: tuple[int, int], *operands: 
     operands: every value tame (:func:`tame`), no accumulator beyond a quarter of the output format's largest
     value (``bound``: the largest possible |sum| of the products), and each group's sum exact in float64
     (``spans``: the bit spans of the A and B elements, :func:`format_span`)."""
-    if not tame(*operands):
-        return False
+    if not tame(*operands) or model.overflow != "round" or model.zero_sign != "exact":
+        return False  # (the overflow / zero-sign rules other than IEEE's: the reference)
     if bound > _format(model.out_fmt).max / 4:
         return False
     return model.group == 1 or spans[0] + spans[1] + int(np.ceil(np.log2(model.group))) <= 53

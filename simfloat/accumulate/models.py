@@ -1,15 +1,15 @@
-"""Accumulation models (what each rounding of a dot product does) and the tensor-core presets.
+"""Accumulation models (what each rounding of a dot product does).
 
-The model classes are data: :class:`Sequential`, :class:`BlockFMA`, :class:`Chunked`, :class:`Interleaved`;
-:func:`tensor_core` builds the presets from the architecture table; :func:`acc_params` flattens a model into the
-:class:`AccParams` record the njit kernels read (:mod:`simfloat.accumulate.scalar`,
+The model classes are data: :class:`Sequential`, :class:`BlockFMA`, :class:`Chunked`, :class:`Interleaved`
+(the tensor-core presets built from them: :mod:`simfloat.accumulate.presets`); :func:`acc_params` flattens a
+model into the :class:`AccParams` record the njit kernels read (:mod:`simfloat.accumulate.scalar`,
 :mod:`simfloat.accumulate._rows`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,11 +24,8 @@ __all__ = [
     "Interleaved",
     "Model",
     "Sequential",
-    "VARIANTS",
     "acc_params",
-    "fp8_mma_sync",
     "split_k",
-    "tensor_core",
 ]
 
 _ZERO = np.uint64(0)
@@ -110,6 +107,21 @@ class BlockFMA:
         group: products summed exactly in groups of this many consecutive k before alignment (the fp4 kinds:
             16); 1: each product is a term.
         align ``"scale"``: (block-scaled kinds with groups) a term is aligned by its scales' exponent sum only.
+        acc_add: how the incoming accumulator enters a block. ``"fused"``: as one of its aligned terms (every
+            tensor-core kind MMA-Sim models). A rounding mode (``"nearest_even"``): the block's products are
+            summed from zero (aligned, truncated, rounded into ``out_fmt`` with ``out_mode``) and the
+            accumulator is added to that sum in one addition rounded with this mode (B200's ``mma.sync`` on fp8
+            operands: tests/fixtures/tensor_cores). The vector engine runs it as a :class:`Chunked` model of
+            one block per chunk; a Chunked model cannot take such a BlockFMA as its inner model.
+        overflow: a block sum beyond the output format's range. ``"round"`` (default): what the output
+            rounding gives under IEEE 754 (toward zero: +-the largest finite value; to nearest: +-inf).
+            ``"inf"``: +-inf whatever the rounding (MMA-Sim's result). No measurement settles which the hardware
+            does (the GPU job's ``overflow`` probe asks it); the default keeps the IEEE rule of the modelled
+            rounding.
+        zero_sign: the sign of a nonzero block sum that rounds to zero (below the output format's smallest
+            step). ``"exact"`` (default): the exact sum's sign, as IEEE 754 gives it (a negative sum gives
+            -0.0). ``"positive"``: +0.0 (MMA-Sim adds +0.0 to every result, on purpose). Unsettled by
+            measurement as ``overflow`` (the probe ``negative_tiny``).
     """
 
     block: int
@@ -126,6 +138,9 @@ class BlockFMA:
     scale_block: int = 0
     scale_emin: int = -127
     group: int = 1
+    acc_add: RoundingMode | str = "fused"
+    overflow: str = "round"
+    zero_sign: str = "exact"
 
     def __post_init__(self) -> None:
         if not isinstance(self.block, int) or self.block < 1:
@@ -150,7 +165,20 @@ class BlockFMA:
             raise ValueError(f"BlockFMA.group ({self.group}) must divide block and scale_block")
         if (self.align == "scale" or self.group > 1) and not self.scale_block:
             raise ValueError("BlockFMA: align='scale' and group > 1 describe block-scaled kinds (scale_block > 0)")
+        if self.overflow not in ("round", "inf"):
+            raise ValueError(f"BlockFMA.overflow must be 'round' or 'inf', got {self.overflow!r}")
+        if self.zero_sign not in ("exact", "positive"):
+            raise ValueError(f"BlockFMA.zero_sign must be 'exact' or 'positive', got {self.zero_sign!r}")
+        if self.acc_add != "fused":
+            _check_fields(self, (), ("acc_add",))
+            if self.scale_block:
+                raise ValueError("BlockFMA: acc_add other than 'fused' is not modelled for block-scaled kinds")
         _check_fields(self, ("out_fmt", "input_fmt"), ("out_mode", "input_mode"))
+
+    @property
+    def fused(self) -> bool:
+        """Whether the accumulator is a term of each block (``acc_add == "fused"``)."""
+        return self.acc_add == "fused"
 
 
 @dataclass(frozen=True)
@@ -180,6 +208,11 @@ class Chunked:
             raise ValueError(f"Chunked chunk/splits must be a positive int, got {n!r}")
         if not isinstance(self.inner, (Sequential, BlockFMA)):
             raise TypeError(f"Chunked.inner must be Sequential or BlockFMA, got {type(self.inner).__name__}")
+        if isinstance(self.inner, BlockFMA) and not self.inner.fused:
+            raise ValueError(
+                "Chunked.inner: a BlockFMA whose acc_add is not 'fused' is itself one chunk per block; "
+                "use its fused form (dataclasses.replace(model, acc_add='fused')) inside Chunked"
+            )
         _check_fields(self, ("outer_fmt",), ("outer_mode",))
 
 
@@ -242,174 +275,6 @@ def split_k(splits: int, inner: Sequential | BlockFMA = Sequential(), outer_fmt:
     return Chunked(splits=splits, inner=inner, outer_fmt=outer_fmt)
 
 
-_E8M13 = FloatFormat("e8m13", 8, 13)
-
-
-def fp8_mma_sync(arch: str = "sm90") -> Interleaved:
-    """``tl.dot`` of fp8 (e4m3/e5m2) operands where Triton issues mma.sync instead of an fp8 MMA (sm_90 with
-    M < 64): the operands are converted to fp16 (exactly) and each 32-wide chunk of k is split into two k16
-    mma.sync.m16n8k16.f16 steps, in alternating pairs of k (:class:`Interleaved` over the sm90 fp16 preset).
-
-    Measured on the H200 probe ``e4m3_16_32_32`` (tests/fixtures/gpu/h200/probes): this model reproduces every
-    output, where the fp16 preset in plain k order misses some; e5m2 and K > 32 follow the same conversion but
-    were not probed.
-
-    Args:
-        arch: ``"sm90"`` (the only architecture measured).
-
-    Returns:
-        ``Interleaved(tensor_core("sm90", "fp16"), chunk=32, group=2)``; K must be a multiple of 32.
-    """
-    if not isinstance(arch, str) or arch.lower() != "sm90":
-        raise ValueError(f"fp8_mma_sync: only arch 'sm90' is modelled, got {arch!r}")
-    return Interleaved(tensor_core("sm90", "fp16"), chunk=32, group=2)
-
-
-_ARCHS = {
-    "sm80": "sm80",
-    "a100": "sm80",
-    "ampere": "sm80",
-    "sm86": "sm80",
-    "sm89": "sm89",
-    "ada": "sm89",
-    "l40": "sm89",
-    "sm90": "sm90",
-    "h100": "sm90",
-    "h200": "sm90",
-    "hopper": "sm90",
-    "sm100": "sm100",
-    "b200": "sm100",
-    "blackwell": "sm100",
-    "sm120": "sm120",
-    "rtx_blackwell": "sm120",
-}
-# per architecture, as MMA-Sim (Xie et al. 2025) models it: fraction bits F, the bytes of k one step sums
-# (block = bytes / operand size), the least alignment exponent (e_zero) and F for fp8 where it differs
-_ARCH_DATA: dict[str, dict[str, Any]] = {
-    "sm80": {"f": 24, "bytes": 16, "zero": -132, "fp8_f": None},
-    "sm89": {"f": 24, "bytes": 16, "zero": -132, "fp8_f": 13},
-    "sm90": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 13},
-    "sm100": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 25},
-    "sm120": {"f": 25, "bytes": 32, "zero": -133, "fp8_f": 25},
-}
-_F8F6F4 = ("float8_e4m3fn", "float8_e5m2", "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn")
-_BLOCK_KINDS = ("mxf8f6f4", "mxf4", "nvf4")
-VARIANTS = ("mmasim", "fasi2021", "h200")
-
-
-def tensor_core(
-    arch: str,
-    input_format: str | FloatFormat,
-    b_format: str | FloatFormat | None = None,
-    *,
-    kind: str | None = None,
-    variant: str | None = None,
-) -> BlockFMA:
-    """Tensor-core accumulation models, fp32 output (every difference between architectures is a field value).
-
-    Args:
-        arch: ``"sm80"`` (A100), ``"sm89"`` (Ada), ``"sm90"`` (H100/H200), ``"sm100"`` (B200, tcgen05) or
-            ``"sm120"`` (RTX Blackwell); names such as ``"a100"``, ``"hopper"``, ``"blackwell"`` too.
-        input_format: operand format (the A operand's): bf16, fp16, tf32 (fp32 operands), e4m3/e5m2 (sm89 and
-            later), e3m2/e2m3/e2m1 (``kind::f8f6f4``, sm100/sm120).
-        b_format: the B operand's format where it differs (mixed f8f6f4 kinds); default ``input_format``.
-        kind: ``None`` (plain MMA), or a block-scaled kind of sm100/sm120: ``"mxf8f6f4"`` (fp8/fp6/fp4
-            elements, ue8m0 scales per 32 k), ``"mxf4"`` (e2m1, ue8m0 per 32 k), ``"nvf4"`` (e2m1, ue4m3 per
-            16 k). Block-scaled models run through :func:`matmul_scaled`.
-        variant: ``None`` for the default. sm90: ``"h200"`` (the default: measured bit for bit on an H200,
-            tests/fixtures/gpu/h200) or ``"mmasim"`` (adds MMA-Sim's accumulator clamps, ``acc_emin=-126``
-            and ``zero_exp=-133``: they differ from the default only where the accumulator and every product
-            of a step lie below 2**-126). sm80: ``"mmasim"`` (the default, MMA-Sim's Ampere model: alignment
-            by the operands' exponent sum) or ``"fasi2021"`` (the published model of Fasi et al. 2021:
-            alignment by each product's exponent, no clamps). Other archs: ``"mmasim"`` only.
-
-    Returns:
-        The :class:`BlockFMA` model. Per MMA-Sim: sm80/sm89 sum 16 bytes of k per step (8 fp16/bf16, 4 tf32,
-        16 fp8) with F=24 (fp8 on sm89: F=13, result truncated to e8m13); sm90 32 bytes (16, 8, 32) with F=25
-        (fp8: F=13, e8m13); sm100/sm120 32 bytes with F=25 for every kind, fp8/fp6/fp4 included; mxf8f6f4
-        blocks of 32 with the scales' exponents added to the products'; mxf4/nvf4 steps of 64 k, each group
-        of 16 products summed exactly, scaled and aligned by the scales' exponents with F=35. fp32 results
-        are rounded toward zero.
-
-    Raises:
-        ValueError: an unknown arch, format, kind or variant, or a combination the architecture lacks.
-    """
-    if not isinstance(arch, str) or arch.lower() not in _ARCHS:
-        raise ValueError(f"unknown tensor-core arch {arch!r}; known: {', '.join(sorted(set(_ARCHS.values())))}")
-    a_key = _ARCHS[arch.lower()]
-    d = _ARCH_DATA[a_key]
-    fa = _format(input_format)
-    fb = _format(b_format) if b_format is not None else fa
-    default = "h200" if a_key == "sm90" else "mmasim"
-    var = default if variant is None else variant
-    allowed = {"sm90": ("h200", "mmasim"), "sm80": ("mmasim", "fasi2021")}.get(a_key, ("mmasim",))
-    if var not in allowed:
-        raise ValueError(f"tensor_core: variant {variant!r} is not one of {allowed} for {a_key}")
-    if kind is not None and kind not in _BLOCK_KINDS:
-        raise ValueError(f"tensor_core: kind must be None or one of {_BLOCK_KINDS}, got {kind!r}")
-    if kind is not None and a_key not in ("sm100", "sm120"):
-        raise ValueError(f"tensor_core: block-scaled kind {kind!r} needs sm100 or sm120, got {a_key}")
-    names = (fa.name, fb.name)
-    clamps: dict[str, Any] = {"acc_emin": -126, "zero_exp": d["zero"]} if var == "mmasim" else {}
-    if kind in ("mxf4", "nvf4"):
-        if names != ("float4_e2m1fn", "float4_e2m1fn"):
-            raise ValueError(f"tensor_core: kind {kind!r} takes e2m1 operands, got {fa.name} and {fb.name}")
-        return BlockFMA(
-            64,
-            35,
-            align="scale",
-            acc_emin=-126,
-            zero_exp=-139,
-            scale_block=32 if kind == "mxf4" else 16,
-            scale_emin=-127 if kind == "mxf4" else -6,
-            group=16,
-        )
-    if kind == "mxf8f6f4":
-        if not set(names) <= set(_F8F6F4):
-            raise ValueError(f"tensor_core: kind 'mxf8f6f4' takes fp8/fp6/fp4 operands, got {fa.name}, {fb.name}")
-        return BlockFMA(
-            32,
-            25,
-            align="exponent_sum",
-            operand_emin=fa.emin,
-            operand_emin_b=fb.emin if fb != fa else None,
-            scale_block=32,
-            scale_emin=-127,
-            **clamps,
-        )
-    if var == "fasi2021":
-        if fa.name in ("float32", "tfloat32"):
-            return BlockFMA(4, 24, input_fmt="tfloat32", input_mode="toward_zero")
-        if fa.name in ("bfloat16", "float16"):
-            return BlockFMA(8, 24)
-        raise ValueError(f"tensor_core: no {a_key} preset for {fa.name!r} (variant fasi2021)")
-    if fa != fb and not set(names) <= set(_F8F6F4):
-        raise ValueError(f"tensor_core: mixed operand formats exist only among fp8/fp6/fp4, got {names}")
-    if fa.name in ("float32", "tfloat32"):
-        return BlockFMA(
-            d["bytes"] // 4, d["f"], input_fmt="tfloat32", input_mode="toward_zero", align="exponent_sum",
-            operand_emin=-126, **clamps,
-        )  # fmt: skip
-    if fa.name in ("bfloat16", "float16"):
-        return BlockFMA(d["bytes"] // 2, d["f"], align="exponent_sum", operand_emin=fa.emin, **clamps)
-    if set(names) <= set(_F8F6F4):
-        small = not set(names) <= {"float8_e4m3fn", "float8_e5m2"}
-        if d["fp8_f"] is None or (small and a_key not in ("sm100", "sm120")):
-            raise ValueError(f"tensor_core: {a_key} has no tensor-core kind for {fa.name} x {fb.name}")
-        f8 = d["fp8_f"]
-        kw: dict[str, Any] = {"out_fmt": _E8M13, "out_mode": "toward_zero"} if f8 == 13 else {}
-        return BlockFMA(
-            d["bytes"],
-            f8,
-            align="exponent_sum",
-            operand_emin=fa.emin,
-            operand_emin_b=fb.emin if fb != fa else None,
-            **kw,
-            **clamps,
-        )
-    raise ValueError(f"no tensor-core preset for input format {fa.name!r} on {a_key}")
-
-
 # -- njit parameters --------------------------------------------------------------------------------------------
 
 
@@ -438,6 +303,13 @@ class AccParams(NamedTuple):
     scale_emin: int  # exponent a subnormal scale counts with
     group: int  # products summed exactly in groups before alignment
     align_scale: bool  # terms aligned by their scales' exponents only
+    ovf_lim: float  # a block sum of at least this magnitude gives +-inf (BlockFMA.overflow "inf"; else inf)
+    pos_zero: bool  # a block sum that rounds to zero gives +0.0 (BlockFMA.zero_sign "positive")
+
+
+def _overflow_limit(fmt: FloatFormat) -> float:
+    """2**(emax + 1) of a format: the least magnitude beyond its range whatever the rounding."""
+    return float(2.0 ** (int(np.floor(np.log2(fmt.params.max_value))) + 1))
 
 
 def acc_params(model: Model) -> AccParams:
@@ -477,10 +349,14 @@ def acc_params(model: Model) -> AccParams:
             -127,
             1,
             False,
+            np.inf,
+            False,
         )
     if isinstance(model, BlockFMA):
         emin_a = model.operand_emin if model.operand_emin is not None else -1074
         acc = _format(model.out_fmt)
+        if not model.fused:  # the accumulator added after each block: one chunk per block, from zero
+            chunk, outer, outer_mode = model.block, acc, mode_code(model.acc_add)
         inp = _format(model.input_fmt) if model.input_fmt is not None else acc
         return AccParams(
             1,
@@ -505,6 +381,8 @@ def acc_params(model: Model) -> AccParams:
             model.scale_emin,
             model.group,
             model.align == "scale",
+            _overflow_limit(acc) if model.overflow == "inf" else np.inf,
+            model.zero_sign == "positive",
         )
     if isinstance(model, Interleaved):
         raise TypeError(

@@ -61,6 +61,19 @@ def product_exponent(a, b, p, ap):
 
 
 @jit
+def _round_sum(v, ap):
+    """A block's exact nonzero sum ``v`` rounded into the accumulator format, with the model's overflow
+    (``ovf_lim``: +-inf from that magnitude on) and zero-sign (``pos_zero``: +0.0 for a sum that rounds to
+    zero) rules."""
+    if abs(v) >= ap.ovf_lim:
+        return math.copysign(np.inf, v)
+    r = round_scalar(v, ap.acc_p, ap.acc_mode, _ZERO)
+    if ap.pos_zero and r == 0.0:
+        return 0.0
+    return r
+
+
+@jit
 def _block_step(c, a, b, lo, hi, ap):
     """One tensor-core step: c and the exact products a[k]*b[k], k in [lo, hi), aligned to the largest exponent,
     truncated to F fraction bits, summed exactly, normalized and rounded once into the accumulator format."""
@@ -98,7 +111,7 @@ def _block_step(c, a, b, lo, hi, ap):
     if total == 0:
         return 0.0
     # |total| < (block+1) * 2**(F+2) <= 2**53 for the presets: exact as float64, then one rounding.
-    return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
+    return _round_sum(math.ldexp(np.float64(total), q), ap)
 
 
 @jit
@@ -153,7 +166,7 @@ def _scaled_block_step(c, a, b, sa, sb, lo, hi, ap):
             total += np.int64(math.trunc(math.ldexp(part, -q)))
     if total == 0:
         return 0.0
-    return round_scalar(math.ldexp(np.float64(total), q), ap.acc_p, ap.acc_mode, _ZERO)
+    return _round_sum(math.ldexp(np.float64(total), q), ap)
 
 
 @jit
