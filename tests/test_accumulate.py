@@ -127,6 +127,8 @@ def test_tensor_core_presets():
     assert (f8.block, f8.fraction_bits, sf.format(f8.out_fmt).mantissa_bits) == (32, 13, 13)
     assert (f8.align, f8.operand_emin) == ("exponent_sum", -6)
     with pytest.raises(ValueError, match="arch"):
+        tensor_core("sm60", "bf16")
+    with pytest.raises(ValueError, match="fp16 operands only"):
         tensor_core("sm70", "bf16")
     with pytest.raises(ValueError, match="sm80"):
         tensor_core("sm80", "e4m3")
