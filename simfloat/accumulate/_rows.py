@@ -871,7 +871,7 @@ def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
             _block_step32(w.a32, w.e32, sh, B32, EB32, c, n, lo, hi, mp, w)
             lo = hi
     elif mp.chunk == 0:
-        _inner(a, ea, B, EB, c, n, 0, kk, mp, w)
+        _inner(a, ea, B, EB, c, n, kk - kk, kk, mp, w)  # k0 an int64, not the literal 0: one compilation
     else:
         size = mp.chunk if mp.chunk > 0 else max(1, -((-kk) // (-mp.chunk)))
         part = w.part
@@ -1053,7 +1053,7 @@ def _f64_rows(a, B, c, g, n, mp, w):
         _f64_4(a[i], a[i + 1], a[i + 2], a[i + 3], B, c[i], c[i + 1], c[i + 2], c[i + 3], n, kk, fused)
         i += 4
     while i < g:
-        _seq_row(a[i], B, c[i], n, 0, kk, mp, w)
+        _seq_row(a[i], B, c[i], n, kk - kk, kk, mp, w)  # k0 an int64 (as _inner's), not the literal 0
         i += 1
 
 
