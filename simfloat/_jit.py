@@ -22,6 +22,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from simfloat import _compiling
+
 __all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
 
 
@@ -57,6 +59,7 @@ def _drop_stale_caches(root: Path | None = None) -> None:
 
 
 _drop_stale_caches()
+_compiling.install()  # the notice on the first compilation, and the compile clock of the progress bars
 
 # Scalar workers and serial drivers.
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")

@@ -470,7 +470,7 @@ def _scales(c, n, mp, w):
         tot[j] = np.trunc(c[j] * s) + 0.0
 
 
-@ljit
+@jit
 def _normalize(c, n, r, w):
     """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
     dispatched here, outside the loop)."""
@@ -493,7 +493,7 @@ def _acc_weight(c, mp):
     return (p if p > mp.acc_lo else mp.acc_lo) if p != 0.0 else mp.zero_w
 
 
-@ljit
+@jit
 def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     """One block-FMA step, k in [lo, hi) (at most one block), for outputs c[:n] (updated in place). Alignment
     weights are powers of two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see
@@ -510,7 +510,7 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     _normalize(c, n, mp.acc, w)
 
 
-@ljit
+@jit
 def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):
     """:func:`_block_step` for two rows (``a`` into ``c`` with scratch ``w``, ``a2`` into ``c2`` with ``w2``),
     the same bits as two calls."""
@@ -712,7 +712,7 @@ def _sum32(n, w):
         tot[j] += np.float64(t32[j])
 
 
-@ljit
+@jit
 def _block_step32(a, e, sh, B32, EB32, c, n, lo, hi, mp, w):
     """:func:`_block_step` in the float32 form: ``a``, ``e`` the row's values and weights shifted by ``sh``
     (float32), ``B32``, ``EB32`` B's shifted by ``mp.b_shift``; the same bits."""
@@ -726,7 +726,7 @@ def _block_step32(a, e, sh, B32, EB32, c, n, lo, hi, mp, w):
     _normalize(c, n, mp.acc, w)
 
 
-@ljit
+@jit
 def _block_step32_2(a, e, sh, a2, e2, sh2, B32, EB32, c, c2, n, lo, hi, mp, w, w2):
     """:func:`_block_step32` for two rows, the same bits as two calls."""
     em, em2 = w.em32, w2.em32
@@ -874,7 +874,7 @@ def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
             _block_step32(w.a32, w.e32, sh, B32, EB32, c, n, lo, hi, mp, w)
             lo = hi
     elif mp.chunk == 0:
-        _inner(a, ea, B, EB, c, n, 0, kk, mp, w)
+        _inner(a, ea, B, EB, c, n, kk - kk, kk, mp, w)  # k0 an int64, not the literal 0: one compilation
     else:
         size = mp.chunk if mp.chunk > 0 else max(1, -((-kk) // (-mp.chunk)))
         part = w.part
@@ -1056,7 +1056,7 @@ def _f64_rows(a, B, c, g, n, mp, w):
         _f64_4(a[i], a[i + 1], a[i + 2], a[i + 3], B, c[i], c[i + 1], c[i + 2], c[i + 3], n, kk, fused)
         i += 4
     while i < g:
-        _seq_row(a[i], B, c[i], n, 0, kk, mp, w)
+        _seq_row(a[i], B, c[i], n, kk - kk, kk, mp, w)  # k0 an int64 (as _inner's), not the literal 0
         i += 1
 
 

@@ -103,6 +103,8 @@ def engine(
     """
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(q, mqk), round_operands(k, mqk), round_operands(v, mpv)
+    # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
+    qi = np.require(qi, requirements="W")
     mqk = for_operands(mqk, qi, ki)
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
     p_fmt = pl.p.fmt if bn else pl.softmax.fmt  # P's values, as the P.V dot reads them

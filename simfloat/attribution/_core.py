@@ -264,12 +264,13 @@ def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None],
         return progress, lambda: None
     if not progress:
         return (lambda done, total: None), lambda: None
-    bar = need("tqdm", "progress=True").tqdm(
-        total=total, desc="simfloat attribute", unit="run", file=sys.stderr, leave=False
-    )
+    from simfloat._compiling import BarClock
+
+    tqdm = need("tqdm", "progress=True").tqdm
+    bar = BarClock(tqdm(total=total, desc="simfloat attribute", unit="run", file=sys.stderr, leave=False))
 
     def report(done: int, total: int) -> None:
-        bar.update(done - bar.n)
+        bar.update(done - bar.bar.n)
 
     return report, bar.close
 

@@ -226,9 +226,11 @@ class _Progress:
         if self.bar is None:
             from tqdm import tqdm
 
+            from simfloat._compiling import BarClock
+
             print(f"{total} distinct kernel runs", flush=True)
-            self.bar = tqdm(total=total, desc="kernel runs", unit="run", file=sys.stderr, leave=False)
-        self.bar.update(done - self.bar.n)
+            self.bar = BarClock(tqdm(total=total, desc="kernel runs", unit="run", file=sys.stderr, leave=False))
+        self.bar.update(done - self.bar.bar.n)  # the rate, hence the ETA, leaves out compile time
 
     def close(self) -> None:
         if self.bar is not None:

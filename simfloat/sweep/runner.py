@@ -122,7 +122,9 @@ def execute(target: str, kind: str, sweep: str, config: dict[str, Any], config_h
         The store row (:data:`simfloat.sweep.store.COLUMNS`, ``config``, ``metrics``).
     """
     import simfloat
+    from simfloat._compiling import compile_seconds
 
+    c0 = compile_seconds()
     row: dict[str, Any] = dict(
         config_hash=config_hash,
         sweep=sweep,
@@ -145,6 +147,7 @@ def execute(target: str, kind: str, sweep: str, config: dict[str, Any], config_h
         row["metrics"], row["status"], row["error"] = None, "failed", traceback.format_exc()
     row["wall_s"] = time.perf_counter() - t0
     row["end"] = time.time()
+    row["compile_s"] = compile_seconds() - c0  # not stored: the client's bar leaves it out of its rate
     return row
 
 
@@ -199,7 +202,11 @@ def _bar(progress: bool, total: int, initial: int, name: str) -> Any:
         from tqdm import tqdm
     except ImportError:
         raise ImportError("the sweep's progress bar needs tqdm: pip install 'simfloat[sweep]'") from None
-    return tqdm(total=total, initial=initial, desc=f"sweep {name}", unit="run", file=sys.stderr, dynamic_ncols=True)
+    from simfloat._compiling import BarClock
+
+    return BarClock(  # its rate, hence its ETA, leaves out the workers' compile time
+        tqdm(total=total, initial=initial, desc=f"sweep {name}", unit="run", file=sys.stderr, dynamic_ncols=True)
+    )
 
 
 def _positive(value: int | None, what: str) -> int | None:
@@ -273,6 +280,7 @@ def run_sweep(
         futures: list[Any] = []
         try:
             client, cluster = _client(scheduler, workers)
+            n_workers = max(1, len(client.nthreads()))  # runs compile in parallel, one per worker
             dd = _distributed()
             by_key = {f"simfloat-sweep-{h}": (h, c) for h, c in todo}
             futures = [
@@ -282,8 +290,10 @@ def run_sweep(
                 for h, c in todo
             ]
             for fut in dd.as_completed(futures):
+                compiled = 0.0
                 if fut.status == "finished":
                     row = fut.result()
+                    compiled = float(row.pop("compile_s", 0.0)) / n_workers
                     st.put(row)  # committed before the next result is looked at
                     if row["status"] == "ok":
                         result.ok += 1
@@ -297,9 +307,9 @@ def run_sweep(
                         h, _ = by_key[fut.key]
                         result.lost_errors.append(f"{h[:12]}: {fut.exception()!r}")
                 if bar is not None:
-                    bar.update(1)
+                    bar.update(1, compiled=compiled)
                     if result.failed or result.lost:
-                        bar.set_postfix(failed=result.failed, lost=result.lost, refresh=False)
+                        bar.bar.set_postfix(failed=result.failed, lost=result.lost, refresh=False)
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
