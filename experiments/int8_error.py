@@ -43,7 +43,7 @@ if _ROOT not in sys.path:
 from simfloat._jit import jit  # noqa: E402
 from simfloat._parallel import run_rows  # noqa: E402
 from simfloat.attention import EXACT, QUANTIZERS, fp8_flash, int8_flash, quant_flash, quant_plan  # noqa: E402
-from simfloat.attention import _quant_kernels as _qk  # noqa: E402
+from simfloat.attention import _kernels as _k  # noqa: E402
 from simfloat.attention.plan import OpParams, plan  # noqa: E402
 from simfloat.formats import format as sformat  # noqa: E402
 from simfloat.rounding import round as sround  # noqa: E402
@@ -142,26 +142,26 @@ def _std_rows(lo, hi, q, kt, v, out, sm16, o16, o32):  # type: ignore[no-untyped
                 acc[j] = acc[j] + a * kt[kk, j]
         m = -np.inf
         for j in range(n_k):  # outer fp16 rounding, scale in fp16, softmax input cast (fp32, exact)
-            s16 = _qk.frnd(np.float64(acc[j]), o16)
-            y = _qk.fmul(s16, sm16, o16)
+            s16 = _k.rnd(np.float64(acc[j]), o16)
+            y = _k.mul(s16, sm16, o16)
             x[j] = np.float32(y)
             m = max(m, y)
         m32 = np.float32(m)
         tot = np.float32(0.0)
         for j in range(n_k):  # e = fp32(exp(fp32(x - m))); row sum in key order
             dj = x[j] - m32
-            e = np.float32(_qk.fexp(np.float64(dj), o32))
+            e = np.float32(_k.exp(np.float64(dj), o32))
             x[j] = e
             tot = tot + e
         if tot == 0.0:
             tot = np.float32(1.0)
         o[:] = 0.0
         for j in range(n_k):  # P = fp32(e / l), read as fp16 by the fp32-accumulated P.V
-            pj = np.float32(_qk.frnd(np.float64(x[j] / tot), o16))
+            pj = np.float32(_k.rnd(np.float64(x[j] / tot), o16))
             for c in range(dv):
                 o[c] = o[c] + pj * v[j, c]
         for c in range(dv):
-            out[i, c] = _qk.frnd(np.float64(o[c]), o16)
+            out[i, c] = _k.rnd(np.float64(o[c]), o16)
 
 
 def fp16_standard_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
