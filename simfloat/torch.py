@@ -44,7 +44,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError as _err:  # the optional dependency: say which extra brings it
+    raise ImportError(f"simfloat.torch needs torch ({_err}): pip install 'simfloat-emu[train]'") from _err
 
 from simfloat.attention import backward_plan as _backward_plan
 from simfloat.attention import baseline, baseline_backward, flash, flash_backward, lse_from_stats

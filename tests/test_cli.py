@@ -236,7 +236,7 @@ def test_attribute_without_the_analysis_extra_says_what_to_install(tmp_path, cap
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ModuleNotFoundError
     assert main(["attribute", "--quick", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "tqdm" in err and "pip install 'simfloat[analysis]'" in err, err
+    assert len(err.splitlines()) == 1 and "tqdm" in err and "pip install 'simfloat-emu[analysis]'" in err, err
     assert not (tmp_path / "o").exists()
 
 

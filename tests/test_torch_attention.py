@@ -110,6 +110,12 @@ def test_bad_inputs_are_named():
         st.attention(q, k, v, plan="fp64", block_m=0)
 
 
+def test_import_simfloat_torch_without_torch_names_the_extra():
+    code = "import sys; sys.modules['torch'] = None; import simfloat.torch"  # None: the import fails
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode != 0 and "pip install 'simfloat-emu[train]'" in run.stderr, run.stderr[-2000:]
+
+
 def test_import_simfloat_does_not_import_torch():
     code = "import sys, simfloat, simfloat.attention; print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -19,7 +19,7 @@ def need(module: str, what: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ImportError(f"{what} needs {module}: pip install 'simfloat[analysis]'") from None
+        raise ImportError(f"{what} needs {module}: pip install 'simfloat-emu[analysis]'") from None
 
 
 def pyplot(what: str) -> Any:

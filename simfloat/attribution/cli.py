@@ -204,7 +204,7 @@ def _check_analysis() -> None:
             missing.append(name)
     if missing:
         raise ImportError(
-            f"needs {', '.join(ANALYSIS)} (missing: {', '.join(missing)}): pip install 'simfloat[analysis]'"
+            f"needs {', '.join(ANALYSIS)} (missing: {', '.join(missing)}): pip install 'simfloat-emu[analysis]'"
         )
 
 

@@ -162,7 +162,7 @@ def _distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise ImportError("simfloat sweep needs dask.distributed: pip install 'simfloat[sweep]'") from None
+        raise ImportError("simfloat sweep needs dask.distributed: pip install 'simfloat-emu[sweep]'") from None
     return distributed
 
 
@@ -201,7 +201,7 @@ def _bar(progress: bool, total: int, initial: int, name: str) -> Any:
     try:
         from tqdm import tqdm
     except ImportError:
-        raise ImportError("the sweep's progress bar needs tqdm: pip install 'simfloat[sweep]'") from None
+        raise ImportError("the sweep's progress bar needs tqdm: pip install 'simfloat-emu[sweep]'") from None
     from simfloat._compiling import BarClock
 
     return BarClock(  # its rate, hence its ETA, leaves out the workers' compile time
