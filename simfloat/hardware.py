@@ -1,13 +1,13 @@
 """Hardware-measured models of GPU operations (NVIDIA H200, sm_90; measured with ``simfloat_gpu/campaign/probes.py``).
 
 * :func:`ex2_approx_f32` / :func:`ex2_approx`: the H200's ``ex2.approx.ftz.f32`` (SASS ``MUFU.EX2``), bit for
-  bit on the probes (README). The unit works in sign-magnitude fixed point: ``|x| = i + f`` with the fraction
-  ``f`` **truncated** to 23 bits, ``2^x = T-(f) * 2^-i`` for x < 0 and ``T+(f) * 2^i`` for x > 0. The two
-  2^23-entry tables ``T-`` / ``T+`` were read off the binades (-2, -1] and [1, 2) (every float32 there) and
-  are stored as offsets of -2..+1 ulp from the correctly rounded 2^-f / 2^f (2 bits each, xz: 280 KB,
-  ``simfloat/data/ex2_h200.bin.xz``). How well it reproduces held-out inputs is in README "GPU validation
-  (H200)". Positive inputs outside [1, 2) use the same construction without probe data (flash attention
-  only feeds x <= 0).
+  bit on the probes (docs/results/h200-validation.md). The unit works in sign-magnitude fixed point:
+  ``|x| = i + f`` with the fraction ``f`` **truncated** to 23 bits, ``2^x = T-(f) * 2^-i`` for x < 0 and
+  ``T+(f) * 2^i`` for x > 0. The two 2^23-entry tables ``T-`` / ``T+`` were read off the binades (-2, -1] and
+  [1, 2) (every float32 there) and are stored as offsets of -2..+1 ulp from the correctly rounded 2^-f / 2^f
+  (2 bits each, xz: 280 KB, ``simfloat/data/ex2_h200.bin.xz``). How well it reproduces held-out inputs is in
+  docs/results/h200-validation.md ("Emulator vs the H200"). Positive inputs outside [1, 2) use the same
+  construction without probe data (flash attention only feeds x <= 0).
   ``ftz``: subnormal inputs read as 0 (result 1), results below 2^-126 flushed to +0.
 * :func:`exp_approx`: ``tl.exp`` = ``ex2.approx.f32(rn32(x * 1.4426950f))`` (not flushed).
 * :func:`mma_tree_sum`: the order of ``tl.sum(p, axis=1)`` over a tile in the tensor-core (mma / wgmma)

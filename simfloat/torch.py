@@ -519,8 +519,9 @@ def emulate_sdpa(
         The :class:`AttentionConfig` in force (``causal`` False; each call sets its own).
 
     Raises:
-        On entry, the errors of :func:`config`. Inside: ``NotImplementedError`` for an ``attn_mask`` other than
-        None or a ``dropout_p`` other than 0; ``ValueError`` for differing head counts without ``enable_gqa``.
+        ValueError: on entry, the errors of :func:`config`; inside, differing head counts without ``enable_gqa``.
+        TypeError: on entry, the errors of :func:`config`.
+        NotImplementedError: inside, an ``attn_mask`` other than None or a ``dropout_p`` other than 0.
 
     Warns:
         RoutingWarning: an ``nn.MultiheadAttention`` that computed attention without the function (named), and

@@ -212,7 +212,7 @@ def test_odd_lengths_and_tiles(causal):
 def test_error_against_float64_and_sage2():
     """N(0,1), seq 256, head dim 64: FP4 Q/K/V/P give a few percent of relative L1 error, above Sage2's
     INT8/FP8 on the same inputs; here (spread scores: small P blocks) SageAttention3's two-level P does no worse
-    than P with block scales alone (on U[0,1) inputs it is slightly worse: README)."""
+    than P with block scales alone (on U[0,1) inputs it is slightly worse: docs/results/fp8-long-context.md)."""
     q, k, v = _inputs(64, 64, seed=7, nk=256)
     ref = _attn64(q, k, v)
     e3 = _rel(quant_flash(q, k, v, plan="sage3-fp4", block_m=64, block_n=64), ref)

@@ -1,9 +1,8 @@
-"""Validating a Triton kernel of one's own against a plan (``simfloat_gpu.campaign.validate.compare_kernel``, README
-"Validating
-your own kernel"). The kernel here is not the project's: a small flash-attention forward that multiplies the
-scores by the scale after the dot, exponentiates with ``tl.exp`` (not exp2 with log2(e) folded into the scale)
-and adds the row sums with a separate multiply and add. Under ``faithful()`` it matches the plan that says so,
-``exp_impl="tl.exp"``, bit for bit; the plan with a correctly rounded exp does not reproduce its row sums."""
+"""Validating a Triton kernel of one's own against a plan (``simfloat_gpu.campaign.validate.compare_kernel``,
+docs/guides/validating-your-kernel.md). The kernel here is not the project's: a small flash-attention forward that
+multiplies the scores by the scale after the dot, exponentiates with ``tl.exp`` (not exp2 with log2(e) folded into
+the scale) and adds the row sums with a separate multiply and add. Under ``faithful()`` it matches the plan that says
+so, ``exp_impl="tl.exp"``, bit for bit; the plan with a correctly rounded exp does not reproduce its row sums."""
 
 import math
 

@@ -1,5 +1,5 @@
 """The emulator's hardware model against recorded GPU outputs (tests/fixtures/gpu/<gpu>/, written by
-``python -m simfloat_gpu.campaign.gpu_run`` on a GPU; see README "Cross-validation").
+``python -m simfloat_gpu.campaign.gpu_run`` on a GPU; see docs/guides/gpu-job.md).
 
 Inputs are regenerated from each config's seed (CRC32-checked). The emulator runs the ``triton-<fmt>`` plans
 (int8: the int8_flash presets): sm90 tensor-core dot models, correctly rounded exp2, sequential row sums. What
@@ -16,7 +16,7 @@ is known about each output on a GPU, and asserted accordingly:
   LOW_MIN.
 
 **h200-<fmt> plans** (``test_h200_plans``): the triton plans plus the H200's measured ex2.approx.ftz.f32 and
-tl.sum order (simfloat.hardware, README "GPU validation (H200)") and the sm90 dot models: **every output, m_i
+tl.sum order (simfloat.hardware, docs/results/h200-validation.md) and the sm90 dot models: **every output, m_i
 and l_i bit for bit** on every flash fixture config compared (100% required).
 
 The thresholds are what the model achieves on the recorded H200 fixtures (triton 3.6, every config: m_i
@@ -46,7 +46,7 @@ if not DIRS:
     pytest.skip(
         f"no GPU fixtures in {FIXTURES}: record them on a GPU with "
         "`simfloat-gpu run --out $OUT` and "
-        "extract its fixtures.tar there (README: Cross-validation)",
+        "extract its fixtures.tar there (docs/guides/gpu-job.md)",
         allow_module_level=True,
     )
 
@@ -103,7 +103,7 @@ def test_emulator_hardware_model_agreement(compared):
         else:
             assert r.m_agreement is not None and r.m_agreement >= M_MIN, (r.id, "m_i", r.m_agreement)
         # int8 low outputs: 0.46-0.9998 on the H200 fixtures (the int8 emulator's exp2 / row sums are the
-        # correctly rounded, sequential ones; see README "GPU validation (H200)"): reported, not asserted
+        # correctly rounded, sequential ones; see docs/results/h200-validation.md): reported, not asserted
         if r.out == "low" and r.kind == "flash":
             agree = r.bitwise_agreement
             assert agree is not None and agree >= LOW_MIN, (r.id, "low-precision output", agree)

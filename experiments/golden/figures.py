@@ -75,7 +75,7 @@ def coverage(df, configs: list[dict] | None = None):  # type: ignore[no-untyped-
 
 
 def claims(df):  # type: ignore[no-untyped-def]
-    """Per placement and baseline: the claims' ratios and verdicts (see README "Golden et al., settled")."""
+    """Per placement and baseline: the claims' ratios and verdicts (docs/results/golden.md)."""
     import numpy as np
     import pandas as pd
 
