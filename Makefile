@@ -13,10 +13,10 @@ $(VENV)/.core: pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[analysis]"
 	touch $@
 
-# Everything the suite exercises: the test extra and the GPU side, gpu/ (its own distribution, simfloat-emu-gpu:
-# torch, CPU wheel, pinned, and triton included), both editable.
+# Everything the suite and the lint exercise: the test and docs extras and the GPU side, gpu/ (its own distribution,
+# simfloat-emu-gpu: torch, CPU wheel, pinned, and triton included), both editable.
 $(VENV)/.full: $(VENV)/.core gpu/pyproject.toml
-	$(PIP) install -q -c constraints.txt -e ".[analysis,test]" -e ./gpu
+	$(PIP) install -q -c constraints.txt -e ".[analysis,test,docs]" -e ./gpu
 	touch $@
 
 demo: $(VENV)/.core
@@ -31,10 +31,13 @@ test: $(VENV)/.full
 test-fast: $(VENV)/.full
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
 
+# The docs site builds with --strict: a broken link, anchor or API docstring fails the lint (the Python blocks of the
+# pages run in the suite, tests/test_docs.py).
 lint: $(VENV)/.full
-	$(BIN)/ruff check simfloat gpu/simfloat_gpu tests experiments benchmarks
-	$(BIN)/ruff format --check simfloat gpu/simfloat_gpu tests experiments benchmarks
+	$(BIN)/ruff check simfloat gpu/simfloat_gpu tests experiments benchmarks mkdocs_hooks.py
+	$(BIN)/ruff format --check simfloat gpu/simfloat_gpu tests experiments benchmarks mkdocs_hooks.py
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 bench: $(VENV)/.full
 	$(BIN)/python benchmarks/bench_engine.py
