@@ -32,12 +32,12 @@ test-fast: $(VENV)/.full
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
 
 # The docs site builds with --strict: a broken link, anchor or API docstring fails the lint (the Python blocks of the
-# pages run in the suite, tests/test_docs.py).
+# pages run in the suite, tests/test_docs.py). Not --quiet: it hides the warnings that --strict counts.
 lint: $(VENV)/.full
 	$(BIN)/ruff check simfloat gpu/simfloat_gpu tests experiments benchmarks mkdocs_hooks.py
 	$(BIN)/ruff format --check simfloat gpu/simfloat_gpu tests experiments benchmarks mkdocs_hooks.py
 	$(BIN)/mypy
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 
 bench: $(VENV)/.full
 	$(BIN)/python benchmarks/bench_engine.py
