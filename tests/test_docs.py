@@ -117,6 +117,11 @@ def test_opt_outs_are_few_and_for_gpu_code():
     assert total <= 3, f"{total} blocks opt out of the docs test"
 
 
+def test_the_readme_is_a_landing_page():
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= 250, f"README.md has {lines} lines: at most 250, the rest goes to docs/"
+
+
 def _table_names(text: str, registry: str) -> list[str]:
     """The first-column names (in backticks) of the table after ``<!-- presets: REGISTRY -->``."""
     m = re.search(r"<!-- presets: " + re.escape(registry) + r" -->\s*\n((?:\|.*\n)+)", text)
