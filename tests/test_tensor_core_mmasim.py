@@ -478,8 +478,8 @@ def test_preset_errors() -> None:
         tensor_core("sm90", "bf16", out_format="fp16")
     with pytest.raises(ValueError, match="out_format"):
         tensor_core("sm90", "fp16", out_format="bf16")
-    with pytest.raises(ValueError, match="no model"):
-        tensor_core("sm90", "e4m3", out_format="fp16", instruction="mma.sync")
+    with pytest.raises(ValueError, match="no tensor-core kind"):
+        tensor_core("sm90", "e2m1", out_format="fp16", instruction="mma.sync")
     with pytest.raises(ValueError, match="e2m1 operands"):
         tensor_core("sm100", "e4m3", kind="nvf4")
     m = tensor_core("sm100", "e2m1", kind="nvf4")

@@ -10,8 +10,9 @@ Inputs are recognised by their keys:
   subset and then the best few on every output; the table gives the best model, its bitwise agreement overall,
   per design family and per launch (zero / designed incoming accumulator), and the published preset's
   agreement; then what the ``overflow`` / ``negtiny`` rows say of the best model's overflow and zero-sign rules
-  (:func:`settle_rules`). Outputs compare as float32 bits. **(c)** every sum variant: the LCA-size matrix of the FPRev design gives the reduction tree of
-  ``tl.sum`` (checked for consistency over both row placements), compared with simfloat.ops.sum's orders.
+  (:func:`settle_rules`). Outputs compare as float32 bits. **(c)** every sum variant: the LCA-size matrix of
+  the FPRev design gives the reduction tree of ``tl.sum`` (checked for consistency over both row placements),
+  compared with simfloat.ops.sum's orders.
 * ``exp2.npz`` / ``exp2_binades.npz`` (:func:`simfloat_gpu.campaign.probes.exp_probe`): **(b)** ulp-offset statistics
 per
   segment; a *periodic table* model (2^x = T[frac(x)] * 2^floor(x), T read off the [-2, -1) binade, the
