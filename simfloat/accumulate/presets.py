@@ -58,9 +58,10 @@ def _row(f: int, nbytes: int, zero32: int, zero16: int, **fp8: Any) -> dict[str,
 # (arch, instruction) -> parameters. MMA-Sim's table for every kind it models; B200's mma.sync on fp8 and the
 # fp8 kinds of H100's mma.sync from Khattak & Mikaitis' measurements (MMA-Sim has neither). Their fp16 results
 # ("fp16"): the fp8 operands converted to fp16 (exact) and each k32 instruction run as two of the arch's fp16
-# k16 steps in the fragment's k order (pairs of k dealt alternately, as the fp8 register layout maps onto two
-# fp16 fragments: Interleaved(chunk 32, group 2)), from zero, fp16 results; C added after in one fp16 addition
-# (round to nearest even), as B200's mma.sync adds C after the step for fp32 results.
+# k16 steps with pairs of k dealt alternately (Interleaved(chunk 32, group 2): the order of Triton's own fp16
+# lowering of fp8 dots, fp8_mma_sync; presumably the fp8 fragment's registers split into two fp16 fragments),
+# from zero, fp16 results; C added after in one fp16 addition (round to nearest even), as B200's mma.sync adds
+# C after the step for fp32 results. Measured: every row of H100's and B200's fp8 -> fp16 data.
 _INSTRUCTIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("sm70", "mma.sync"): _row(23, 8, -131, -19, fp16_only=True),
     ("sm80", "mma.sync"): _row(24, 16, -132, -20),
