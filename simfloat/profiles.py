@@ -532,6 +532,8 @@ def model_label(m: object) -> str:
         return f"Interleaved(chunk {m.chunk}, groups of {m.group}, {model_label(m.inner)})"
     if isinstance(m, BlockFMA):
         extra = "" if m.align == "product" else f", align {m.align}"
+        extra += "" if m.overflow == "round" else f", overflow {m.overflow}"
+        extra += "" if m.zero_sign == "exact" else f", zero_sign {m.zero_sign}"
         out = m.out_fmt if isinstance(m.out_fmt, str) else m.out_fmt.name
         return f"BlockFMA({m.block}, F={m.fraction_bits}, out {out}{extra})"
     return type(m).__name__

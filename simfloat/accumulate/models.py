@@ -231,27 +231,42 @@ class Interleaved:
     Sequential and Chunked only.
 
     Attributes:
-        inner: the model of each step (``block`` must divide ``chunk``; ``group`` must divide ``block``).
+        inner: the model of each step (``block`` must divide ``chunk``; ``group`` must divide ``block``), or a
+            :class:`Chunked` of such a BlockFMA whose chunk is a multiple of ``chunk`` (each chunk's steps from
+            zero, the result added to the accumulator: the fp16 results of sm90/sm100 ``mma.sync`` on fp8).
         chunk: k per chunk; K must be a multiple of it.
         group: consecutive k kept together.
     """
 
-    inner: BlockFMA
+    inner: BlockFMA | Chunked
     chunk: int = 32
     group: int = 2
 
     def __post_init__(self) -> None:
-        if not isinstance(self.inner, BlockFMA):
-            raise TypeError(f"Interleaved.inner must be a BlockFMA, got {type(self.inner).__name__}")
+        step = self.inner.inner if isinstance(self.inner, Chunked) else self.inner
+        if not isinstance(step, BlockFMA):
+            raise TypeError(
+                f"Interleaved.inner must be a BlockFMA or a Chunked of one, got {type(self.inner).__name__}"
+            )
         for name in ("chunk", "group"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Interleaved.{name} must be a positive int, got {value!r}")
-        if self.chunk % self.inner.block or self.inner.block % self.group:
+        if self.chunk % step.block or step.block % self.group:
             raise ValueError(
-                f"Interleaved needs inner.block ({self.inner.block}) to divide chunk ({self.chunk}) "
+                f"Interleaved needs inner.block ({step.block}) to divide chunk ({self.chunk}) "
                 f"and group ({self.group}) to divide inner.block"
             )
+        if isinstance(self.inner, Chunked) and (self.inner.chunk is None or self.inner.chunk % self.chunk):
+            raise ValueError(
+                f"Interleaved: an inner Chunked needs a chunk that is a multiple of {self.chunk}, got "
+                f"{'splits' if self.inner.chunk is None else self.inner.chunk}"
+            )
+
+    @property
+    def step(self) -> BlockFMA:
+        """The BlockFMA each step runs (``inner``, or the inner model of a Chunked ``inner``)."""
+        return self.inner.inner if isinstance(self.inner, Chunked) else self.inner  # type: ignore[return-value]
 
     def order(self, k: int) -> np.ndarray:
         """The permutation of range(k) in the order the steps read it.
@@ -261,7 +276,7 @@ class Interleaved:
         """
         if k % self.chunk:
             raise ValueError(f"Interleaved: K = {k} is not a multiple of chunk = {self.chunk}")
-        steps = self.chunk // self.inner.block
+        steps = self.chunk // self.step.block
         groups = np.arange(self.chunk).reshape(self.chunk // self.group, self.group)
         one = np.concatenate([groups[s::steps].reshape(-1) for s in range(steps)])
         return (np.arange(0, k, self.chunk)[:, None] + one[None, :]).reshape(-1)

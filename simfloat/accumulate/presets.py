@@ -12,9 +12,9 @@ NVIDIA Tensor Cores", arXiv 2512.07004: V100, A100, Ada, H100, B200; tests/fixtu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
-from simfloat.accumulate.models import BlockFMA, Interleaved
+from simfloat.accumulate.models import BlockFMA, Chunked, Interleaved
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 
@@ -47,23 +47,29 @@ _ARCHS = {
 
 def _row(f: int, nbytes: int, zero32: int, zero16: int, **fp8: Any) -> dict[str, Any]:
     """One instruction's parameters. fp8 keys: ``fp8_f`` (F of fp8 operands; None: no fp8 kind), ``fp8_add``
-    (``"fused"`` or the rounding of the accumulator added after the step), ``fp8_f16`` (an fp16-output fp8
-    model is known), ``f8f6f4`` (the fp6/fp4 kinds and the block-scaled kinds exist), ``fp16_only`` (no
-    bf16/tf32 kinds)."""
+    (``"fused"`` or the rounding of the accumulator added after the step), ``fp8_f16`` (fp16 results of fp8
+    operands: ``True`` the fp8 datapath with F = ``fp8_f`` rounded to fp16, ``"fp16"`` the instruction's fp16
+    MMA on the operands converted to fp16, ``False`` no model), ``f8f6f4`` (the fp6/fp4 kinds and the
+    block-scaled kinds exist), ``fp16_only`` (no bf16/tf32 kinds)."""
     base = {"fp8_f": None, "fp8_add": "fused", "fp8_f16": False, "f8f6f4": False, "fp16_only": False}
     return {"f": f, "bytes": nbytes, "zero32": zero32, "zero16": zero16, **base, **fp8}
 
 
 # (arch, instruction) -> parameters. MMA-Sim's table for every kind it models; B200's mma.sync on fp8 and the
-# fp8 kinds of H100's mma.sync from Khattak & Mikaitis' measurements (MMA-Sim has neither).
+# fp8 kinds of H100's mma.sync from Khattak & Mikaitis' measurements (MMA-Sim has neither). Their fp16 results
+# ("fp16"): the fp8 operands converted to fp16 (exact) and each k32 instruction run as two of the arch's fp16
+# k16 steps with pairs of k dealt alternately (Interleaved(chunk 32, group 2): the order of Triton's own fp16
+# lowering of fp8 dots, fp8_mma_sync; presumably the fp8 fragment's registers split into two fp16 fragments),
+# from zero, fp16 results; C added after in one fp16 addition (round to nearest even), as B200's mma.sync adds
+# C after the step for fp32 results. Measured: every row of H100's and B200's fp8 -> fp16 data.
 _INSTRUCTIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("sm70", "mma.sync"): _row(23, 8, -131, -19, fp16_only=True),
     ("sm80", "mma.sync"): _row(24, 16, -132, -20),
     ("sm89", "mma.sync"): _row(24, 16, -132, -20, fp8_f=13, fp8_f16=True),
     ("sm90", "wgmma"): _row(25, 32, -133, -21, fp8_f=13, fp8_f16=True),
-    ("sm90", "mma.sync"): _row(25, 32, -133, -21, fp8_f=13),
+    ("sm90", "mma.sync"): _row(25, 32, -133, -21, fp8_f=13, fp8_f16="fp16"),
     ("sm100", "tcgen05"): _row(25, 32, -133, -21, fp8_f=25, fp8_f16=True, f8f6f4=True),
-    ("sm100", "mma.sync"): _row(25, 32, -133, -21, fp8_f=25, fp8_add="nearest_even"),
+    ("sm100", "mma.sync"): _row(25, 32, -133, -21, fp8_f=25, fp8_add="nearest_even", fp8_f16="fp16"),
     ("sm120", "mma.sync"): _row(25, 32, -133, -21, fp8_f=25, fp8_f16=True, f8f6f4=True),
 }
 #: per architecture its MMA instructions, the default (the one a preset models unless told) first
@@ -118,6 +124,32 @@ def _resolve(arch: object, instruction: object, variant: object) -> tuple[str, s
     return a_key, str(ins), str(var)
 
 
+@overload
+def tensor_core(
+    arch: str,
+    input_format: str | FloatFormat,
+    b_format: str | FloatFormat | None = None,
+    *,
+    kind: str | None = None,
+    variant: str | None = None,
+    out_format: Literal["fp32", "float32"] = "fp32",
+    instruction: str | None = None,
+) -> BlockFMA: ...
+
+
+@overload
+def tensor_core(
+    arch: str,
+    input_format: str | FloatFormat,
+    b_format: str | FloatFormat | None = None,
+    *,
+    kind: str | None = None,
+    variant: str | None = None,
+    out_format: str | FloatFormat,
+    instruction: str | None = None,
+) -> BlockFMA | Interleaved: ...
+
+
 def tensor_core(
     arch: str,
     input_format: str | FloatFormat,
@@ -127,7 +159,7 @@ def tensor_core(
     variant: str | None = None,
     out_format: str | FloatFormat = "fp32",
     instruction: str | None = None,
-) -> BlockFMA:
+) -> BlockFMA | Interleaved:
     """Tensor-core accumulation models (every difference between architectures and instructions is a field
     value read off the instruction table).
 
@@ -168,10 +200,16 @@ def tensor_core(
         with F=35. fp32 results are rounded toward zero, fp16 results to nearest even (the same F; e_zero
         -19, -20, -21 for sm70, sm80/sm89, sm90 and later).
 
+        fp16 results of fp8 operands on sm90's and sm100's ``mma.sync``: the fp8 operands converted to fp16 and
+        each k32 instruction run as two of the arch's fp16 k16 steps (F=25, fp16 results) in the fragment's k
+        order (pairs of k alternating between the steps), from zero, C added after in one fp16 addition
+        rounded to nearest even: an :class:`Interleaved` (chunk 32, groups of 2) of a :class:`Chunked` (chunks
+        of 32, fp16 outer sum) of the fp16 preset; K must be a multiple of 32. :func:`matmul` and :func:`dot`
+        run it; attention plans take BlockFMA, Sequential and Chunked models only.
+
     Raises:
         ValueError: an unknown arch, format, kind, variant, output format or instruction, or a combination the
-            architecture lacks (or that no model is known for: fp16 results of fp8 operands on sm90's and
-            sm100's mma.sync, whose measurements no model tried reproduces; docs/results/tensor-cores.md).
+            architecture lacks.
     """
     a_key, ins, var = _resolve(arch, instruction, variant)
     d = _INSTRUCTIONS[(a_key, ins)]
@@ -245,10 +283,12 @@ def tensor_core(
         if d["fp8_f"] is None or (small and not d["f8f6f4"]):
             raise ValueError(f"tensor_core: {a_key} {ins} has no tensor-core kind for {fa.name} x {fb.name}")
         if fp16_out and not d["fp8_f16"]:
-            raise ValueError(
-                f"tensor_core: no model of {a_key} {ins}'s fp16 results for fp8 operands (the measured outputs "
-                "fit none tried; docs/results/tensor-cores.md)"
-            )
+            raise ValueError(f"tensor_core: no model of {a_key} {ins}'s fp16 results for {fa.name} operands")
+        if fp16_out and d["fp8_f16"] == "fp16":
+            step = tensor_core(a_key, "float16", out_format="fp16", instruction=ins, variant=variant)
+            assert isinstance(step, BlockFMA)  # fp16 operands: always a BlockFMA
+            two = Chunked(chunk=32, inner=step, outer_fmt="float16", outer_mode="nearest_even")
+            return Interleaved(two, chunk=32, group=2)
         f8 = d["fp8_f"]
         if f8 == 13 and not fp16_out:  # the fp32 result truncated to 13 fraction bits
             res = {"out_fmt": _E8M13, "out_mode": "toward_zero"}

@@ -9,8 +9,10 @@ Inputs are recognised by their keys:
   size, fraction bits F, output rounding, fp8 accumulator mantissa, tf32 operand conversion), coarse on a
   subset and then the best few on every output; the table gives the best model, its bitwise agreement overall,
   per design family and per launch (zero / designed incoming accumulator), and the published preset's
-  agreement. **(c)** every sum variant: the LCA-size matrix of the FPRev design gives the reduction tree of
-  ``tl.sum`` (checked for consistency over both row placements), compared with simfloat.ops.sum's orders.
+  agreement; then what the ``overflow`` / ``negtiny`` rows say of the best model's overflow and zero-sign rules
+  (:func:`settle_rules`). Outputs compare as float32 bits. **(c)** every sum variant: the LCA-size matrix of
+  the FPRev design gives the reduction tree of ``tl.sum`` (checked for consistency over both row placements),
+  compared with simfloat.ops.sum's orders.
 * ``exp2.npz`` / ``exp2_binades.npz`` (:func:`simfloat_gpu.campaign.probes.exp_probe`): **(b)** ulp-offset statistics
 per
   segment; a *periodic table* model (2^x = T[frac(x)] * 2^floor(x), T read off the [-2, -1) binade, the
@@ -43,6 +45,9 @@ __all__ = [
     "load_ex2_model",
     "probe_variants",
     "compare_plans",
+    "RULES",
+    "settle_rules",
+    "with_rules",
 ]
 
 FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
@@ -161,15 +166,83 @@ def dot_problem(name: str, v: dict[str, np.ndarray]) -> dict[str, Any]:
     }
 
 
+#: the two rules of :class:`~simfloat.accumulate.BlockFMA` the probes' ``overflow`` / ``negtiny`` rows ask, each
+#: field's values (the default first)
+RULES: dict[str, tuple[str, ...]] = {"overflow": ("round", "inf"), "zero_sign": ("exact", "positive")}
+
+
+def with_rules(model: Any, **fields: Any) -> Any:
+    """``model`` with the BlockFMA fields ``fields`` (:data:`RULES`) replaced, in its inner BlockFMA for a
+    :class:`~simfloat.accumulate.Chunked` or :class:`~simfloat.accumulate.Interleaved`; ``None`` for a model
+    without a BlockFMA (Sequential)."""
+    import dataclasses
+
+    from simfloat.accumulate import BlockFMA, Chunked, Interleaved
+
+    if isinstance(model, BlockFMA):
+        return dataclasses.replace(model, **fields)
+    if isinstance(model, (Chunked, Interleaved)) and isinstance(model.inner, BlockFMA):
+        return dataclasses.replace(model, inner=dataclasses.replace(model.inner, **fields))
+    return None
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Equal as float32 bit patterns (so -0.0 and +0.0 differ), every NaN one pattern."""
+    bx = np.asarray(x, dtype=np.float32).view(np.uint32)
+    by = np.asarray(y, dtype=np.float32).view(np.uint32)
+    return (bx == by) | (np.isnan(x) & np.isnan(y))
+
+
+def _predictions(model: Any, prob: dict[str, Any]) -> np.ndarray:
+    """(2, rows, keep) predicted outputs of a :func:`dot_problem` (zero and designed incoming accumulator)."""
+    c0 = prob["c0"]
+    out = [_predict(model, prob["a"], prob["b"], cin[:, None, :])[:, 0, :] for cin in (np.zeros_like(c0), c0)]
+    return np.stack(out)
+
+
+def settle_rules(
+    model: Any, probs: Sequence[dict[str, Any]], log: Callable[[str], None] = print
+) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """Which value of each rule of :data:`RULES` the probes (:func:`dot_problem` dicts of one format and
+    instruction) support, for a fitted ``model``: each value scored as bits on every output, one rule at a time.
+
+    Returns:
+        The model with the values chosen, and per rule: ``value``; ``outputs``, how many outputs the values
+        predict differently (0: the probes do not settle the rule, the model's own value is kept); ``exact``,
+        per value the outputs (of those) it reproduces.
+    """
+    report: dict[str, dict[str, Any]] = {}
+    if with_rules(model) is None:
+        return model, report
+    for rule, values in RULES.items():
+        preds = {v: [_predictions(with_rules(model, **{rule: v}), p) for p in probs] for v in values}
+        differ = [~_same_bits(a, b) for a, b in zip(*preds.values(), strict=True)]
+        exact = {
+            v: int(
+                sum(int((_same_bits(pr, p["c"]) & d).sum()) for pr, p, d in zip(preds[v], probs, differ, strict=True))
+            )
+            for v in values
+        }
+        n = int(sum(int(d.sum()) for d in differ))
+        current = getattr(model.inner if not hasattr(model, rule) else model, rule)
+        value = max(values, key=lambda v: (exact[v], v == current)) if n else current
+        model = with_rules(model, **{rule: value})
+        report[rule] = {"value": value, "outputs": n, "exact": exact}
+        told = f"{value} ({exact[value]}/{n} outputs that tell the values apart)" if n else f"{value} (unsettled)"
+        log(f"  {rule}: {told}")
+    return model, report
+
+
 def score_dot(model: Any, prob: dict[str, Any], sel: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """Bitwise agreement of ``model`` with a :func:`dot_problem` on the rows ``sel`` (default all): the mean
-    and the (2, rows, keep) boolean array (zero and designed incoming accumulator)."""
+    and the (2, rows, keep) boolean array (zero and designed incoming accumulator). Outputs compare as float32
+    bits (-0.0 and +0.0 differ), any NaN matching any NaN."""
     sel = np.arange(prob["rows"]) if sel is None else sel
     c0 = prob["c0"][sel]
     eq = []
     for launch, cin in ((0, np.zeros_like(c0)), (1, c0)):
         pred = _predict(model, prob["a"][sel], prob["b"][sel], cin[:, None, :])[:, 0, :]
-        eq.append(pred == prob["c"][launch, sel])
+        eq.append(_same_bits(pred, prob["c"][launch, sel]))
     e = np.stack(eq)
     return float(e.mean()), e
 
@@ -179,7 +252,8 @@ def fit_dot(
 ) -> dict[str, Any]:
     """Best BlockFMA model for one dot variant (see the module docstring). The result holds the best
     model's label and (``"model"``) the model itself, its agreement and (``"exact"``, ``"total"``) the count
-    of bit-exact outputs."""
+    of bit-exact outputs, and (``"rules"``) what the probe says of the overflow and zero-sign rules
+    (:func:`settle_rules`; the model carries the values chosen)."""
     fmt = name.split("_")[0]
     if "error" in v:
         return {"variant": name, "error": str(v["error"])}
@@ -204,6 +278,11 @@ def fit_dot(
         best.append((s, label, model, e))
     best.sort(key=lambda r: -r[0])
     s, label, model, e = best[0]
+    settled, rules = settle_rules(model, [prob], log=log)
+    if settled != model:
+        model = settled
+        s, e = score(model, allrows)
+        label += ", " + ", ".join(f"{r} {rules[r]['value']}" for r in rules)
     per_family = {fams[f]: round(float(e[:, fam == f].mean()), 4) for f in np.unique(fam)}
     preset_score, _ = score(_preset(fmt), allrows)
     res = {
@@ -217,6 +296,7 @@ def fit_dot(
         "preset_sm90": round(preset_score, 5),
         "runners_up": [(lab, round(sc, 5)) for sc, lab, _, _ in best[1:]],
         "model": model,
+        "rules": rules,
         "exact": int(e.sum()),
         "total": int(e.size),
     }

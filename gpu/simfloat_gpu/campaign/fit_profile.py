@@ -6,7 +6,9 @@ with its status from the probes it reproduces (never "bit-exact" unless every pr
 * tensor cores: per input format and MMA instruction (wgmma / mma.sync, read off the probe's PTX), a search of
   :func:`dot_space` (block, fraction bits, alignment, output rounding, tf32 conversion, split-k, fp8 through
   fp16 mma.sync) by :func:`search_dot` for the model that reproduces every output of every probe tile of the
-  group (``dot_models`` given: only those models are scored, e.g. to check a profile against its probes);
+  group, then its overflow and zero-sign rules from the probes' ``overflow`` / ``negtiny`` rows
+  (:func:`simfloat_gpu.campaign.fit.settle_rules`; unsettled: the defaults) (``dot_models`` given: only those
+  models are scored, e.g. to check a profile against its probes);
 * exp2: the table T-/T+ read off the binades (-2, -1] and [1, 2) (``exp2_neg_binade``, ``exp2_pos_binade``);
   that table and correctly rounded 2^x, each with and without flushing subnormals, scored on the held-out
   sweep and edge inputs;
@@ -244,6 +246,10 @@ def _fit_dots(
                 continue
             space = [dot_models[(fmt, mma)]]
         model, exact, total, r, _ = search_dot(fmt, mma, variants, space=space, log=log)
+        if space is None:  # what the overflow / negtiny rows say of the two rules (fit.settle_rules)
+            settled, _ = F.settle_rules(model, [F.dot_problem(n, v) for n, v in variants], log=log)
+            if settled != model:
+                model, exact, total, r, _ = search_dot(fmt, mma, variants, space=[settled], log=log)
         shapes = tuple("x".join(str(int(s)) for s in v["shape"]) for _, v in variants)
         status = measured_status(exact, total)
         parts.append(DotPart(fmt, mma, model, shapes, status))

@@ -9,9 +9,12 @@ analyses them on a CPU.
    ``input_precision="tf32"``), fp8 e4m3 and e5m2, at the tile shapes the flash kernels use (BLOCK_M 16..128 x
    N x K 16..128; BLOCK_M >= 64 compiles to wgmma on sm_90, smaller tiles to mma.sync). Each row of A is a
    designed test vector (one big product and tiny ones at chosen positions, cancelling pairs, sums that need
-   more than 24 bits, random and wide-range rows, tf32 conversion patterns, subnormals); the columns of B
-   multiply it by 1, -1, 1/8, 3, 1 + ulp and random values; C0 is zero (launch 0) or a designed accumulator
-   (launch 1: re-entry). Stored: A and the first 16 columns of B, C0 and C, as raw bits.
+   more than 24 bits, random and wide-range rows, tf32 conversion patterns, subnormals; bf16 and tf32, whose
+   products can leave fp32's range at both ends: sums beyond it (``overflow``) and one negative product below
+   fp32's smallest step (``negtiny``), which ask ``BlockFMA.overflow`` and ``BlockFMA.zero_sign``); the columns
+   of B multiply it by 1, -1, 1/8, 3, 1 + ulp, 2^-20 (bf16/tf32, column 6) and random values; C0 is zero
+   (launch 0) or a designed accumulator (launch 1: re-entry). Stored: A and the first 16 columns of B, C0 and
+   C, as raw bits.
 2. **exp** (:func:`exp_probe`): tl.math.exp2 and tl.exp of float32 inputs: every 8th bit pattern of [-32,
    -2^-30] (36.7M inputs), every float32 of [1, 2) and of [-2, -1) (2^23 each), tl.exp every 64th of [-64,
    -2^-30], and edge inputs (zeros, subnormals, the flush range, infinities, NaN, large positives). The inputs
@@ -62,6 +65,8 @@ __all__ = [
     "dot_designs",
     "dot_b_columns",
     "dot_c0",
+    "dot_inputs",
+    "dot_record",
     "dot_variant",
     "sum_design",
     "sum_variant",
@@ -71,6 +76,9 @@ __all__ = [
     "isa_facts",
     "KEEP_COLS",
     "SUM_M",
+    "RANGE_FORMATS",
+    "TINY_COL",
+    "TINY_B",
 ]
 
 #: (dtype, BLOCK_M, N, K): the shapes of tl.dot(q, k) (BLOCK_M x BLOCK_N x HEAD_DIM) and tl.dot(p, v)
@@ -112,6 +120,14 @@ DOT_PARAMS = {
     "e4m3": (8, tuple(range(-8, -18, -1)), -6, 8, -9),
     "e5m2": (8, tuple(range(-8, -21, -1)), -14, 15, -16),
 }
+#: the operand formats whose products reach beyond fp32's range at both ends (the overflow / negtiny rows)
+RANGE_FORMATS = ("bf16", "tf32")
+#: the largest finite operand of those formats (tf32: fp32's exponent range, 10 fraction bits)
+RANGE_MAX = {"bf16": (2 - 2.0**-7) * 2.0**127, "tf32": (2 - 2.0**-10) * 2.0**127}
+#: the column of B that holds TINY_B for those formats: a product of a subnormal operand and TINY_B lies below
+#: fp32's smallest step (2^-149)
+TINY_COL = 6
+TINY_B = 2.0**-20
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -228,6 +244,25 @@ def dot_designs(fmt: str, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray
         pos = rng.choice(k, size=min(4, k), replace=False)
         r[pos] = rng.integers(1, 8, size=pos.size) * 2.0**sub_e * rng.choice([-1.0, 1.0], size=pos.size)
         add("subnormal", r)
+    if fmt in RANGE_FORMATS:
+        top = RANGE_MAX[fmt]
+        for k0, k1 in sorted({(0, 1), (0, k - 1), (k // 2, k // 2 + 1)}):  # beyond fp32's range: one step, two
+            r = np.zeros(k)
+            r[k0], r[k1] = top, top * 0.75
+            add("overflow", r)
+            add("overflow", -r)
+        for lo in (0, k // 2):
+            r = np.zeros(k)
+            r[lo:] = top * 2.0 ** -rng.integers(0, 3, size=k - lo)
+            add("overflow", r * rng.choice([-1.0, 1.0]))
+        tiny = (-(2.0**-131), -1.5 * 2.0**-131, -(2.0**-132), -(2.0**-133))  # subnormal in both formats
+        for i in range(24):  # one negative product below fp32's smallest step in column TINY_COL (< 2^-150),
+            r = np.zeros(k)  # in the last 4 k (the last step of any block size >= 4), or anywhere (then a -0.0
+            j = k - 1 - i % 4 if i < 16 else int(rng.integers(0, k))  # accumulator meets zero products)
+            r[j] = tiny[i % 4]
+            if i % 8 == 1:  # and a smaller positive one: the exact sum still negative
+                r[k - 1 - (i + 1) % 4] = 2.0**-133
+            add("negtiny", r)
     if fmt == "tf32":  # fp32 operands between tf32 values: truncation or rounding on conversion
         ds = [0, 1, 2**12 - 1, 2**12, 2**12 + 1, 2**13 - 1, 3 * 2**12, 3 * 2**12 + 1, 2**11, 2**12 + 2**11]
         ds += list(rng.integers(0, 2**13, size=246))
@@ -240,7 +275,8 @@ def dot_designs(fmt: str, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray
 
 
 def dot_b_columns(fmt: str, k: int, n: int, seed: int = 0) -> np.ndarray:
-    """B (k, n): columns 1, -1, 1/8, 3, 1 + ulp, then random normal (values of fmt)."""
+    """B (k, n): columns 1, -1, 1/8, 3, 1 + ulp, then random normal (values of fmt); bf16 / tf32: column
+    :data:`TINY_COL` is :data:`TINY_B`."""
     rng = np.random.default_rng(seed + 7 * k + n)
     b = to_format(rng.standard_normal((k, n)), fmt)
     ulp = {"bf16": 2.0**-7, "fp16": 2.0**-10, "tf32": 2.0**-10, "e4m3": 2.0**-3, "e5m2": 2.0**-2}[fmt]
@@ -249,6 +285,8 @@ def dot_b_columns(fmt: str, k: int, n: int, seed: int = 0) -> np.ndarray:
         b[:, j] = val
     if fmt == "tf32" and n > 5:  # fp32 operand bits below tf32 on the B side too
         b[:, 5] = (1.0 + rng.integers(0, 2**13, size=k) * 2.0**-23).astype(np.float32)
+    if fmt in RANGE_FORMATS and n > TINY_COL:  # products below fp32's smallest step (the negtiny rows)
+        b[:, TINY_COL] = TINY_B
     return b
 
 
@@ -321,6 +359,47 @@ def _mma_instructions(compiled: Any) -> str:
     return " ".join(found)
 
 
+def dot_inputs(fmt: str, bm: int, bn: int, k: int, *, max_rows: int | None = None) -> dict[str, Any]:
+    """The operands of one dot variant, as :func:`dot_variant` launches them: ``a`` (T, bm, k) the designed
+    rows (:func:`dot_designs`, zero-padded to whole tiles), ``b`` (T, k, bn) each tile's B
+    (:func:`dot_b_columns`), ``c0`` (T, bm, bn) the designed accumulator, ``rows``, ``family``, ``families``
+    (float64 values of ``fmt``; ``max_rows``: that many rows spread over the designs)."""
+    rows, fam, fams = dot_designs(fmt, k)
+    if max_rows is not None:
+        sel = np.linspace(0, len(rows) - 1, min(max_rows, len(rows))).astype(int)
+        rows, fam = rows[sel], fam[sel]
+    r = len(rows)
+    t = -(-r // bm)
+    a = np.zeros((t * bm, k))
+    a[:r] = rows
+    b = np.stack([dot_b_columns(fmt, k, bn, seed=ti % 4) for ti in range(t)])
+    c0 = np.broadcast_to(dot_c0(bm, bn), (t, bm, bn)).copy()
+    return {"a": a.reshape(t, bm, k), "b": b, "c0": c0, "rows": r, "family": fam, "families": fams}
+
+
+def dot_record(fmt: str, inputs: dict[str, Any], outs: np.ndarray, mma: str = "") -> dict[str, np.ndarray]:
+    """A dot variant's stored arrays (see the module docstring) from :func:`dot_inputs` and the outputs ``outs``
+    (2, T, bm, bn): launch 0 (zero accumulator) and launch 1 (``c0``)."""
+    import torch
+
+    dt = _torch_dtype(fmt)
+    ta = torch.from_numpy(inputs["a"].astype(np.float32)).to(dt)
+    tb = torch.from_numpy(inputs["b"].astype(np.float32)).to(dt)
+    bm, bn = inputs["c0"].shape[1:]
+    keep = min(KEEP_COLS, bn)
+    return {
+        "a_bits": _bits(ta),
+        "b_bits": _bits(tb[:, :, :keep].contiguous()),
+        "c0": inputs["c0"][:, :, :keep].astype(np.float32),
+        "c": np.asarray(outs, dtype=np.float32)[..., :keep],
+        "rows": np.array([inputs["rows"]]),
+        "family": inputs["family"],
+        "families": np.array(inputs["families"]),
+        "shape": np.array([bm, bn, inputs["a"].shape[2]]),
+        "mma": np.array([mma]),
+    }
+
+
 def dot_variant(
     fmt: str,
     bm: int,
@@ -334,17 +413,9 @@ def dot_variant(
     """Run the dot probe for one (format, BLOCK_M, N, K); arrays keyed without a prefix (see module doc)."""
     import torch
 
-    rows, fam, fams = dot_designs(fmt, k)
-    if max_rows is not None:
-        sel = np.linspace(0, len(rows) - 1, min(max_rows, len(rows))).astype(int)
-        rows, fam = rows[sel], fam[sel]
-    r = len(rows)
-    t = -(-r // bm)
-    a = np.zeros((t * bm, k))
-    a[:r] = rows
-    a = a.reshape(t, bm, k)
-    b = np.stack([dot_b_columns(fmt, k, bn, seed=ti % 4) for ti in range(t)])
-    c0 = np.broadcast_to(dot_c0(bm, bn), (t, bm, bn)).copy()
+    inp = dot_inputs(fmt, bm, bn, k, max_rows=max_rows)
+    a, b, c0 = inp["a"], inp["b"], inp["c0"]
+    t = a.shape[0]
     dt = _torch_dtype(fmt)
     ta = torch.from_numpy(a.astype(np.float32)).to(dt)
     tb = torch.from_numpy(b.astype(np.float32)).to(dt)
@@ -363,21 +434,10 @@ def dot_variant(
             compiled = kern[(t,)](da, db, dc0, dc, K=k, BM=bm, BN=bn, PREC=prec, num_warps=4)
             if launch == 0 and device == "cuda":
                 mma = _mma_instructions(compiled)
-            outs.append(dc.cpu().numpy()[:, :, :KEEP_COLS])
+            outs.append(dc.cpu().numpy())
     if device == "cuda":
         torch.cuda.synchronize()
-    keep = min(KEEP_COLS, bn)
-    return {
-        "a_bits": _bits(ta),
-        "b_bits": _bits(tb[:, :, :keep].contiguous()),
-        "c0": c0[:, :, :keep].astype(np.float32),
-        "c": np.stack(outs).astype(np.float32)[..., :keep],
-        "rows": np.array([r]),
-        "family": fam,
-        "families": np.array(fams),
-        "shape": np.array([bm, bn, k]),
-        "mma": np.array([mma]),
-    }
+    return dot_record(fmt, inp, np.stack(outs), mma)
 
 
 # ----------------------------------------------------------------------------------------------------
