@@ -25,8 +25,11 @@ demo: $(VENV)/.core
 # The test files are spread over one worker process per core (pytest-xdist; a file's tests stay in one worker,
 # the workers share numba's on-disk cache); WORKERS=0 runs everything in one process.
 WORKERS ?= auto
+# The docs' pages (tests/test_docs.py, each page a fresh process) run last, on the kernels the suite compiled
+# into numba's cache: beside the suite they would compile the same kernels again, in parallel.
 test: $(VENV)/.full
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --ignore=tests/test_docs.py
+	$(BIN)/python -m pytest -q -n $(WORKERS) tests/test_docs.py
 
 test-fast: $(VENV)/.full
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
