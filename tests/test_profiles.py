@@ -13,7 +13,8 @@ import pytest
 from simfloat import hardware
 from simfloat.accumulate import BlockFMA, Sequential, fp8_mma_sync, split_k, tensor_core
 from simfloat.attention import backward_plan, plan
-from simfloat.attention.plan import BackwardPlan, Plan, _bwd_triton
+from simfloat.attention.backward_plan import BackwardPlan, _bwd_triton
+from simfloat.attention.plan import Plan
 from simfloat.formats import FloatFormat
 from simfloat.profiles import (
     LAB,
