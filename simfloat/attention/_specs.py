@@ -1,6 +1,6 @@
 """The entries of a precision plan: :class:`OpSpec` (a scalar op: format + rounding mode), the checks that turn
 a plan's entry (a format name, ``(format, mode)``, an accumulation or sum model) into its field value, the
-row-sum model :func:`sum_once`, and :class:`OpParams` (an OpSpec for njit code). Shared by the forward and
+row-sum model :func:`sum_once`, and :class:`OpParams` (an OpSpec for compiled code). Shared by the forward and
 backward plans and by the quantizers (:mod:`simfloat.attention.quant_plan`)."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _sum_spec(name: str, value: object) -> Sequential | Chunked:
 
 
 class OpParams(NamedTuple):
-    """An :class:`OpSpec` for njit code."""
+    """An :class:`OpSpec` for compiled code."""
 
     p: FormatParams
     mode: int

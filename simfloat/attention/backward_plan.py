@@ -1,6 +1,6 @@
 """Backward precision plans: :class:`BackwardPlan` (the format and rounding of every operation of the attention
 backward pass), its presets (:func:`backward_presets`, :func:`backward_plan`, the names of the forward's) and its
-flattening for njit kernels (:class:`BackwardParams`). Resolution, reprs and the hardware profiles' models are
+flattening for the compiled kernels (:class:`BackwardParams`). Resolution, reprs and the hardware profiles' models are
 the forward plans' (:mod:`simfloat.attention.plan`)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from simfloat.attention.plan import (
 )
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
+from simfloat.hardware import Ex2Table
 
 __all__ = [
     "BACKWARD_OPS",
@@ -76,7 +77,7 @@ BASELINE_BACKWARD_OPS = (
 
 
 class BackwardParams(NamedTuple):
-    """A backward plan flattened for njit kernels (see :meth:`BackwardPlan.params`)."""
+    """A backward plan flattened for the compiled kernels (see :meth:`BackwardPlan.params`)."""
 
     qk: AccParams
     dv: AccParams
@@ -124,7 +125,8 @@ class BackwardPlan:
         softmax: baseline_backward only: the format of the forward softmax it recomputes.
         exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
         contract: the B4 shift as one fused rounding.
-        exp2_impl: ``"correctly_rounded"`` or ``"h200"`` (the measured ex2.approx.ftz.f32, see :class:`Plan`).
+        exp2_impl: ``"correctly_rounded"``, ``"h200"`` (the measured ex2.approx.ftz.f32) or another table (see
+            :class:`~simfloat.attention.Plan`).
         opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
             (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
             ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
@@ -150,7 +152,7 @@ class BackwardPlan:
     softmax: OpSpec
     exp2: bool = False
     contract: bool = False
-    exp2_impl: str = "correctly_rounded"
+    exp2_impl: str | Ex2Table = "correctly_rounded"
     opmath: FloatFormat | None = None
 
     def __post_init__(self) -> None:
@@ -197,7 +199,7 @@ class BackwardPlan:
         )
 
     def params(self, scale: float) -> BackwardParams:
-        """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it:
+        """The plan for the compiled kernels, with the softmax ``scale`` rounded as the kernels use it:
         ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2``, else ``scale_op(scale)``;
         ``sm_scale = grad_scale_op(scale)``.
 

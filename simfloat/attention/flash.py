@@ -50,7 +50,7 @@ from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
 from simfloat.attention.tiling import pick_tiles
-from simfloat.hardware import ex2_approx_f32
+from simfloat.hardware import ex2_approx_f32, mma_sum_warps
 from simfloat.trace import STATES, record
 
 __all__ = ["flash"]
@@ -402,7 +402,7 @@ def flash(
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    wn = 4 if (bm_req < 64 and bm_req < dv) else 1  # tl.sum layout of the requested tile (see row_sum)
+    wn = mma_sum_warps(bm_req, dv)  # tl.sum layout of the requested tile (see row_sum)
     if which == "vector":
         eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
         if n_lead * n_qt > 0:

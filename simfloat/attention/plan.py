@@ -44,6 +44,7 @@ from simfloat.attention.quant import QUANTIZERS, Quant
 from simfloat.attention.quant_plan import QUANT_FIELDS, QUANT_FLAGS, QUANT_OPS
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
+from simfloat.hardware import Ex2Table
 from simfloat.rounding import mode_code
 
 __all__ = [
@@ -75,7 +76,7 @@ KERNELS = ("flash", "baseline", "any")
 
 
 def _op_params(plan: Any, name: str) -> OpParams:
-    """Op ``name`` of a forward or backward plan for njit kernels: its format's params and rounding mode."""
+    """Op ``name`` of a forward or backward plan for the compiled kernels: its format's params and rounding mode."""
     s: OpSpec = getattr(plan, name)
     return OpParams(s.fmt.params, int(s.mode))
 
@@ -91,7 +92,7 @@ def _qk_scale(plan: Any, scale: float) -> tuple[float, float]:
 
 
 class PlanParams(NamedTuple):
-    """A plan flattened for njit kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
+    """A plan flattened for the compiled kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
 
     qk: AccParams
     pv: AccParams
@@ -159,8 +160,10 @@ class Plan:
         contract: flash: ``qk*scale - m`` and ``l*alpha + l_ij`` rounded once each (tl.fma / fp fusion).
         normalization: flash: ``"deferred"`` (FA2) or ``"per_step"`` (FA1).
         exp2_impl: flash: ``"correctly_rounded"`` or ``"h200"`` (exp/alpha exp2 through the measured
-            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format), or the name
-            of another ex2 table a hardware profile registered (``"table-<sha256 prefix>"``, same model).
+            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format), or another ex2
+            table of the same model as a value (:class:`simfloat.hardware.Ex2Table`: what a hardware profile's
+            plan carries, complete in any process) or by a name registered with
+            :func:`simfloat.hardware.register_ex2_table` (``"table-<sha256 prefix>"``).
         sum_order: flash: order of the row sum l_ij: ``"sequential"`` or ``"h200-mma"`` (the measured
             tl.sum order over a tile in the tensor-core accumulator layout,
             :func:`simfloat.hardware.mma_tree_sum`).
@@ -238,7 +241,7 @@ class Plan:
     contract: bool = False
     normalization: str = "deferred"
     lazy_threshold: float | None = None
-    exp2_impl: str = "correctly_rounded"
+    exp2_impl: str | Ex2Table = "correctly_rounded"
     sum_order: str = "sequential"
     exp_impl: str = "correctly_rounded"
     tie_shift: float | None = None
@@ -475,7 +478,7 @@ class Plan:
         )
 
     def params(self, scale: float) -> PlanParams:
-        """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it.
+        """The plan for the compiled kernels, with the softmax ``scale`` rounded as the kernels use it.
 
         flash: ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2`` (the Triton kernel's
         host code, H1), else ``scale_op(scale)``; baseline: ``scale_op(scale)``.
@@ -486,7 +489,7 @@ class Plan:
         from simfloat.attention._kernels import rnd
 
         if self.quantized:
-            raise ValueError(f"plan {self.name!r} has quantizers: its njit parameters are quant_params()")
+            raise ValueError(f"plan {self.name!r} has quantizers: its kernel parameters are quant_params()")
         op = functools.partial(_op_params, self)
         sc = op("scale")
         sm_scale, qk_scale = _qk_scale(self, scale)
@@ -523,7 +526,7 @@ class Plan:
         )
 
     def quant_params(self, scale: float) -> QParams:
-        """A plan with quantizers for njit kernels, with the host's qk_scale (H1): ``scale(scale(sm_scale) *
+        """A plan with quantizers for the compiled kernels, with the host's qk_scale (H1): ``scale(scale(sm_scale) *
         scale(log2 e))`` with exp2, else ``scale(sm_scale)``.
 
         Raises:
@@ -548,7 +551,9 @@ class Plan:
 _NO_TABLE = np.zeros(0, dtype=np.int8)
 
 
-def _ex2_tab(impl: str) -> np.ndarray:
+def _ex2_tab(impl: str | Ex2Table) -> np.ndarray:
+    if isinstance(impl, Ex2Table):
+        return impl.table
     if impl == "correctly_rounded":
         return _NO_TABLE
     from simfloat.hardware import ex2_table
@@ -557,12 +562,17 @@ def _ex2_tab(impl: str) -> np.ndarray:
 
 
 def _check_exp2_impl(impl: object, what: str) -> None:
-    """EXP2_IMPLS, or the name of an ex2 table registered by a hardware profile (simfloat.hardware)."""
+    """EXP2_IMPLS, an ex2 table as a value (:class:`simfloat.hardware.Ex2Table`, what a hardware profile's plan
+    carries) or the name of a table registered with :func:`simfloat.hardware.register_ex2_table`."""
     from simfloat.hardware import ex2_table_names
 
+    if isinstance(impl, Ex2Table):
+        return
     if impl not in EXP2_IMPLS and impl not in ex2_table_names():
         known = EXP2_IMPLS + tuple(n for n in ex2_table_names() if n not in EXP2_IMPLS)
-        raise ValueError(f"{what} must be one of {known} (tables of loaded hardware profiles), got {impl!r}")
+        raise ValueError(
+            f"{what} must be one of {known} (registered tables) or a simfloat.hardware.Ex2Table, got {impl!r}"
+        )
 
 
 def _uniform(name: str, fmt: str, dot: Model) -> Plan:

@@ -1,5 +1,5 @@
 """The quantized dataflow of a :class:`~simfloat.attention.Plan` with quantizers (its ``q_quant``, ``k_quant``,
-``v_quant``, ``p_quant`` set): the checks of its quantizer ops and choices, its flattening for njit code
+``v_quant``, ``p_quant`` set): the checks of its quantizer ops and choices, its flattening for compiled code
 (:func:`quant_params`), the plans derived from it (:func:`exact`, :func:`isolate`, :func:`ablate`,
 :func:`arith_fp64`, behind the Plan methods of those names) and the quantized presets (:func:`quant_table`, part
 of :func:`simfloat.attention.plan`'s one table). The kernels that run such a plan are
@@ -286,7 +286,7 @@ def dot_kind(model: Model, a: Quant, b: Quant) -> int:
 
 
 def quant_params(pl: Any, scale: float) -> _qk.QParams:
-    """The plan for njit kernels with the host's qk_scale (H1): ``scale(scale(sm_scale) *
+    """The plan for the compiled kernels with the host's qk_scale (H1): ``scale(scale(sm_scale) *
     scale(log2 e))`` with exp2, else ``scale(sm_scale)``.
 
     Raises:
