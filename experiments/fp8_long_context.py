@@ -50,7 +50,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from experiments.int8_error import INPUTS, make_inputs, metrics, reference64  # noqa: E402
-from simfloat.attention import QuantPlan, quant_flash, quant_plan  # noqa: E402
+from simfloat.attention import Plan, quant_flash, quant_plan  # noqa: E402
 from simfloat.attention.quantized import Quant  # noqa: E402
 
 __all__ = ["METHODS", "main", "methods", "query_tiles", "run_problem"]
@@ -71,8 +71,8 @@ _INTS = ("seq", "head_dim", "rows")
 CAPPED = ("Sage3 FP4, two-level",)
 
 
-def methods() -> dict[str, QuantPlan]:
-    """Method name -> its QuantPlan."""
+def methods() -> dict[str, Plan]:
+    """Method name -> its plan (a Plan with quantizers)."""
     fp32 = "float32"
     e4m3 = "float8_e4m3fn"
     fa3 = quant_plan("fp8-e4m3")

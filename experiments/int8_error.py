@@ -17,9 +17,9 @@ FA3's FP8 or INT8 alone (``FULL["long"]``: the emulation's cost grows as seq**2)
 * metrics (:func:`simfloat.metrics.error_metrics`): MRE = mean |out - ref| / (|ref| + 1e-5) over all elements
   and over the last 4 elements only (the INT-FlashAttention code's variant), RMSE, max |out - ref|, cosine
   similarity; and mean/std of |out - ref|, relative L1, SNR in dB;
-* attribution: for the INT8 and FP8 plans, each quantizer alone (``QuantPlan.isolate``: everything else
+* attribution: for the INT8 and FP8 plans, each quantizer alone (``Plan.isolate``: everything else
   exact), all quantizers with exact arithmetic (``arith_fp64``) and the full plan with one dot's accumulation
-  made exact (``QuantPlan.ablate``), RMSE against float64.
+  made exact (``Plan.ablate``), RMSE against float64.
 
 Run ``python experiments/int8_error.py`` (the full table) or ``--smoke`` (seconds).
 Results: ``experiments/results/int8_error.{csv,md,png}`` and ``int8_attribution.csv``.
@@ -212,7 +212,7 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 
 
 Method = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-#: name -> (function of (q, k, v), the QuantPlan preset or None, incoherent)
+#: name -> (function of (q, k, v), the quantized preset or None, incoherent)
 METHODS: dict[str, tuple[Method, str | None, bool]] = {
     "INT8 (reference)": (lambda q, k, v: int8_flash(q, k, v, plan="int8-reference"), "int8-reference", False),
     "INT8 (consistent row sum)": (

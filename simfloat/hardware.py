@@ -25,6 +25,7 @@ import hashlib
 import lzma
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ from simfloat._jit import bits_f32, bits_f64, f32_bits, jit, ljit
 
 __all__ = [
     "H200_EX2_SHA256",
+    "Ex2Table",
+    "ex2_table_value",
+    "mma_sum_warps",
     "ex2_table",
     "ex2_table_names",
     "ex2_table_sha256",
@@ -110,6 +114,46 @@ def ex2_table_sha256(table: np.ndarray) -> str:
 @lru_cache(maxsize=1)
 def _h200_table() -> np.ndarray:
     return unpack_ex2_table(_DATA.read_bytes(), str(_DATA.name))
+
+
+@dataclass(frozen=True)
+class Ex2Table:
+    """An ex2.approx table as a value (what a plan built from a hardware profile carries in ``exp2_impl``, so
+    that it is complete in any process, a pickled copy included): equal and hashed by its name and sha256.
+
+    Attributes:
+        name: ``"table-<first 16 hex digits of its sha256>"``. sha256: :func:`ex2_table_sha256` of the table.
+        table: int8[2^24] (:func:`ex2_table`'s layout), read-only.
+    """
+
+    name: str
+    sha256: str
+    table: np.ndarray = field(compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def ex2_table_value(table: np.ndarray) -> str | Ex2Table:
+    """An ex2 table as a plan's ``exp2_impl`` value: ``"h200"`` for the shipped H200 table (every process has
+    it), else an :class:`Ex2Table`.
+
+    Raises:
+        ValueError: wrong shape or dtype, or an offset outside -2..+1.
+    """
+    sha = ex2_table_sha256(table)
+    if sha == H200_EX2_SHA256:
+        return "h200"
+    t = np.array(table, dtype=np.int8)
+    t.setflags(write=False)
+    return Ex2Table(f"table-{sha[:16]}", sha, t)
+
+
+def mma_sum_warps(block_m: int, head_dim_v: int) -> int:
+    """The warps along the keys of the mma layout that ``tl.sum`` reduces a flash kernel's P tile in (the
+    ``warps_n`` of :func:`mma_tree_sum`): Triton gives the kernel's 4 warps to the keys (4) when the requested
+    q tile has fewer than 64 rows and fewer than head_dim_v, else stacks them along the rows (1)."""
+    return 4 if (block_m < 64 and block_m < head_dim_v) else 1
 
 
 _TABLES: dict[str, np.ndarray] = {}
@@ -202,12 +246,13 @@ def _ex2_array(x, out, tab, ftz):
         out[n] = ex2_approx_f32(float(x[n]), tab, ftz)
 
 
-def ex2_approx(x: np.ndarray, ftz: bool = True, table: str = "h200") -> np.ndarray:
+def ex2_approx(x: np.ndarray, ftz: bool = True, table: str | Ex2Table = "h200") -> np.ndarray:
     """ex2.approx(.ftz).f32 on a float32 array (float32 result), with the named table (:func:`ex2_table`;
-    default the H200's). Usable as ``simfloat_gpu.interpreter.faithful(exp2=ex2_approx)``."""
+    default the H200's) or an :class:`Ex2Table`. Usable as ``simfloat_gpu.interpreter.faithful(exp2=ex2_approx)``."""
     xf = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(xf.size, dtype=np.float64)
-    _ex2_array(xf.reshape(-1), out, ex2_table(table), bool(ftz))
+    tab = table.table if isinstance(table, Ex2Table) else ex2_table(table)
+    _ex2_array(xf.reshape(-1), out, tab, bool(ftz))
     return out.astype(np.float32).reshape(xf.shape)
 
 

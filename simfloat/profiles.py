@@ -33,11 +33,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simfloat.accumulate import BlockFMA, Chunked, Interleaved, Sequential
 from simfloat.formats import FloatFormat
 from simfloat.rounding import RoundingMode
+
+if TYPE_CHECKING:
+    from simfloat.hardware import Ex2Table
 
 __all__ = [
     "PROFILE_VERSION",
@@ -365,10 +368,10 @@ class HardwareProfile:
         """The tl.sum part of ``layout`` (``"mma"`` or ``"blocked"``), or ``None``."""
         return next((s for s in self.sums if s.layout == layout), None)
 
-    def exp2_impl(self) -> str:
+    def exp2_impl(self) -> str | Ex2Table:
         """The ``Plan.exp2_impl`` value of the exp2 part: ``"correctly_rounded"`` (no part, or that model),
-        ``"h200"`` (the shipped H200 table) or the name :func:`simfloat.hardware.register_ex2_table` gave
-        this profile's table (the table is read and checked against its sha256 on the first call).
+        ``"h200"`` (the shipped H200 table) or the table itself as a :class:`simfloat.hardware.Ex2Table` value
+        (read and checked against its sha256), which a plan carries to any process.
 
         Raises:
             ValueError: the table file is missing or its sha256 differs from the profile's.
@@ -380,7 +383,7 @@ class HardwareProfile:
 
         if part.sha256 == hardware.H200_EX2_SHA256:
             return "h200"
-        return hardware.register_ex2_table(self.ex2_table())
+        return hardware.ex2_table_value(self.ex2_table())
 
     def ex2_table(self) -> Any:
         """The exp2 part's table (int8[2^24], :func:`simfloat.hardware.ex2_table`'s layout).

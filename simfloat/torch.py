@@ -54,7 +54,8 @@ from simfloat.attention import backward_plan as _backward_plan
 from simfloat.attention import baseline, baseline_backward, flash, flash_backward, lse_from_stats
 from simfloat.attention import plan as _plan
 from simfloat.attention.backward import _scale_of
-from simfloat.attention.plan import BackwardPlan, Plan, backward_presets, presets
+from simfloat.attention.backward_plan import BackwardPlan, backward_presets
+from simfloat.attention.plan import Plan, presets
 
 __all__ = [
     "AttentionConfig",

@@ -151,3 +151,29 @@ def test_replace_keeps_every_op_of_plans_for_both_kernels():
         assert pl.softmax == pl.exp == pl.l_i == OpSpec(sf.float16) and pl.exp2
     assert plan("triton-bf16").replace(out="fp32", p="fp16").p == OpSpec(sf.float16)
     assert plan("pytorch-bf16").replace(softmax="bf16", qk="fp32", pv="fp32").softmax == OpSpec(sf.bfloat16)
+
+
+def test_the_kernel_a_plan_is_for_is_a_field_not_its_name():
+    assert [plan(n).kernel for n in ("triton-bf16", "h200-bf16", "pytorch-bf16", "fp64", "all-bf16")] == [
+        "flash",
+        "flash",
+        "baseline",
+        "any",
+        "any",
+    ]
+    renamed = plan("fp64").replace(name="triton-mine")  # the name no longer decides
+    assert renamed.kernels() == ("flash", "baseline")
+    torch_like = plan("fp64").replace(name="mine", kernel="baseline")
+    assert torch_like.kernels() == ("baseline",)
+    with pytest.raises(ValueError, match="never uses"):
+        torch_like.replace(exp="bf16")
+    assert plan("triton-bf16").replace(name="x").kernel == "flash"  # derived plans keep it
+
+
+def test_one_preset_table_holds_the_float_and_the_quantized_plans():
+    table = presets()
+    quantized = {n for n, p in table.items() if p.quantized}
+    assert {"int8-reference", "fp8-e4m3", "sage2-int8-fp8", "sage3-fp4", "quant-fp64"} <= quantized
+    assert {"fp64", "triton-bf16", "h200-bf16", "pytorch-bf16"}.isdisjoint(quantized)
+    for name in quantized:
+        assert plan(name).kernels() == ("flash",) and plan(name).ops()[0] == "rotate"

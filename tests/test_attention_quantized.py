@@ -2,6 +2,7 @@
 except that quantizer), the consistent row sum, the fast paths against the general code, tracing, presets and
 argument errors. The bit-exact comparison with the Triton kernels is tests/test_gpu_int8_crossval.py."""
 
+import dataclasses
 import math
 
 import ml_dtypes
@@ -13,12 +14,14 @@ from simfloat.attention import (
     EXACT,
     QUANT_OPS,
     QUANTIZERS,
+    Plan,
     Quant,
     QuantPlan,
     flash,
     fp8_flash,
     hadamard_rotation,
     int8_flash,
+    plan,
     quant_flash,
     quant_plan,
     quant_presets,
@@ -341,7 +344,8 @@ def test_presets_and_plan_str():
         "int8-reference-fp64",
         "fp64",
     ):
-        assert isinstance(table[name], QuantPlan)
+        assert isinstance(table[name], Plan) and table[name].quantized
+        assert table[name] is plan(name if name != "fp64" else "quant-fp64")  # one preset table
     text = str(quant_plan("int8-reference"))
     for op in QUANT_OPS:
         assert f"{op}=" in text
@@ -363,8 +367,10 @@ def test_bad_inputs_raise_clear_errors():
         int8_flash(q, k, v, block_m=0)
     with pytest.raises(ValueError, match="unknown quantized plan"):
         int8_flash(q, k, v, plan="int9")
-    with pytest.raises(TypeError, match="QuantPlan"):
+    with pytest.raises(TypeError, match="Plan or a preset name"):
         int8_flash(q, k, v, plan=3)
+    with pytest.raises(ValueError, match="no quantizers"):
+        int8_flash(q, k, v, plan="triton-bf16")
     with pytest.raises(ValueError, match="scale"):
         int8_flash(q, k, v, scale=-1.0)
     with pytest.raises(TypeError, match="Tracer"):
@@ -592,3 +598,62 @@ def test_sage_plan_errors():
         sage.replace(v_quant=Quant("float", "per-block", fmt=e4m3))
     with pytest.raises(TypeError, match="k_smooth"):
         sage.replace(k_smooth=3)
+
+
+# --- one Plan type, one preset table -----------------------------------------------------------------------
+
+
+def test_flash_runs_plans_with_quantizers_as_quant_flash():
+    q, k, v = _inputs(24, 16, seed=31)
+    for name in ("int8-reference", "fp8-e4m3-block"):
+        want = quant_flash(q, k, v, plan=name, block_m=16, block_n=8, causal=True, return_stats=True)
+        got = flash(q, k, v, plan=plan(name), block_m=16, block_n=8, causal=True, return_stats=True)
+        for x, y in zip(want, got, strict=True):
+            assert np.array_equal(x.view(np.uint64), y.view(np.uint64))
+    # the layout of the call: (seq, heads, d) in and out, stats per (heads, seq)
+    q3, k3, v3 = (np.stack([a, a[::-1]], axis=0) for a in (q, k, v))
+    want = quant_flash(q3, k3, v3, plan="int8-reference", return_stats=True)
+    got = flash(*(np.swapaxes(a, 0, 1) for a in (q3, k3, v3)), plan="int8-reference", layout="bshd", return_stats=True)
+    assert np.array_equal(np.swapaxes(got[0], 0, 1), want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_quant_plan_is_a_plan_and_the_old_names_are_aliases():
+    ref = plan("int8-reference")
+    assert ref.quantized and ref.kernel == "flash" and ref.kernels() == ("flash",)
+    assert not plan("triton-bf16").quantized and plan("pytorch-bf16").kernel == "baseline"
+    assert quant_plan("fp64") is plan("quant-fp64") and plan("fp64").q_quant is None  # the float golden
+    with pytest.warns(DeprecationWarning, match="QuantPlan is deprecated"):
+        old = QuantPlan("x", ref.q_quant, ref.k_quant, ref.v_quant, ref.p_quant, EXACT, EXACT)
+    assert old == dataclasses.replace(ref, name="x")
+    with pytest.raises(ValueError, match="no quantizers"):
+        plan("triton-bf16").isolate("qk")
+    with pytest.raises(ValueError, match="quant_params"):
+        ref.params(0.125)
+
+
+def test_plan_fields_of_the_quantized_dataflow_are_checked():
+    with pytest.raises(ValueError, match="belong to plans with quantizers"):
+        plan("triton-fp16").replace(pv_update="into_acc")
+    with pytest.raises(ValueError, match="unknown plan entries"):
+        plan("int8-reference").replace(name="x", p="float16")  # not an op of the quantized dataflow
+    with pytest.raises(ValueError, match="do not model it"):
+        dataclasses.replace(plan("int8-reference"), exp2_impl="h200")
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        dataclasses.replace(plan("fp64"), kernel="decode")
+    with pytest.raises(ValueError, match="never uses"):
+        plan("pytorch-bf16").replace(q_quant=Quant("int", "per-token"))
+    # quantizers given to a flash plan make it a plan with quantizers
+    fp16 = plan("triton-fp16").replace(
+        name="t", q_quant=Quant("float", fmt="float16"), k_quant=Quant("float", fmt="float16"),
+        v_quant=Quant("float", fmt="float16"), p_quant=Quant("float", fmt="float16"), out="float16",
+        score_scaling="folded", pv_update="into_acc",
+    )  # fmt: skip
+    assert fp16.quantized and fp16.quant_params(0.25) == plan("fp16-flash").quant_params(0.25)
+
+
+def test_attribute_refuses_plans_with_quantizers():
+    from simfloat.attribution import attribute
+
+    q, k, v = _inputs(8, 16, seed=3)
+    with pytest.raises(ValueError, match="has quantizers"):
+        attribute(q[None], k[None], v[None], plan="int8-reference")

@@ -83,7 +83,7 @@ def test_p_two_level_quantizer_kernel_equals_numpy_and_quantize():
     p[2, 16:32] = 0.0  # an all-zero block
     p[3] *= 1e-30  # far below the ue4m3 range without the first level
     pl = quant_plan("sage3-fp4")
-    pp = pl.params(1.0)
+    pp = pl.quant_params(1.0)
     codes, sc, s1 = _np_two_level(p)
     got_c, got_s = quantize(p, pl.p_quant)
     assert np.array_equal(got_c, codes) and np.array_equal(got_s, sc * s1)

@@ -11,6 +11,7 @@ import pytest
 
 import simfloat as sf
 from simfloat.attention import FLASH_OPS, baseline, flash, plan
+from simfloat.attention.quant_plan import QUANT_FIELDS
 from simfloat.attribution import (
     BASELINE_PAIRS,
     METRICS,
@@ -278,7 +279,8 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
 
 def test_flags_are_every_plan_field_but_the_ops():
     ops = set(FLASH_OPS) | {"softmax", "name"}
-    assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops
+    not_flags = {"kernel", *QUANT_FIELDS}  # which kernel; the quantizer ops (None in the float plans)
+    assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops - not_flags
     alt = dict(
         exp2=False,
         contract=False,

@@ -9,7 +9,8 @@ import pytest
 
 from simfloat.attention import lse_from_stats
 from simfloat.attention.backward import _log_rounded
-from simfloat.attention.plan import OpSpec, backward_plan
+from simfloat.attention.backward_plan import backward_plan
+from simfloat.attention.plan import OpSpec
 
 MODES = ("nearest_even", "toward_zero", "up", "down")
 

@@ -5,6 +5,7 @@ reach plans, faithful() and the CLIs."""
 import dataclasses
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import pytest
 from simfloat import hardware
 from simfloat.accumulate import BlockFMA, Sequential, fp8_mma_sync, split_k, tensor_core
 from simfloat.attention import backward_plan, plan
-from simfloat.attention.plan import BackwardPlan, Plan, _bwd_triton
+from simfloat.attention.backward_plan import BackwardPlan, _bwd_triton
+from simfloat.attention.plan import Plan
 from simfloat.formats import FloatFormat
 from simfloat.profiles import (
     LAB,
@@ -187,9 +189,9 @@ def test_plan_hardware_errors():
         plan("triton-e4m3", hardware=mma_only)
 
 
-def test_user_table_profile(tmp_path):
-    """A profile with its own ex2 table: saved next to the JSON, registered by sha256, used by the plan's
-    exp2 (the engine reads it through simfloat.hardware.ex2_table)."""
+def test_user_table_profile(tmp_path, monkeypatch):
+    """A profile with its own ex2 table: saved next to the JSON, carried by the plan as a value (an Ex2Table,
+    equal by sha256; a pickled plan is complete in another process), used by the plan's exp2."""
     table = np.array(hardware.ex2_table("h200"))
     table[: hardware.TWO23] = 0  # T- correctly rounded: another unit
     sha = hardware.ex2_table_sha256(table)
@@ -197,7 +199,13 @@ def test_user_table_profile(tmp_path):
     path = save_profile(prof, tmp_path / "mine.json", table=table)
     loaded = load_profile(path)
     p = plan("triton-bf16", hardware=loaded)
-    assert p.exp2_impl == f"table-{sha[:16]}" and p.name == "triton-bf16@mine"
+    assert isinstance(p.exp2_impl, hardware.Ex2Table) and p.name == "triton-bf16@mine"
+    assert (p.exp2_impl.name, p.exp2_impl.sha256) == (f"table-{sha[:16]}", sha)
+    assert np.array_equal(p.params(0.25).ex2_tab, table)
+    blob = pickle.dumps(p)  # what a sweep's worker process gets
+    monkeypatch.setattr(hardware, "_TABLES", {})  # a process that never loaded the profile
+    again = pickle.loads(blob)
+    assert again == p and np.array_equal(again.params(0.25).ex2_tab, table)
     x = np.float32([-1.5, -0.25, -3.75])
     mine = hardware.ex2_approx(x, table=p.exp2_impl)
     cr = np.exp2(x.astype(np.float64)).astype(np.float32)

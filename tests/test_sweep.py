@@ -93,6 +93,7 @@ def test_config_hash_is_canonical() -> None:
         ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"plan": ["triton-bf16"], "seqq": 8}}, "'seqq'"),
         ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"plan": ["triton-bf16", "trition-fp16"]}}, "'plan'"),
         ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"plan": "pytorch-bf16"}}, "'plan'"),
+        ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"plan": "int8-reference"}}, "has quantizers"),
         ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"baseline": "triton-bf16"}}, "'baseline'"),
         ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"heads": 4, "kv_heads": 3}}, "'kv_heads'"),
         ({"sweep": {"name": "a", "kind": "attribute"}, "grid": {"seq": [64, 0]}}, "'seq'"),

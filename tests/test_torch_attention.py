@@ -63,6 +63,16 @@ def test_bf16_flash_is_the_emulator_bit_for_bit_and_keeps_the_dtype(kv_heads):
     assert float((out.detach().double() - ref).abs().max()) > 0
 
 
+def test_a_plan_with_quantizers_runs_forward_through_flash():
+    q, k, v = _qkv(1, 2, 2, 24, 16, dtype=torch.float16, seed=5)
+    with pytest.raises(ValueError, match="backward_plan is needed"):
+        st.attention(q, k, v, plan="int8-reference")  # no backward preset of that name
+    with torch.no_grad():
+        out = st.attention(q, k, v, plan="int8-reference", backward_plan="triton-fp16", block_m=16, block_n=8)
+    want = flash(*(x.detach().double().numpy() for x in (q, k, v)), plan="int8-reference", block_m=16, block_n=8)
+    assert out.dtype == torch.float16 and np.array_equal(out.double().numpy(), want)  # fp16 output values
+
+
 def test_emulate_sdpa_routes_and_restores():
     sdpa = torch.nn.functional.scaled_dot_product_attention
     q, k, v = _qkv(1, 2, 2, 20, 8)

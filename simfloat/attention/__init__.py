@@ -5,12 +5,14 @@
 * :func:`flash_backward` / :func:`baseline_backward` — the backward pass (dq, dk, dv) under a
   :class:`BackwardPlan`, mirroring ``simfloat_gpu/kernels/flash_attention_bwd.py`` / torch's eager autograd.
 * :func:`baseline` — standard attention: full scores, softmax, P.V.
-* :class:`Plan` / :func:`plan` — the format and rounding of every op (presets: fp64, all-<fmt>, triton-<fmt>,
-  pytorch-<fmt>).
+* :class:`Plan` / :func:`plan` — the format and rounding of every op, quantizers (:class:`Quant`) included for the
+  quantized kernels; one preset table (fp64, all-<fmt>, triton-<fmt>, h200-<fmt>, pytorch-<fmt>; int8-*, fp8-*,
+  sage2-*, sage3-*, ...). ``QuantPlan``, ``quant_plan`` and ``quant_presets`` are deprecated aliases.
 * :func:`int8_flash` / :func:`fp8_flash` — quantized flash attention (INT-FlashAttention; FlashAttention-3
   FP8 scaling, incoherent processing), mirroring ``simfloat_gpu/kernels/int8_attention.py`` /
   ``simfloat_gpu/kernels/fp8_attention.py`` op for
-  op under a :class:`QuantPlan` whose quantizers (:class:`Quant`) are ops like any other.
+  op under a :class:`Plan` whose quantizers (:class:`Quant`) are ops like any other (:func:`flash` runs such a
+  plan too).
 
 Both kernels take (..., seq, head_dim) float32/float64 arrays and return float64 arrays holding values of the
 plan's output format; pass ``trace=simfloat.Tracer()`` to attribute the error to ops and kv blocks.
@@ -24,34 +26,29 @@ from simfloat.attention.backward import (
     flash_backward,
     lse_from_stats,
 )
+from simfloat.attention.backward_plan import BACKWARD_OPS, BackwardPlan, backward_plan, backward_presets
 from simfloat.attention.baseline import baseline
 from simfloat.attention.flash import flash
 from simfloat.attention.plan import (
-    BACKWARD_OPS,
     BASELINE_OPS,
     FLASH_OPS,
-    BackwardPlan,
     OpSpec,
     Plan,
-    backward_plan,
-    backward_presets,
+    QuantPlan,
     plan,
     presets,
+    quant_plan,
+    quant_presets,
     sum_once,
 )
+from simfloat.attention.quant import EXACT, QUANTIZERS, Quant
+from simfloat.attention.quant_plan import QUANT_OPS
 from simfloat.attention.quantized import (
-    EXACT,
-    QUANT_OPS,
-    QUANTIZERS,
-    Quant,
-    QuantPlan,
     fp8_flash,
     hadamard_rotation,
     int8_flash,
     mean_key,
     quant_flash,
-    quant_plan,
-    quant_presets,
     quantize,
     smooth_keys,
     smooth_queries,

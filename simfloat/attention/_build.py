@@ -34,7 +34,6 @@ from simfloat.rounding import mode_code
 
 if TYPE_CHECKING:
     from simfloat.attention._quant_kernels import QParams
-    from simfloat.attention.quant_plan import QuantPlan
 
 __all__ = ["ENGINES", "check_engine", "clamp_blocks", "dot_output_format", "engine", "quant_engine", "within_float32"]
 
@@ -158,7 +157,7 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
 
 
 def quant_engine(
-    pl: QuantPlan,
+    pl: Plan,
     qp: QParams,
     *,
     qc: np.ndarray,
@@ -178,7 +177,7 @@ def quant_engine(
     """The njit records of a quantized flash call (:mod:`simfloat.attention._quant_engine`).
 
     Args:
-        pl: the :class:`~simfloat.attention.quant_plan.QuantPlan`; qp: its
+        pl: the :class:`~simfloat.attention.Plan` with quantizers; qp: its
             :class:`~simfloat.attention._quant_kernels.QParams` for the call's scale.
         qc: (L, Sq, D) Q codes; qs: (L, Sq) their per-row scales.
         kc: (L, Sk, D) K codes; ks: (L, n_tiles * bn) per-key scales (1 past Sk).
@@ -200,17 +199,18 @@ def quant_engine(
     def ln(spec: OpSpec) -> Lane:
         return lane(spec.fmt, int(spec.mode))
 
-    p = pl.p_quant
+    qo = pl.quant_ops()
+    p = qo.p_quant
     pre = p.pre if p.pre is not None else pl.exp
     assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
     code = lane(cast(FloatFormat, p.fmt), int(p.rounding)) if p.kind == "float" else lane(f64, 0)
     lanes = QLanes(
-        ln(pl.dequant),
+        ln(qo.dequant),
         ln(pl.scale),
         ln(pl.exp),
         ln(pl.acc),
         ln(pl.l_i),
-        ln(pl.pv_dequant),
+        ln(qo.pv_dequant),
         ln(pl.normalize),
         ln(pl.out),
         ln(pre),
@@ -232,10 +232,10 @@ def quant_engine(
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
     eq, ek = _weights(qi, mqk), _weights(ki, mqk)
-    if qb is not None and kb is not None:  # block-scaled qk (its quantizers are block ones: QuantPlan checks)
+    if qb is not None and kb is not None:  # block-scaled qk (its quantizers are block ones: Plan checks)
         model = cast(BlockFMA, pl.qk)
         qi, ki = qc * qb, kc * kb
-        spans = (_elem_span(pl.q_quant.fmt), _elem_span(pl.k_quant.fmt))
+        spans = (_elem_span(qo.q_quant.fmt), _elem_span(qo.k_quant.fmt))
         if not scaled_ok(model, _bound(qi, ki) + float(np.abs(dsa).max(initial=0.0)), spans, qi, ki, dsa):
             return None
         mqk = scaled_mma(model)
@@ -256,7 +256,7 @@ def quant_engine(
         # a code times its block scale is within twice |t| (rounded to nearest, saturating)
         level = 1.25 * float(p.qmax) if p.granularity in ("per-token", "fixed") and p.qmax is not None else 1.0
         p_max = min(_format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max, 2.0 * level)
-        spans = (_elem_span(pbf), _elem_span(pl.v_quant.fmt))
+        spans = (_elem_span(pbf), _elem_span(qo.v_quant.fmt))
         if not scaled_ok(model, p_max * float(np.abs(vi).max(initial=0.0)) * bn, spans, vi):
             return None
         ap = acc_params(model)
@@ -292,10 +292,10 @@ def quant_engine(
         evt32,
     )
     folded = pl.score_scaling == "folded"
-    score_fmt = dot_output_format(pl.qk) if folded else pl.dequant.fmt
+    score_fmt = dot_output_format(pl.qk) if folded else qo.dequant.fmt
     fma_exact = _tame(score_fmt) and _tame(pl.scale.fmt)
     acc_exact = _tame(pl.acc.fmt) and _tame(pl.alpha.fmt)
-    v = pl.v_quant
+    v = qo.v_quant
     v_scaled = v.kind != "none" and v.granularity != "unscaled"
     pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(cast(OpSpec, v.arith).fmt))
     p_exact = _tame(t_fmt)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from simfloat.attention.plan import BackwardPlan, Plan, plan
+from simfloat.attention.backward_plan import BackwardPlan
+from simfloat.attention.plan import Plan, plan
 from simfloat.trace import Tracer
 
 __all__ = [

@@ -25,7 +25,7 @@ from simfloat._jit import bits_f64, f64_bits, fma64, jit
 from simfloat.accumulate.models import AccParams
 from simfloat.accumulate.scalar import _accumulate, _exponent, dot_acc, dot_scaled_acc, product_exponent
 from simfloat.attention._kernels import add, div, dot64, exp, exp2, fma, fmax, mul, rnd, sub
-from simfloat.attention.plan import OpParams
+from simfloat.attention._specs import OpParams
 from simfloat.rounding import round_scalar
 from simfloat.trace import STATES, record
 
@@ -44,7 +44,7 @@ __all__ = [
 _NINF = -np.inf
 _Z = np.uint64(0)
 
-#: Ops of a :class:`~simfloat.attention.quant_plan.QuantPlan`, in kernel order (the tracer's op names; defined here,
+#: Ops of a :class:`~simfloat.attention.Plan` with quantizers, in kernel order (the tracer's op names; defined here,
 #: beside the kernels that index by them, and re-exported by quant_plan).
 QUANT_OPS = (
     "rotate",
@@ -132,7 +132,7 @@ DELTA_NONE, DELTA_MMA, DELTA_SCORES = range(3)
 
 
 class QParams(NamedTuple):
-    """A :class:`~simfloat.attention.quant_plan.QuantPlan` flattened for njit code, with the call's scale."""
+    """A :class:`~simfloat.attention.Plan` with quantizers flattened for njit code, with the call's scale."""
 
     qk: AccParams
     pv: AccParams

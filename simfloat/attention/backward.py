@@ -3,7 +3,7 @@
 torch's eager autograd of the baseline.
 
 :func:`flash_backward` follows the Triton kernels' steps (their module docstring: D1..D3, B1..B9, Q1..Q4,
-E1..E3); ``op(x)`` is x rounded once into op's format (:class:`~simfloat.attention.plan.BackwardPlan`):
+E1..E3); ``op(x)`` is x rounded once into op's format (:class:`~simfloat.attention.backward_plan.BackwardPlan`):
 
 * D2 ``delta_i = delta(... delta(delta(o_i0 do_i0) + delta(o_i1 do_i1)) ...)``, left to right from 0;
   D3 ``lse_i = lse(m_i + lse(log2 l_i))`` (natural log without ``exp2``), :func:`lse_from_stats`;
@@ -61,7 +61,8 @@ from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, check_input_format, check_qkv, from_layout, kv_group, operand, to_layout
 from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
-from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardParams, BackwardPlan, OpSpec, backward_plan
+from simfloat.attention.backward_plan import FLASH_BACKWARD_OPS, BackwardParams, BackwardPlan, backward_plan
+from simfloat.attention.plan import OpSpec
 from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
 from simfloat.rounding import round as _round
@@ -98,7 +99,7 @@ class BwdEngine(NamedTuple):
     """What every unit of work needs besides its operands.
 
     Attributes:
-        pp: :class:`~simfloat.attention.plan.BackwardParams`. ln: :class:`BwdLanes`.
+        pp: :class:`~simfloat.attention.backward_plan.BackwardParams`. ln: :class:`BwdLanes`.
         qk, dv, dp, dk, dq: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
         bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
@@ -663,7 +664,7 @@ def flash_backward(
         do: (..., seq_q, head_dim_v) gradient of the output (input format).
         lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
             the forward's (m, l).
-        plan: a :class:`~simfloat.attention.plan.BackwardPlan` or preset name (default ``"triton-bf16"``).
+        plan: a :class:`~simfloat.attention.backward_plan.BackwardPlan` or preset name (default ``"triton-bf16"``).
         block_m, block_n: the kernels' query / key tiles (any positive ints).
         causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
         return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).

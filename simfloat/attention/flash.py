@@ -44,11 +44,13 @@ from simfloat.accumulate import dot_acc
 from simfloat.attention._build import check_engine, clamp_blocks
 from simfloat.attention._build import engine as build_engine
 from simfloat.attention._engine import flash_units
-from simfloat.attention._inputs import block, check_output, prepare, to_layout
+from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
 from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
+from simfloat.attention.plan import plan as _plan
+from simfloat.attention.quantized import quant_flash
 from simfloat.attention.tiling import pick_tiles
-from simfloat.hardware import ex2_approx_f32
+from simfloat.hardware import ex2_approx_f32, mma_sum_warps
 from simfloat.trace import STATES, record
 
 __all__ = ["flash"]
@@ -347,7 +349,8 @@ def flash(
             q_heads a multiple of kv_heads; query head h reads kv head h // (q_heads // kv_heads) (the bits of
             k and v repeated per query head).
         plan: a :class:`~simfloat.attention.Plan` or preset name (default ``"triton-bf16"``, as
-            :func:`simfloat.attribute`).
+            :func:`simfloat.attribute`). A plan with quantizers (``int8-reference``, ``fp8-e4m3``, ``sage3-fp4``,
+            ...) runs :func:`~simfloat.attention.quant_flash` (its defaults: no incoherent processing).
         block_m: query rows per tile; block_n: keys per tile (any length; the last tiles may be partial;
             default 64 each). Tiles larger than the sequence give the bits of tiles clamped to it, and cost as
             much.
@@ -377,6 +380,9 @@ def flash(
         InputFormatWarning: operands that are not values of the plan's input format.
         KernelOverflowWarning: finite inputs whose outputs are not (naming the op that overflowed).
     """
+    pl = _plan(plan)
+    if pl.quantized:
+        return _quantized(q, k, v, pl, block_m, block_n, tiles, causal, scale, trace, return_stats, engine, layout)
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
     which = check_engine(engine, x.trace is not None)
     if x.plan.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet)
@@ -396,7 +402,7 @@ def flash(
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    wn = 4 if (bm_req < 64 and bm_req < dv) else 1  # tl.sum layout of the requested tile (see row_sum)
+    wn = mma_sum_warps(bm_req, dv)  # tl.sum layout of the requested tile (see row_sum)
     if which == "vector":
         eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
         if n_lead * n_qt > 0:
@@ -426,3 +432,41 @@ def flash(
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
     return out
+
+
+def _quantized(
+    q: object,
+    k: object,
+    v: object,
+    pl: Plan,
+    block_m: int | None,
+    block_n: int | None,
+    tiles: str | None,
+    causal: bool,
+    scale: float | None,
+    trace: object,
+    return_stats: bool,
+    engine: str | None,
+    layout: str,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`flash` under a plan with quantizers: :func:`~simfloat.attention.quant_flash` with the tiles and the
+    layout of the call."""
+    q, k, v = (from_layout(a, layout, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+    d = q.shape[-1] if isinstance(q, np.ndarray) and q.ndim else 0
+    bm, bn = pick_tiles(block_m, block_n, tiles, d)
+    res = quant_flash(
+        q,  # type: ignore[arg-type]  # quant_flash checks the arrays
+        k,  # type: ignore[arg-type]
+        v,  # type: ignore[arg-type]
+        plan=pl,
+        block_m=bm,
+        block_n=bn,
+        causal=causal,
+        scale=scale,
+        trace=trace,  # type: ignore[arg-type]  # checked there
+        return_stats=return_stats,
+        engine=engine,
+    )
+    if isinstance(res, tuple):
+        return (to_layout(res[0], layout), res[1], res[2])
+    return to_layout(res, layout)

@@ -21,28 +21,42 @@ import dataclasses
 import functools
 import math
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
 from simfloat.accumulate import AccParams, BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
-from simfloat.formats import FloatFormat, FormatParams
+from simfloat.attention import quant_plan as _qp
+from simfloat.attention._quant_kernels import QParams
+from simfloat.attention._specs import (
+    _BIG_CHUNK,
+    OpParams,
+    OpSpec,
+    _dot_spec,
+    _scalar_spec,
+    _sum_spec,
+    sum_once,
+)
+from simfloat.attention.quant import QUANTIZERS, Quant
+from simfloat.attention.quant_plan import QUANT_FIELDS, QUANT_FLAGS, QUANT_OPS
+from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
-from simfloat.rounding import RoundingMode, mode_code
+from simfloat.hardware import Ex2Table
+from simfloat.rounding import mode_code
 
 __all__ = [
-    "BACKWARD_OPS",
     "BASELINE_OPS",
     "FLASH_OPS",
-    "BackwardPlan",
     "OpSpec",
     "Plan",
-    "backward_plan",
-    "backward_presets",
+    "QuantPlan",
     "plan",
     "presets",
+    "quant_plan",
+    "quant_presets",
     "sum_once",
 ]
 
@@ -57,148 +71,17 @@ _MODELS = _DOTS + ("l_ij",)  # ops that take a model rather than an OpSpec
 EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
 EXP_IMPLS = ("correctly_rounded", "tl.exp")  # tl.exp: exp2(op(x * op(log2 e))), as Triton lowers tl.exp
 SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.mma_tree_sum (tl.sum, mma layout)
-_BIG_CHUNK = 1 << 40  # one chunk: "accumulate, then round the result once into outer_fmt"
+#: Plan.kernel: the kernel a plan is for ("any": flash and baseline)
+KERNELS = ("flash", "baseline", "any")
 
 
-def _checked_format(fmt: object, what: str) -> FloatFormat:
-    if not isinstance(fmt, (str, FloatFormat)):
-        raise TypeError(f"{what}: expected a format (FloatFormat or name), got {type(fmt).__name__}")
-    f = _format(fmt)
-    if f.emin - f.mantissa_bits < -1074 or f.emax > 1023:
-        raise ValueError(f"{what}: format {f.name} has values outside float64's range")
-    return f
-
-
-def _checked_mode(mode: object, what: str) -> RoundingMode:
-    m = mode_code(mode)  # type: ignore[arg-type]  # mode_code raises TypeError for other types
-    if m == RoundingMode.STOCHASTIC:
-        raise ValueError(f"{what}: stochastic rounding is not supported in attention plans")
-    return m
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """One scalar operation: its exact result is rounded once into ``fmt`` with ``mode``.
-
-    Attributes:
-        fmt: target format (a :class:`FloatFormat`; names such as ``"bf16"`` are accepted).
-        mode: rounding mode (any but stochastic).
-    """
-
-    fmt: FloatFormat
-    mode: RoundingMode = RoundingMode.NEAREST_EVEN
-
-    if TYPE_CHECKING:  # what the generated __init__ accepts: __post_init__ turns names into the field types
-
-        def __init__(self, fmt: FloatFormat | str, mode: RoundingMode | str | int = RoundingMode.NEAREST_EVEN) -> None:
-            pass
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fmt", _checked_format(self.fmt, "OpSpec.fmt"))
-        object.__setattr__(self, "mode", _checked_mode(self.mode, "OpSpec.mode"))
-
-    def __str__(self) -> str:
-        rn = self.mode == RoundingMode.NEAREST_EVEN
-        return self.fmt.name + ("" if rn else f"/{self.mode.name.lower()}")
-
-
-def _scalar_spec(name: str, value: object) -> OpSpec:
-    if isinstance(value, OpSpec):
-        return value
-    if isinstance(value, (str, FloatFormat)):
-        return OpSpec(value)
-    if isinstance(value, tuple) and len(value) == 2:
-        return OpSpec(*value)
-    is_model = isinstance(value, (Sequential, BlockFMA, Chunked))
-    hint = " (accumulation models are for 'qk' and 'pv')" if is_model else ""
-    raise TypeError(f"op {name!r} takes a format, (format, mode) or OpSpec, got {type(value).__name__}{hint}")
-
-
-def _models(m: Model) -> tuple[Sequential | BlockFMA, ...]:
-    return (m.inner,) if isinstance(m, Chunked) else (m,)
-
-
-def _dot_spec(name: str, value: object) -> Model:
-    if isinstance(value, (str, FloatFormat)):
-        value = (value, RoundingMode.NEAREST_EVEN)
-    if isinstance(value, tuple) and len(value) == 2:
-        f = _checked_format(value[0], f"op {name!r}")
-        return Sequential(f, _checked_mode(value[1], f"op {name!r}"), product_fmt=f)
-    if not isinstance(value, (Sequential, BlockFMA, Chunked)):
-        raise TypeError(
-            f"op {name!r} takes an accumulation model (Sequential, BlockFMA, Chunked), a format or "
-            f"(format, mode), got {type(value).__name__}"
-        )
-    acc_params(value)  # validates formats and modes
-    for inner in _models(value):
-        m = inner.mode if isinstance(inner, Sequential) else inner.out_mode
-        _checked_mode(m, f"op {name!r}")
-    return value
-
-
-def sum_once(
-    fmt: FloatFormat | str, mode: RoundingMode | str = "nearest_even", acc: FloatFormat | str = "float32"
-) -> Chunked:
-    """The row-sum model "accumulate in ``acc``, round the result once into ``fmt``" (as a torch reduction
-    of a low-precision tensor does: float32 partial sums, one cast), for a plan's ``l_ij``.
-
-    Args:
-        fmt: the format of the sum's result; mode: its rounding.
-        acc: the format of the partial sums (each addition rounded to nearest even into it).
-
-    Returns:
-        a :class:`~simfloat.accumulate.Chunked` model with one chunk.
-    """
-    return Chunked(_BIG_CHUNK, Sequential(acc), outer_fmt=fmt, outer_mode=mode)
-
-
-def _sum_spec(name: str, value: object) -> Sequential | Chunked:
-    """A row-sum model: a format / (format, mode) / OpSpec (sequential: each addition rounded into it), a
-    :class:`Sequential` without product or input formats, or a one-level :class:`Chunked` of such a model."""
-    if isinstance(value, OpSpec):
-        value = (value.fmt, value.mode)
-    if isinstance(value, (str, FloatFormat)):
-        value = (value, RoundingMode.NEAREST_EVEN)
-    if isinstance(value, tuple) and len(value) == 2:
-        f = _checked_format(value[0], f"op {name!r}")
-        return Sequential(f, _checked_mode(value[1], f"op {name!r}"))
-    if isinstance(value, Chunked):
-        if value.splits is not None:
-            raise ValueError(f"op {name!r}: a row sum takes Chunked(chunk=...), not splits (the tile decides k)")
-        inner = _sum_spec(name, value.inner)
-        if not isinstance(inner, Sequential):
-            raise ValueError(f"op {name!r}: a Chunked row sum takes a Sequential inner model")
-        f = _checked_format(value.outer_fmt, f"op {name!r}: outer_fmt")
-        m = _checked_mode(value.outer_mode, f"op {name!r}: outer_mode")
-        return Chunked(value.chunk, inner, outer_fmt=f, outer_mode=m)
-    if isinstance(value, Sequential):
-        if value.product_fmt is not None or value.input_fmt is not None:
-            raise ValueError(
-                f"op {name!r} sums P: its Sequential model takes no product_fmt or input_fmt (each term is added "
-                "exactly, then the sum rounded)"
-            )
-        f = _checked_format(value.fmt, f"op {name!r}")
-        return Sequential(f, _checked_mode(value.mode, f"op {name!r}"))
-    raise TypeError(
-        f"op {name!r} takes a format, (format, mode), OpSpec, Sequential or Chunked (see sum_once), "
-        f"got {type(value).__name__}"
-    )
-
-
-class OpParams(NamedTuple):
-    """An :class:`OpSpec` for njit code."""
-
-    p: FormatParams
-    mode: int
-
-
-def _op_params(plan: Plan | BackwardPlan, name: str) -> OpParams:
-    """Op ``name`` of a forward or backward plan for njit kernels: its format's params and rounding mode."""
+def _op_params(plan: Any, name: str) -> OpParams:
+    """Op ``name`` of a forward or backward plan for the compiled kernels: its format's params and rounding mode."""
     s: OpSpec = getattr(plan, name)
     return OpParams(s.fmt.params, int(s.mode))
 
 
-def _qk_scale(plan: Plan | BackwardPlan, scale: float) -> tuple[float, float]:
+def _qk_scale(plan: Any, scale: float) -> tuple[float, float]:
     """(``scale_op(scale)``, the kernels' ``qk_scale``): ``scale_op(scale_op(scale) * scale_op(log2 e))`` with
     ``plan.exp2`` (the Triton kernels' host code, H1), else ``scale_op(scale)``."""
     from simfloat.attention._kernels import mul, rnd
@@ -209,7 +92,7 @@ def _qk_scale(plan: Plan | BackwardPlan, scale: float) -> tuple[float, float]:
 
 
 class PlanParams(NamedTuple):
-    """A plan flattened for njit kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
+    """A plan flattened for the compiled kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
 
     qk: AccParams
     pv: AccParams
@@ -244,10 +127,14 @@ class PlanParams(NamedTuple):
 
 @dataclass(frozen=True)
 class Plan:
-    """Format and rounding of every operation of the flash and baseline attention kernels.
+    """Format and rounding of every operation of the flash and baseline attention kernels, and the optional
+    quantizer ops of the quantized flash kernels (INT8, FP8, FP4: :mod:`simfloat.attention.quantized`).
 
-    Scalar ops hold an :class:`OpSpec`, ``qk``/``pv`` an accumulation model. Construct presets with
-    :func:`plan` and derive variants with :meth:`replace`.
+    Scalar ops hold an :class:`OpSpec`, ``qk``/``pv`` an accumulation model, the quantizers a :class:`Quant`.
+    Construct presets with :func:`plan` (one table: float and quantized) and derive variants with :meth:`replace`.
+    A plan without quantizers (``q_quant`` ... ``p_quant`` None, the float plans) runs the flash (FA2) or
+    baseline dataflow; a plan with them (:attr:`quantized`) runs the quantized flash dataflow, in which P's
+    cast is ``p_quant`` (the ``p`` and ``softmax`` ops are not used) and the row sum is sequential in ``l_i``.
 
     Attributes:
         name: label (shown in traces).
@@ -273,8 +160,10 @@ class Plan:
         contract: flash: ``qk*scale - m`` and ``l*alpha + l_ij`` rounded once each (tl.fma / fp fusion).
         normalization: flash: ``"deferred"`` (FA2) or ``"per_step"`` (FA1).
         exp2_impl: flash: ``"correctly_rounded"`` or ``"h200"`` (exp/alpha exp2 through the measured
-            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format), or the name
-            of another ex2 table a hardware profile registered (``"table-<sha256 prefix>"``, same model).
+            ex2.approx.ftz.f32 of :mod:`simfloat.hardware`, then rounded into the op's format), or another ex2
+            table of the same model as a value (:class:`simfloat.hardware.Ex2Table`: what a hardware profile's
+            plan carries, complete in any process) or by a name registered with
+            :func:`simfloat.hardware.register_ex2_table` (``"table-<sha256 prefix>"``).
         sum_order: flash: order of the row sum l_ij: ``"sequential"`` or ``"h200-mma"`` (the measured
             tl.sum order over a tile in the tensor-core accumulator layout,
             :func:`simfloat.hardware.mma_tree_sum`).
@@ -298,6 +187,40 @@ class Plan:
         tie_tol: flash, with ``tie_shift``: the tolerance of the tie test, >= 0, in the units of the scaled
             scores (log2 units with ``exp2``); rounded into the scale op's format. The paper's code uses 1e-3
             in natural-log units (``1e-3 * log2(e)`` here with exp2); 0 (default): exact ties only.
+        kernel: the kernel the plan is for: ``"flash"``, ``"baseline"`` or ``"any"`` (both; default).
+            ``replace`` keeps it and refuses ops the kernel never uses; :meth:`kernels` reads it.
+
+    The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
+        q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
+            quantized). With them the dots ``qk`` and ``pv`` run on the codes, and ``scale`` is also
+            ``max * s_scale`` and (folded scores) the scale products.
+        rotate: (float32) incoherent processing: the rotated Q and K (computed in float64) rounded into this op.
+        k_smooth: SageAttention's smoothing of K by its mean key, or None (no smoothing): per lead index and
+            channel, ``mu = k_smooth(mean(k))`` (the float64 mean over the sequence: numpy's sum / seq_k),
+            then ``k = k_smooth(k - mu)`` (the exact difference rounded once; after ``rotate``, before
+            ``k_quant``). Every score
+            of a query row shifts by the same ``q . mu``, which softmax removes.
+        q_smooth: SageAttention2/3's smoothing of Q by the mean query of each q tile, or None (no smoothing;
+            then q_delta is None too): per lead index, q tile (block_m rows) and channel,
+            ``mu_q = q_smooth(mean(q))`` (float64 mean over the tile's rows), ``q = q_smooth(q - mu_q)``
+            (after ``rotate`` and ``k_smooth``, before ``q_quant``). Unlike K's, Q's shift is not removed by
+            softmax: ``q_delta`` adds it back.
+        q_delta: the accumulation model of the correction ``delta_s = mu_q . k`` (per q tile and key, on the
+            unquantized keys after ``k_smooth``), or None; a plan with ``q_smooth`` and no ``q_delta`` gets
+            ``Sequential("float32")`` (a chain of fp32 fused multiply-adds). Where Q's and K's codes carry their whole
+            scale into the qk MMA (unscaled casts, block quantizers without a level above, or no quantizer),
+            ``delta_s`` is the MMA's initial accumulator, as SageAttention3 loads it: ``s = qk(delta_s +
+            q_code . k_code)``; otherwise (``score_scaling="scores"``) it is added to the dequantized score,
+            ``s = dequant(s + delta_s)``.
+        dequant: (float32) ``score_scaling="scores"``: the two multiplications of the integer score by the scales.
+        pv_dequant: (float32) ``pv * v_scale`` and ``/ qmax`` of P (separate), the epilogue ``acc * v_scale``
+            (into_acc), the fused ``fma(pv, v_scale, acc)`` (scaled).
+        row_sum: ``"reference"`` (default; l from the fp32 P, INT-FlashAttention's code) or ``"consistent"`` (from the
+            quantized P that multiplies V).
+        score_scaling: ``"scores"`` (default; INT8 kernel) or ``"folded"`` (FP8 kernel).
+        pv_update: ``"separate"`` (default; INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash),
+            ``"scaled"`` (FP8 per-block) or ``"two_level"`` (SageAttention2: each key tile's P.V from zero,
+            ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue; a
     """
 
     name: str
@@ -318,15 +241,43 @@ class Plan:
     contract: bool = False
     normalization: str = "deferred"
     lazy_threshold: float | None = None
-    exp2_impl: str = "correctly_rounded"
+    exp2_impl: str | Ex2Table = "correctly_rounded"
     sum_order: str = "sequential"
     exp_impl: str = "correctly_rounded"
     tie_shift: float | None = None
     tie_tol: float = 0.0
+    kernel: str = "any"
+    q_quant: Quant | None = None
+    k_quant: Quant | None = None
+    v_quant: Quant | None = None
+    p_quant: Quant | None = None
+    rotate: OpSpec | None = None
+    k_smooth: OpSpec | None = None
+    q_smooth: OpSpec | None = None
+    q_delta: Model | None = None
+    dequant: OpSpec | None = None
+    pv_dequant: OpSpec | None = None
+    row_sum: str | None = None
+    score_scaling: str | None = None
+    pv_update: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"Plan.name must be a string, got {type(self.name).__name__}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"Plan.kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if self.quantized:
+            for f, value in _qp.quant_fields(self).items():
+                object.__setattr__(self, f, value)
+            object.__setattr__(self, "kernel", "flash" if self.kernel == "any" else self.kernel)
+            object.__setattr__(self, "l_ij", None)  # the quantized kernels' row sum: sequential in l_i
+        else:
+            extra = [f for f in QUANT_FIELDS if getattr(self, f) is not None]
+            if extra:
+                raise ValueError(
+                    f"Plan: {', '.join(extra)} belong to plans with quantizers: set q_quant, k_quant, v_quant and "
+                    "p_quant too (Quant() for one that quantizes nothing)"
+                )
         for op in _OPS:
             value = getattr(self, op)
             if op == "l_ij":
@@ -363,6 +314,21 @@ class Plan:
                 raise ValueError(f"Plan.lazy_threshold must be finite and >= 0, got {t}")
             object.__setattr__(self, "lazy_threshold", float(t))
         self._check_tie()
+        if self.quantized:
+            _qp.check_quantized(self)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the plan has quantizer ops (then the quantized flash dataflow runs it)."""
+        return any(getattr(self, q) is not None for q in QUANTIZERS)
+
+    def ops(self) -> tuple[str, ...]:
+        """The ops of the plan's dataflow, in kernel order: the quantized kernels' (``QUANT_OPS``) for a plan with
+        quantizers, else the flash kernel's (``FLASH_OPS``), the baseline's (``BASELINE_OPS``) or, for a plan
+        of both kernels, the flash ops and ``softmax``."""
+        if self.quantized:
+            return QUANT_OPS
+        return {"flash": FLASH_OPS, "baseline": BASELINE_OPS}.get(self.kernel, _OPS)
 
     def _check_tie(self) -> None:
         b, tol = self.tie_shift, self.tie_tol
@@ -386,12 +352,16 @@ class Plan:
         """A copy with some ops or flags changed.
 
         Ops take an :class:`OpSpec`, a format, ``(format, mode)``; ``qk``/``pv`` also an accumulation model (a
-        bare format there means sequential accumulation with products and partial sums rounded into it).
+        bare format there means sequential accumulation with products and partial sums rounded into it); the
+        quantizers a :class:`Quant`.
 
-        A plan of a kernel's own preset family (see :meth:`kernels`) takes only what that kernel uses: no
-        ``softmax`` on a ``triton-``/``h200-`` plan, none of the flash-only ops (``exp``, ``m_i``, ``alpha``,
-        ``l_i``, ``acc``, ``p``, ``normalize``) or flags on a ``pytorch-`` plan; such a change would change
-        nothing. ``fp64``, ``all-<fmt>`` and plans with other names serve both kernels and take every entry.
+        A plan of one kernel (its ``kernel`` field, see :meth:`kernels`) takes only what that kernel uses: no
+        ``softmax`` on a flash plan (``triton-``/``h200-``), none of the flash-only ops (``exp``, ``m_i``,
+        ``alpha``, ``l_i``, ``acc``, ``p``, ``normalize``), flags or quantizers on a baseline plan
+        (``pytorch-``); a plan with quantizers takes its dataflow's ops (:meth:`ops`) and flags (``exp2``,
+        ``contract``, ``row_sum``, ``score_scaling``, ``pv_update``) only. Such a change would change nothing.
+        ``fp64``, ``all-<fmt>`` and plans of ``kernel="any"`` serve both kernels and take every entry; quantizers
+        given to a flash plan make it a plan with quantizers.
 
         Raises:
             ValueError: unknown op or flag name (the message lists the valid ones), or an entry the plan's
@@ -400,10 +370,17 @@ class Plan:
         """
         flags = [f.name for f in dataclasses.fields(self) if f.name not in _OPS and f.name != "name"]
         unknown = sorted(set(changes) - set(_OPS) - set(flags) - {"name"})
-        if unknown:
+        if self.quantized:
+            unknown = sorted(set(changes) - set(QUANT_OPS) - set(QUANT_FLAGS) - {"name"})
+            if unknown:
+                raise ValueError(
+                    f"unknown plan entries {unknown} for plan {self.name!r} (a plan with quantizers); ops: "
+                    f"{', '.join(QUANT_OPS)}; flags: {', '.join(QUANT_FLAGS)}"
+                )
+        elif unknown:
             raise ValueError(f"unknown plan entries {unknown}; ops: {', '.join(_OPS)}; flags: {', '.join(flags)}")
         kernels = self.kernels()
-        if len(kernels) == 1:
+        if len(kernels) == 1 and not self.quantized:
             kernel = kernels[0]
             used = FLASH_OPS + tuple(flags) if kernel == "flash" else BASELINE_OPS
             unused = [c for c in changes if c != "name" and c not in used]
@@ -419,18 +396,76 @@ class Plan:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
 
     def kernels(self) -> tuple[str, ...]:
-        """The kernels this plan is for, by the preset family its name starts with: ``("flash",)`` for
-        ``triton-<fmt>``, ``triton-<fmt>@<profile>`` and ``h200-<fmt>`` (the Triton flash kernel),
-        ``("baseline",)`` for ``pytorch-<fmt>`` (torch's eager attention), ``("flash", "baseline")`` for
-        ``fp64``, ``all-<fmt>`` and any other name. Plans derived with :meth:`replace` keep the name's family,
-        and so the kernel."""
-        family = self.name.split("-", 1)[0]
-        return {"triton": ("flash",), "h200": ("flash",), "pytorch": ("baseline",)}.get(family, ("flash", "baseline"))
+        """The kernels this plan is for (its ``kernel`` field): ``("flash",)`` (the presets ``triton-<fmt>``,
+        ``triton-<fmt>@<profile>``, ``h200-<fmt>`` and every plan with quantizers), ``("baseline",)``
+        (``pytorch-<fmt>``: torch's eager attention) or ``("flash", "baseline")`` (``kernel="any"``: ``fp64``,
+        ``all-<fmt>``, and a Plan constructed without a kernel). Plans derived with :meth:`replace` keep it."""
+        return ("flash", "baseline") if self.kernel == "any" else (self.kernel,)
+
+    def exact(self) -> Plan:
+        """A plan with quantizers: the same dataflow with nothing quantized and every op exact (float64; dots
+        ``EXACT``). Plans without quantizers: see :func:`simfloat.attribution.reference_plan`.
+
+        Raises:
+            ValueError: a plan without quantizers.
+        """
+        return _qp.exact(self._quantized_only("exact"))
+
+    def isolate(self, op: str) -> Plan:
+        """A plan with quantizers: only ``op`` as in this plan, everything else exact: the error ``op`` causes
+        on its own (plans without quantizers: :func:`simfloat.attribution.isolation_plan`).
+
+        Raises:
+            ValueError: an unknown op, a block-scaled MMA (it cannot run without its quantizers), or a plan
+                without quantizers.
+        """
+        return _qp.isolate(self._quantized_only("isolate"), op)
+
+    def ablate(self, op: str) -> Plan:
+        """A plan with quantizers: ``op`` made exact (a quantizer removed), the error left without it. A quantizer
+        that feeds a block-scaled MMA (FP4) takes the MMA with it (the MMA is made ``EXACT``): the MMA has no form
+        for unquantized operands (plans without quantizers: :func:`simfloat.attribution.ablation_plan`).
+
+        Raises:
+            ValueError: an unknown op or a plan without quantizers.
+        """
+        return _qp.ablate(self._quantized_only("ablate"), op)
+
+    def arith_fp64(self) -> Plan:
+        """A plan with quantizers: its quantizers with all arithmetic exact (quantization error alone).
+
+        Raises:
+            ValueError: a plan without quantizers.
+        """
+        return _qp.arith_fp64(self._quantized_only("arith_fp64"))
+
+    def quant_ops(self) -> _qp.QuantOps:
+        """A plan with quantizers: its quantizers and the quantized dataflow's own scalar ops, typed.
+
+        Raises:
+            ValueError: a plan without quantizers.
+        """
+        pl = self._quantized_only("quant_ops")
+        return _qp.QuantOps(*(getattr(pl, f) for f in _qp.QuantOps._fields))
+
+    def _quantized_only(self, what: str) -> Plan:
+        if not self.quantized:
+            raise ValueError(
+                f"Plan.{what}() derives plans of the quantized dataflow; plan {self.name!r} has no quantizers "
+                "(simfloat.attribution derives the isolation and ablation plans of the float plans)"
+            )
+        return self
 
     def __repr__(self) -> str:
         return _short_repr(self, _build())
 
     def __str__(self) -> str:
+        if self.quantized:
+            qops = ", ".join(f"{op}={getattr(self, op)}" for op in QUANT_OPS)
+            return (
+                f"Plan({self.name}: {qops}; exp2={self.exp2}, contract={self.contract}, "
+                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update})"
+            )
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
         return (
             f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
@@ -443,7 +478,7 @@ class Plan:
         )
 
     def params(self, scale: float) -> PlanParams:
-        """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it.
+        """The plan for the compiled kernels, with the softmax ``scale`` rounded as the kernels use it.
 
         flash: ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2`` (the Triton kernel's
         host code, H1), else ``scale_op(scale)``; baseline: ``scale_op(scale)``.
@@ -453,6 +488,8 @@ class Plan:
         """
         from simfloat.attention._kernels import rnd
 
+        if self.quantized:
+            raise ValueError(f"plan {self.name!r} has quantizers: its kernel parameters are quant_params()")
         op = functools.partial(_op_params, self)
         sc = op("scale")
         sm_scale, qk_scale = _qk_scale(self, scale)
@@ -488,6 +525,15 @@ class Plan:
             tie_tol,
         )
 
+    def quant_params(self, scale: float) -> QParams:
+        """A plan with quantizers for the compiled kernels, with the host's qk_scale (H1): ``scale(scale(sm_scale) *
+        scale(log2 e))`` with exp2, else ``scale(sm_scale)``.
+
+        Raises:
+            ValueError: the rounded scale is not finite and > 0, or a plan without quantizers (see :meth:`params`).
+        """
+        return _qp.quant_params(self._quantized_only("quant_params"), scale)
+
     def _l_ij_params(self) -> tuple[OpParams, OpParams, int]:
         m = self.l_ij
         if isinstance(m, Chunked):
@@ -505,7 +551,9 @@ class Plan:
 _NO_TABLE = np.zeros(0, dtype=np.int8)
 
 
-def _ex2_tab(impl: str) -> np.ndarray:
+def _ex2_tab(impl: str | Ex2Table) -> np.ndarray:
+    if isinstance(impl, Ex2Table):
+        return impl.table
     if impl == "correctly_rounded":
         return _NO_TABLE
     from simfloat.hardware import ex2_table
@@ -514,16 +562,23 @@ def _ex2_tab(impl: str) -> np.ndarray:
 
 
 def _check_exp2_impl(impl: object, what: str) -> None:
-    """EXP2_IMPLS, or the name of an ex2 table registered by a hardware profile (simfloat.hardware)."""
+    """EXP2_IMPLS, an ex2 table as a value (:class:`simfloat.hardware.Ex2Table`, what a hardware profile's plan
+    carries) or the name of a table registered with :func:`simfloat.hardware.register_ex2_table`."""
     from simfloat.hardware import ex2_table_names
 
+    if isinstance(impl, Ex2Table):
+        return
     if impl not in EXP2_IMPLS and impl not in ex2_table_names():
         known = EXP2_IMPLS + tuple(n for n in ex2_table_names() if n not in EXP2_IMPLS)
-        raise ValueError(f"{what} must be one of {known} (tables of loaded hardware profiles), got {impl!r}")
+        raise ValueError(
+            f"{what} must be one of {known} (registered tables) or a simfloat.hardware.Ex2Table, got {impl!r}"
+        )
 
 
 def _uniform(name: str, fmt: str, dot: Model) -> Plan:
-    return Plan(name, dot, *([fmt] * 7), dot, fmt, fmt, fmt)  # type: ignore[arg-type, call-arg]  # names -> OpSpecs in __post_init__; * spread
+    f: Any = fmt  # a format name: OpSpecs after __post_init__
+    ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "normalize", "out", "softmax"), f)
+    return Plan(name, qk=dot, pv=dot, **ops)
 
 
 def _triton(fmt: str) -> Plan:
@@ -531,19 +586,23 @@ def _triton(fmt: str) -> Plan:
     # fp32 inputs: "ieee" dots (an FMA loop); tf32: fp32 inputs with tf32 tensor cores (Triton's default)
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     wide = fmt in ("fp32", "tf32")
-    io = "float32" if wide else f
-    return Plan(f"triton-{fmt}", dot, *(["float32"] * 6), io, dot, "float32", io, "float32", exp2=True, contract=True)  # type: ignore[arg-type, call-arg, misc]  # names -> OpSpecs in __post_init__; * spread
+    io: Any = "float32" if wide else f  # format names: OpSpecs after __post_init__
+    f32: Any = "float32"  # format names: OpSpecs after __post_init__
+    ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
+    return Plan(f"triton-{fmt}", qk=dot, pv=dot, p=io, out=io, **ops, exp2=True, contract=True, kernel="flash")
 
 
 def _pytorch(fmt: str) -> Plan:
-    f = _format(fmt).name
+    f: Any = _format(fmt).name  # format names: OpSpecs after __post_init__
     if fmt == "fp32":
         qk: Model = Sequential("float32")
         pv: Model = Sequential("float32")
     else:  # fp32 accumulation from 0, the result rounded once into fmt; P read as fmt
         qk = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
         pv = Chunked(_BIG_CHUNK, Sequential("float32", input_fmt=f), outer_fmt=f)
-    return Plan(f"pytorch-{fmt}", qk, f, *(["float32"] * 5), f, pv, "float32", f, "float32")  # type: ignore[arg-type, call-arg]  # names -> OpSpecs in __post_init__; * spread
+    f32: Any = "float32"  # format names: OpSpecs after __post_init__
+    ops = dict.fromkeys(("exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
+    return Plan(f"pytorch-{fmt}", qk=qk, pv=pv, scale=f, p=f, out=f, **ops, kernel="baseline")
 
 
 def _profile_dot(prof: Any, fmt: str) -> Model | None:
@@ -606,16 +665,99 @@ def _build() -> dict[str, Plan]:
         out[f"h200-{fmt}"] = _h200(fmt)
     for fmt in ("bf16", "fp16", "fp32"):
         out[f"pytorch-{fmt}"] = _pytorch(fmt)
+    quantized = _qp.quant_table(_quantized)
+    assert not set(out) & set(quantized), "one preset table: float and quantized names must differ"
+    out.update(quantized)
     return out
 
 
+_F32 = OpSpec("float32")
+
+
+def _quantized(name: str, *quantizers_and_dots: Any, **fields: Any) -> Plan:
+    """A plan with quantizers from ``(name, q_quant, k_quant, v_quant, p_quant, qk, pv, **fields)``, with the
+    quantized kernels' defaults: every scalar op float32 but the output (float16), exp2 with log2(e) folded into
+    the scale and FMA contraction."""
+    unknown = sorted(set(fields) - set(QUANT_OPS) - set(QUANT_FLAGS))
+    if unknown:
+        raise ValueError(
+            f"unknown plan entries {unknown}; ops: {', '.join(QUANT_OPS)}; flags: {', '.join(QUANT_FLAGS)}"
+        )
+    if len(quantizers_and_dots) != 6:
+        raise TypeError("a plan with quantizers takes q_quant, k_quant, v_quant, p_quant, qk and pv")
+    kw: dict[str, Any] = dict(zip(QUANTIZERS + ("qk", "pv"), quantizers_and_dots, strict=True))
+    kw.update(dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "normalize", "softmax"), _F32))
+    kw.update(out=OpSpec("float16"), exp2=True, contract=True, kernel="flash")
+    kw.update(fields)
+    return Plan(name, **kw)
+
+
 def presets() -> dict[str, Plan]:
-    """All preset plans by name (see :func:`plan`)."""
+    """All preset plans by name (see :func:`plan`): the float plans and the plans with quantizers."""
     return dict(_build())
 
 
+def QuantPlan(  # noqa: N802  # the name of the class it stands in for
+    name: str,
+    q_quant: Quant | None,
+    k_quant: Quant | None,
+    v_quant: Quant | None,
+    p_quant: Quant | None,
+    qk: Model | str,
+    pv: Model | str,
+    **fields: object,
+) -> Plan:
+    """Deprecated: a :class:`Plan` with quantizers (``Plan(..., q_quant=..., ...)``), with the quantized kernels'
+    defaults (every other op float32, output float16, ``exp2`` and ``contract`` on); ``fields`` the other
+    quantizer ops and flags (``rotate``, ``k_smooth``, ``q_smooth``, ``q_delta``, ``dequant``, ``scale``,
+    ``exp``, ``m_i``, ``alpha``, ``l_i``, ``acc``, ``pv_dequant``, ``normalize``, ``out``, ``exp2``,
+    ``contract``, ``row_sum``, ``score_scaling``, ``pv_update``).
+
+    Raises:
+        ValueError, TypeError: as :class:`Plan`; an entry that is no quantized op or flag.
+    """
+    warnings.warn(
+        "QuantPlan is deprecated: plans with quantizers are Plans (simfloat.attention.plan(name), Plan(...))",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _quantized(name, q_quant, k_quant, v_quant, p_quant, qk, pv, **fields)
+
+
+#: the quantized golden's name in the quantized presets of old (``quant_presets()``, ``quant_plan("fp64")``)
+_OLD_NAMES = {"fp64": "quant-fp64"}
+
+
+def quant_presets() -> dict[str, Plan]:
+    """The presets with quantizers by name (:func:`presets`' plans with quantizers), ``quant-fp64`` under its old
+    name ``fp64``."""
+    old = {v: k for k, v in _OLD_NAMES.items()}
+    return {old.get(n, n): p for n, p in _build().items() if p.quantized}
+
+
+def quant_plan(name: str | Plan) -> Plan:
+    """A preset with quantizers (a Plan with quantizers is returned unchanged): :func:`plan` for those presets,
+    and ``"fp64"`` the quantized golden ``"quant-fp64"`` (its old name).
+
+    Raises:
+        ValueError: unknown name or a plan without quantizers. TypeError: neither str nor Plan.
+    """
+    if isinstance(name, str):
+        name = _OLD_NAMES.get(name, name)
+        table = _build()
+        if name not in table:
+            raise ValueError(f"unknown quantized plan {name!r}; presets: {', '.join(quant_presets())}")
+        name = table[name]
+    elif not isinstance(name, Plan):
+        raise TypeError(f"plan must be a Plan or a preset name, got {type(name).__name__}")
+    if not name.quantized:
+        raise ValueError(f"plan {name.name!r} has no quantizers (run it with flash())")
+    return name
+
+
 def plan(name: str | Plan, hardware: object = None) -> Plan:
-    """A preset precision plan (a :class:`Plan` is returned unchanged).
+    """A preset precision plan from the one table of float and quantized presets (a :class:`Plan` is returned
+    unchanged).
 
     With ``hardware`` (a :class:`simfloat.profiles.HardwareProfile`, a shipped profile's name such as
     ``"h200"`` or a profile file), a ``triton-<fmt>`` preset becomes ``triton-<fmt>@<profile name>``: the
@@ -640,6 +782,51 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
             scale in <fmt>, softmax in fp32, P read by the P.V matmul as <fmt>, output <fmt>.
         fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
 
+    Presets with quantizers (:mod:`simfloat.attention.quantized`; all with fp32 arithmetic, exp2 with log2(e) folded
+    into an fp32 scale, FMAs as the kernels, fp16 output):
+        ``int8-reference``: simfloat_gpu/kernels/int8_attention.py "int8": Q, K per-token INT8, V per-tensor INT8 (scale
+            max/127, round half to even), exact integer dots, P = trunc(fp16(fp16(p)*127 + 0.5)), row sum
+            from the fp32 P. ``int8-consistent``: row sum from the quantized P.
+            ``int8-reference-unfused``: P's ``p16*127 + 0.5`` rounded twice (the reference code as
+            written). ``int8-reference-vblock`` / ``-vchannel``: V scales per key tile / per head_dim
+            channel (the CUDA port's options).
+        ``half-int8`` (``-consistent``): Q, K INT8; V and P fp16, P.V on the sm90 fp16 tensor-core model into
+            the accumulator.
+        ``fp8-e4m3``, ``fp8-e5m2``: simfloat_gpu/kernels/fp8_attention.py per-tensor (one scale per tensor,
+        amax/FP8_MAX,
+            scales folded into the softmax scale, P cast to fp8, V's scale in the epilogue);
+            ``fp8-<fmt>-block``: FA3-style per-block scales (Q per block_m tile, K and V per block_n tile);
+            ``fp8-<fmt>-unscaled``: Q, K, V cast straight to fp8 (the INT-FlashAttention code's FP8
+            baseline). fp8 dots use the sm90 fp8 tensor-core model (blocks of 32, 13 fraction bits, e8m13
+            results), as simfloat_gpu.interpreter.
+        ``fp16-flash``, ``bf16-flash``: no scaling, Q/K/V/P cast to fp16/bf16, sm90 tensor-core dots: the
+            ``triton-fp16``/``triton-bf16`` flash plans, bit for bit.
+        ``sage2-int8-fp8``: SageAttention2's INT8 QK^T / FP8 P.V: K smoothed by its mean key (``k_smooth``
+            fp32), Q INT8 per warp (32 consecutive rows), K INT8 per key tile (block_n), exact integer dots,
+            V e4m3 per channel, P cast to e4m3 with the fixed scale 1/448, P.V on the sm90 fp8 tensor-core
+            model fresh per key tile and added in fp32 (``pv_update="two_level"``; V's and P's scales in the
+            epilogue). ``sage2-int8-fp8-single``: P.V into the running accumulator (single-level, e8m13
+            across the whole sequence). ``sage2-int8-fp8-qblock``: Q per block_m tile (SageAttention1's
+            granularity). ``sage2-int8-fp8-qsmooth``: with SageAttention2's Q smoothing (``q_smooth`` fp32
+            per q tile, ``delta_s`` an fp32 FMA chain added to the dequantized scores in fp32).
+        ``sage3-fp4``: SageAttention3's FP4 attention: K smoothed as sage2, Q and K NVFP4 along the head
+            dimension and V NVFP4 along the keys (e2m1 elements, ue4m3 scales per 16, rounded once from the
+            exact quotients as :func:`simfloat.quantize_block`; no fp32 tensor scale, as the released kernels),
+            P two-level: per row of each key tile ``s1 = fp32(rowmax(P) / (448 * 6))``, ``t = fp32(P / s1)``,
+            then NVFP4 of t per 16 keys; QK^T and P.V on the Blackwell ``nvf4`` MMA model
+            (``tensor_core("sm120", "e2m1", kind="nvf4")``, fp32 output), each key tile's P.V from zero, times
+            ``s1`` in fp32 (``pv_dequant``), added with ``fma(acc, alpha, .)`` (``pv_update="two_level"``).
+            ``sage3-fp4-tensorscale``: Q, K, V with NVFP4's per-tensor fp32 scale (applied after the MMA:
+            ``dequant`` for Q/K, the epilogue for V). ``sage3-fp4-onelevel``: P in NVFP4 without the per-row
+            first level. ``sage3-fp4-qsmooth``: with Q smoothing (``q_smooth`` fp32 per q tile, ``delta_s`` an
+            fp32 FMA chain, the qk MMA's initial accumulator). ``sage3-fp4-fixedp``: P's first level fixed
+            (``Quant("block", "fixed", fmt="nvfp4")``: 448 * 6 folded into the softmax's shift relative to the
+            running max, as the released kernel). ``sage3-fp4-released``: both (the released kernel's
+            dataflow).
+        ``<any>-fp64``: the same quantizers with every other op exact (float64); ``quant-fp64``: nothing
+            quantized, everything float64 (``int8-reference``'s dataflow; the quantized presets' ``fp64`` of old).
+
+
     Raises:
         ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a
             ``triton-<fmt>`` preset, or a profile a plan cannot use (the message names the part); a
@@ -657,7 +844,7 @@ def _short_value(x: object) -> str:
     return re.sub(r"<RoundingMode\.(\w+): \d+>", lambda m: m.group(1).lower(), text)
 
 
-def _short_repr(p: Plan | BackwardPlan, table: dict[str, Any]) -> str:
+def _short_repr(p: Any, table: dict[str, Any]) -> str:
     """``Plan('triton-bf16')`` for a preset; else its name and the fields that differ from the preset its name
     starts with (``triton-bf16*``, ``triton-bf16[only p]``, ``triton-bf16@h200``), or from ``fp64`` for a name of
     its own: ``Plan('triton-bf16*', p=float32, exp2=False)``. ``str()`` lists every field."""
@@ -709,311 +896,3 @@ def _preset(
     if hardware is not None:
         return with_hardware(presets_[name], name.split("-", 1)[1], hardware)
     return presets_[name]
-
-
-# -- backward ------------------------------------------------------------------------------------------------
-
-BACKWARD_OPS = (
-    "delta",
-    "lse",
-    "qk",
-    "scale",
-    "exp",
-    "p",
-    "dv",
-    "dp",
-    "ds",
-    "ds_cast",
-    "dk",
-    "dq",
-    "grad_scale",
-    "grad",
-    "softmax",
-)
-_BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
-#: the ops :func:`simfloat.attention.flash_backward` uses (``softmax`` is baseline_backward's only)
-FLASH_BACKWARD_OPS = BACKWARD_OPS[:-1]
-#: the ops :func:`simfloat.attention.baseline_backward` uses
-BASELINE_BACKWARD_OPS = (
-    "delta",
-    "qk",
-    "scale",
-    "softmax",
-    "p",
-    "dv",
-    "dp",
-    "ds",
-    "ds_cast",
-    "dk",
-    "dq",
-    "grad_scale",
-    "grad",
-)
-
-
-class BackwardParams(NamedTuple):
-    """A backward plan flattened for njit kernels (see :meth:`BackwardPlan.params`)."""
-
-    qk: AccParams
-    dv: AccParams
-    dp: AccParams
-    dk: AccParams
-    dq: AccParams
-    delta: OpParams
-    lse: OpParams
-    scale: OpParams
-    exp: OpParams
-    p: OpParams
-    ds: OpParams
-    ds_cast: OpParams
-    grad_scale: OpParams
-    grad: OpParams
-    softmax: OpParams
-    exp2: bool
-    contract: bool
-    qk_scale: float  # the scale as P's recomputation uses it (log2(e) folded in with exp2), a scale-op value
-    sm_scale: float  # the scale rounded into the grad_scale op's format (dK, dQ epilogues)
-    ex2_tab: np.ndarray  # empty = correctly rounded exp2, else simfloat.hardware.ex2_table()
-
-
-@dataclass(frozen=True)
-class BackwardPlan:
-    """Format and rounding of every operation of the attention backward pass
-    (``simfloat_gpu/kernels/flash_attention_bwd.py``).
-
-    Dots (``qk dv dp dk dq``) hold accumulation models, the others an :class:`OpSpec`. Build presets with
-    :func:`backward_plan` and variants with :meth:`replace`.
-
-    Attributes:
-        name: label.
-        delta: ``rowsum(dO * O)``: each product and each partial sum (sequential) rounded into it (D2).
-        lse: the log-sum-exp ``m + log(l)`` (log2 units with ``exp2``): the log and the add (D3).
-        qk: score dot q.k (from 0; B2). scale: ``fma(qk, qk_scale, -lse)`` (one rounding with ``contract``,
-            else the multiply and the subtraction each) and the host's qk_scale (B4).
-        exp: exp2 (or exp) of the shifted scores, P (B4). p: cast of P before the dV dot (B5).
-        dv: ``dV += P^T dO`` (B5). dp: ``dP = dO V^T`` (from 0; B6).
-        ds: ``P * (dP - delta)``: the subtraction and the multiply (B7). ds_cast: cast of dS before the dK and
-            dQ dots (B8).
-        dk: ``dK += dS^T Q`` (B9). dq: ``dQ += dS K`` (Q4).
-        grad_scale: the softmax scale and the epilogue multiplies ``dK * scale``, ``dQ * scale`` (E1, E3).
-        grad: cast of dQ, dK, dV on store (E2, E3).
-        softmax: baseline_backward only: the format of the forward softmax it recomputes.
-        exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
-        contract: the B4 shift as one fused rounding.
-        exp2_impl: ``"correctly_rounded"`` or ``"h200"`` (the measured ex2.approx.ftz.f32, see :class:`Plan`).
-        opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
-            (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
-            ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
-            that into the op's format, as ``tensor * scale`` does. ``None``: the scale rounded into the op's
-            format and the product rounded once. The ``pytorch-<fmt>`` presets set float32.
-    """
-
-    name: str
-    delta: OpSpec
-    lse: OpSpec
-    qk: Model
-    scale: OpSpec
-    exp: OpSpec
-    p: OpSpec
-    dv: Model
-    dp: Model
-    ds: OpSpec
-    ds_cast: OpSpec
-    dk: Model
-    dq: Model
-    grad_scale: OpSpec
-    grad: OpSpec
-    softmax: OpSpec
-    exp2: bool = False
-    contract: bool = False
-    exp2_impl: str = "correctly_rounded"
-    opmath: FloatFormat | None = None
-
-    def __post_init__(self) -> None:
-        if self.opmath is not None:
-            object.__setattr__(self, "opmath", _checked_format(self.opmath, "BackwardPlan.opmath"))
-        if not isinstance(self.name, str):
-            raise TypeError(f"BackwardPlan.name must be a string, got {type(self.name).__name__}")
-        for op in BACKWARD_OPS:
-            value = getattr(self, op)
-            spec = _dot_spec(op, value) if op in _BWD_DOTS else _scalar_spec(op, value)
-            object.__setattr__(self, op, spec)
-        for flag in ("exp2", "contract"):
-            if not isinstance(getattr(self, flag), bool):
-                raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
-        _check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
-
-    def replace(self, **changes: object) -> BackwardPlan:
-        """A copy with some ops or flags changed (values as for the constructor).
-
-        Raises:
-            ValueError: an unknown op or flag (the message lists the valid ones).
-            TypeError: a value of the wrong type.
-        """
-        flags = ("exp2", "contract", "exp2_impl", "opmath")
-        unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
-        if unknown:
-            raise ValueError(
-                f"unknown backward plan entries {unknown}; ops: {', '.join(BACKWARD_OPS)}; flags: {', '.join(flags)}"
-            )
-        if "name" not in changes:
-            changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
-
-    def __repr__(self) -> str:
-        return _short_repr(self, _build_backward())
-
-    def __str__(self) -> str:
-        ops = ", ".join(f"{op}={getattr(self, op)}" for op in BACKWARD_OPS)
-        return (
-            f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
-            + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
-            + (f", opmath={self.opmath.name}" if self.opmath is not None else "")
-            + ")"
-        )
-
-    def params(self, scale: float) -> BackwardParams:
-        """The plan for njit kernels, with the softmax ``scale`` rounded as the kernels use it:
-        ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2``, else ``scale_op(scale)``;
-        ``sm_scale = grad_scale_op(scale)``.
-
-        Raises:
-            ValueError: a rounded scale is not finite and > 0.
-        """
-        from simfloat.attention._kernels import rnd
-
-        op = functools.partial(_op_params, self)
-        qk_scale = _qk_scale(self, scale)[1]
-        sm_scale = rnd(float(scale), op("grad_scale"))
-        for v in (qk_scale, sm_scale):
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")
-        return BackwardParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
-            *(acc_params(getattr(self, d)) for d in _BWD_DOTS),  # type: ignore[arg-type]  # mypy cannot count the * spread
-            *(op(n) for n in BACKWARD_OPS if n not in _BWD_DOTS),
-            self.exp2,
-            self.contract,
-            qk_scale,
-            sm_scale,
-            _ex2_tab(self.exp2_impl),
-        )
-
-
-def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
-    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
-
-
-def _bwd_triton(fmt: str) -> BackwardPlan:
-    f = _format(fmt).name
-    dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
-    io: Any = "float32" if fmt in ("fp32", "tf32") else f  # format names: OpSpecs after __post_init__
-    fp32: Any = "float32"
-    return BackwardPlan(
-        f"triton-{fmt}",
-        fp32,
-        fp32,
-        dot,
-        fp32,
-        fp32,
-        io,
-        dot,
-        dot,
-        fp32,
-        io,
-        dot,
-        dot,
-        fp32,
-        io,
-        fp32,
-        exp2=True,
-        contract=True,
-    )
-
-
-def _bwd_with_hardware(base: BackwardPlan, fmt: str, hardware: object) -> BackwardPlan:
-    """The backward triton-<fmt> with a hardware profile's models, as the forward's (:func:`_with_hardware`):
-    the profile's tensor-core model for every dot (B2, B5, B6, B9, Q4) and its exp2 (B4). The B4 shift stays
-    fused whatever the profile's contraction fact: the kernel calls ``tl.fma`` itself; the backward has no
-    tl.sum of the mma layout (D2 sums a blocked layout, sequential here)."""
-    from simfloat.profiles import load_profile, register_profile
-
-    prof = register_profile(load_profile(hardware))  # type: ignore[arg-type]
-    changes: dict[str, object] = {"name": f"{base.name}@{prof.name}", "exp2_impl": prof.exp2_impl()}
-    model = _profile_dot(prof, fmt)
-    if model is not None:
-        changes.update(dict.fromkeys(_BWD_DOTS, model))
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-def _bwd_h200(fmt: str) -> BackwardPlan:
-    # the backward triton-<fmt> on an H200, from the shipped profile as the forward's h200-<fmt>
-    return dataclasses.replace(_bwd_with_hardware(_bwd_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
-
-
-def _bwd_pytorch(fmt: str) -> BackwardPlan:
-    # torch's eager autograd of softmax(scale * q k^T) v in <fmt>: every matmul accumulated in fp32 from zero and
-    # rounded once into <fmt>; the scale multiply in <fmt>; softmax and its backward (the row sum of dP * P, then
-    # P * (dP - sum)) in fp32, stored in <fmt>
-    f = _format(fmt).name
-    if fmt == "fp32":
-        dot: Model = Sequential("float32")
-    else:
-        dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
-    fp32 = "float32"
-    # the Python-float scale multiplies in float32 (torch's opmath), the product then rounded into <fmt>
-    ops = (fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)
-    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
-
-
-@functools.cache
-def _build_backward() -> dict[str, BackwardPlan]:
-    out = {"fp64": _bwd_uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
-    for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
-        f = _format(fmt).name
-        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
-    for fmt in ("bf16", "fp16", "fp32", "tf32"):
-        out[f"triton-{fmt}"] = _bwd_triton(fmt)
-    for fmt in ("bf16", "fp16", "tf32"):
-        out[f"h200-{fmt}"] = _bwd_h200(fmt)
-    for fmt in ("bf16", "fp16", "fp32"):
-        out[f"pytorch-{fmt}"] = _bwd_pytorch(fmt)
-    return out
-
-
-def backward_presets() -> dict[str, BackwardPlan]:
-    """All preset backward plans by name (see :func:`backward_plan`)."""
-    return dict(_build_backward())
-
-
-def backward_plan(name: str | BackwardPlan, hardware: object = None) -> BackwardPlan:
-    """A preset backward precision plan (a :class:`BackwardPlan` is returned unchanged).
-
-    With ``hardware`` (a profile, a shipped profile's name such as ``"h200"`` or a profile file, as for
-    :func:`plan`), a ``triton-<fmt>`` preset becomes ``triton-<fmt>@<profile name>``: the profile's tensor-core
-    model for every dot and its exp2 (a part the profile lacks keeps the default); the name parses back
-    (``backward_plan("triton-bf16@h200")``). ``backward_plan("h200-bf16")`` is ``backward_plan("triton-bf16@h200")``
-    under its historic name (every other field equal).
-
-    Presets (the names of the forward's, :func:`plan`):
-        ``fp64``: every op float64 (golden). ``all-<fmt>``: every op in <fmt>, sequential dots with rounded
-        products, exp (not exp2), no contraction.
-        ``triton-<fmt>``: ``simfloat_gpu/kernels/flash_attention_bwd.py``: sm90 tensor-core dots (``triton-fp32``: FMA
-        loops),
-        exp2 with an fp32 qk_scale, the B4 shift fused, fp32 delta/lse/P/dS arithmetic, P and dS cast to <fmt>,
-        gradients stored in <fmt>. ``h200-<fmt>``: with the shipped H200 profile (its measured exp2).
-        ``pytorch-<fmt>``: torch's eager autograd (:func:`simfloat.attention.baseline_backward`).
-
-    Raises:
-        ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a
-            ``triton-<fmt>`` preset, or a profile a plan cannot use; a ``@<profile>`` that is no shipped, loaded
-            or file profile.
-        TypeError: ``name`` is neither a string nor a BackwardPlan.
-    """
-    return _preset(
-        name,
-        hardware,
-        BackwardPlan,
-        backward_presets,
-        _bwd_with_hardware,
-        ("backward plan", "backward_plan", "the Triton kernels"),
-    )

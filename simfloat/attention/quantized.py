@@ -7,11 +7,11 @@ E1/E2 epilogue). Under ``simfloat_gpu.interpreter.faithful()`` (integer dots exa
 rounded, sequential row sums, the sm90 tensor-core dot models) the Triton kernels and these functions agree
 bit for bit (``tests/test_gpu_int8_crossval.py``).
 
-A :class:`QuantPlan` names every operation, including the four quantizers, each a :class:`Quant` (kind,
-granularity, code rounding rule, the format of its own scale arithmetic), so that tracing
-(:class:`simfloat.Tracer`) and attribution work as for :func:`~simfloat.attention.flash`:
-:meth:`QuantPlan.isolate` keeps one op of a plan and makes everything else exact (float64, no quantization),
-:meth:`QuantPlan.ablate` makes one op exact and keeps the rest.
+A :class:`~simfloat.attention.Plan` with quantizers names every operation, the four quantizers included, each a
+:class:`Quant` (kind, granularity, code rounding rule, the format of its own scale arithmetic), so that tracing
+(:class:`simfloat.Tracer`) and attribution work as for :func:`~simfloat.attention.flash`: :meth:`Plan.isolate
+<simfloat.attention.Plan.isolate>` keeps one op of a plan and makes everything else exact (float64, no
+quantization), :meth:`Plan.ablate <simfloat.attention.Plan.ablate>` makes one op exact and keeps the rest.
 
 Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bound, as the kernels), with
 ``op(x)`` = x rounded once into op's format:
@@ -78,19 +78,10 @@ from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._build import check_engine, clamp_blocks, quant_engine
 from simfloat.attention._inputs import block, prepare
 from simfloat.attention._quant_engine import quant_units
-from simfloat.attention.plan import OpParams, OpSpec, _scalar_spec
-from simfloat.attention.quant_plan import (
-    _FP8,
-    _INT_RULES,
-    EXACT,
-    QUANT_OPS,
-    QUANTIZERS,
-    Quant,
-    QuantPlan,
-    _choice,
-    quant_plan,
-    quant_presets,
-)
+from simfloat.attention._specs import OpParams, OpSpec, _scalar_spec
+from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
+from simfloat.attention.quant import _INT_RULES, EXACT, QUANTIZERS, Quant, _choice
+from simfloat.attention.quant_plan import _FP8, QUANT_OPS
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
 from simfloat.rounding import round as _round
@@ -382,7 +373,7 @@ def quant_flash(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    plan: QuantPlan | str,
+    plan: Plan | str,
     block_m: int = 64,
     block_n: int = 64,
     causal: bool = False,
@@ -393,8 +384,9 @@ def quant_flash(
     return_stats: bool = False,
     engine: str | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Quantized flash attention under any :class:`QuantPlan` (:func:`int8_flash` and :func:`fp8_flash` are
-    this with their presets); arguments and results as theirs.
+    """Quantized flash attention under any :class:`~simfloat.attention.Plan` with quantizers (:func:`int8_flash`
+    and :func:`fp8_flash` are this with their presets, :func:`~simfloat.attention.flash` this for a plan with
+    quantizers); arguments and results as theirs.
 
     Args:
         engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._quant_engine`) or
@@ -410,7 +402,7 @@ def quant_flash(
         raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
-    pp = pl.params(x.scale)
+    pp = pl.quant_params(x.scale)
     n_lead, seq_q, d = x.q.shape
     seq_k, dv = x.v.shape[1:]
     # tiles larger than the sequences give the bits of the sequences' own length: one tile, one per-block scale
@@ -435,12 +427,13 @@ def quant_flash(
             incoherent=bool(incoherent),
             seed=seed,
         )
+    qo = pl.quant_ops()
     qin, kin = x.q, x.k
     if incoherent:
         r = hadamard_rotation(d, seed)
         qr, kr = x.q @ r, x.k @ r
-        qin = _round(qr, pl.rotate.fmt, pl.rotate.mode)
-        kin = _round(kr, pl.rotate.fmt, pl.rotate.mode)
+        qin = _round(qr, qo.rotate.fmt, qo.rotate.mode)
+        kin = _round(kr, qo.rotate.fmt, qo.rotate.mode)
         if tr is not None:
             _record_tokens(tr[0], _qk.ROTATE, qin - qr, qr, bm, "q")
             _record_tokens(tr[0], _qk.ROTATE, kin - kr, kr, bn, "k")
@@ -450,7 +443,7 @@ def quant_flash(
             _record_tokens(tr[0], _qk.K_SMOOTH, kin - k_exact, k_exact, bn, "k")
     ds = np.zeros((n_lead, n_qt, n_kv * bn))  # Q smoothing's correction per q tile and key (zero-padded)
     if pl.q_smooth is not None:
-        assert pl.q_delta is not None  # set with q_smooth (QuantPlan checks)
+        assert pl.q_delta is not None  # set with q_smooth (Plan checks)
         qin, q_exact, mu_q = smooth_queries(qin, pl.q_smooth, bm)
         kt = np.swapaxes(kin, -1, -2)
         ds[:, :, :seq_k] = matmul(mu_q, kt, acc=pl.q_delta, engine=which)
@@ -461,9 +454,9 @@ def quant_flash(
                 cut = slice(jt * bn, min(seq_k, (jt + 1) * bn))
                 for t in range(n_qt):
                     _merge(tr[0], t, jt, _qk.Q_DELTA, ds[:, t, cut] - ex[:, t, cut], ex[:, t, cut])
-    qc, qs, qb = _operand(qin, pl.q_quant, bm, -1)
-    kc, ks, kb = _operand(kin, pl.k_quant, bn, -1)
-    vc, vs, vb = _operand(x.v, pl.v_quant, bn, -2)
+    qc, qs, qb = _operand(qin, qo.q_quant, bm, -1)
+    kc, ks, kb = _operand(kin, qo.k_quant, bn, -1)
+    vc, vs, vb = _operand(x.v, qo.v_quant, bn, -2)
     if tr is not None:
         for op, src, codes, sc, bsc, size, axis in (
             (_qk.Q_QUANT, qin, qc, qs, qb, bm, "q"),
@@ -560,7 +553,7 @@ def int8_flash(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    plan: QuantPlan | str = "int8-reference",
+    plan: Plan | str = "int8-reference",
     block_m: int = 64,
     block_n: int = 64,
     causal: bool = False,
@@ -576,11 +569,11 @@ def int8_flash(
             kernels convert their fp16/bf16/fp32 inputs to fp32 exactly, Q1): pass fp16 values to emulate fp16
             inputs. Leading dims broadcast; seq_k >= 1; k, v may have fewer heads (grouped-query attention,
             as :func:`simfloat.attention.flash`).
-        plan: a :class:`QuantPlan` or preset: ``"int8-reference"`` (the released scheme),
+        plan: a :class:`~simfloat.attention.Plan` with quantizers or preset: ``"int8-reference"`` (the released scheme),
             ``"int8-consistent"`` (row sum from the quantized P), ``"half-int8"``,
             ``"int8-reference-vblock"``, ``"int8-reference-vchannel"``, ``"<preset>-fp64"`` (quantizers
-            only), ``"fp64"``; derive isolation/ablation plans with :meth:`QuantPlan.isolate` /
-            :meth:`QuantPlan.ablate`.
+            only), ``"quant-fp64"`` (``"fp64"``: the same); derive isolation/ablation plans with
+            :meth:`~simfloat.attention.Plan.isolate` / :meth:`~simfloat.attention.Plan.ablate`.
         block_m, block_n: tile sizes (any >= 1; the Triton kernel needs powers of two, block_n >= 32).
         causal: top-left aligned causal mask (query i sees keys j <= i).
         scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)).
@@ -626,7 +619,7 @@ def fp8_flash(
     block_n: int = 64,
     causal: bool = False,
     scale: float | None = None,
-    plan: QuantPlan | str | None = None,
+    plan: Plan | str | None = None,
     trace: Tracer | None = None,
     return_stats: bool = False,
     engine: str | None = None,
@@ -643,7 +636,8 @@ def fp8_flash(
             (in float64, rounded into the plan's ``rotate`` op, fp32) before quantization. head_dim must be a
             power of two.
         seed: seed of the random signs.
-        plan: a :class:`QuantPlan` or preset instead of fmt/scaling (then leave those at their defaults).
+        plan: a :class:`~simfloat.attention.Plan` with quantizers or preset instead of fmt/scaling (then leave
+            those at their defaults).
 
     Returns:
         As :func:`int8_flash`.

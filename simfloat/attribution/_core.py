@@ -281,6 +281,12 @@ def _plans(p: object) -> list[Plan]:
         raise ValueError("attribute needs at least one plan")
     out = [_plan(x) for x in items]
     for p in out:
+        if p.quantized:
+            raise ValueError(
+                f"plan {p.name!r} has quantizers: attribute studies the float flash plans (triton-<fmt>, "
+                "h200-<fmt>, all-<fmt>, fp64 or a plan of another name); a plan with quantizers derives its "
+                "isolation and ablation plans itself (Plan.isolate, Plan.ablate), to run with flash()"
+            )
         if "flash" not in p.kernels():
             raise ValueError(
                 f"plan {p.name!r} is a plan of the baseline kernel (torch's eager attention); "

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from simfloat.accumulate import BlockFMA, Chunked, Sequential
 from simfloat.attention import BASELINE_OPS, FLASH_OPS, Plan, plan, presets
 from simfloat.attention.plan import OpSpec
+from simfloat.attention.quant_plan import QUANT_FIELDS
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 
@@ -21,9 +22,13 @@ __all__ = [
     "reference_plan",
 ]
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.name != "name")
-#: The algorithm flags a plan carries besides its ops (every :class:`Plan` field that is neither its name nor
-#: an op, so a new flag cannot be left out); isolation, ablation and the reference plan keep the plan's.
+#: Every :class:`Plan` field but the name, the kernel the plan is for (not how it computes) and the quantizer ops
+#: (None in the float plans attribution studies; plans with quantizers derive their own, ``Plan.isolate``).
+_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Plan) if f.name not in ("name", "kernel") and f.name not in QUANT_FIELDS
+)
+#: The algorithm flags a plan carries besides its ops (every field of :data:`_FIELDS` that is not an op, so a
+#: new flag cannot be left out); isolation, ablation and the reference plan keep the plan's.
 FLAGS = tuple(f for f in _FIELDS if f not in FLASH_OPS and f not in BASELINE_OPS)
 #: What each kernel's output depends on: every field but the name and the other kernel's own ops (a field
 #: added to Plan counts for both until it is known to be an op of one kernel only).

@@ -30,7 +30,8 @@ import numpy as np
 
 from simfloat.accumulate import Sequential
 from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats, plan
-from simfloat.attention.plan import FLASH_BACKWARD_OPS, BackwardPlan, Plan
+from simfloat.attention.backward_plan import FLASH_BACKWARD_OPS, BackwardPlan
+from simfloat.attention.plan import Plan
 from simfloat.attribution._backward_out import steps_table, write_backward, write_backward_steps
 from simfloat.attribution._result import Attribution
 from simfloat.metrics import error_metrics

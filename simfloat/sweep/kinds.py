@@ -78,6 +78,10 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config key 'plan': {err}") from None
     if "flash" not in fp.kernels():
         raise ValueError(f"config key 'plan': {plan_name!r} is a baseline plan; give it as 'baseline'")
+    if fp.quantized:
+        raise ValueError(
+            f"config key 'plan': {plan_name!r} has quantizers; the attribute kind studies the float flash plans"
+        )
     baseline = config.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise ValueError(f"config key 'baseline' must be a plan name, got {baseline!r}")

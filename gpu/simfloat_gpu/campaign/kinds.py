@@ -228,10 +228,10 @@ def _int8_emulator(
 def _sage_kernel(cfg: Config, tq: Any, tk: Any, tv: Any, device: str, fp32_too: bool) -> dict[str, np.ndarray]:
     import torch
 
-    from simfloat.attention import mean_key, quant_plan
+    from simfloat.attention import mean_key, plan
     from simfloat_gpu.kernels.sage_attention import sage_attention
 
-    km = mean_key(_host(tk), quant_plan(cfg.variant).k_smooth or "float32")  # the emulator's mean key
+    km = mean_key(_host(tk), plan(cfg.variant).k_smooth or "float32")  # the emulator's mean key
     o, m, l = sage_attention(  # noqa: E741
         tq,
         tk,

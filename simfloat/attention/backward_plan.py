@@ -1,0 +1,345 @@
+"""Backward precision plans: :class:`BackwardPlan` (the format and rounding of every operation of the attention
+backward pass), its presets (:func:`backward_presets`, :func:`backward_plan`, the names of the forward's) and its
+flattening for the compiled kernels (:class:`BackwardParams`). Resolution, reprs and the hardware profiles' models are
+the forward plans' (:mod:`simfloat.attention.plan`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from simfloat.accumulate import AccParams, Chunked, Model, Sequential, acc_params, tensor_core
+from simfloat.attention._specs import _BIG_CHUNK, OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
+from simfloat.attention.plan import (
+    _check_exp2_impl,
+    _ex2_tab,
+    _op_params,
+    _preset,
+    _profile_dot,
+    _qk_scale,
+    _short_repr,
+)
+from simfloat.formats import FloatFormat
+from simfloat.formats import format as _format
+from simfloat.hardware import Ex2Table
+
+__all__ = [
+    "BACKWARD_OPS",
+    "BASELINE_BACKWARD_OPS",
+    "FLASH_BACKWARD_OPS",
+    "BackwardParams",
+    "BackwardPlan",
+    "backward_plan",
+    "backward_presets",
+]
+
+BACKWARD_OPS = (
+    "delta",
+    "lse",
+    "qk",
+    "scale",
+    "exp",
+    "p",
+    "dv",
+    "dp",
+    "ds",
+    "ds_cast",
+    "dk",
+    "dq",
+    "grad_scale",
+    "grad",
+    "softmax",
+)
+_BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
+#: the ops :func:`simfloat.attention.flash_backward` uses (``softmax`` is baseline_backward's only)
+FLASH_BACKWARD_OPS = BACKWARD_OPS[:-1]
+#: the ops :func:`simfloat.attention.baseline_backward` uses
+BASELINE_BACKWARD_OPS = (
+    "delta",
+    "qk",
+    "scale",
+    "softmax",
+    "p",
+    "dv",
+    "dp",
+    "ds",
+    "ds_cast",
+    "dk",
+    "dq",
+    "grad_scale",
+    "grad",
+)
+
+
+class BackwardParams(NamedTuple):
+    """A backward plan flattened for the compiled kernels (see :meth:`BackwardPlan.params`)."""
+
+    qk: AccParams
+    dv: AccParams
+    dp: AccParams
+    dk: AccParams
+    dq: AccParams
+    delta: OpParams
+    lse: OpParams
+    scale: OpParams
+    exp: OpParams
+    p: OpParams
+    ds: OpParams
+    ds_cast: OpParams
+    grad_scale: OpParams
+    grad: OpParams
+    softmax: OpParams
+    exp2: bool
+    contract: bool
+    qk_scale: float  # the scale as P's recomputation uses it (log2(e) folded in with exp2), a scale-op value
+    sm_scale: float  # the scale rounded into the grad_scale op's format (dK, dQ epilogues)
+    ex2_tab: np.ndarray  # empty = correctly rounded exp2, else simfloat.hardware.ex2_table()
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    """Format and rounding of every operation of the attention backward pass
+    (``simfloat_gpu/kernels/flash_attention_bwd.py``).
+
+    Dots (``qk dv dp dk dq``) hold accumulation models, the others an :class:`OpSpec`. Build presets with
+    :func:`backward_plan` and variants with :meth:`replace`.
+
+    Attributes:
+        name: label.
+        delta: ``rowsum(dO * O)``: each product and each partial sum (sequential) rounded into it (D2).
+        lse: the log-sum-exp ``m + log(l)`` (log2 units with ``exp2``): the log and the add (D3).
+        qk: score dot q.k (from 0; B2). scale: ``fma(qk, qk_scale, -lse)`` (one rounding with ``contract``,
+            else the multiply and the subtraction each) and the host's qk_scale (B4).
+        exp: exp2 (or exp) of the shifted scores, P (B4). p: cast of P before the dV dot (B5).
+        dv: ``dV += P^T dO`` (B5). dp: ``dP = dO V^T`` (from 0; B6).
+        ds: ``P * (dP - delta)``: the subtraction and the multiply (B7). ds_cast: cast of dS before the dK and
+            dQ dots (B8).
+        dk: ``dK += dS^T Q`` (B9). dq: ``dQ += dS K`` (Q4).
+        grad_scale: the softmax scale and the epilogue multiplies ``dK * scale``, ``dQ * scale`` (E1, E3).
+        grad: cast of dQ, dK, dV on store (E2, E3).
+        softmax: baseline_backward only: the format of the forward softmax it recomputes.
+        exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
+        contract: the B4 shift as one fused rounding.
+        exp2_impl: ``"correctly_rounded"``, ``"h200"`` (the measured ex2.approx.ftz.f32) or another table (see
+            :class:`~simfloat.attention.Plan`).
+        opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
+            (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
+            ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
+            that into the op's format, as ``tensor * scale`` does. ``None``: the scale rounded into the op's
+            format and the product rounded once. The ``pytorch-<fmt>`` presets set float32.
+    """
+
+    name: str
+    delta: OpSpec
+    lse: OpSpec
+    qk: Model
+    scale: OpSpec
+    exp: OpSpec
+    p: OpSpec
+    dv: Model
+    dp: Model
+    ds: OpSpec
+    ds_cast: OpSpec
+    dk: Model
+    dq: Model
+    grad_scale: OpSpec
+    grad: OpSpec
+    softmax: OpSpec
+    exp2: bool = False
+    contract: bool = False
+    exp2_impl: str | Ex2Table = "correctly_rounded"
+    opmath: FloatFormat | None = None
+
+    def __post_init__(self) -> None:
+        if self.opmath is not None:
+            object.__setattr__(self, "opmath", _checked_format(self.opmath, "BackwardPlan.opmath"))
+        if not isinstance(self.name, str):
+            raise TypeError(f"BackwardPlan.name must be a string, got {type(self.name).__name__}")
+        for op in BACKWARD_OPS:
+            value = getattr(self, op)
+            spec = _dot_spec(op, value) if op in _BWD_DOTS else _scalar_spec(op, value)
+            object.__setattr__(self, op, spec)
+        for flag in ("exp2", "contract"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
+        _check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
+
+    def replace(self, **changes: object) -> BackwardPlan:
+        """A copy with some ops or flags changed (values as for the constructor).
+
+        Raises:
+            ValueError: an unknown op or flag (the message lists the valid ones).
+            TypeError: a value of the wrong type.
+        """
+        flags = ("exp2", "contract", "exp2_impl", "opmath")
+        unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
+        if unknown:
+            raise ValueError(
+                f"unknown backward plan entries {unknown}; ops: {', '.join(BACKWARD_OPS)}; flags: {', '.join(flags)}"
+            )
+        if "name" not in changes:
+            changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
+
+    def __repr__(self) -> str:
+        return _short_repr(self, _build_backward())
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{op}={getattr(self, op)}" for op in BACKWARD_OPS)
+        return (
+            f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
+            + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
+            + (f", opmath={self.opmath.name}" if self.opmath is not None else "")
+            + ")"
+        )
+
+    def params(self, scale: float) -> BackwardParams:
+        """The plan for the compiled kernels, with the softmax ``scale`` rounded as the kernels use it:
+        ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2``, else ``scale_op(scale)``;
+        ``sm_scale = grad_scale_op(scale)``.
+
+        Raises:
+            ValueError: a rounded scale is not finite and > 0.
+        """
+        from simfloat.attention._kernels import rnd
+
+        op = functools.partial(_op_params, self)
+        qk_scale = _qk_scale(self, scale)[1]
+        sm_scale = rnd(float(scale), op("grad_scale"))
+        for v in (qk_scale, sm_scale):
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")
+        return BackwardParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
+            *(acc_params(getattr(self, d)) for d in _BWD_DOTS),  # type: ignore[arg-type]  # mypy cannot count the * spread
+            *(op(n) for n in BACKWARD_OPS if n not in _BWD_DOTS),
+            self.exp2,
+            self.contract,
+            qk_scale,
+            sm_scale,
+            _ex2_tab(self.exp2_impl),
+        )
+
+
+def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
+    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
+
+
+def _bwd_triton(fmt: str) -> BackwardPlan:
+    f = _format(fmt).name
+    dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
+    io: Any = "float32" if fmt in ("fp32", "tf32") else f  # format names: OpSpecs after __post_init__
+    fp32: Any = "float32"
+    return BackwardPlan(
+        f"triton-{fmt}",
+        fp32,
+        fp32,
+        dot,
+        fp32,
+        fp32,
+        io,
+        dot,
+        dot,
+        fp32,
+        io,
+        dot,
+        dot,
+        fp32,
+        io,
+        fp32,
+        exp2=True,
+        contract=True,
+    )
+
+
+def _bwd_with_hardware(base: BackwardPlan, fmt: str, hardware: object) -> BackwardPlan:
+    """The backward triton-<fmt> with a hardware profile's models, as the forward's (:func:`_with_hardware`):
+    the profile's tensor-core model for every dot (B2, B5, B6, B9, Q4) and its exp2 (B4). The B4 shift stays
+    fused whatever the profile's contraction fact: the kernel calls ``tl.fma`` itself; the backward has no
+    tl.sum of the mma layout (D2 sums a blocked layout, sequential here)."""
+    from simfloat.profiles import load_profile, register_profile
+
+    prof = register_profile(load_profile(hardware))  # type: ignore[arg-type]
+    changes: dict[str, object] = {"name": f"{base.name}@{prof.name}", "exp2_impl": prof.exp2_impl()}
+    model = _profile_dot(prof, fmt)
+    if model is not None:
+        changes.update(dict.fromkeys(_BWD_DOTS, model))
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _bwd_h200(fmt: str) -> BackwardPlan:
+    # the backward triton-<fmt> on an H200, from the shipped profile as the forward's h200-<fmt>
+    return dataclasses.replace(_bwd_with_hardware(_bwd_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
+
+
+def _bwd_pytorch(fmt: str) -> BackwardPlan:
+    # torch's eager autograd of softmax(scale * q k^T) v in <fmt>: every matmul accumulated in fp32 from zero and
+    # rounded once into <fmt>; the scale multiply in <fmt>; softmax and its backward (the row sum of dP * P, then
+    # P * (dP - sum)) in fp32, stored in <fmt>
+    f = _format(fmt).name
+    if fmt == "fp32":
+        dot: Model = Sequential("float32")
+    else:
+        dot = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
+    fp32 = "float32"
+    # the Python-float scale multiplies in float32 (torch's opmath), the product then rounded into <fmt>
+    ops = (fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)
+    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
+
+
+@functools.cache
+def _build_backward() -> dict[str, BackwardPlan]:
+    out = {"fp64": _bwd_uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
+    for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
+        f = _format(fmt).name
+        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
+    for fmt in ("bf16", "fp16", "fp32", "tf32"):
+        out[f"triton-{fmt}"] = _bwd_triton(fmt)
+    for fmt in ("bf16", "fp16", "tf32"):
+        out[f"h200-{fmt}"] = _bwd_h200(fmt)
+    for fmt in ("bf16", "fp16", "fp32"):
+        out[f"pytorch-{fmt}"] = _bwd_pytorch(fmt)
+    return out
+
+
+def backward_presets() -> dict[str, BackwardPlan]:
+    """All preset backward plans by name (see :func:`backward_plan`)."""
+    return dict(_build_backward())
+
+
+def backward_plan(name: str | BackwardPlan, hardware: object = None) -> BackwardPlan:
+    """A preset backward precision plan (a :class:`BackwardPlan` is returned unchanged).
+
+    With ``hardware`` (a profile, a shipped profile's name such as ``"h200"`` or a profile file, as for
+    :func:`plan`), a ``triton-<fmt>`` preset becomes ``triton-<fmt>@<profile name>``: the profile's tensor-core
+    model for every dot and its exp2 (a part the profile lacks keeps the default); the name parses back
+    (``backward_plan("triton-bf16@h200")``). ``backward_plan("h200-bf16")`` is ``backward_plan("triton-bf16@h200")``
+    under its historic name (every other field equal).
+
+    Presets (the names of the forward's, :func:`plan`):
+        ``fp64``: every op float64 (golden). ``all-<fmt>``: every op in <fmt>, sequential dots with rounded
+        products, exp (not exp2), no contraction.
+        ``triton-<fmt>``: ``simfloat_gpu/kernels/flash_attention_bwd.py``: sm90 tensor-core dots (``triton-fp32``: FMA
+        loops),
+        exp2 with an fp32 qk_scale, the B4 shift fused, fp32 delta/lse/P/dS arithmetic, P and dS cast to <fmt>,
+        gradients stored in <fmt>. ``h200-<fmt>``: with the shipped H200 profile (its measured exp2).
+        ``pytorch-<fmt>``: torch's eager autograd (:func:`simfloat.attention.baseline_backward`).
+
+    Raises:
+        ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a
+            ``triton-<fmt>`` preset, or a profile a plan cannot use; a ``@<profile>`` that is no shipped, loaded
+            or file profile.
+        TypeError: ``name`` is neither a string nor a BackwardPlan.
+    """
+    return _preset(
+        name,
+        hardware,
+        BackwardPlan,
+        backward_presets,
+        _bwd_with_hardware,
+        ("backward plan", "backward_plan", "the Triton kernels"),
+    )
