@@ -291,15 +291,24 @@ def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: Callable[..., float],
     """
     nw = max(1, min(warps_n, (n + 7) // 8))
     period = 8 * warps_n
-    w0 = _warp_sum(p, n, 0, period, add, o)
+    # the warps' sums in a loop, not one inlined call per warp: numba inlines (and types) each call site's body
+    # anew, and four warps of four lanes were sixteen copies of the lane loop
+    w0 = w1 = w2 = w3 = 0.0
+    for w in range(nw):
+        x = _warp_sum(p, n, 8 * w, period, add, o)
+        if w == 0:
+            w0 = x
+        elif w == 1:
+            w1 = x
+        elif w == 2:
+            w2 = x
+        else:
+            w3 = x
     if nw == 1:
         return w0
-    w1 = _warp_sum(p, n, 8, period, add, o)
     if nw == 2:
         return add(w0, w1, o)
-    w2 = _warp_sum(p, n, 16, period, add, o)
-    w3 = _warp_sum(p, n, 24, period, add, o) if nw == 4 else 0.0
-    return add(add(w0, w2, o), add(w1, w3, o), o)
+    return add(add(w0, w2, o), add(w1, w3, o), o)  # 3 warps (17..24 values over 4): w3 = 0
 
 
 # The order's functions are inlined into their callers (ljit): numba does not cache a function whose machine code
@@ -310,10 +319,17 @@ def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: Callable[..., float],
 @ljit
 def _warp_sum(p, n, c0, period, add, o):
     """One warp's sum: its lanes (columns from ``c0``) combined by the butterfly (s0 + s2) + (s1 + s3)."""
-    s0 = _lane_sum(p, n, c0, period, add, o)
-    s1 = _lane_sum(p, n, c0 + 2, period, add, o)
-    s2 = _lane_sum(p, n, c0 + 4, period, add, o)
-    s3 = _lane_sum(p, n, c0 + 6, period, add, o)
+    s0 = s1 = s2 = s3 = 0.0
+    for t in range(4):  # one call site of the lane loop (see mma_tree_sum)
+        x = _lane_sum(p, n, c0 + 2 * t, period, add, o)
+        if t == 0:
+            s0 = x
+        elif t == 1:
+            s1 = x
+        elif t == 2:
+            s2 = x
+        else:
+            s3 = x
     return add(add(s0, s2, o), add(s1, s3, o), o)
 
 

@@ -108,3 +108,18 @@ def test_notice_in_a_fresh_process_then_not_from_the_cache(tmp_path):
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert stderr(NUMBA_CACHE_DIR=str(fresh)).count(NOTICE) == 1
+
+
+def test_plans_with_and_without_an_ex2_table_share_the_compiled_engine():
+    """numba compiles a kernel per type of its arguments, read-only flags included: the H200's ex2 table is
+    read-only, so the empty table of the other plans is too, and one compiled flash engine serves both."""
+    import numpy as np
+
+    import simfloat as sf
+    from simfloat.attention import _engine, flash
+
+    g = np.random.default_rng(0)
+    q, k, v = (sf.round(g.standard_normal((1, 1, 40, 16)), "bf16") for _ in range(3))
+    for name in ("triton-bf16", "h200-bf16"):
+        flash(q, k, v, plan=name, engine="vector")
+    assert len(_engine.flash_units.signatures) == 1, _engine.flash_units.signatures

@@ -868,7 +868,7 @@ def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
             sh = _shift32(a, ea, kk, mp)
     if sh > 0.0:
         _load32(a, ea, sh, w.a32, w.e32, kk)
-        lo = 0
+        lo = np.int64(0)  # not the literal 0: the steps compile once, for int64
         while lo < kk:
             hi = min(kk, lo + mp.block)
             _block_step32(w.a32, w.e32, sh, B32, EB32, c, n, lo, hi, mp, w)
@@ -878,7 +878,7 @@ def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
     else:
         size = mp.chunk if mp.chunk > 0 else max(1, -((-kk) // (-mp.chunk)))
         part = w.part
-        lo = 0
+        lo = np.int64(0)  # not the literal 0: the steps compile once, for int64
         while lo < kk:
             hi = min(kk, lo + size)
             for j in range(n):
@@ -1097,7 +1097,7 @@ def _block_rows(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
         if live[i] and sh[i] == 0.0:
             idx[nl] = i
             nl += 1
-    lo = 0
+    lo = np.int64(0)  # not the literal 0: the steps compile once, for int64
     while lo < kk:
         hi = min(kk, lo + mp.block)
         for t in range(0, n32 - 1, 2):

@@ -485,6 +485,7 @@ def baseline_units(lo, hi, xs, out, eng):
     n_ch = xs.kt.shape[0] // xs.q.shape[0]
     s, pin, ep = np.zeros(n_ch * width), np.zeros(seq_k), np.zeros(seq_k)
     w = work(max(width, dv, seq_k, xs.q.shape[2]))  # its float32 form's rows: up to seq_k (P.V) or D (Q.K^T)
+    no = seq_k < 0
     for r in range(lo, hi):
         b = r // seq_q
         i = r - b * seq_q
@@ -502,8 +503,9 @@ def baseline_units(lo, hi, xs, out, eng):
         _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
         _cast(s, 0, jv, ln.softmax, pp.softmax)
         m = _row_max(s, 0, jv)
-        _scaled(s, s, jv, 1.0, m, False, False, ln.softmax, pp.softmax)  # softmax(s - m), one rounding
-        _exp_of(s, jv, False, ln.softmax, pp.softmax, pp.ex2_tab[:0])
+        # softmax(s - m), one rounding; `no` a runtime False, not the literal: the helpers compile once, as flash's
+        _scaled(s, s, jv, 1.0, m, no, no, ln.softmax, pp.softmax)
+        _exp_of(s, jv, no, ln.softmax, pp.softmax, pp.ex2_tab[:0])
         tot = _seq_sum(s, jv, ln.softmax, pp.softmax, False)
         _divide(s, jv, 1.0 if tot == 0.0 else tot, ln.softmax, pp.softmax)
         for j in range(jv, seq_k):

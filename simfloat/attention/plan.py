@@ -548,7 +548,10 @@ class Plan:
         return op, (op if chunk == 0 else out), chunk
 
 
+# read-only like every ex2 table (simfloat.hardware): numba compiles a kernel per read-only flag of its arrays, so
+# a writable empty table would compile the whole engine a second time for the plans with a table
 _NO_TABLE = np.zeros(0, dtype=np.int8)
+_NO_TABLE.setflags(write=False)
 
 
 def _ex2_tab(impl: str | Ex2Table) -> np.ndarray:
