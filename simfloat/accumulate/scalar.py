@@ -227,9 +227,9 @@ def dot_acc(a: np.ndarray, b: np.ndarray, c: float, ap: AccParams) -> float:
     if ap.scale_block > 0:
         raise ValueError("a block-scaled model needs the scales: use matmul_scaled / dot_scaled_acc")
     if ap.chunk == 0:
-        return _accumulate(a, b, c, np.int64(0), n, ap)  # not the literal 0: one compilation
+        return _accumulate(a, b, c, n - n, n, ap)  # an int64, not the literal 0: one compilation
     size = ap.chunk if ap.chunk > 0 else max(1, -((-n) // (-ap.chunk)))
-    lo = np.int64(0)
+    lo = n - n  # an int64, not the literal 0: _accumulate compiles once
     while lo < n:
         hi = min(n, lo + size)
         part = _accumulate(a, b, 0.0, lo, hi, ap)
