@@ -131,13 +131,14 @@ def _table_names(text: str, registry: str) -> list[str]:
 
 
 def test_the_preset_tables_list_every_preset_and_nothing_else():
-    from simfloat.attention import backward_presets, presets, quant_presets
+    from simfloat.attention import backward_presets, presets
 
     text = (ROOT / "docs/concepts/plans.md").read_text() + (ROOT / "docs/concepts/quantized.md").read_text()
-    assert sorted(_table_names(text, "plan")) == sorted(presets())
     assert sorted(_table_names(text, "backward_plan")) == sorted(backward_presets())
-    # quantized: each preset but fp64 also exists as <name>-fp64 (its quantizers' arithmetic exact); the table
-    # lists the names without the suffix
-    quant = sorted(n for n in quant_presets() if not n.endswith("-fp64") or n == "fp64")
-    assert sorted(_table_names(text, "quant_plan")) == quant
-    assert all(f"{n}-fp64" in quant_presets() for n in quant if n != "fp64")
+    # one forward table (presets()): the float plans' table, and the quantized plans' table, which lists the names
+    # without the -fp64 suffix: each quantized preset but quant-fp64 also exists as <name>-fp64 (its quantizers'
+    # arithmetic exact)
+    floats, quant = _table_names(text, "plan"), _table_names(text, "quant_plan")
+    assert all(f"{n}-fp64" in presets() for n in quant if n != "quant-fp64")
+    listed = floats + quant + [f"{n}-fp64" for n in quant if n != "quant-fp64"]
+    assert sorted(listed) == sorted(presets())
