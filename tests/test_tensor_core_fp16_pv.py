@@ -11,7 +11,7 @@ import simfloat as sf
 from simfloat.accumulate import tensor_core
 from simfloat.accumulate._rows import mma
 from simfloat.attention import flash, plan
-from simfloat.attention.quant_plan import EXACT, Quant, QuantPlan
+from simfloat.attention.quant_plan import EXACT, Quant
 from simfloat.attention.quantized import quant_flash
 
 
@@ -46,7 +46,17 @@ def test_quantized_flash_with_fp16_accumulating_pv(pv_update: str) -> None:
     blk = Quant("int", "per-block", pre="float32")
     f16 = Quant("float", "unscaled", fmt="float16")
     pv = tensor_core("sm89", "fp16", out_format="fp16")
-    qp = QuantPlan("sage1-fp16-pv", blk, blk, f16, f16, EXACT, pv, pv_update=pv_update, acc="float16")
+    qp = plan("half-int8").replace(
+        name="sage1-fp16-pv",
+        q_quant=blk,
+        k_quant=blk,
+        v_quant=f16,
+        p_quant=f16,
+        qk=EXACT,
+        pv=pv,
+        pv_update=pv_update,
+        acc="float16",
+    )
     q, k, v = _qkv(1)
     ref = quant_flash(q, k, v, plan=qp, engine="reference", block_m=32, block_n=32)
     vec = quant_flash(q, k, v, plan=qp, engine="vector", block_m=32, block_n=32)
