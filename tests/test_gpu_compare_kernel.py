@@ -279,3 +279,30 @@ def test_a_failing_static_assert_names_the_kernels_source_line():
     assert "AssertionError('')" not in status
     in_process = compare_kernel(asserting_flash, TL_EXP, TINY[:1], backend="faithful", isolate=False, log=print)
     assert in_process.rows[0].status == status
+
+
+def tutorial_style_lse(q, k, v, *, causal, block_m, block_n):
+    """The project's exp2 kernel returning (out, m + log2 l) as Triton's fused-attention tutorial stores it:
+    fp32(m + fp32(log2 l))."""
+    from simfloat_gpu.kernels.flash_attention import flash_attention
+
+    o, m, l = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n, return_stats=True)  # noqa: E741
+    return o, (m.double() + torch.log2(l.double()).float().double()).float()
+
+
+def natural_lse_of_exp2(q, k, v, *, causal, block_m, block_n):
+    """The same kernel returning the natural log-sum-exp, (m + log2 l) * ln 2 (a form the plan does not model)."""
+    o, lse2 = tutorial_style_lse(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
+    return o, (lse2.double() * math.log(2.0)).float()
+
+
+def test_an_exp2_kernels_log2_lse_is_compared_bit_for_bit_and_its_natural_lse_within_tolerance():
+    from simfloat_gpu.campaign.user_kernel import LSE_RTOL
+
+    cfgs = [Config("flash", "bf16", 33, 16, 16, 16, True, "fp32")]
+    res = compare_kernel(tutorial_style_lse, plan("triton-bf16"), cfgs, backend="faithful", log=lambda m: None)
+    (r,) = res.rows
+    assert (r.status, r.stats, r.bitwise_agreement, r.lse_agreement) == ("ok", "lse2", 1.0, 1.0), r
+    nat = compare_kernel(natural_lse_of_exp2, plan("triton-bf16"), cfgs, backend="faithful", log=lambda m: None)
+    (r,) = nat.rows
+    assert r.status == "ok" and r.stats == "lse" and r.lse_rel_diff <= LSE_RTOL, (r.status, r.stats, r.lse_rel_diff)
