@@ -306,3 +306,39 @@ def test_an_exp2_kernels_log2_lse_is_compared_bit_for_bit_and_its_natural_lse_wi
     nat = compare_kernel(natural_lse_of_exp2, plan("triton-bf16"), cfgs, backend="faithful", log=lambda m: None)
     (r,) = nat.rows
     assert r.status == "ok" and r.stats == "lse" and r.lse_rel_diff <= LSE_RTOL, (r.status, r.stats, r.lse_rel_diff)
+
+
+def test_the_kernel_wrong_rule():
+    """Beyond KERNEL_WRONG_FACTOR times the emulator's error (at least the output format's unit roundoff), not
+    bitwise equal, or a non-finite error where the emulator's is finite: kernel-wrong; else the status stays."""
+    import dataclasses
+
+    from simfloat_gpu.campaign.compare import new_record
+    from simfloat_gpu.campaign.records import KernelRecord
+    from simfloat_gpu.campaign.user_kernel import KERNEL_WRONG_FACTOR, _kernel_wrong
+
+    cfg = TINY[0]  # bf16 output: unit roundoff 2**-8
+    base = KernelRecord(**dataclasses.asdict(new_record(cfg, "faithful")))
+
+    def status(kerr, eerr, agree=0.5):
+        rec = dataclasses.replace(base, kernel_err_max=kerr, emulator_err_max=eerr, bitwise_agreement=agree)
+        return _kernel_wrong(rec, cfg)
+
+    assert status(KERNEL_WRONG_FACTOR * 0.01, 0.01) == ""  # at the limit
+    assert status(KERNEL_WRONG_FACTOR * 0.01 * 1.01, 0.01).startswith("kernel-wrong: ")
+    assert status(1.57, 5e-4).startswith("kernel-wrong: ")  # the issue's case: 1.57 vs 5e-4
+    assert status(1.57, 5e-4, agree=1.0) == ""  # bitwise equal: the plan is what the kernel computes
+    assert status(KERNEL_WRONG_FACTOR * 2.0**-8, 0.0) == ""  # the floor: one unit roundoff of bf16
+    assert "non-finite" in status(float("nan"), 0.01)
+
+
+def test_a_launcher_a_child_cannot_import_is_refused_clearly():
+    def local(q, k, v, *, causal, block_m, block_n):
+        return exp_flash(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
+
+    with pytest.raises(ValueError, match="does not pickle.*isolate=False"):
+        compare_kernel(local, TL_EXP, TINY[:1], backend="faithful")
+    with pytest.raises(ValueError, match="isolate must be"):
+        compare_kernel(exp_flash, TL_EXP, TINY[:1], backend="faithful", isolate="thread")
+    res = compare_kernel(local, TL_EXP, TINY[:1], backend="faithful", isolate=False, log=lambda m: None)
+    assert res.rows[0].status == "ok" and res.rows[0].bitwise_agreement == 1.0

@@ -122,6 +122,24 @@ def _start_method(isolate: bool | str, backend: str) -> str | None:
     raise ValueError(f"isolate must be True, False, 'forkserver', 'spawn' or 'fork', got {isolate!r}")
 
 
+def _check_importable(kernel: Callable[..., Any]) -> None:
+    """Raise a clear ValueError where a child process could not import the launcher by name."""
+    import pickle
+
+    advice = (
+        "compare_kernel runs each config's kernel in a child process (isolate=True), which imports the launcher "
+        "by name: define it at module level in a module file (or in the __main__ script, under the "
+        "`if __name__ == '__main__':` guard), or pass isolate=False (in this process: a crash ends it)"
+    )
+    try:
+        pickle.dumps(kernel)
+    except Exception as exc:
+        raise ValueError(f"the kernel's launcher does not pickle ({type(exc).__name__}: {exc}); {advice}") from None
+    module = sys.modules.get(getattr(kernel, "__module__", None) or "")
+    if module is not None and module.__name__ == "__main__" and not getattr(module, "__file__", None):
+        raise ValueError(f"the kernel's launcher is defined in an interactive session (a notebook, a REPL); {advice}")
+
+
 def compare_kernel(
     kernel: Callable[..., Any],
     plan: Any,
@@ -173,7 +191,8 @@ def compare_kernel(
         isolate: run each config's kernel in a child process (:func:`~simfloat_gpu.campaign.running.run_in_child`):
             True ("forkserver" where the platform has it, else "spawn"), "forkserver", "spawn", "fork", or False
             (in this process: a crash ends it). With "forkserver" and "spawn" the kernel's launcher must pickle:
-            a module-level function of an importable module or of the ``__main__`` script.
+            a module-level function of an importable module or of the ``__main__`` script (under the ``if
+            __name__ == "__main__":`` guard); in a notebook, import it from a file or pass isolate=False.
         faithful_options: keyword arguments of :func:`simfloat_gpu.interpreter.faithful` (backend ``faithful``).
         log: called with one line per config.
 
@@ -183,7 +202,8 @@ def compare_kernel(
 
     Raises:
         ValueError: no config left (configs whose input format is not the plan's, or whose output format would
-            be neither float32 nor the input format, are left out), a bad backend, ``stats`` or ``isolate``.
+            be neither float32 nor the input format, are left out), a bad backend, ``stats`` or ``isolate``, or
+            a launcher a child process cannot import (``isolate``).
         RuntimeError: the backend cannot run (see :func:`resolve_backend`).
     """
     import simfloat.attention as A
@@ -193,6 +213,8 @@ def compare_kernel(
         raise ValueError(f"stats must be one of {', '.join(STAT_FORMS)}, got {stats!r}")
     backend = resolve_backend(backend)
     method = _start_method(isolate, backend)
+    if method in ("forkserver", "spawn"):
+        _check_importable(kernel)
     cfgs = grid(configs, int8=False) if isinstance(configs, str) else list(configs)
     family, _, pfmt = pl.name.rstrip("*").partition("@")[0].partition("-")
     chosen = []
@@ -248,7 +270,8 @@ def _compare_one(
         except Exception as exc:
             raise ChildFailed(kernel_error(exc)) from exc
     else:
-        preload = ("torch", "triton", __name__, getattr(kernel, "__module__", None) or "__main__")
+        module = getattr(kernel, "__module__", None)
+        preload = ("torch", "triton", __name__) + ((module,) if module and module != "__main__" else ())
         kern = run_in_child(_run_user_kernel, *args, method=method, describe=kernel_error, preload=preload)
     kernel_s = round(time.perf_counter() - t0, 3)
     form = _stat_form(kern, stats)
@@ -332,11 +355,11 @@ def _kernel_wrong(rec: KernelRecord, cfg: Config) -> str:
     floor = max(eerr, _UNIT["fp32" if cfg.out == "fp32" else cfg.fmt])
     if math.isfinite(kerr) and kerr <= KERNEL_WRONG_FACTOR * floor:
         return ""
-    ratio = f"{kerr / floor:.0f}x" if math.isfinite(kerr) else "not finite,"
-    return (
-        f"kernel-wrong: the kernel's max error vs float64 {kerr:.3g} is {ratio} the emulator's {eerr:.3g} "
-        f"(limit {KERNEL_WRONG_FACTOR:g}x): the kernel, not the numerics, disagrees"
-    )
+    if math.isfinite(kerr):
+        how = f"{kerr:.3g} is {kerr / floor:.0f}x the emulator's {eerr:.3g} (limit {KERNEL_WRONG_FACTOR:g}x)"
+    else:
+        how = f"is {kerr} (a non-finite output) where the emulator's is {eerr:.3g}"
+    return f"kernel-wrong: the kernel's max error vs float64 {how}: the kernel, not the numerics, disagrees"
 
 
 def _library_dirs() -> tuple[str, ...]:
