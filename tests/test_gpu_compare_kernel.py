@@ -342,3 +342,19 @@ def test_a_launcher_a_child_cannot_import_is_refused_clearly():
         compare_kernel(exp_flash, TL_EXP, TINY[:1], backend="faithful", isolate="thread")
     res = compare_kernel(local, TL_EXP, TINY[:1], backend="faithful", isolate=False, log=lambda m: None)
     assert res.rows[0].status == "ok" and res.rows[0].bitwise_agreement == 1.0
+
+
+def sleeping_flash(q, k, v, *, causal, block_m, block_n):
+    """exp_flash, but it hangs on seq 40."""
+    import time
+
+    if q.shape[2] == 40:
+        time.sleep(60)
+    return exp_flash(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
+
+
+def test_a_kernel_that_hangs_past_the_time_limit_costs_its_row():
+    cfgs = [TINY[1], TINY[0]]  # the one that hangs first: the child process server's start counts against it
+    res = compare_kernel(sleeping_flash, TL_EXP, cfgs, backend="faithful", timeout_s=15, log=lambda m: None)
+    assert [r.status for r in res.rows] == ["timeout: killed after 15 s", "ok"]
+    assert res.summary()["timeouts"] == 1 and "1 timeouts" in res.table()

@@ -31,6 +31,7 @@ __all__ = [
     "ChildFailed",
     "Crashed",
     "Interrupted",
+    "TimedOut",
     "kernel_session",
     "resolve_backend",
     "run_grid",
@@ -202,6 +203,10 @@ class Crashed(RuntimeError):
         return f"exit code {exitcode}"
 
 
+class TimedOut(RuntimeError):
+    """The child process of :func:`run_in_child` ran past its time limit and was killed."""
+
+
 class ChildFailed(RuntimeError):
     """The call in the child process of :func:`run_in_child` raised; the message is the child's description of
     the exception (its ``describe`` argument's result)."""
@@ -227,6 +232,7 @@ def run_in_child(
     method: str = "forkserver",
     describe: Callable[[BaseException], str] = lambda e: f"{type(e).__name__}: {e}",
     preload: Sequence[str] = (),
+    timeout: float | None = None,
 ) -> Any:
     """``fn(*args)`` in a child process of start method ``method``, its result (which must pickle) sent back
     through a pipe: a child that dies (a signal, a segfault, memory corruption, ``os._exit``) costs this call
@@ -235,7 +241,8 @@ def run_in_child(
     ``method``: "forkserver" (children forked from a clean server process that imported ``preload`` once: cheap
     children, safe after this process used OpenMP or CUDA), "spawn" (a fresh interpreter each) or "fork" (a copy
     of this process: unsafe once it ran OpenMP threads, as numba's omp layer; the child aborts). With
-    "forkserver" and "spawn", ``fn`` and ``args`` must pickle (module-level functions).
+    "forkserver" and "spawn", ``fn`` and ``args`` must pickle (module-level functions). ``timeout``: seconds
+    after which the child is killed (None: no limit).
 
     Returns:
         What ``fn`` returned.
@@ -243,6 +250,7 @@ def run_in_child(
     Raises:
         Crashed: the child died without an answer (``exitcode``: its exit code, negative for a signal).
         ChildFailed: ``fn`` raised in the child (the message: ``describe(exception)``, made in the child).
+        TimedOut: the child ran past ``timeout`` seconds (it is killed).
         KeyboardInterrupt: Ctrl-C (the child is terminated).
     """
     import multiprocessing as mp
@@ -255,6 +263,7 @@ def run_in_child(
     proc.start()
     send.close()  # the child holds the only write end: its death is EOF here
     msg = None
+    end = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
             if recv.poll(0.1):
@@ -263,6 +272,10 @@ def run_in_child(
                 break
             if not proc.is_alive() and not recv.poll(0):
                 break
+            if end is not None and time.monotonic() > end:
+                proc.kill()
+                proc.join(timeout=2)
+                raise TimedOut(f"killed after {timeout:g} s")
         proc.join()
     except BaseException:
         proc.terminate()

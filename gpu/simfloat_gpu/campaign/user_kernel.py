@@ -29,7 +29,14 @@ from simfloat_gpu.campaign.grid import FORMATS, Config, dedupe, grid, make_input
 from simfloat_gpu.campaign.kinds import PLAN_FAMILIES
 from simfloat_gpu.campaign.records import KernelRecord
 from simfloat_gpu.campaign.report import KERNEL_COLUMNS, cell
-from simfloat_gpu.campaign.running import ChildFailed, Crashed, kernel_session, resolve_backend, run_in_child
+from simfloat_gpu.campaign.running import (
+    ChildFailed,
+    Crashed,
+    TimedOut,
+    kernel_session,
+    resolve_backend,
+    run_in_child,
+)
 
 __all__ = ["KERNEL_WRONG_FACTOR", "LSE_RTOL", "STAT_FORMS", "KernelComparison", "compare_kernel", "kernel_error"]
 
@@ -59,8 +66,8 @@ class KernelComparison:
     rows: list[KernelRecord]
 
     def summary(self) -> dict[str, Any]:
-        """Configs, those compared (``ok`` or ``kernel-wrong``), ``kernel_wrong``, ``crashed`` and ``errors``
-        (every other status) counts, and the min and mean bitwise agreement of the output, m_i, l_i and lse
+        """Configs, those compared (``ok`` or ``kernel-wrong``), ``kernel_wrong``, ``crashed``, ``timeouts`` and
+        ``errors`` (every other status) counts, and the min and mean bitwise agreement of the output, m_i, l_i and lse
         over the ``ok`` configs."""
         done = [r for r in self.rows if r.status == "ok"]
         out: dict[str, Any] = {
@@ -68,7 +75,8 @@ class KernelComparison:
             "compared": sum(r.compared for r in self.rows),
             "kernel_wrong": sum(r.status.startswith("kernel-wrong") for r in self.rows),
             "crashed": sum(r.status.startswith("crashed") for r in self.rows),
-            "errors": sum(not r.compared and not r.status.startswith("crashed") for r in self.rows),
+            "timeouts": sum(r.status.startswith("timeout") for r in self.rows),
+            "errors": sum(not r.compared and not r.status.startswith(("crashed", "timeout")) for r in self.rows),
         }
         fields = (("out", "bitwise_agreement"), ("m", "m_agreement"), ("l", "l_agreement"), ("lse", "lse_agreement"))
         for name, field in fields:
@@ -91,7 +99,7 @@ class KernelComparison:
             for n in ("out", "m", "l", "lse")
             if s[n + "_min"] is not None
         ]
-        parts += [f"{s[k]} {k.replace('_', '-')}" for k in ("kernel_wrong", "crashed", "errors") if s[k]]
+        parts += [f"{s[k]} {k.replace('_', '-')}" for k in ("kernel_wrong", "crashed", "timeouts", "errors") if s[k]]
         lines.append(
             f"{s['compared']} of {s['configs']} configs compared against plan {self.plan} "
             f"({self.backend}): " + "; ".join(parts)
@@ -148,6 +156,7 @@ def compare_kernel(
     backend: str = "auto",
     stats: str = "auto",
     isolate: bool | str = True,
+    timeout_s: float | None = None,
     faithful_options: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
 ) -> KernelComparison:
@@ -193,6 +202,8 @@ def compare_kernel(
             (in this process: a crash ends it). With "forkserver" and "spawn" the kernel's launcher must pickle:
             a module-level function of an importable module or of the ``__main__`` script (under the ``if
             __name__ == "__main__":`` guard); in a notebook, import it from a file or pass isolate=False.
+        timeout_s: with ``isolate``, seconds each config's kernel may run before its child process is killed (the
+            row ``timeout: killed after N s``); None: no limit.
         faithful_options: keyword arguments of :func:`simfloat_gpu.interpreter.faithful` (backend ``faithful``).
         log: called with one line per config.
 
@@ -235,9 +246,11 @@ def compare_kernel(
     for cfg in chosen:
         rec = KernelRecord(**dataclasses.asdict(new_record(cfg, backend, plan=pl.name)))
         try:
-            rec = _compare_one(rec, kernel, cfg, pl, backend, stats, method, faithful_options or {})
+            rec = _compare_one(rec, kernel, cfg, pl, backend, stats, method, timeout_s, faithful_options or {})
         except Crashed as exc:
             rec = dataclasses.replace(rec, status=f"crashed: {exc}")
+        except TimedOut as exc:
+            rec = dataclasses.replace(rec, status=f"timeout: {exc}")
         except ChildFailed as exc:
             rec = dataclasses.replace(rec, status=f"error: {exc}".replace("\n", " ")[:400])
         except Exception as exc:  # one failing config must not lose the others
@@ -258,6 +271,7 @@ def _compare_one(
     backend: str,
     stats: str,
     method: str | None,
+    timeout_s: float | None,
     options: dict[str, Any],
 ) -> KernelRecord:
     q, k, v = make_inputs(cfg)
@@ -272,7 +286,9 @@ def _compare_one(
     else:
         module = getattr(kernel, "__module__", None)
         preload = ("torch", "triton", __name__) + ((module,) if module and module != "__main__" else ())
-        kern = run_in_child(_run_user_kernel, *args, method=method, describe=kernel_error, preload=preload)
+        kern = run_in_child(
+            _run_user_kernel, *args, method=method, describe=kernel_error, preload=preload, timeout=timeout_s
+        )
     kernel_s = round(time.perf_counter() - t0, 3)
     form = _stat_form(kern, stats)
     err_max, err_rms = error_stats(kern["out"], ref)
