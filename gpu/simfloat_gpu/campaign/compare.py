@@ -192,6 +192,7 @@ def compare_to_emulator(
     family: str = "triton",
     plan: Any = None,
     fp32_too: bool = False,
+    emulated: dict[str, np.ndarray] | None = None,
 ) -> ValidationRecord:
     """The one comparison of the campaign: a kernel's outputs (a live run, a recorded fixture or a user's
     kernel) against the emulator under a plan family's ``<family>-<fmt>`` preset, or ``plan`` when given
@@ -227,6 +228,8 @@ def compare_to_emulator(
     elif kind_of(cfg).fp32_output and fp32_too:
         emu["out32"] = run_emulator(cfg, q, k, v, out="fp32", family=family, plan=plan)["out"]
     emulator_s = round(time.perf_counter() - t0, 3)
+    if emulated is not None:
+        emulated.update(emu)
     err_max, err_rms = error_stats(emu["out"], ref)
     return dataclasses.replace(
         rec,

@@ -12,6 +12,19 @@ points, far too many for the interpreter. Three parts:
    for every block size), head_dim 16, the output alternating fp32 / input format;
 3. two **stress** configs (seq 256 with 16 x 16 tiles and head_dim 128; seq 1000, head_dim 64);
 
+Why these shapes: seq 97 (prime) and 1000 are multiples of no block size, so the last query and key tiles are
+partial and a kernel's masking of ragged tiles is exercised (a kernel without masks reads and writes past the
+ends: the interpreter may fault); seq 64 and 256 are whole tiles. Block sizes run from 16 to 128 on both axes,
+BLOCK_M < BLOCK_N included, and block 128 goes with head dim 16 and 64 too, so tiles larger than the sequence
+or than the head dim occur: the project's kernel masks every load and store and takes any of them. Head dims
+16, 64, 128 are the powers of two ``tl.arange`` needs.
+
+Many kernels written for speed (Triton's fused-attention tutorial) take only some of these: no masks (seq a
+multiple of the blocks), BLOCK_M a multiple of BLOCK_N for their causal stages, head dim 64 or more. The
+**tiles** grid (``grid("tiles")``, flash only) is for them: seq {128, 256, 512}, head dim {64, 128}, (BLOCK_M,
+BLOCK_N) in {(64, 32), (64, 64), (128, 64), (128, 128)} (TILE_BLOCKS), every seq a multiple of both blocks,
+each value of every dimension at least once (as "ci"), cheapest first.
+
 plus int8 configs (INT-FlashAttention "int8" and "half-int8", both row sums, seq 64..1000) and sage configs
 (SageAttention2-style INT8 QK^T / FP8 P.V, seq 97..1000; the ci grid: seq 40). Queries are
 standard normal x 1.5, keys and values standard normal (numpy ``default_rng(seed)``), rounded to the format
@@ -45,6 +58,9 @@ __all__ = [
     "PRECISIONS",
     "SEQS",
     "SPREAD",
+    "TILE_BLOCKS",
+    "TILE_HEAD_DIMS",
+    "TILE_SEQS",
     "all_pairs",
     "all_values",
     "dedupe",
@@ -67,6 +83,11 @@ OUTS = ("fp32", "low")
 #: dot precisions of fp32 inputs (``input_precision``): "tf32" tensor cores (plan triton-tf32) or "ieee" FMA
 #: loops (plan triton-fp32); backward grids only
 PRECISIONS = ("tf32", "ieee")
+#: the "tiles" grid: (BLOCK_M, BLOCK_N) pairs common in fast kernels (BLOCK_M a multiple of BLOCK_N), sequence
+#: lengths that are multiples of every block (no ragged tile: kernels without masks take them), head dims
+TILE_BLOCKS = ((64, 32), (64, 64), (128, 64), (128, 128))
+TILE_SEQS = (128, 256, 512)
+TILE_HEAD_DIMS = (64, 128)
 #: queries are N(0, SPREAD^2): sharper softmax rows than N(0, 1), so that max / rescale paths are exercised
 SPREAD = 1.5
 #: bump when the grid or the input generation changes (recorded in fixtures)
@@ -264,8 +285,15 @@ def dedupe(configs: Iterable[Config]) -> list[Config]:
 
 
 def grid(name: str = "full", *, int8: bool = True) -> list[Config]:
-    """The validation grid: "full" (see the module docstring), "ci" (every value of every dimension at least
-    once, cheapest first: the CI test's subset) or "smoke" (three tiny configs)."""
+    """The validation grid: "full" (see the module docstring: seq 64, 97, 256, 1000 (97 and 1000 leave a partial
+    last tile), head dim 16, 64, 128, blocks 16..128), "ci" (every value of every dimension at least once,
+    cheapest first: the CI test's subset), "smoke" (three tiny configs) or "tiles" (flash only: seq 128, 256,
+    512, head dim 64, 128, blocks :data:`TILE_BLOCKS`: whole tiles only, for kernels without masks; every value
+    at least once).
+
+    Raises:
+        ValueError: an unknown name.
+    """
     dims = (FORMATS, BLOCKS, BLOCKS, SEQS, HEAD_DIMS, CAUSAL, OUTS)
     if name == "full":
         pairs = all_pairs(dims, flash_config)
@@ -292,8 +320,14 @@ def grid(name: str = "full", *, int8: bool = True) -> list[Config]:
         configs += (
             [Config("int8", "fp16", 40, 32, 16, 32, False, "low", variant="int8", row_sum="reference")] if int8 else []
         )
+    elif name == "tiles":
+
+        def tiles(f: str, blocks: tuple[int, int], seq: int, d: int, causal: bool, out: str) -> Config:
+            return flash_config(f, blocks[0], blocks[1], seq, d, causal, out)
+
+        configs = all_values((FORMATS, TILE_BLOCKS, TILE_SEQS, TILE_HEAD_DIMS, CAUSAL, OUTS), tiles)
     else:
-        raise ValueError(f"unknown grid {name!r}; known: full, ci, smoke")
+        raise ValueError(f"unknown grid {name!r}; known: full, ci, smoke, tiles")
     return dedupe(configs)
 
 

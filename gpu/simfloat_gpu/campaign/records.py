@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["CONFIG_FIELDS", "BackwardRecord", "Record", "ValidationRecord"]
+__all__ = ["CONFIG_FIELDS", "BackwardRecord", "KernelRecord", "Record", "ValidationRecord"]
 
 _R = TypeVar("_R", bound="Record")
 
@@ -250,6 +250,21 @@ class ValidationRecord(Record):
         """Compared, and every compared output bitwise identical."""
         vals = [getattr(self, k) for k in self.AGREEMENTS]
         return self.compared and all(v == 1.0 for v in vals if v is not None)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRecord(ValidationRecord):
+    """One config of :func:`simfloat_gpu.campaign.user_kernel.compare_kernel` (a kernel of one's own): a
+    :class:`ValidationRecord` (validation.csv's columns unchanged) and the kernel's row statistic where it
+    returns a log-sum-exp instead of (m, l): ``stats`` its form ("ml", "lse2": m + log2 l in log2 units, "lse":
+    natural units; empty: none returned), ``lse_agreement`` / ``lse_max_ulp`` against the emulator's lse
+    computed the same way (fp32), ``lse_rel_diff`` max |kernel - emulator| / max(1, |emulator|). ``status``
+    adds ``kernel-wrong: ...`` and ``crashed: ...`` to the ValidationRecord's."""
+
+    stats: str = ""
+    lse_agreement: float | None = None
+    lse_max_ulp: int | None = None
+    lse_rel_diff: float | None = _e3()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,10 +28,14 @@ from simfloat_gpu.campaign.records import ValidationRecord
 from simfloat_gpu.campaign.report import cell
 
 __all__ = [
+    "ChildFailed",
+    "Crashed",
     "Interrupted",
+    "TimedOut",
     "kernel_session",
     "resolve_backend",
     "run_grid",
+    "run_in_child",
     "run_kernel",
     "torch_dtype",
     "validate_config",
@@ -165,6 +169,126 @@ def validate_config(cfg: Config, backend: str, *, emulate: bool = True, record: 
     except Exception as exc:  # one failing config must not lose the others
         rec = dataclasses.replace(rec, status=error_status(exc))
     return rec, arrays
+
+
+# ----------------------------------------------------------------------------------------------------
+# one call in a child process
+# ----------------------------------------------------------------------------------------------------
+
+
+class Crashed(RuntimeError):
+    """The child process of :func:`run_in_child` died without an answer (a signal, ``os._exit``, a fault).
+
+    Attributes:
+        exitcode: the child's exit code; negative: killed by signal ``-exitcode``.
+    """
+
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+        super().__init__(self.describe(exitcode))
+
+    @staticmethod
+    def describe(exitcode: int | None) -> str:
+        """``signal SIGSEGV (11)``, ``exit code 3`` or ``no exit code``."""
+        import signal
+
+        if exitcode is None:
+            return "no exit code"
+        if exitcode < 0:
+            try:
+                name = signal.Signals(-exitcode).name
+            except ValueError:
+                name = "signal"
+            return f"signal {name} ({-exitcode})"
+        return f"exit code {exitcode}"
+
+
+class TimedOut(RuntimeError):
+    """The child process of :func:`run_in_child` ran past its time limit and was killed."""
+
+
+class ChildFailed(RuntimeError):
+    """The call in the child process of :func:`run_in_child` raised; the message is the child's description of
+    the exception (its ``describe`` argument's result)."""
+
+
+def _child_main(
+    conn: Any, fn: Callable[..., Any], args: tuple[Any, ...], describe: Callable[[BaseException], str]
+) -> None:
+    try:
+        msg = ("ok", fn(*args))
+    except BaseException as exc:  # the parent gets a line, never the child's traceback objects
+        try:
+            msg = ("error", describe(exc))
+        except Exception:  # a describe that fails must not lose the error
+            msg = ("error", f"{type(exc).__name__}: {exc}")
+    conn.send(msg)
+    conn.close()
+
+
+def run_in_child(
+    fn: Callable[..., Any],
+    *args: Any,
+    method: str = "forkserver",
+    describe: Callable[[BaseException], str] = lambda e: f"{type(e).__name__}: {e}",
+    preload: Sequence[str] = (),
+    timeout: float | None = None,
+) -> Any:
+    """``fn(*args)`` in a child process of start method ``method``, its result (which must pickle) sent back
+    through a pipe: a child that dies (a signal, a segfault, memory corruption, ``os._exit``) costs this call
+    only.
+
+    ``method``: "forkserver" (children forked from a clean server process that imported ``preload`` once: cheap
+    children, safe after this process used OpenMP or CUDA), "spawn" (a fresh interpreter each) or "fork" (a copy
+    of this process: unsafe once it ran OpenMP threads, as numba's omp layer; the child aborts). With
+    "forkserver" and "spawn", ``fn`` and ``args`` must pickle (module-level functions). ``timeout``: seconds
+    after which the child is killed (None: no limit).
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        Crashed: the child died without an answer (``exitcode``: its exit code, negative for a signal).
+        ChildFailed: ``fn`` raised in the child (the message: ``describe(exception)``, made in the child).
+        TimedOut: the child ran past ``timeout`` seconds (it is killed).
+        KeyboardInterrupt: Ctrl-C (the child is terminated).
+    """
+    import multiprocessing as mp
+
+    ctx: Any = mp.get_context(method)
+    if method == "forkserver" and preload:
+        ctx.set_forkserver_preload(list(preload))  # used when the server starts (the first call)
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(send, fn, args, describe), daemon=True)
+    proc.start()
+    send.close()  # the child holds the only write end: its death is EOF here
+    msg = None
+    end = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            if recv.poll(0.1):
+                with contextlib.suppress(EOFError, OSError):
+                    msg = recv.recv()
+                break
+            if not proc.is_alive() and not recv.poll(0):
+                break
+            if end is not None and time.monotonic() > end:
+                proc.kill()
+                proc.join(timeout=2)
+                raise TimedOut(f"killed after {timeout:g} s")
+        proc.join()
+    except BaseException:
+        proc.terminate()
+        proc.join(timeout=2)
+        raise
+    finally:
+        recv.close()
+    if msg is None:
+        raise Crashed(proc.exitcode)
+    kind, payload = msg
+    if kind == "error":
+        raise ChildFailed(payload)
+    return payload
 
 
 # ----------------------------------------------------------------------------------------------------
