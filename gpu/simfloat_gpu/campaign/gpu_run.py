@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
     p.add_argument(
         "--grid",
         default=None,
-        choices=("full", "ci", "smoke"),
-        help="validation grid (default: full; smoke with --cpu-smoke)",
+        choices=("full", "ci", "smoke", "tiles"),
+        help="validation grid (default: full; smoke with --cpu-smoke; tiles: whole tiles only)",
     )
     p.add_argument(
         "--bwd-grid",

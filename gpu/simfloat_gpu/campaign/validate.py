@@ -171,7 +171,12 @@ def check_args(args: argparse.Namespace) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory (validation.csv, validation.md)")
-    p.add_argument("--grid", default="full", choices=("full", "ci", "smoke"), help="config grid (default full)")
+    p.add_argument(
+        "--grid",
+        default="full",
+        choices=("full", "ci", "smoke", "tiles"),
+        help="config grid (default full; tiles: whole tiles only, for kernels without masks)",
+    )
     p.add_argument(
         "--backend",
         default="auto",
