@@ -295,15 +295,7 @@ def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: Callable[..., float],
     # anew, and four warps of four lanes were sixteen copies of the lane loop
     w0 = w1 = w2 = w3 = 0.0
     for w in range(nw):
-        x = _warp_sum(p, n, 8 * w, period, add, o)
-        if w == 0:
-            w0 = x
-        elif w == 1:
-            w1 = x
-        elif w == 2:
-            w2 = x
-        else:
-            w3 = x
+        w0, w1, w2, w3 = _put(w, _warp_sum(p, n, 8 * w, period, add, o), w0, w1, w2, w3)
     if nw == 1:
         return w0
     if nw == 2:
@@ -317,19 +309,17 @@ def mma_tree_sum(p: np.ndarray, n: int, warps_n: int, add: Callable[..., float],
 
 
 @ljit
+def _put(i, x, a0, a1, a2, a3):
+    """(a0, a1, a2, a3) with slot ``i`` (0..3) set to ``x``: four partial sums kept in scalars, filled by a loop."""
+    return (x if i == 0 else a0), (x if i == 1 else a1), (x if i == 2 else a2), (x if i == 3 else a3)
+
+
+@ljit
 def _warp_sum(p, n, c0, period, add, o):
     """One warp's sum: its lanes (columns from ``c0``) combined by the butterfly (s0 + s2) + (s1 + s3)."""
     s0 = s1 = s2 = s3 = 0.0
     for t in range(4):  # one call site of the lane loop (see mma_tree_sum)
-        x = _lane_sum(p, n, c0 + 2 * t, period, add, o)
-        if t == 0:
-            s0 = x
-        elif t == 1:
-            s1 = x
-        elif t == 2:
-            s2 = x
-        else:
-            s3 = x
+        s0, s1, s2, s3 = _put(t, _lane_sum(p, n, c0 + 2 * t, period, add, o), s0, s1, s2, s3)
     return add(add(s0, s2, o), add(s1, s3, o), o)
 
 

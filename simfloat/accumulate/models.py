@@ -90,7 +90,7 @@ class BlockFMA:
             ``"exponent_sum"``: the sum of the operands' exponents, as the multiplier sees them before
             normalizing the product (whose significand lies in [1, 4)): a product with significand >= 2 then
             keeps one bit more. The H200's tensor cores align by ``"exponent_sum"`` (the recorded probes of
-            tests/fixtures/gpu/h200/probes; README "GPU validation (H200)" gives how closely each model
+            tests/fixtures/gpu/h200/probes; docs/results/h200-validation.md gives how closely each model
             matches them and the command that measures it).
         operand_emin: with ``"exponent_sum"``, the exponent a subnormal operand counts with (the operand
             format's emin: the hardware reads the biased exponent field). ``None``: no clamp.

@@ -27,7 +27,7 @@ A row that saw no key ends with out = 0, m = -inf, l = 0 (as the kernel's guards
 alignment and seq_k >= 1 no row is ever fully masked.
 
 The GPU's own exp2 (``ex2.approx.ftz.f32``) and row-sum order are plan options (``exp2_impl="h200"``,
-``sum_order="h200-mma"``; the ``h200-<fmt>`` presets); README "GPU validation (H200)" reports what they
+``sum_order="h200-mma"``; the ``h200-<fmt>`` presets); docs/results/h200-validation.md reports what they
 reproduce. This module holds the scalar reference kernels (the test oracle, and the traced path); the default
 engine is :mod:`simfloat.attention._engine`, bit for bit the same.
 """

@@ -652,7 +652,7 @@ def _with_hardware(base: Plan, fmt: str, hardware: object) -> Plan:
 
 def _h200(fmt: str) -> Plan:
     # triton-<fmt> on an H200 (sm_90, triton 3.6) as measured: the shipped profile simfloat/data/profiles/h200.json
-    # (fitted from tests/fixtures/gpu/h200/probes; README "GPU validation (H200)"), under its historic name
+    # (fitted from tests/fixtures/gpu/h200/probes; docs/results/h200-validation.md), under its historic name
     return dataclasses.replace(_with_hardware(_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
 
 
