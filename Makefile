@@ -25,17 +25,17 @@ demo: $(VENV)/.core
 # The test files are spread over one worker process per core (pytest-xdist; a file's tests stay in one worker,
 # the workers share numba's on-disk cache); WORKERS=0 runs everything in one process.
 WORKERS ?= auto
-# The docs' pages (tests/test_docs.py, each page a fresh process) run last, on the kernels the suite compiled
+# The docs' pages (tests/packaging/test_docs.py, each page a fresh process) run last, on the kernels the suite compiled
 # into numba's cache: beside the suite they would compile the same kernels again, in parallel.
 test: $(VENV)/.full
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --ignore=tests/test_docs.py
-	$(BIN)/python -m pytest -q -n $(WORKERS) tests/test_docs.py
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --ignore=tests/packaging/test_docs.py
+	$(BIN)/python -m pytest -q -n $(WORKERS) tests/packaging/test_docs.py
 
 test-fast: $(VENV)/.full
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
 
 # The docs site builds with --strict: a broken link, anchor or API docstring fails the lint (the Python blocks of the
-# pages run in the suite, tests/test_docs.py). Not --quiet: it hides the warnings that --strict counts.
+# pages run in the suite, tests/packaging/test_docs.py). Not --quiet: it hides the warnings that --strict counts.
 lint: $(VENV)/.full
 	$(BIN)/ruff check simfloat gpu/simfloat_gpu tests experiments benchmarks mkdocs_hooks.py
 	$(BIN)/ruff format --check simfloat gpu/simfloat_gpu tests experiments benchmarks mkdocs_hooks.py

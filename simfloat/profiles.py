@@ -707,7 +707,7 @@ def published_profile(name: str, lab: Mapping[tuple[str, str], tuple[int, int]] 
     has for the GPU's arch (MMA-Sim's models, checked bit for bit against ``mmasim``; one part per
     instruction where the arch's instructions differ, else one ``"any"`` part), every other part absent. The
     shipped ``a100``, ``ada`` and ``blackwell`` files are this, with ``lab`` the counts of Khattak &
-    Mikaitis' measurements (tests/test_profiles.py recomputes them from tests/fixtures/tensor_cores).
+    Mikaitis' measurements (tests/core/test_profiles.py recomputes them from tests/fixtures/tensor_cores).
 
     Args:
         name: a key of :data:`PUBLISHED_GPUS`.

@@ -1,6 +1,6 @@
 """The independent lab's tensor-core measurements (tests/fixtures/tensor_cores: Khattak & Mikaitis, arXiv
 2512.07004) as the tests read them: per data set the operands, C and the measured bits, and the count of rows
-a tensor_core preset reproduces (tests/test_tensor_core_measured.py, tests/test_profiles.py)."""
+a tensor_core preset reproduces (tests/core/test_tensor_core_measured.py, tests/core/test_profiles.py)."""
 
 from __future__ import annotations
 

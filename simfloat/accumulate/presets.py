@@ -7,7 +7,7 @@ one step sums (block = bytes / operand size), the least alignment exponent (``e_
 results, and for fp8 operands their F and how the accumulator enters a step. A preset is read off the table;
 nothing in it depends on which data set checks it. The measurements of Khattak and Mikaitis ("Accurate Models of
 NVIDIA Tensor Cores", arXiv 2512.07004: V100, A100, Ada, H100, B200; tests/fixtures/tensor_cores) and MMA-Sim
-(tests/test_tensor_core_mmasim.py) check them bit for bit; docs/results/tensor-cores.md has the table.
+(tests/core/test_tensor_core_mmasim.py) check them bit for bit; docs/results/tensor-cores.md has the table.
 """
 
 from __future__ import annotations

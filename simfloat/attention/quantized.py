@@ -5,7 +5,7 @@
 op (their module docstrings number the steps; Q1..Q6/F1..F4 quantization, H1 host scale, T1..T20 per key tile,
 E1/E2 epilogue). Under ``simfloat_gpu.interpreter.faithful()`` (integer dots exact, casts and divisions correctly
 rounded, sequential row sums, the sm90 tensor-core dot models) the Triton kernels and these functions agree
-bit for bit (``tests/test_gpu_int8_crossval.py``).
+bit for bit (``tests/gpu/test_gpu_int8_crossval.py``).
 
 A :class:`~simfloat.attention.Plan` with quantizers names every operation, the four quantizers included, each a
 :class:`Quant` (kind, granularity, code rounding rule, the format of its own scale arithmetic), so that tracing

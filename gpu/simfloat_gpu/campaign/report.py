@@ -287,7 +287,7 @@ def agreement_table(rows: Sequence[ValidationRecord]) -> str:
     """The per-config table of :func:`simfloat_gpu.campaign.fixtures.compare_fixtures` rows (one line per
     config, the bitwise agreement of out, out32, m and l under each plan family), then the per-family summary
     (:func:`agreement_summary`): what ``simfloat-gpu validate --fixtures DIR --plans ...`` prints and
-    tests/test_gpu_fixtures.py shows."""
+    tests/gpu/test_gpu_fixtures.py shows."""
     piv = pivot(rows)
     fams = list(dict.fromkeys(family_of(r) for r in rows))
     cols = ["id"] + [f"{f}:{s}" for f in fams for s, _ in _AGREEMENTS]

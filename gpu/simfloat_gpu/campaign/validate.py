@@ -23,7 +23,7 @@ under the interpreter, ``faithful_config()``). Under the faithful interpreter ev
 bitwise (outputs, fp32 included, m_i and l_i); on a GPU the agreement measures the emulator's hardware model.
 
 GPU mode can record fixtures (``--record-fixtures DIR``, :mod:`simfloat_gpu.campaign.fixtures`);
-``tests/test_gpu_fixtures.py`` and ``--fixtures DIR`` compare the emulator against them; a ``backward/``
+``tests/gpu/test_gpu_fixtures.py`` and ``--fixtures DIR`` compare the emulator against them; a ``backward/``
 subfolder of the same layout is compared with ``flash_backward`` under the same plan families (backward.csv /
 .md and a section of validation.md; :func:`simfloat_gpu.campaign.validate_bwd.compare_backward_fixtures`).
 

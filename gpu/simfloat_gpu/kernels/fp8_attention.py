@@ -59,7 +59,7 @@ Notes:
     tl.dot (K = HEAD_DIM for T3, BLOCK_N for T11); an emulator must model that for bit-exactness.
   * Stock interpreter (TRITON_INTERPRET=1): fp8 dots run (operands are decoded to fp16, then an fp32
     matmul), but its fp32 -> fp8 casts (F4, T10) are not correctly rounded (ties away from zero, a
-    mantissa carry can be dropped, subnormals truncated; see tests/test_gpu_stock_interpreter.py), so
+    mantissa carry can be dropped, subnormals truncated; see tests/gpu/test_gpu_stock_interpreter.py), so
     CPU results differ from a GPU's; a faithful interpreter is needed for bit-exact CPU runs.
   * Quantized V is stored seq-contiguous (a transposed view) so that the P @ V operand is K-major, which
     Hopper's fp8 wgmma requires; layout does not change any value.

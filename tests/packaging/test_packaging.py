@@ -8,7 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: the GPU side's own distribution (gpu/pyproject.toml)
 GPU_PROJECT = tomllib.loads((ROOT / "gpu" / "pyproject.toml").read_text())["project"]

@@ -1,6 +1,6 @@
 """simfloat.attention.int8_flash / fp8_flash: each quantizer against an independent numpy reference (fp64 plan
 except that quantizer), the consistent row sum, the fast paths against the general code, tracing, presets and
-argument errors. The bit-exact comparison with the Triton kernels is tests/test_gpu_int8_crossval.py."""
+argument errors. The bit-exact comparison with the Triton kernels is tests/gpu/test_gpu_int8_crossval.py."""
 
 import dataclasses
 import math

@@ -20,7 +20,7 @@ from simfloat_gpu.campaign import grid as G  # noqa: E402
 from simfloat_gpu.campaign import report as R  # noqa: E402
 from simfloat_gpu.campaign import validate as V  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # ----------------------------------------------------------------------------------------------------
 # the grid (no triton needed)

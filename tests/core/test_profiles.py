@@ -34,7 +34,7 @@ from simfloat.profiles import (
     shipped_profiles,
 )
 
-PROBES = Path(__file__).resolve().parent / "fixtures" / "gpu" / "h200" / "probes"
+PROBES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200" / "probes"
 H200_FORMATS = ("bf16", "fp16", "tf32", "e4m3", "e5m2")
 
 

@@ -20,7 +20,7 @@ from simfloat.accumulate import (
     tensor_core,
 )
 
-PROBES = Path(__file__).resolve().parent / "fixtures" / "gpu" / "h200" / "probes" / "probes.npz"
+PROBES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200" / "probes" / "probes.npz"
 
 
 def _probe(name):

@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 from simfloat_gpu.campaign import gpu_run  # noqa: E402
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_backward_fixtures_compare_bitwise_under_the_triton_plans(smoke_out, tmp
         assert arrays["lse"].shape == arrays["delta"].shape == (cfg.batch, cfg.heads, cfg.seq)
     summary = json.loads((smoke_out / "summary.json").read_text())
     assert summary["parts"]["fixtures"]["backward_configs"] == len(grid)
-    # through the command (the forward configs left out here: tests/test_gpu_validate.py compares those)
+    # through the command (the forward configs left out here: tests/gpu/test_gpu_validate.py compares those)
     compare = V.compare_fixtures
     monkeypatch.setattr(V, "compare_fixtures", lambda *a, **k: compare(*a, **dict(k, ids=())))
     out = tmp_path / "report"

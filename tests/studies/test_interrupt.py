@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sigint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: seconds allowed from SIGINT to the exit (the commands poll every 0.1 s; this machine may be loaded)
 STOP_S = 5.0
 #: seconds allowed for the job to get going (a cold numba cache compiles the engine for minutes)

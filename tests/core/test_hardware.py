@@ -10,7 +10,7 @@ import pytest
 
 from simfloat import hardware as H
 
-PROBES = Path(__file__).resolve().parent / "fixtures" / "gpu" / "h200" / "probes"
+PROBES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200" / "probes"
 
 
 @pytest.fixture(scope="module")

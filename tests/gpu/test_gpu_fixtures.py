@@ -34,7 +34,7 @@ import pytest
 from simfloat_gpu.campaign import report as R
 from simfloat_gpu.campaign import validate as V
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gpu"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 DIRS = V.fixture_dirs(FIXTURES)
 
 M_MIN = 1.0

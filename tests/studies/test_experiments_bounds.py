@@ -9,7 +9,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "bounds_tightness.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "bounds_tightness.py"
 
 
 def test_smoke_run(tmp_path, capsys):

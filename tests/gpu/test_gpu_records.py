@@ -17,7 +17,7 @@ from simfloat_gpu.campaign.compare import new_record
 from simfloat_gpu.campaign.fixtures import optional_float
 from simfloat_gpu.campaign.records import CONFIG_FIELDS, BackwardRecord, ValidationRecord
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: the columns validation.csv had before the record (files written since must read the same)
 OLD_FIELDS = (

@@ -1,7 +1,7 @@
 """simfloat_gpu/kernels/fp8_attention.py under the stock Triton interpreter.
 
 The stock interpreter runs fp8 dots (it decodes the operands to fp16), but its fp32 -> fp8 casts are not
-correctly rounded (tests/test_gpu_stock_interpreter.py). The step-by-step torch model below therefore
+correctly rounded (tests/gpu/test_gpu_stock_interpreter.py). The step-by-step torch model below therefore
 takes the fp8 rounding as a parameter: the interpreter's own cast (through a one-line Triton kernel) to
 check the kernel's structure, and torch's correctly rounded cast (what a GPU does) to check the accuracy
 of the scheme itself against float64 attention.

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import simfloat.torch as st  # noqa: E402
 from simfloat.attention import flash, flash_backward, lse_from_stats  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _qkv(b, h, hkv, s, d, dtype=torch.float64, seed=0):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NO_RUN = "<!-- no-run -->"
 
 #: what runs a page: its blocks in order, one namespace; a failing block names the page's line

@@ -189,7 +189,7 @@ _COMPILE_SCRIPT = textwrap.dedent("""
 
 def test_compiles_for_sm90_with_the_documented_instructions(tmp_path):
     """The precision plan in the module docstring names PTX instructions; check them in the real PTX."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "gpu"), env.get("PYTHONPATH", "")])
     env["TRITON_CACHE_DIR"] = str(tmp_path)

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "backward_mechanisms.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "backward_mechanisms.py"
 
 
 def test_smoke_run(tmp_path):

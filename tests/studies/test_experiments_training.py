@@ -15,7 +15,7 @@ pytest.importorskip("scipy")
 pytest.importorskip("matplotlib")
 pytest.importorskip("tqdm")
 
-HERE = Path(__file__).resolve().parents[1] / "experiments"
+HERE = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def _module(name):

@@ -1,7 +1,7 @@
 """Grouped-query and multi-query attention in the emulator: k and v with fewer heads than q give the bits of k
 and v repeated per query head (query head h reads kv head h // (q_heads // kv_heads)) in every entry point,
 and head counts that do not divide are an error naming them. The Triton kernels' GQA mapping is checked
-against the emulator in tests/test_gpu_gqa.py."""
+against the emulator in tests/gpu/test_gpu_gqa.py."""
 
 import numpy as np
 import pytest

@@ -10,7 +10,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "golden_flash_vs_baseline.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "golden_flash_vs_baseline.py"
 
 
 def _module():

@@ -15,7 +15,7 @@ from numba.core import event
 from simfloat import _compiling
 from simfloat._compiling import NOTICE, QUIET_ENV, BarClock, compile_seconds
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _fresh(module: str):

@@ -19,8 +19,8 @@ import sigint
 from simfloat.sweep import SpecError, config_hash, load, load_spec, report, run_sweep
 from simfloat.sweep.spec import expand
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 TOY = "sweep_toy:run"
 
 distributed = pytest.importorskip("distributed")

@@ -259,7 +259,7 @@ def test_bad_replace() -> None:
 
 
 # the oracle models signed formats with a zero code; the scale formats (unsigned / zero-less) are checked code
-# by code in tests/test_blockfmt_formats.py
+# by code in tests/core/test_blockfmt_formats.py
 ORACLE_PAIRS = [p for p in PAIRS if p[0].bits <= 16 and p[0].signed and p[0].zero]
 
 

@@ -26,7 +26,7 @@ from simfloat.rounding import RoundingMode, mode_code, round_exact, round_scalar
 MODES = oracle.MODES  # the deterministic modes, by the names simfloat accepts too
 ALL_MODES = (*MODES, "stochastic")
 # the scale formats (unsigned / without zero: float8_e8m0fnu, ue4m3) lie outside the oracle's model; their
-# rounding is checked against ml_dtypes and e4m3fn in tests/test_blockfmt_formats.py
+# rounding is checked against ml_dtypes and e4m3fn in tests/core/test_blockfmt_formats.py
 NAMED = {n: f for n, f in simfloat.formats().items() if f.signed and f.zero}
 SMALL = [f for f in NAMED.values() if f.bits <= 16]  # formats whose every code is enumerated
 
