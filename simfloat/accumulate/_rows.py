@@ -35,7 +35,7 @@ from simfloat.accumulate.models import AccParams, BlockFMA, Chunked, Model, Sequ
 from simfloat.accumulate.scalar import dot_acc
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
-from simfloat.rounding import mode_code, round_scalar
+from simfloat.rounding import RoundingMode, mode_code, round_scalar
 
 __all__ = [
     "MMA",
@@ -169,7 +169,7 @@ def mma(model: Model) -> MMA:
             native, exact = N_FMA64, False
         elif acc.native and prod.native:
             native = N_MULADD64
-        elif accf.name == "float32" and acc.mode == 0 and not rp:
+        elif accf.name == "float32" and acc.mode == RoundingMode.NEAREST_EVEN and not rp:
             native = N_FMA32
         # c + p of two values of one format with <= 24 fraction bits, rounded to nearest: the float64 sum rounds
         # like the exact one (exact when their exponents are close; else within 2**(t - 52) |c| of c, far
@@ -475,10 +475,10 @@ def _normalize(c, n, r, w):
     """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
     dispatched here, outside the loop)."""
     tot, back = w.tot, w.back
-    if r.mode == 2:
+    if r.mode == RoundingMode.TOWARD_ZERO:
         for j in range(n):
             c[j] = lround_rz(tot[j] * back[j], r)
-    elif r.mode == 0:
+    elif r.mode == RoundingMode.NEAREST_EVEN:
         for j in range(n):
             c[j] = lround_ne(tot[j] * back[j], r)
     else:
@@ -806,7 +806,7 @@ def _seq_row(a, B, c, n, k0, k1, mp, w):
             k += 1
         for j in range(n):
             c[j] = np.float64(c32[j])
-    elif mp.round_products and mp.plain_sum and mp.acc.mode == 0 and _on_grid(c, n, mp.acc):
+    elif mp.round_products and mp.plain_sum and mp.acc.mode == RoundingMode.NEAREST_EVEN and _on_grid(c, n, mp.acc):
         for k in range(k0, k1):
             ak, r = a[k], B[k]
             for j in range(n):
