@@ -231,7 +231,8 @@ def explain(
     if tolerance is not None:
         tol = Tolerance(float(tolerance[0]), float(tolerance[1]))
     elif fin.any():
-        tol = fit_tolerance([np.abs(emu - ref64)[fin]], [ref64[fin]], confidence=conf, elements=emu.size)
+        err = np.where(fin, np.abs(emu - ref64), np.nan)
+        tol = fit_tolerance([err], [np.where(fin, ref64, np.nan)], confidence=conf, by_row=False)
     else:
         tol = Tolerance(0.0, 0.0)
     emu_ratio = _ratio(emu, ref64, tol)

@@ -2,20 +2,20 @@
 and roundings meets against the float64 attention of the same inputs.
 
 :func:`tolerance` draws ``samples`` random inputs of the given shapes, runs the emulator under the plan (method
-``"emulator"``: what a kernel with those numerics outputs, bit for bit) or evaluates the a priori worst-case
-bound of :mod:`simfloat.bounds` (method ``"bound"``: what any kernel within the plan's rounding model may
-output), and measures each output element's distance to the float64 attention. Those distances, normalized
-as ``z = err / (a0 + |ref|)`` (``a0`` the median ``|ref|``), are pooled, and their upper tail is extrapolated
-to the level a whole output needs: every one of its n elements inside with probability ``confidence`` is
-asked of each element at ``1 - (1 - confidence) / n`` (the union bound, whatever the dependence between the
-elements), estimated with an exponential tail fitted to the largest values (peaks over a threshold; a tail
-lighter than exponential, such as a Gaussian one or the bounded error of a final rounding, is over-estimated,
-which errs on the safe side). The tolerance is then ``rtol = t``, ``atol = t * a0`` with t that quantile
-(never below the largest z seen).
+``"emulator"``: what a kernel with those numerics outputs, bit for bit) or evaluates the a priori worst-case bound of
+:mod:`simfloat.bounds` (method ``"bound"``: what any kernel within the plan's rounding model may output), and measures
+each output element's distance to the float64 attention. Those distances, normalized as ``z = err / (a0 + |ref|)``
+(``a0`` the median ``|ref|``), are reduced to one draw per query row (the row's largest z: a row's elements share its
+rounded softmax weights, so they are not independent), and the draws of each row index are pooled over the samples and
+heads. A whole output inside with probability ``confidence`` is asked of each of its R rows at ``1 - (1 - confidence)
+/ R`` (the union bound, whatever the dependence between the rows); each row index's upper tail is extrapolated to that
+level with an exponential tail fitted to its largest values (peaks over a threshold; a tail lighter than exponential,
+such as a Gaussian one or the bounded error of a final rounding, is over-estimated, which errs on the safe side), and
+the largest over the row indices is taken (rows differ: a causal row sees as many keys as its index). The tolerance is
+then ``rtol = t``, ``atol = t * a0`` (never below the largest z seen).
 
 :func:`fit_tolerance` is that last step alone, for errors measured elsewhere (:func:`simfloat.explain` fits
-the emulator's own error on the user's inputs with it). The extrapolation is done per query row (rows differ:
-a causal row sees as many keys as its index), and the largest row's value taken.
+the emulator's own error on the user's inputs with it, every row pooled).
 """
 
 from __future__ import annotations
@@ -113,14 +113,22 @@ def _check_confidence(confidence: object) -> float:
 
 
 def fit_tolerance(
-    errors: Sequence[np.ndarray], refs: Sequence[np.ndarray], *, confidence: float = 0.99, elements: int | None = None
+    errors: Sequence[np.ndarray],
+    refs: Sequence[np.ndarray],
+    *,
+    confidence: float = 0.99,
+    elements: int | None = None,
+    by_row: bool = True,
 ) -> Tolerance:
     """The tolerance that covers a whole output of ``elements`` elements with probability ``confidence``, from
-    measured errors (the module's docstring: union bound over the elements, exponential tail).
+    measured errors (the module's docstring: union bound over the rows, exponential tail).
 
-    The elements are grouped by query row (the second-to-last axis), pooled over the samples, the other leading
-    axes and the columns: rows differ (a causal row sees as many keys as its index, a row of a partial tile
-    other roundings), so each row's tail is extrapolated on its own and the largest is taken.
+    The unit is a query row (the elements of one row share its rounded softmax weights, so they are not
+    independent): each row's largest ``z`` is one draw, and the draws of each row index are pooled over the
+    samples and the other leading axes. Rows differ (a causal row sees as many keys as its index, a row of a
+    partial tile other roundings), so each row index's tail is extrapolated on its own, to the level
+    ``(1 - confidence) / rows`` (rows: the query rows of one output, ``elements / head_dim_v``), and the largest
+    is taken (``by_row=False``: every row pooled, for few samples of rows alike).
 
     Args:
         errors: per sample, the (..., seq_q, head_dim_v) array of ``|out - ref|`` (>= 0); every sample of one
@@ -128,6 +136,7 @@ def fit_tolerance(
         refs: per sample, the reference of the same shape.
         confidence: in (0, 1).
         elements: the size of one output (default: that of the first sample).
+        by_row: extrapolate each row index on its own (default) or all rows pooled.
 
     Returns:
         A :class:`Tolerance` with ``atol = rtol * a0``, ``a0`` the median ``|ref|`` (or its largest value where
@@ -161,14 +170,18 @@ def fit_tolerance(
         top = float(np.max(r_all[ok]))
         a0 = top if top > 0 else 1.0
     with np.errstate(invalid="ignore"):
-        z = np.where(ok, e_all / (a0 + r_all), np.nan)
-    if z.ndim >= 3:  # (samples, ..., rows, cols) -> (rows, everything else)
-        z = np.moveaxis(z, -2, 0).reshape(z.shape[-2], -1)
+        z = np.where(ok, e_all / (a0 + r_all), -np.inf)
+    # the unit is a query row: its elements share the row's softmax (its rounded weights), so they are not
+    # independent draws; a row's largest z is one draw of the row's distribution
+    cols = z.shape[-1] if z.ndim >= 2 else 1
+    zr = z.max(axis=-1) if z.ndim >= 2 else z  # (samples, ..., rows)
+    if zr.ndim >= 2 and by_row:  # (samples, ..., rows) -> (rows, everything else)
+        zr = np.moveaxis(zr, -1, 0).reshape(zr.shape[-1], -1)
     else:
-        z = z.reshape(1, -1)
-    p = (1.0 - conf) / n
+        zr = zr.reshape(1, -1)
+    p = (1.0 - conf) / max(1, -(-n // cols))  # per row of one output: the union bound over its rows
     t = 0.0
-    for row in z:
+    for row in zr:
         vals = np.sort(row[np.isfinite(row)])
         if vals.size:
             t = max(t, _tail_quantile(vals, p))
@@ -265,13 +278,13 @@ def tolerance(
     emulator reproduces gives it (the h200-<fmt> plans on an H200: within the tolerance too are kernels that
     differ from the emulator by a few last-place units, as the triton-<fmt> plans do on a GPU); for
     ``method="bound"``, any output inside the a priori worst-case bound of :mod:`simfloat.bounds` (every op
-    rounded into the plan's formats, in any order the bound's model allows: wider, often 10-100x).
+    rounded into the plan's formats, in any order the bound's model allows: wider).
 
-    The probability is an estimate: from ``samples`` draws, pooled per element and extrapolated with an
-    exponential tail to the level ``1 - (1 - confidence) / n`` per element (n: the output's size; the union
-    bound): see the module :mod:`simfloat.tolerances`. Inputs of another distribution (heavy tails, outliers,
-    much larger scores) need a tolerance drawn from it. Deterministic: the same arguments give the same
-    numbers.
+    The probability is an estimate: from ``samples`` draws, one value per query row (its largest normalized error),
+    extrapolated per row index with an exponential tail to the level ``1 - (1 - confidence) / R`` (R: the output's
+    rows, heads included; the union bound): see the module :mod:`simfloat.tolerances`. Inputs of another
+    distribution (heavy tails, outliers, much larger scores) need a tolerance drawn from it. Deterministic: the same
+    arguments give the same numbers.
 
     Args:
         plan: a :class:`~simfloat.attention.Plan` or preset name; run by flash when it is for the flash
