@@ -194,3 +194,10 @@ def test_cli_explain(case, tmp_path, capsys):
         == 2
     )
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_bshd_layout_arrays(case):
+    q, k, v, ref, out = case
+    to = [np.ascontiguousarray(np.swapaxes(x, 1, 2)) for x in (out, ref, q, k, v)]
+    res = simfloat.explain(to[0], to[1], *to[2:], plan=PLAN, layout="bshd", **TILES)
+    assert res.verdict == "bitwise", str(res)

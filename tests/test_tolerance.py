@@ -194,3 +194,13 @@ def test_h200_fixtures_inside_the_tolerance_of_their_plans():
         np.testing.assert_allclose(out, ref, **tol.kwargs, err_msg=cfg.id)
         worst = max(worst, float(np.max(np.abs(out - ref) / (tol.atol + tol.rtol * np.abs(ref)))))
     print(f"{len(CONFIGS)} H200 fixture configs: largest |out - ref| / (atol + rtol |ref|) = {worst:.3f}")
+
+
+def test_baseline_plan_and_grouped_query_shapes():
+    tol = simfloat.tolerance("pytorch-bf16", (1, 2, 33, 16), samples=2)
+    q, k, v = _inputs(400, shape=(1, 2, 33, 16))
+    from simfloat.attention import baseline
+
+    assert tol.inside(baseline(q, k, v, plan="pytorch-bf16"), reference64(q, k, v)).all()
+    gqa = simfloat.tolerance("triton-bf16", (1, 4, 33, 16), (1, 2, 33, 16), samples=2, **TILES)
+    assert gqa.rtol > 0 and gqa.atol > 0
