@@ -18,7 +18,7 @@ import numpy as np
 from simfloat.attention import Plan, baseline, flash
 from simfloat.attention import plan as _plan
 from simfloat.attention._inputs import from_layout, kv_repeats
-from simfloat.tolerances import Tolerance, _check_confidence, fit_tolerance, reference64
+from simfloat.tolerances import Tolerance, check_confidence, fit_tolerance
 
 __all__ = ["Explanation", "Finding", "explain"]
 
@@ -32,6 +32,7 @@ KINDS = (
     "heads-permuted",
     "mask",
     "key-tile-dropped",
+    "key-tile-boundary",
     "last-query-tile",
     "tile-boundary",
     "tied-maxima",
@@ -164,7 +165,8 @@ def explain(
     given). ``out`` inside the band everywhere is explained; otherwise the findings say what the outside
     elements look like (:data:`KINDS`): non-finite values in out but not in ref (which rows), out matching ref
     under a (b, h, s, d) <-> (b, s, h, d) mix-up or with its heads permuted, out matching the attention with
-    the other causal mask or with one key tile left out (the last partial one, typically), errors confined to
+    the other causal mask, with one key tile left out (the last partial one, typically) or the keys at the key-tile
+    boundaries (an off-by-one), errors confined to
     the last partial query tile or to the first / last row of query tiles, rows whose scores have tied maxima;
     else the heads, rows and query tiles outside.
 
@@ -192,7 +194,7 @@ def explain(
     pl = _plan(plan) if isinstance(plan, str) else plan
     if not isinstance(pl, Plan):
         raise TypeError(f"plan must be a Plan or a preset name, got {type(plan).__name__}")
-    conf = _check_confidence(confidence)
+    conf = check_confidence(confidence)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
@@ -273,7 +275,7 @@ def explain(
         if f is not None:
             findings.append(f)
     if not any(f.kind in ("layout", "heads-permuted") for f in findings):
-        findings += _reruns(o64, ref64, q64, k64, v64, tol, causal, scale, int(block_n), bad, int(block_m))
+        findings += _reruns(o64, q64, k64, v64, tol, causal, scale, int(block_n), bad, int(block_m))
         findings += _rows(bad, q64, k64, causal, scale, seq_q, int(block_m))
     if not findings or all(f.kind == "nonfinite" and f.share < 1 for f in findings):
         heads, rows, tiles = _where(bad, int(block_m))
@@ -388,7 +390,6 @@ def _heads(o: np.ndarray, r: np.ndarray, tol: Tolerance) -> Finding | None:
 
 def _reruns(
     o: np.ndarray,
-    r: np.ndarray,
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
@@ -399,22 +400,27 @@ def _reruns(
     bad: np.ndarray,
     block_m: int,
 ) -> list[Finding]:
-    """The float64 attention under a changed mask or without a key tile: does it account for the outside
-    elements (inside the band of it there)?"""
-    shape = bad.shape
-    found: list[Finding] = []
+    """The float64 attention under the other causal mask, without one key tile, or without the keys at the
+    key-tile boundaries: does one account for the outside elements (inside the band of it there)? Only the
+    query rows holding outside elements are recomputed."""
+    lead, seq_q, dv = bad.shape
+    row_idx = np.nonzero(bad.any(axis=(0, 2)))[0]
+    if row_idx.size == 0:
+        return []
+    o3 = o.reshape(lead, seq_q, dv)[:, row_idx]
+    bad_r = bad[:, row_idx]
+    seq_k = k.shape[-2]
+    heads, rows, tiles = _where(bad, block_m)
 
-    def accounts(alt: np.ndarray) -> bool:
-        a3 = alt.reshape(shape)
-        o3 = o.reshape(shape)
-        ok = np.isfinite(a3) & np.isfinite(o3)
-        ok[ok] = np.abs(o3[ok] - a3[ok]) <= tol.atol + tol.rtol * np.abs(a3[ok])
-        return bool(np.mean(ok[bad]) >= _MATCH) if bad.any() else False
+    def accounts(keep: np.ndarray, mask: bool) -> bool:
+        alt = _attention_keys(q, k, v, keep, mask, scale, row_idx).reshape(lead, row_idx.size, dv)
+        ok = np.isfinite(alt) & np.isfinite(o3)
+        ok[ok] = np.abs(o3[ok] - alt[ok]) <= tol.atol + tol.rtol * np.abs(alt[ok])
+        return bool(np.mean(ok[bad_r]) >= _MATCH)
 
-    other = reference64(q, k, v, causal=not causal, scale=scale)
-    if accounts(other):
-        heads, rows, tiles = _where(bad, block_m)
-        found.append(
+    everything = np.ones(seq_k, dtype=bool)
+    if accounts(everything, not causal):
+        return [
             Finding(
                 "mask",
                 f"out is the attention {'without' if causal else 'with'} the causal mask "
@@ -423,22 +429,17 @@ def _reruns(
                 rows,
                 tiles,
             )
-        )
-        return found
-    seq_k = k.shape[-2]
+        ]
     n_tiles = -(-seq_k // block_n)
     if n_tiles < 2 or n_tiles > 256:
-        return found
-    order = [n_tiles - 1] + list(range(n_tiles - 1))  # the last (partial) tile first
-    for t in order:
-        keep = np.ones(seq_k, dtype=bool)
+        return []
+    for t in [n_tiles - 1] + list(range(n_tiles - 1)):  # the last (partial) tile first
+        keep = everything.copy()
         keep[t * block_n : (t + 1) * block_n] = False
-        alt = _attention_keys(q, k, v, keep, causal, scale)
-        if accounts(alt):
+        if accounts(keep, causal):
             lo, hi = t * block_n, min(seq_k, (t + 1) * block_n)
             partial = " (the last, partial tile)" if t == n_tiles - 1 and seq_k % block_n else ""
-            heads, rows, tiles = _where(bad, block_m)
-            found.append(
+            return [
                 Finding(
                     "key-tile-dropped",
                     f"out is the attention without keys {lo}..{hi - 1}, key tile {t}{partial} of block_n "
@@ -447,29 +448,45 @@ def _reruns(
                     rows,
                     tiles,
                 )
-            )
-            break
-    return found
+            ]
+    for first, where in ((True, "first"), (False, "last")):
+        edge = np.arange(block_n, seq_k, block_n) if first else np.arange(block_n - 1, seq_k - 1, block_n)
+        keep = everything.copy()
+        keep[edge] = False
+        if accounts(keep, causal):
+            return [
+                Finding(
+                    "key-tile-boundary",
+                    f"out is the attention without the {where} key of each key tile boundary (keys "
+                    f"{_short(tuple(int(j) for j in edge))} of block_n {block_n}): an off-by-one at the tile edge; "
+                    f"rows {_short(rows)}",
+                    heads,
+                    rows,
+                    tiles,
+                )
+            ]
+    return []
 
 
 def _attention_keys(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, causal: bool, scale: float | None
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    keep: np.ndarray,
+    causal: bool,
+    scale: float | None,
+    rows: np.ndarray,
 ) -> np.ndarray:
-    """float64 attention over the keys ``keep`` only (the causal mask by position, as the kernel)."""
-    for name in ("k", "v"):
-        x = k if name == "k" else v
-        reps = kv_repeats(q.shape, x.shape, name)
-        if reps > 1:
-            x = np.repeat(x, reps, axis=-3)
-        if name == "k":
-            k = x
-        else:
-            v = x
+    """float64 attention of the query ``rows`` over the keys ``keep`` only (the causal mask by position)."""
+    reps = kv_repeats(q.shape, k.shape, "k")
+    if reps > 1:
+        k = np.repeat(k, reps, axis=-3)
+        v = np.repeat(v, reps, axis=-3)
     c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    s = (q @ np.swapaxes(k, -1, -2)) * c
+    s = (q[..., rows, :] @ np.swapaxes(k, -1, -2)) * c
     vis = np.broadcast_to(keep[None, :], s.shape[-2:])
     if causal:
-        vis = vis & (np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None])
+        vis = vis & (np.arange(s.shape[-1])[None, :] <= rows[:, None])
     s = np.where(vis, s, -np.inf)
     with np.errstate(invalid="ignore"):
         s = s - s.max(axis=-1, keepdims=True)

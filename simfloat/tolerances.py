@@ -104,7 +104,7 @@ def reference64(
     return np.asarray(p @ v64)
 
 
-def _check_confidence(confidence: object) -> float:
+def check_confidence(confidence: object) -> float:
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
         raise TypeError(f"confidence must be a real number, got {type(confidence).__name__}")
     if not 0.0 < float(confidence) < 1.0:
@@ -145,7 +145,7 @@ def fit_tolerance(
     Raises:
         ValueError: no samples, shapes that differ, negative errors, no finite element, a bad ``confidence``.
     """
-    conf = _check_confidence(confidence)
+    conf = check_confidence(confidence)
     if len(errors) == 0 or len(errors) != len(refs):
         raise ValueError(f"fit_tolerance needs one reference per error sample, got {len(errors)} and {len(refs)}")
     errs = [np.asarray(e, dtype=np.float64) for e in errors]
@@ -314,7 +314,7 @@ def tolerance(
     pl = _plan(plan) if isinstance(plan, str) else plan
     if not isinstance(pl, Plan):
         raise TypeError(f"plan must be a Plan or a preset name, got {type(plan).__name__}")
-    conf = _check_confidence(confidence)
+    conf = check_confidence(confidence)
     qs, ks, vs = _shapes(q_shape, k_shape, v_dim)
     sq, sk, sv = _stds(input_std)
     if method not in METHODS:

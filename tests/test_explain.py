@@ -66,16 +66,27 @@ def test_tile_boundary_rows(case):
 
 
 def test_last_key_tile_dropped(case):
-    q, k, v, ref, _ = case
-    keep = np.arange(97) < 96  # a kernel that never loads the last, partial key tile (key 96)
-    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) / 4.0
-    s = np.where(keep, s, -np.inf)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    out = simfloat.round(((p / p.sum(axis=-1, keepdims=True)) @ v).astype(np.float32), "bf16")
+    out = _without_keys(case, np.arange(97) < 96)  # a kernel that never loads the last, partial key tile (key 96)
     res = _explain(out, case)
     assert res.verdict == "outside-band"
     assert res.kinds()[0] == "key-tile-dropped", str(res)
     assert "96..96" in res.findings[0].message and "partial" in res.findings[0].message
+
+
+def _without_keys(case, keep):
+    q, k, v, _, _ = case
+    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) / 4.0
+    s = np.where(keep, s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return simfloat.round(((p / p.sum(axis=-1, keepdims=True)) @ v).astype(np.float32), "bf16")
+
+
+def test_key_tile_boundary_off_by_one(case):
+    keep = np.ones(97, dtype=bool)
+    keep[[32, 64, 96]] = False  # a kernel that skips the first key of every key tile after the first
+    res = _explain(_without_keys(case, keep), case)
+    assert res.kinds()[0] == "key-tile-boundary", str(res)
+    assert "first key" in res.findings[0].message and "32, 64, 96" in res.findings[0].message
 
 
 def test_nan_row(case):
