@@ -212,3 +212,34 @@ def test_bshd_layout_arrays(case):
     to = [np.ascontiguousarray(np.swapaxes(x, 1, 2)) for x in (out, ref, q, k, v)]
     res = simfloat.explain(to[0], to[1], *to[2:], plan=PLAN, layout="bshd", **TILES)
     assert res.verdict == "bitwise", str(res)
+
+
+def test_h200_fixture_outputs_are_explained():
+    """The H200's recorded outputs: the bits of their h200-<fmt> plans, inside the band of triton-<fmt>."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent / "fixtures" / "gpu" / "h200"
+    if not (root / "configs.json").is_file():
+        pytest.skip("no H200 fixtures")
+    from simfloat_gpu.campaign.fixtures import load_fixture_dir
+    from simfloat_gpu.campaign.grid import make_inputs
+
+    _, items = load_fixture_dir(root)
+    picked = [(c, a) for c, _, a in items if c.kind == "flash" and c.seq == 97 and c.block_m == 32][:6]
+    assert picked
+    verdicts = set()
+    for cfg, arrays in picked:
+        q, k, v = make_inputs(cfg)
+        ref = reference64(q, k, v, causal=cfg.causal)
+        for family in ("h200", "triton"):
+            pl = simfloat.attention.plan(f"{family}-{cfg.fmt}")
+            if cfg.out == "fp32":
+                pl = pl.replace(out="float32")
+            res = simfloat.explain(
+                arrays["out"], ref, q, k, v, plan=pl, causal=cfg.causal, block_m=cfg.block_m, block_n=cfg.block_n
+            )
+            assert res.explained, (cfg.id, family, str(res))
+            if family == "h200":
+                assert res.verdict == "bitwise", (cfg.id, str(res))
+            verdicts.add(res.verdict)
+    assert "inside-band" in verdicts  # the triton plans' bits differ somewhere
