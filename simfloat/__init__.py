@@ -7,6 +7,7 @@ from simfloat import attention, bounds, ops
 from simfloat.accumulate import BlockFMA, Chunked, Sequential, dot, matmul, split_k, tensor_core
 from simfloat.attribution import Attribution, attribute
 from simfloat.blockscale import BlockFormat, BlockQuantized, block_format, quantize_block
+from simfloat.explanation import Explanation, explain
 from simfloat.formats import (
     FloatFormat,
     bfloat16,
@@ -29,6 +30,7 @@ from simfloat.formats import (
     ue4m3,
 )
 from simfloat.rounding import RoundingMode, round
+from simfloat.tolerances import Tolerance, tolerance
 from simfloat.trace import Tracer
 
 __version__ = "0.1.0"
@@ -42,15 +44,19 @@ __all__ = [
     "quantize_block",
     "Chunked",
     "Sequential",
+    "Explanation",
+    "Tolerance",
     "Tracer",
     "attention",
     "attribute",
     "bounds",
     "dot",
+    "explain",
     "matmul",
     "ops",
     "split_k",
     "tensor_core",
+    "tolerance",
     "FloatFormat",
     "RoundingMode",
     "bfloat16",

@@ -1,4 +1,4 @@
-"""Command line: ``simfloat demo | attribute | sweep | report``. Each subcommand lives in its own module
+"""Command line: ``simfloat demo | attribute | explain | sweep | report``. Each subcommand lives in its own module
 and is imported only when run, so ``simfloat --help`` stays fast (``sweep`` and ``report`` declare their options
 in :mod:`simfloat.sweep.cli`, which imports the standard library and :mod:`simfloat._args` only; the argument
 types live there, re-exported here for ``simfloat-gpu``)."""
@@ -8,9 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from simfloat._args import int_at_least, positive_int, writable_dir
 from simfloat._interrupt import run_command
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["main", "positive_int", "writable_dir"]
 
@@ -204,6 +208,91 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_attribute)
 
 
+def _load_array(path: str, names: tuple[str, ...], what: str) -> np.ndarray:
+    """One array of a .npy file, or of a .npz file: its only array, else the first of ``names`` it holds."""
+    import numpy as np
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{what} {path}: cannot read it as .npy / .npz ({err})") from None
+    if isinstance(data, np.ndarray):
+        return data
+    with data:
+        keys = list(data.files)
+        if len(keys) == 1:
+            return np.asarray(data[keys[0]])
+        for n in names:
+            if n in keys:
+                return np.asarray(data[n])
+    raise ValueError(
+        f"{what} {path}: holds {', '.join(keys) or 'no arrays'}; expected one array or one named {' or '.join(names)}"
+    )
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from simfloat.explanation import explain
+
+    try:
+        out = _load_array(args.out_file, ("out",), "OUT")
+        ref = _load_array(args.ref_file, ("ref",), "REF")
+        if args.inputs is not None:
+            if any(x is not None for x in (args.q, args.k, args.v)):
+                raise ValueError("give the inputs as --inputs FILE.npz or as --q --k --v, not both")
+            q, k, v = (_load_array(args.inputs, (n,), f"--inputs ({n})") for n in ("q", "k", "v"))
+        elif args.q is None or args.k is None or args.v is None:
+            raise ValueError("the inputs are needed: --q Q --k K --v V (.npy / .npz each), or --inputs QKV.npz")
+        else:
+            q, k, v = (_load_array(p, (n,), f"--{n}") for p, n in ((args.q, "q"), (args.k, "k"), (args.v, "v")))
+        res = explain(
+            out,
+            ref,
+            q,
+            k,
+            v,
+            plan=args.plan,
+            causal=args.causal,
+            scale=args.scale,
+            block_m=args.block_m,
+            block_n=args.block_n,
+            layout=args.layout,
+            confidence=args.confidence,
+        )
+    except (ValueError, TypeError, KeyError) as err:
+        print(f"simfloat explain: error: {err}", file=sys.stderr)
+        return 2
+    print(res)
+    return 0 if res.explained else 1
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="is a kernel's difference from a reference what the plan's numerics produce? if not, where and what "
+        "kind (tile, NaN rows, layout, heads, mask, ties); exit 0 explained, 1 not, 2 bad input",
+        description="Compare a kernel's attention output OUT with a reference output REF on the same inputs: "
+        "inside the band of the plan's numerics (the emulator's own error on these inputs) or not, and if not, "
+        "which heads, rows and query tiles, and what kind of difference (simfloat.explain). Exit status: 0 "
+        "explained (bitwise equal to the emulator, or inside the band), 1 not explained, 2 bad input.",
+    )
+    p.add_argument("out_file", metavar="OUT", help="the kernel's output (.npy, or .npz with one array or 'out')")
+    p.add_argument("ref_file", metavar="REF", help="the reference output (.npy, or .npz with one array or 'ref')")
+    p.add_argument("--plan", required=True, help="the plan of the kernel's numerics (preset name, e.g. h200-bf16)")
+    p.add_argument("--q", help="q (.npy / .npz)")
+    p.add_argument("--k", help="k (.npy / .npz)")
+    p.add_argument("--v", help="v (.npy / .npz)")
+    p.add_argument("--inputs", metavar="QKV.npz", help="one .npz holding q, k and v (instead of --q --k --v)")
+    p.add_argument("--causal", action="store_true", help="top-left aligned causal mask")
+    p.add_argument("--scale", type=float, help="softmax scale (default 1/sqrt(head_dim))")
+    p.add_argument("--block-m", type=_positive, default=64, help="query rows per tile (default 64)")
+    p.add_argument("--block-n", type=_positive, default=64, help="keys per tile (default 64)")
+    p.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd", help="layout of the arrays (default bhsd)")
+    p.add_argument(
+        "--confidence", type=float, default=0.99, help="confidence of the plan's band, in (0, 1) (default 0.99)"
+    )
+    p.set_defaults(func=_explain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simfloat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=_nonnegative, default=0, help="seed of the dot product's inputs (default 0)")
     demo.set_defaults(func=_demo)
     _add_attribute(sub)
+    _add_explain(sub)
     from simfloat.sweep.cli import add_report, add_sweep
 
     add_sweep(sub)
