@@ -164,7 +164,9 @@ def test_flash_listing_carries_the_shares(flash_case):
     shares = res.line_shares()
     assert math.isclose(sum(shares.values()), 1.0, rel_tol=1e-12)
     top = max(shares, key=shares.get)
-    assert f"{100 * shares[top]:6.2f}%" in res.listing()
+    line = next(x for x in res.listing().splitlines() if x.endswith(res.sources[top[0]][top[1] - 1].rstrip("\n")))
+    assert line.startswith(f"{100 * shares[top]:7.2f}%")
+    assert "(and " in text and "constants that round exactly" in text
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -193,6 +195,7 @@ def test_tutorial_kernel_runs_and_sums_up(tutorial, tmp_path):
     total_ms = res.total["out0"].rms ** 2
     iso_ms = sum(r.isolation["out0"].rms ** 2 for r in res.rows)
     assert 0.7 < iso_ms / total_ms < 1.3
+    assert math.isclose(sum(r.of_total for r in res.rows), iso_ms / total_ms, rel_tol=1e-9)
     # fp16 inputs: the two casts (P to fp16, the output to fp16) carry nearly all of it; ablating the top one
     # removes its part of the total
     top = max(res.rows, key=lambda r: r.share)

@@ -13,7 +13,8 @@ floating-point ops as *sites* (source file, line, op; :mod:`simfloat_gpu.interpr
 
 Each run's error is its outputs minus the golden run's, per output the launcher returns (max |err| and rms).
 A site's *share* is its isolation mean square over the sum of every site's (the error variances of independent
-roundings add up); a line's share is the sum over its sites. The result, :class:`KernelAttribution`, gives the
+roundings add up), its *of total* its isolation mean square over the hardware run's; a line's share is the sum
+over its sites. Both are of the first output. The result, :class:`KernelAttribution`, gives the
 per-site table and the kernel's source annotated with each line's share, as text and HTML.
 
 Calling convention: ``launcher(q, k, v, **kwargs)`` with CPU torch tensors q of shape (batch, heads, seq_q,
@@ -99,6 +100,7 @@ class SiteRow:
         isolation: output name -> error with only this site rounding.
         ablation: output name -> error with every site but this one rounding (None: not run).
         share: isolation mean square of the first output over the sum of every site's.
+        of_total: isolation mean square of the first output over the hardware run's (0 when that is 0).
         skipped: why the site was not run (a constant that rounds exactly), else None.
     """
 
@@ -108,6 +110,7 @@ class SiteRow:
     isolation: dict[str, OutputError]
     ablation: dict[str, OutputError] | None
     share: float
+    of_total: float
     skipped: str | None = None
 
 
@@ -138,9 +141,12 @@ class KernelAttribution:
     config: dict[str, Any]
 
     def line_shares(self) -> dict[tuple[str, int], float]:
-        """(file, line) -> the sum of the shares of the line's sites."""
+        """(file, line) -> the sum of the shares of the line's sites (lines whose only sites are constants that
+        round exactly are left out)."""
         out: dict[tuple[str, int], float] = {}
         for r in self.rows:
+            if r.skipped:
+                continue
             key = (r.site.file, r.site.line)
             out[key] = out.get(key, 0.0) + r.share
         return out
@@ -157,6 +163,8 @@ class KernelAttribution:
                 "labels": " ".join(r.labels),
                 "count": r.count,
                 "share": r.share,
+                "of_total": r.of_total,
+                "skipped": r.skipped or "",
             }
             for o in self.outputs:
                 d[f"iso_max:{o}"] = r.isolation[o].max_abs
@@ -195,6 +203,8 @@ class KernelAttribution:
         shares = self.line_shares()
         ops: dict[tuple[str, int], list[str]] = {}
         for r in self.rows:
+            if r.skipped:
+                continue
             ops.setdefault((r.site.file, r.site.line), []).append(r.site.op)
         out = []
         for file, a, b in self._spans():
@@ -203,9 +213,9 @@ class KernelAttribution:
                 text = self.sources[file][n - 1].rstrip("\n")
                 key = (file, n)
                 if key in shares:
-                    tag = f"{100 * shares[key]:6.2f}% {','.join(ops[key]):<14}"
+                    tag = f"{_pct(shares[key])} {','.join(ops[key]):<14}"
                 else:
-                    tag = " " * 22
+                    tag = " " * 23
                 out.append(f"{tag}{n:5d} | {text}")
         return "\n".join(out)
 
@@ -222,17 +232,25 @@ class KernelAttribution:
         for o in self.outputs:
             t = self.total[o]
             head.append(f"total error of {o}: max {t.max_abs:.3e}  rms {t.rms:.3e}")
-        cols = f"{'share':>7} {'iso max':>10} {'iso rms':>10} {'abl rms':>10} {'count':>6}  site"
-        lines = [f"per site ({o0}; share = isolation mean square / sum over sites):", cols]
+        cols = f"{'share':>8} {'of total':>8} {'iso max':>10} {'iso rms':>10} {'abl rms':>10} {'count':>6}  site"
+        lines = [
+            f"per site ({o0}; share = isolation mean square / sum over sites, of total = / the hardware run's):",
+            cols,
+        ]
         for r in sorted(self.rows, key=lambda r: -r.share):
+            if r.skipped:
+                continue
             abl = f"{r.ablation[o0].rms:10.3e}" if r.ablation is not None else f"{'-':>10}"
             where = f"{Path(r.site.file).name}:{r.site.line} {r.site.op}"
             if r.labels:
                 where += f" [{' '.join(r.labels)}]"
-            if r.skipped:
-                where += f" ({r.skipped})"
             iso = r.isolation[o0]
-            lines.append(f"{100 * r.share:6.2f}% {iso.max_abs:10.3e} {iso.rms:10.3e} {abl} {r.count:6d}  {where}")
+            lines.append(
+                f"{_pct(r.share)} {_pct(r.of_total)} {iso.max_abs:10.3e} {iso.rms:10.3e} {abl} {r.count:6d}  {where}"
+            )
+        n_const = sum(1 for r in self.rows if r.skipped)
+        if n_const:
+            lines.append(f"(and {n_const} constants that round exactly: no error, not run)")
         return "\n".join(head + [""] + lines + ["", self.listing()]) + "\n"
 
     def to_html(self, path: str | os.PathLike | None = None) -> str:
@@ -255,15 +273,17 @@ class KernelAttribution:
             t = self.total[o]
             parts.append(f"<li>total error of {esc(o)}: max {t.max_abs:.3e}, rms {t.rms:.3e}</li>")
         parts.append(
-            f"</ul><h2>Per site ({esc(o0)})</h2><table border='1'><tr><th>share</th><th>iso max</th>"
+            f"</ul><h2>Per site ({esc(o0)})</h2><table border='1'><tr><th>share</th><th>of total</th><th>iso max</th>"
             "<th>iso rms</th><th>abl rms</th><th>count</th><th>site</th></tr>"
         )
         for r in sorted(self.rows, key=lambda r: -r.share):
+            if r.skipped:
+                continue
             abl = f"{r.ablation[o0].rms:.3e}" if r.ablation is not None else "-"
             iso = r.isolation[o0]
-            where = f"{Path(r.site.file).name}:{r.site.line} {r.site.op} {' '.join(r.labels)} {r.skipped or ''}"
+            where = f"{Path(r.site.file).name}:{r.site.line} {r.site.op} {' '.join(r.labels)}"
             parts.append(
-                f"<tr><td>{100 * r.share:.2f}%</td><td>{iso.max_abs:.3e}</td><td>{iso.rms:.3e}</td><td>{abl}</td>"
+                f"<tr><td>{_pct(r.share)}</td><td>{_pct(r.of_total)}</td><td>{iso.max_abs:.3e}</td><td>{iso.rms:.3e}</td><td>{abl}</td>"
                 f"<td>{r.count}</td><td style='text-align:left'>{esc(where.strip())}</td></tr>"
             )
         parts.append("</table><h2>Source</h2>")
@@ -272,7 +292,7 @@ class KernelAttribution:
             for n in range(a, b + 1):
                 s = shares.get((file, n))
                 shade = "" if s is None else f" style='background:rgba(220,40,40,{0.08 + 0.8 * s / top:.3f})'"
-                tag = "" if s is None else f"{100 * s:.2f}%"
+                tag = "" if s is None else _pct(s)
                 text = esc(self.sources[file][n - 1].rstrip("\n"))
                 parts.append(f"<tr{shade}><td>{tag}</td><td>{n}</td><td>{text}</td></tr>")
             parts.append("</table>")
@@ -455,6 +475,7 @@ def attribute_kernel(
     o0 = outputs[0]
     ms = {s: iso[s][o0].rms ** 2 for s in sites}
     denom = sum(ms.values())
+    total_ms = total[o0].rms ** 2
     rows = tuple(
         SiteRow(
             site=s,
@@ -463,6 +484,7 @@ def attribute_kernel(
             isolation=iso[s],
             ablation=abl.get(s) if ablation else None,
             share=(ms[s] / denom) if denom > 0 else 0.0,
+            of_total=(ms[s] / total_ms) if total_ms > 0 else 0.0,
             skipped=None if s in todo else "constant, rounds exactly",
         )
         for s in sites
@@ -484,6 +506,15 @@ def attribute_kernel(
         seconds=time.perf_counter() - t0,
         config=config,
     )
+
+
+def _pct(x: float) -> str:
+    """A share as a percentage, 8 characters: two decimals from 0.01%, two digits in scientific notation below."""
+    if x == 0.0:
+        return f"{'0%':>8}"
+    if x >= 1e-4:
+        return f"{100 * x:7.2f}%"
+    return f"{100 * x:7.1e}%"
 
 
 def _describe(x: Any) -> Any:
