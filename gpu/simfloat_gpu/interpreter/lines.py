@@ -12,7 +12,10 @@ Inside :func:`site_run` (itself inside :func:`simfloat_gpu.interpreter.faithful`
 kernel is carried as float64 ("carrier"), and a :class:`SitePolicy` decides per site:
 
 * rounding: the op as :func:`faithful` computes it (the hardware's numerics), its result rounded into the
-  op's format; its operands are whatever the carriers hold (exact values where earlier sites were exact);
+  op's format; its operands are whatever the carriers hold (exact values where earlier sites were exact). The
+  correctly rounded defaults take them as they are; a model on float32 arrays (a callable ``exp2``/``log``/
+  ``div``... model, a hardware profile's ex2 table, the ``h200-mma`` sum) sees them rounded to nearest fp32
+  first; a sequential ``tl.sum`` rounds its first element, then each addition (the emulator's row sum);
 * exact: the op in float64 -- elementwise ops rounded once to float64, ``exp``/``exp2`` libm's float64 values,
   ``tl.dot`` ``Sequential("float64")`` (float64 products summed in k order, from the incoming accumulator),
   ``tl.sum`` in the configured order in float64, and casts into a float format the identity.
