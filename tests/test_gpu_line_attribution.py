@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
-from triton_kernels import tutorial_attention  # noqa: E402
+from triton_kernels import _atomic_add_kernel, _descriptor_double_kernel, tutorial_attention  # noqa: E402
 
 from simfloat.attention import flash  # noqa: E402
 from simfloat.attribution import ablation_plan, isolation_plan, reference_plan  # noqa: E402
@@ -33,7 +33,7 @@ from simfloat_gpu.campaign.attribute import (  # noqa: E402
     parse_config,
     run_sites,
 )
-from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat_gpu.interpreter import FaithfulNotImplementedError, faithful  # noqa: E402
 from simfloat_gpu.interpreter.lines import SitePolicy, exact_values, site_run  # noqa: E402
 from simfloat_gpu.kernels.common import LOG2E  # noqa: E402
 from simfloat_gpu.kernels.flash_attention import flash_attention  # noqa: E402
@@ -236,6 +236,19 @@ def test_site_run_rules():
             pass
     with pytest.raises(RuntimeError, match="inside site_run"):
         exact_values(torch.zeros(3))
+
+
+def test_site_runs_refuse_descriptors_and_atomics():
+    """Tensor descriptors and float atomics cannot carry float64 values: a clear error in a site run; a plain
+    faithful() run still loads through the descriptor (it calls the patched masked load by keyword)."""
+    x, y = torch.arange(16, dtype=torch.float32), torch.zeros(16)
+    with faithful():
+        _descriptor_double_kernel[(1,)](x, y, 16)
+    assert torch.equal(y, 2 * x)
+    for kernel, what in ((_descriptor_double_kernel, "tensor-descriptor load"), (_atomic_add_kernel, "atomic")):
+        with pytest.raises(FaithfulNotImplementedError, match=f"{what}.*per-site attribution run"):
+            with faithful(), site_run(SitePolicy("hardware")):
+                kernel[(1,)](x, y, 16)
 
 
 # ----------------------------------------------------------------------------------------------------------

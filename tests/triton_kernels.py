@@ -25,6 +25,18 @@ def _fma_kernel(A, B, C, Y, N: tl.constexpr):
     tl.store(Y + r, tl.fma(tl.load(A + r), tl.load(B + r), tl.load(C + r)))
 
 
+@triton.jit
+def _descriptor_double_kernel(X, Y, N: tl.constexpr):
+    dx = tl.make_tensor_descriptor(X, shape=[N], strides=[1], block_shape=[N])
+    tl.store(Y + tl.arange(0, N), dx.load([0]) * 2.0)
+
+
+@triton.jit
+def _atomic_add_kernel(X, Y, N: tl.constexpr):
+    r = tl.arange(0, N)
+    tl.atomic_add(Y + r, tl.load(X + r))
+
+
 # ------------------------------------------------------------------------------------------------------------
 # A forward attention kernel in the style of Triton's fused-attention tutorial (06-fused-attention.py): not the
 # project's kernel (plain ``qk * qk_scale - m`` instead of an fma, ``/`` instead of div_rn, the log-sum-exp

@@ -859,17 +859,17 @@ def create_bitcast(self, src, dst_type):
     return _stock(ti.InterpreterBuilder, "create_bitcast")(self, src, dst_type)
 
 
-def create_masked_load(self, ptrs, mask, other, *rest):
+def create_masked_load(self, ptrs, mask, other, *rest, **kw):
     """Loads of floats during a site run: the memory's values as float64 carriers, the exact values the kernel
     stored earlier in this run (:data:`SHADOW`) in place of their rounded copies."""
     stock = _stock(ti.InterpreterBuilder, "create_masked_load")
     elem = ptrs.get_element_ty()
     if not POLICY or not elem.is_floating():
-        return stock(self, ptrs, mask, other, *rest)
+        return stock(self, ptrs, mask, other, *rest, **kw)
     name = elem.name
     if name not in FORMATS:
         raise _unsupported("load", name, UNSUPPORTED.get(name, "unknown float type"))
-    raw = stock(self, ptrs, mask, None, *rest)
+    raw = stock(self, ptrs, mask, None, *rest, **kw)
     vals = np.array(decode(raw.data, name), dtype=np.float64)
     m = np.broadcast_to(np.asarray(mask.data, dtype=bool), vals.shape)
     if SHADOW:
@@ -885,26 +885,34 @@ def create_masked_load(self, ptrs, mask, other, *rest):
     return TensorHandle(vals, elem)
 
 
-def create_masked_store(self, ptrs, value, mask, *rest):
+def create_masked_store(self, ptrs, value, mask, *rest, **kw):
     """Stores of floats during a site run: the memory gets the value rounded to nearest into the pointer's
     dtype (exact for values that already are of the format, as every value of the all-sites run is), and
     :data:`SHADOW` the exact value."""
     stock = _stock(ti.InterpreterBuilder, "create_masked_store")
     name = ftype(value)
     if not POLICY or name is None:
-        return stock(self, ptrs, value, mask, *rest)
+        return stock(self, ptrs, value, mask, *rest, **kw)
     vals = np.asarray(decode(value.data, name), dtype=np.float64)
     narrow = TensorHandle(encode(vals, name, RNE, "ieee"), value.dtype)
-    out = stock(self, ptrs, narrow, mask, *rest)
+    out = stock(self, ptrs, narrow, mask, *rest, **kw)
     m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data))
     addrs = np.broadcast_to(ptrs.data, m.shape)[m]
     SHADOW.update(zip(addrs.tolist(), np.broadcast_to(vals, m.shape)[m].tolist(), strict=True))
     return out
 
 
-def _guarded(name: str, what: str):
+def _guarded(name: str, what: str, any_dtype: bool):
+    """A stock method that cannot take float64 carriers: raises during a site run (``any_dtype``: whatever the
+    operands, as for tensor descriptors, whose element type the handles do not show)."""
+
     def method(self, *args, **kwargs):
         if POLICY:
+            if any_dtype:
+                raise FaithfulNotImplementedError(
+                    f"faithful(): {what} is not supported in a per-site attribution run (simfloat_gpu.interpreter."
+                    "lines): its float64 carriers cannot go through it"
+                )
             _wide_guard(what, *[a for a in args if isinstance(a, TensorHandle)])
         return _stock(ti.InterpreterBuilder, name)(self, *args, **kwargs)
 
@@ -959,17 +967,17 @@ _BUILDER = {
     "create_atomic_rmw": create_atomic_rmw,
     **FCMP,
     **{
-        n: _guarded(n, w)
-        for n, w in (
-            ("create_descriptor_load", "a tensor-descriptor load"),
-            ("create_descriptor_store", "a tensor-descriptor store"),
-            ("create_descriptor_gather", "a tensor-descriptor gather"),
-            ("create_descriptor_scatter", "a tensor-descriptor scatter"),
-            ("create_tensor_pointer_load", "a block-pointer load"),
-            ("create_tensor_pointer_store", "a block-pointer store"),
-            ("create_atomic_cas", "an atomic compare-and-swap"),
-            ("create_atomic_load", "an atomic load"),
-            ("create_atomic_store", "an atomic store"),
+        n: _guarded(n, w, a)
+        for n, w, a in (
+            ("create_descriptor_load", "a tensor-descriptor load", True),
+            ("create_descriptor_store", "a tensor-descriptor store", True),
+            ("create_descriptor_gather", "a tensor-descriptor gather", True),
+            ("create_descriptor_scatter", "a tensor-descriptor scatter", True),
+            ("create_tensor_pointer_load", "a block-pointer load", True),
+            ("create_tensor_pointer_store", "a block-pointer store", True),
+            ("create_atomic_cas", "an atomic compare-and-swap", False),
+            ("create_atomic_load", "an atomic load", False),
+            ("create_atomic_store", "an atomic store", False),
         )
     },
 }
