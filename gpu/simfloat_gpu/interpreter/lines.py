@@ -27,7 +27,8 @@ table by byte address, which later loads of the same run read, and :func:`exact_
 launch. With every site rounding, the carriers hold exactly the values a plain faithful() run stores, so the
 outputs are the same bits.
 
-Not supported in a site run (they raise ``FaithfulNotImplementedError``): float atomics, tensor descriptors and
+Site runs were built and tested on triton 3.9's interpreter. Not supported in a site run (they raise
+``FaithfulNotImplementedError``): float atomics, tensor descriptors and
 block pointers, bitcasts of floats; outputs computed by the host after the launch (only what the kernel stores
 has exact values). Data-dependent control flow on float values (rare in Triton) may visit different sites in
 different runs; :class:`SitePolicy` records what each run visited.
