@@ -204,6 +204,8 @@ def test_tutorial_kernel_runs_and_sums_up(tutorial, tmp_path):
     # the log-sum-exp output (out1) is not touched by the output cast
     out_cast = [r for r in res.rows if r.site.op == "cast" and "acc.to(" in res.sources[r.site.file][r.site.line - 1]]
     assert len(out_cast) == 1 and out_cast[0].isolation["out1"].max_abs == 0.0
+    with pytest.raises(ValueError, match="not an output of the launcher; its float outputs: out0, out1"):
+        attribute_kernel(tutorial_attention, (q, k, v), primary="lse")
     page = res.to_html(tmp_path / "a.html")
     assert (tmp_path / "a.html").read_text() == page and "tl.dot(p, v, acc)" in page
 
@@ -258,10 +260,11 @@ def test_site_runs_refuse_descriptors_and_atomics():
 
 def test_cli_smoke(tmp_path, capsys):
     spec = f"{TESTS / 'triton_kernels.py'}:tutorial_attention"
-    rc = cli.main(["attribute", spec, "--config", "seq=32", "dtype=fp16", "--no-ablation", "--out", str(tmp_path)])
+    argv = ["attribute", spec, "--config", "seq=32", "dtype=fp16", "--no-ablation", "--output", "out1"]
+    rc = cli.main(argv + ["--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert "hardware run == plain faithful() run, bit for bit: yes" in out and "per site (out0" in out
+    assert "hardware run == plain faithful() run, bit for bit: yes" in out and "per site (out1" in out
     assert "[run 1] hardware" in err and "isolation triton_kernels.py:" in err and "ablation" not in err
     for name in ("attribution.txt", "attribution.html", "attribution.json", "sites.csv"):
         assert (tmp_path / name).is_file()

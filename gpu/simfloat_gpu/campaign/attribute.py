@@ -14,8 +14,9 @@ floating-point ops as *sites* (source file, line, op; :mod:`simfloat_gpu.interpr
 Each run's error is its outputs minus the golden run's, per output the launcher returns (max |err| and rms).
 A site's *share* is its isolation mean square over the sum of every site's (the error variances of independent
 roundings add up), its *of total* its isolation mean square over the hardware run's; a line's share is the sum
-over its sites. Both are of the first output. The result, :class:`KernelAttribution`, gives the
-per-site table and the kernel's source annotated with each line's share, as text and HTML.
+over its sites. Both are of one output, the first unless ``primary=`` (``--output``) names another. The
+result, :class:`KernelAttribution`, gives the per-site table and the kernel's source annotated with each
+line's share, as text and HTML.
 
 Calling convention: ``launcher(q, k, v, **kwargs)`` with CPU torch tensors q of shape (batch, heads, seq_q,
 head_dim), k and v of (batch, kv_heads, seq_k, head_dim), in the config's dtype (fp16, bf16 or fp32, standard
@@ -99,8 +100,8 @@ class SiteRow:
         count: executions of the op in the hardware run (every program, every loop iteration).
         isolation: output name -> error with only this site rounding.
         ablation: output name -> error with every site but this one rounding (None: not run).
-        share: isolation mean square of the first output over the sum of every site's.
-        of_total: isolation mean square of the first output over the hardware run's (0 when that is 0).
+        share: isolation mean square of the primary output over the sum of every site's.
+        of_total: isolation mean square of the primary output over the hardware run's (0 when that is 0).
         skipped: why the site was not run (a constant that rounds exactly), else None.
     """
 
@@ -121,6 +122,7 @@ class KernelAttribution:
     Attributes:
         outputs: names of the float outputs, in the launcher's order (``out`` for a single tensor, ``out0``,
             ``out1``... for a tuple, the keys of a dict).
+        primary: the output the shares and the text/HTML tables are of.
         total: output name -> error of the hardware run (every site rounding).
         rows: one :class:`SiteRow` per site, in the order the hardware run first visited them.
         sources: file -> its text lines (the files holding sites).
@@ -131,6 +133,7 @@ class KernelAttribution:
     """
 
     outputs: tuple[str, ...]
+    primary: str
     total: dict[str, OutputError]
     rows: tuple[SiteRow, ...]
     sources: dict[str, list[str]]
@@ -221,7 +224,7 @@ class KernelAttribution:
 
     def to_text(self) -> str:
         """The report: what ran, the total error, the per-site table (sorted by share), the annotated listing."""
-        o0 = self.outputs[0]
+        o0 = self.primary
         head = [
             f"kernel attribution: {self.config.get('launcher', '?')}  ({self.runs} interpreted runs, "
             f"{self.seconds:.1f} s)",
@@ -256,7 +259,7 @@ class KernelAttribution:
     def to_html(self, path: str | os.PathLike | None = None) -> str:
         """The report as one HTML page (the table and the listing, each line shaded by its share); written to
         ``path`` if given. Returns the HTML."""
-        o0 = self.outputs[0]
+        o0 = self.primary
         shares = self.line_shares()
         top = max(shares.values(), default=0.0) or 1.0
         esc = html.escape
@@ -392,6 +395,7 @@ def attribute_kernel(
     max_sites: int = 64,
     progress: Callable[[str], None] | None = None,
     name: str | None = None,
+    primary: str | None = None,
 ) -> KernelAttribution:
     """Per-site (source line and op) error attribution of one kernel launch (see the module docstring).
 
@@ -405,13 +409,15 @@ def attribute_kernel(
         max_sites: refuse kernels with more sites than this (each costs one or two runs).
         progress: called with a line of text before each run (e.g. ``print``).
         name: the launcher's name in the report (default its ``__qualname__``).
+        primary: the output the shares are of (default the first).
 
     Returns:
         A :class:`KernelAttribution`.
 
     Raises:
         TypeError: ``launcher`` not callable, or it returns something else than float tensors.
-        ValueError: more than ``max_sites`` sites, or a kernel with no floating-point op.
+        ValueError: more than ``max_sites`` sites, a kernel with no floating-point op, or ``primary`` not an
+            output.
         RuntimeError: triton missing or TRITON_INTERPRET not in effect (from faithful()).
     """
     if not callable(launcher):
@@ -434,6 +440,11 @@ def attribute_kernel(
     with faithful(**fk) as settings:
         hw = SitePolicy("hardware")
         out_hw = run(hw, "hardware (every site rounds)")
+        if primary is None:
+            primary = next(iter(out_hw))
+        elif primary not in out_hw:
+            names = ", ".join(out_hw)
+            raise ValueError(f"primary={primary!r} is not an output of the launcher; its float outputs: {names}")
         sites = list(hw.visits)
         if not sites:
             raise ValueError("the kernel ran no floating-point op: nothing to attribute")
@@ -472,7 +483,7 @@ def attribute_kernel(
                 sources[s.file] = Path(s.file).read_text(encoding="utf-8").splitlines(keepends=True)
             except OSError:
                 sources[s.file] = []
-    o0 = outputs[0]
+    o0 = primary
     ms = {s: iso[s][o0].rms ** 2 for s in sites}
     denom = sum(ms.values())
     total_ms = total[o0].rms ** 2
@@ -497,6 +508,7 @@ def attribute_kernel(
     }
     return KernelAttribution(
         outputs=outputs,
+        primary=o0,
         total=total,
         rows=rows,
         sources=sources,
@@ -666,6 +678,7 @@ def _write(result: KernelAttribution, out: Path) -> list[Path]:
     summary = {
         "config": result.config,
         "outputs": list(result.outputs),
+        "primary": result.primary,
         "total": {o: dataclasses.asdict(e) for o, e in result.total.items()},
         "reproduces_faithful": result.reproduces_faithful,
         "sites_differ": result.sites_differ,
@@ -692,6 +705,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu attribute"
     p.add_argument("--no-ablation", action="store_true", help="isolation only (half the runs)")
     p.add_argument("--hardware", help="a hardware profile for faithful() (e.g. h200)")
     p.add_argument("--max-sites", type=int, default=64, help="refuse kernels with more sites (default 64)")
+    p.add_argument("--output", metavar="NAME", help="the output the shares are of (default the first: out, out0)")
     p.add_argument("--out", type=Path, help="write attribution.txt/.html/.json and sites.csv here")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
@@ -715,6 +729,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "simfloat-gpu attribute"
             max_sites=args.max_sites,
             progress=progress,
             name=name,
+            primary=args.output,
         )
     except (ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
         print(f"{prog}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
