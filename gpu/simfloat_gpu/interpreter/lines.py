@@ -27,6 +27,9 @@ table by byte address, which later loads of the same run read, and :func:`exact_
 launch. With every site rounding, the carriers hold exactly the values a plain faithful() run stores, so the
 outputs are the same bits.
 
+Conversions to integers are no sites: they convert as the hardware does in every run (an integer carries no
+fraction), so a kernel that quantizes keeps its integer conversion in the golden run too.
+
 Site runs were built and tested on triton 3.9's interpreter. Not supported in a site run (they raise
 ``FaithfulNotImplementedError``): float atomics, tensor descriptors and
 block pointers, bitcasts of floats; outputs computed by the host after the launch (only what the kernel stores
