@@ -225,6 +225,23 @@ def test_tutorial_golden_is_float64_attention(tutorial):
     assert np.max(np.abs(g["out1"][0] - lse2)) < 1e-12
 
 
+@pytest.mark.parametrize("kernel", ["fp8_attention", "int8_attention", "sage_attention"])
+def test_every_project_kernel_runs_with_its_bits(kernel):
+    """The all-sites run of the quantized kernels (fp8 loads and casts, int8 dots, in-kernel quantization) is
+    their plain faithful() run, bit for bit, and the golden run differs from it."""
+    import importlib
+
+    launcher = getattr(importlib.import_module(f"simfloat_gpu.kernels.{kernel}"), kernel)
+    (q, k, v), _, _ = make_inputs({"seq": 64, "head_dim": 32, "dtype": "fp16", "seed": 2})
+    kw = {"block_m": 16, "block_n": 32}
+    with faithful():
+        plain = run_sites(launcher, (q, k, v), kw, None)["out"]
+        hardware = run_sites(launcher, (q, k, v), kw, SitePolicy("hardware"))["out"]
+        golden = run_sites(launcher, (q, k, v), kw, SitePolicy("exact"))["out"]
+    np.testing.assert_array_equal(hardware, plain)
+    assert np.isfinite(golden).all() and not np.array_equal(golden, plain)
+
+
 def test_site_run_rules():
     with pytest.raises(RuntimeError, match="inside a simfloat_gpu.interpreter.faithful"):
         with site_run(SitePolicy("exact")):
