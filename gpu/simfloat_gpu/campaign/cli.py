@@ -1,4 +1,4 @@
-"""Command line of the validation campaign: ``simfloat-gpu validate | run | probe | fit``.
+"""Command line of the validation campaign: ``simfloat-gpu validate | run | probe | fit | attribute``.
 
 Each subcommand is one module of :mod:`simfloat_gpu.campaign` with its own ``main(argv, prog)``; it is imported
 only when run, so that ``TRITON_INTERPRET`` can still be set before any kernel module is imported and
@@ -25,6 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("gpu_run", "the one GPU job: fixtures, probes, speed, environment, in a time budget"),
     "probe": ("probes", "one hardware probe (isa, dot, exp, sum) on its own"),
     "fit": ("fit_cli", "fit the emulator's hardware models to probe results and report how well each fits"),
+    "attribute": (
+        "attribute",
+        "error attribution of any Triton kernel by source line (faithful interpreter: isolation and ablation "
+        "of each floating-point op against the float64 golden run)",
+    ),
 }
 
 

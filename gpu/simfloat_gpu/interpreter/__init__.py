@@ -98,6 +98,13 @@ Defaults and why
   needs and record it with :func:`faithful_config`.
 * ``fp8_overflow="satfinite"``: what Triton's casts compile to on sm_89+.
 
+Per-site attribution
+--------------------
+:mod:`simfloat_gpu.interpreter.lines` runs a kernel inside ``faithful()`` with each floating-point op a *site*
+(source line and op) that rounds as above or computes exactly in float64, chosen per site
+(``site_run(SitePolicy(...))``); :mod:`simfloat_gpu.campaign.attribute` builds the per-line error attribution
+on it. Outside a site run nothing of it is active.
+
 Limitations
 -----------
 * Triton 3.9 compiles with fp fusion on by default, so on the GPU ``a * b + c`` may become one ``fma.rn``; the

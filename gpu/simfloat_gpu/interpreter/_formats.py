@@ -106,7 +106,10 @@ _FP8_POS = {name: tab[:128][~np.isnan(tab[:128])].astype(np.float64) for name, t
 
 
 def decode(data: np.ndarray, name: str) -> np.ndarray:
-    """Values of a storage array: float32 for every format but fp64 (exact), float64 for fp64."""
+    """Values of a storage array: float32 for every format but fp64 (exact), float64 for fp64. A float64 array is
+    already values (fp64 storage, or the float64 carriers of :mod:`simfloat_gpu.interpreter.lines`' site runs)."""
+    if isinstance(data, np.ndarray) and data.dtype == np.float64:
+        return data
     if name == "fp32":
         return np.asarray(data, dtype=np.float32)
     if name == "fp64":

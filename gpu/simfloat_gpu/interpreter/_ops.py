@@ -9,9 +9,13 @@ raises ``NotImplementedError`` naming the operation and the dtype.
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 from fractions import Fraction
 
 import numpy as np
+import triton
 import triton.language as tl
 from triton._C.libtriton import ir
 from triton.runtime import interpreter as ti
@@ -43,6 +47,15 @@ TensorHandle = ti.TensorHandle
 STACK: list = []
 #: stock attributes saved at installation: (owner, name) -> original
 STOCK: dict = {}
+#: the active site policy of :mod:`simfloat_gpu.interpreter.lines` (None: no site run). While set, every float
+#: handle carries float64 values ("carriers") instead of its storage, and each float op asks the policy whether
+#: its site rounds as the hardware does or computes exactly (float64).
+POLICY: list = []
+#: float64 values stored by the kernel during a site run: byte address -> exact value (the narrow memory holds
+#: the value rounded to nearest; loads read this first)
+SHADOW: dict = {}
+_SKIP_DIRS = (os.path.dirname(os.path.abspath(triton.__file__)), os.path.dirname(os.path.abspath(__file__)))
+_F64 = "float64"
 
 #: log2(e) as Triton's NVIDIA lowering of tl.exp materializes it: an fp32 constant
 LOG2E_F32 = np.float32(1.4426950408889634)
@@ -84,7 +97,47 @@ def _fmt(name: str) -> FloatFormat:
 
 
 def _handle(values, name: str, dtype) -> TensorHandle:
-    return TensorHandle(to_storage(values, name), dtype.scalar if hasattr(dtype, "scalar") else dtype)
+    scalar = dtype.scalar if hasattr(dtype, "scalar") else dtype
+    if POLICY:
+        return TensorHandle(np.asarray(values, dtype=np.float64), scalar)
+    return TensorHandle(to_storage(values, name), scalar)
+
+
+def _store(values, name: str) -> np.ndarray:
+    """Storage of ``values`` (float64 carriers during a site run)."""
+    return np.asarray(values, dtype=np.float64) if POLICY else to_storage(values, name)
+
+
+# ----------------------------------------------------------------------------------------------------
+# sites (simfloat_gpu.interpreter.lines)
+# ----------------------------------------------------------------------------------------------------
+
+
+def find_site(op: str) -> tuple[str, int, str]:
+    """(file, line, op) of the kernel source line executing now: the innermost frame outside triton and this
+    package (the interpreter runs the kernel's Python body, so that frame is the kernel's line)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_SKIP_DIRS):
+            return (fn, f.f_lineno, op)
+        f = f.f_back
+    return ("<unknown>", 0, op)
+
+
+def rounds(op: str) -> bool:
+    """Whether the float op ``op`` executing now rounds as the hardware does (always, outside a site run)."""
+    if not POLICY:
+        return True
+    return bool(POLICY[-1].visit(find_site(op)))
+
+
+def _wide_guard(what: str, *handles) -> None:
+    if POLICY and any(ftype(h) is not None for h in handles if h is not None):
+        raise FaithfulNotImplementedError(
+            f"faithful(): {what} on floats is not supported in a per-site attribution run (simfloat_gpu."
+            "interpreter.lines): its float64 carriers cannot go through it"
+        )
 
 
 def _check_model_output(out, like: np.ndarray, what: str) -> np.ndarray:
@@ -96,7 +149,8 @@ def _check_model_output(out, like: np.ndarray, what: str) -> np.ndarray:
 
 def _flush(x: np.ndarray) -> np.ndarray:
     """Subnormal fp32 values -> zero of the same sign (what .ftz does to inputs and outputs)."""
-    return np.where(np.abs(x) < _F32_TINY, np.copysign(np.float32(0.0), x), x).astype(np.float32)
+    out_dtype = np.float64 if x.dtype == np.float64 else np.float32
+    return np.where(np.abs(x) < _F32_TINY, np.copysign(np.float32(0.0), x), x).astype(out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -114,7 +168,8 @@ def _rounded_binary(op: str):
         name = ftype(lhs)
         if name is None:
             return _stock(ti.InterpreterBuilder, f"create_f{op}")(self, lhs, rhs)
-        r = fn(decode(lhs.data, name), decode(rhs.data, name), _fmt(name))
+        fmt = _fmt(name) if rounds(op) else _F64
+        r = fn(decode(lhs.data, name), decode(rhs.data, name), fmt)
         return _handle(r, name, lhs.dtype)
 
     method.__name__ = f"create_f{op}"
@@ -137,7 +192,7 @@ def create_fdiv(self, lhs, rhs):
     if name is None:
         return _stock(ti.InterpreterBuilder, "create_fdiv")(self, lhs, rhs)
     a, b = decode(lhs.data, name), decode(rhs.data, name)
-    if name == "fp64":
+    if name == "fp64" or not rounds("div"):
         r = sops.div(a, b, "float64")
     elif name == "fp32":
         r = _div32(a, b)
@@ -153,7 +208,8 @@ def create_precise_divf(self, lhs, rhs):
     name = ftype(lhs)
     if name is None:
         return _stock(ti.InterpreterBuilder, "create_precise_divf")(self, lhs, rhs)
-    return _handle(sops.div(decode(lhs.data, name), decode(rhs.data, name), _fmt(name)), name, lhs.dtype)
+    fmt = _fmt(name) if rounds("div_rn") else _F64
+    return _handle(sops.div(decode(lhs.data, name), decode(rhs.data, name), fmt), name, lhs.dtype)
 
 
 def create_approx_divf(self, lhs, rhs):
@@ -172,6 +228,8 @@ def create_frem(self, lhs, rhs):
 
 
 def _negate(data: np.ndarray, name: str) -> np.ndarray:
+    if data.dtype == np.float64:
+        return np.negative(data)
     if name == "bf16":
         return data ^ np.uint16(0x8000)
     if name in FP8:
@@ -191,7 +249,8 @@ def create_fma(self, x, y, z):
     name = ftype(z)
     if name is None:
         return _stock(ti.InterpreterBuilder, "create_fma")(self, x, y, z)
-    r = sops.fma(decode(x.data, name), decode(y.data, name), decode(z.data, name), _fmt(name))
+    fmt = _fmt(name) if rounds("fma") else _F64
+    r = sops.fma(decode(x.data, name), decode(y.data, name), decode(z.data, name), fmt)
     return _handle(r, name, z.dtype)
 
 
@@ -240,7 +299,8 @@ def binary_op(self, lhs, rhs, op):
         return TensorHandle(np.asarray(r, dtype=np.bool_), tl.int1)
     for uf, fn in _GENERIC_ROUNDED.items():
         if op is uf:
-            return _handle(fn(a, b, _fmt(name)), name, lhs.dtype)
+            fmt = _fmt(name) if rounds(fn.__name__) else _F64
+            return _handle(fn(a, b, fmt), name, lhs.dtype)
     raise _unsupported(f"elementwise {getattr(op, '__name__', op)}", name)
 
 
@@ -251,6 +311,8 @@ def unary_op(self, arg, op):
         return _stock(ti.InterpreterBuilder, "unary_op")(self, arg, op)
     if op is np.negative:
         return TensorHandle(_negate(arg.data, name), arg.dtype.scalar)
+    if op is np.abs:
+        return _handle(np.abs(decode(arg.data, name)), name, arg.dtype)
     if any(op is o for o in (np.floor, np.ceil, np.trunc)):
         return _handle(op(decode(arg.data, name)), name, arg.dtype)
     raise _unsupported(f"elementwise {getattr(op, '__name__', op)}", name)
@@ -259,6 +321,9 @@ def unary_op(self, arg, op):
 def ternary_op(self, lhs, rhs, other, op):
     """``where`` moves bits (stock); ``clip`` (tl.clamp) compares decoded values; integers -> stock."""
     name = ftype(other)
+    if op is np.where and name is not None and POLICY:  # both branches as float64 carriers
+        r = np.where(lhs.data, decode(rhs.data, name), decode(other.data, name))
+        return _handle(r, name, other.dtype)
     if op is np.where or name is None:
         return _stock(ti.InterpreterBuilder, "ternary_op")(self, lhs, rhs, other, op)
     if op is np.clip:
@@ -275,6 +340,13 @@ def create_ceil(self, arg):
     return unary_op(self, arg, np.ceil)
 
 
+def create_fabs(self, arg):
+    """``tl.abs`` on floats: the stock method masks the sign bit of the storage; carriers need ``np.abs``."""
+    if POLICY and ftype(arg) is not None:
+        return unary_op(self, arg, np.abs)
+    return _stock(ti.InterpreterBuilder, "create_fabs")(self, arg)
+
+
 # ----------------------------------------------------------------------------------------------------
 # transcendental functions and square roots
 # ----------------------------------------------------------------------------------------------------
@@ -284,6 +356,8 @@ def _only_fp32(arg, what: str, why64: str) -> np.ndarray:
     name = ftype(arg)
     if name != "fp32":
         raise _unsupported(what, str(name or arg.dtype), why64 if name == "fp64" else "")
+    if arg.data.dtype == np.float64:  # a carrier of a site run: the exact value, possibly not an fp32
+        return arg.data
     return np.asarray(arg.data, dtype=np.float32)
 
 
@@ -299,19 +373,36 @@ def exp2_f32(x: np.ndarray, ftz: bool) -> np.ndarray:
     return _flush(y) if ftz else y
 
 
+def _libm(fn, x: np.ndarray) -> np.ndarray:
+    """``fn`` (a ``math`` function) on each float64 value: the exact mode's exp/exp2, as the emulator's float64
+    plans compute them (libm, rounded once to float64)."""
+    flat = np.asarray(x, dtype=np.float64).reshape(-1)
+    out = np.empty(flat.shape)
+    for i, v in enumerate(flat.tolist()):
+        try:
+            out[i] = fn(v)
+        except OverflowError:
+            out[i] = math.inf
+    return out.reshape(np.shape(x))
+
+
 def create_exp2(self, arg):
     """``tl.exp2`` / ``tl.math.exp2`` (fp32): NVIDIA lowers it to ``ex2.approx.ftz.f32``; computed by the
     ``exp2`` model, with flushing when ``ftz=True``."""
     x = _only_fp32(arg, "tl.exp2", "GPU: libdevice __nv_exp2")
-    return TensorHandle(exp2_f32(x, cfg().ftz), arg.dtype.scalar)
+    if not rounds("exp2"):
+        return _handle(_libm(math.exp2, x), "fp32", arg.dtype)
+    return _handle(exp2_f32(x, cfg().ftz), "fp32", arg.dtype)
 
 
 def create_exp(self, arg):
     """``tl.exp`` (fp32): NVIDIA lowers it to ``ex2.approx.f32(mul.f32(x, 1.4426950f))`` -- the product is
     rounded to fp32 first, then the ``exp2`` model applies (no .ftz on this instruction)."""
     x = _only_fp32(arg, "tl.exp", "GPU: libdevice __nv_exp")
+    if not rounds("exp"):
+        return _handle(_libm(math.exp, x), "fp32", arg.dtype)
     t = sops.mul(x, LOG2E_F32, "float32")
-    return TensorHandle(exp2_f32(t, False), arg.dtype.scalar)
+    return _handle(exp2_f32(t, False), "fp32", arg.dtype)
 
 
 def _log2_cr(x: np.ndarray) -> np.ndarray:
@@ -354,13 +445,19 @@ def _log_model(which: str, x: np.ndarray) -> np.ndarray:
 def create_log(self, arg):
     """``tl.log`` (fp32; GPU: libdevice __nv_logf, within 1 ulp): the ``log`` model."""
     x = _only_fp32(arg, "tl.log", "GPU: libdevice __nv_log")
-    return TensorHandle(_log_model("log", x).astype(np.float32), arg.dtype.scalar)
+    if not rounds("log"):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _handle(np.log(x.astype(np.float64)), "fp32", arg.dtype)
+    return _handle(_log_model("log", x).astype(np.float32), "fp32", arg.dtype)
 
 
 def create_log2(self, arg):
     """``tl.log2`` (fp32; GPU: libdevice __nv_log2f): the ``log2`` model."""
     x = _only_fp32(arg, "tl.log2", "GPU: libdevice __nv_log2")
-    return TensorHandle(_log_model("log2", x).astype(np.float32), arg.dtype.scalar)
+    if not rounds("log2"):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _handle(np.log2(x.astype(np.float64)), "fp32", arg.dtype)
+    return _handle(_log_model("log2", x).astype(np.float32), "fp32", arg.dtype)
 
 
 def create_sqrt(self, arg):
@@ -370,6 +467,8 @@ def create_sqrt(self, arg):
     if name == "fp64":
         return _handle(sops.sqrt(arg.data, "float64"), name, arg.dtype)
     x = _only_fp32(arg, "tl.sqrt", "")
+    if not rounds("sqrt"):
+        return _handle(sops.sqrt(x.astype(np.float64), "float64"), name, arg.dtype)
     c = cfg()
     if c.ftz:
         x = _flush(x)
@@ -377,7 +476,7 @@ def create_sqrt(self, arg):
         y = sops.sqrt(x, "float32")
     else:
         y = _check_model_output(c.sqrt(np.array(x)), x, "sqrt")
-    return TensorHandle(_flush(y) if c.ftz else y.astype(np.float32), arg.dtype.scalar)
+    return _handle(_flush(y) if c.ftz else y.astype(np.float32), "fp32", arg.dtype)
 
 
 def create_precise_sqrt(self, arg):
@@ -385,7 +484,8 @@ def create_precise_sqrt(self, arg):
     name = ftype(arg)
     if name not in ("fp32", "fp64"):
         raise _unsupported("tl.sqrt_rn", str(name or arg.dtype))
-    return _handle(sops.sqrt(arg.data, _fmt(name)), name, arg.dtype)
+    fmt = _fmt(name) if rounds("sqrt_rn") else _F64
+    return _handle(sops.sqrt(decode(arg.data, name), fmt), name, arg.dtype)
 
 
 def _no_model(what: str, why: str):
@@ -422,6 +522,10 @@ def _convert(self, src, dst, mode: str, stock):
         vals = decode(src.data, s_name)
         if not d_float:
             return TensorHandle(values_to_ints(vals, ti._get_np_dtype(dst)), dst)
+        if POLICY and d_name == "fp64":
+            return _handle(vals, d_name, dst)  # exact in every mode
+        if POLICY and not rounds("cast"):
+            return _handle(vals, d_name, dst)  # the exact mode: a cast is the identity
         if d_name in FP8:
             if s_name == "fp64":
                 raise _unsupported("cast", f"fp64 -> {d_name}", "Triton cannot lower it for NVIDIA")
@@ -431,7 +535,13 @@ def _convert(self, src, dst, mode: str, stock):
                     f"{s_name} -> {d_name}",
                     "Triton 3.9 cannot lower it for sm90; only fp32 -> fp8e5 has rtz",
                 )
+        if POLICY:
+            return _handle(round_to(vals, d_name, mode, c.fp8_overflow), d_name, dst)
         return TensorHandle(encode(vals, d_name, mode, c.fp8_overflow), dst)
+    if POLICY:
+        if d_name == "fp64" or not rounds("cast"):
+            return _handle(np.asarray(src.data).astype(np.float64), d_name, dst)
+        return _handle(round_to(ints_to_values(src.data, d_name), d_name, RNE, c.fp8_overflow), d_name, dst)
     vals = ints_to_values(src.data, d_name)
     return TensorHandle(encode(vals, d_name, RNE, c.fp8_overflow), dst)
 
@@ -449,9 +559,47 @@ def create_fp_to_fp(self, src, dst_type, rounding_mode):
     return _convert(self, src, dst_type, mode, lambda: stock(self, src, dst_type, rounding_mode))
 
 
+def _const(value, name: str, dtype):
+    """A Python float materialized as a ``name`` constant during a site run: site op ``const``; the exact mode
+    keeps the Python value. The policy learns whether the rounding changed the value (it never depends on the
+    data, so a constant that rounds exactly once does so in every run)."""
+    v = np.array([value], dtype=np.float64)
+    r = round_to(v, name, RNE, "ieee")
+    site = find_site("const")
+    inexact = not np.array_equal(r, v, equal_nan=True)
+    keep = POLICY[-1].visit(site, inexact=inexact)
+    return TensorHandle(r if keep else v, dtype)
+
+
 def get_bf16(self, value):
     """bf16 constants: the Python float rounded once to bf16 (stock: via fp32, truncated)."""
+    if POLICY:
+        return _const(value, "bf16", tl.bfloat16)
     return TensorHandle(encode(np.array([value], dtype=np.float64), "bf16", RNE, "ieee"), tl.bfloat16)
+
+
+def get_fp16(self, value):
+    if POLICY:
+        return _const(value, "fp16", tl.float16)
+    return _stock(ti.InterpreterBuilder, "get_fp16")(self, value)
+
+
+def get_fp32(self, value):
+    if POLICY:
+        return _const(value, "fp32", tl.float32)
+    return _stock(ti.InterpreterBuilder, "get_fp32")(self, value)
+
+
+def get_fp64(self, value):
+    if POLICY:
+        return TensorHandle(np.array([value], dtype=np.float64), tl.float64)
+    return _stock(ti.InterpreterBuilder, "get_fp64")(self, value)
+
+
+def get_null_value(self, type):
+    if POLICY and not isinstance(type, tl.pointer_type) and getattr(type, "scalar", type).is_floating():
+        return TensorHandle(np.zeros(1, dtype=np.float64), type)
+    return _stock(ti.InterpreterBuilder, "get_null_value")(self, type)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -517,7 +665,9 @@ def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         raise _unsupported("tl.dot", f"{a.dtype} x {b.dtype}")
     d_name = ftype(d)
     key, model = _dot_model(a_name, b_name, input_precision, max_num_imprecise_acc, a.data.shape[-1])
-    if d_name is None or not _fits(acc_format(model), _fmt(d_name)):
+    if POLICY and d_name is not None and not rounds("dot"):
+        model = _EXACT_DOT  # the exact mode: float64 products, summed in k order in float64
+    elif d_name is None or not _fits(acc_format(model), _fmt(d_name)):
         raise _unsupported(
             "tl.dot",
             f"{a_name} x {b_name} -> {d_name}",
@@ -531,12 +681,17 @@ def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     return _handle(r, d_name, d.dtype)
 
 
+#: the exact mode's tl.dot: products rounded to float64, summed in k order in float64 (the emulator's fp64 plan)
+_EXACT_DOT = Sequential("float64", product_fmt="float64")
+
+
 def create_dot_scaled(self, *args, **kwargs):
     raise _unsupported("tl.dot_scaled", "mx formats", "no block-scaled MMA model")
 
 
 def create_atomic_rmw(self, rmw_op, ptr, val, *args, **kwargs):
     name = ftype(val)
+    _wide_guard(f"atomic {rmw_op}", val)
     if name is not None and name not in ("fp32", "fp64"):
         raise _unsupported(f"atomic {rmw_op}", name)
     return _stock(ti.InterpreterBuilder, "create_atomic_rmw")(self, rmw_op, ptr, val, *args, **kwargs)
@@ -554,7 +709,20 @@ def reduce_sum(self, input):
         return _stock(ti.ReduceOps, "sum")(self, input)
     c = cfg()
     vals = decode(input.handle.data, name)
-    if c.reduce_order not in sops.ORDERS:  # a hardware rule (simfloat.profiles.tl_sum): fp32 only
+    if not rounds("sum"):
+        order = c.reduce_order if c.reduce_order in sops.ORDERS else "sequential"
+        r = np.asarray(sops.sum(vals, _F64, axis=self.axis, order=order, fan_in=c.reduce_fan_in, chunk=c.reduce_chunk))
+    elif POLICY and c.reduce_order == "sequential" and self.axis is not None and vals.shape[self.axis]:
+        # a site run, carriers possibly not of the format: the first element rounded into the format, then
+        # each exact addition of the next element rounded once (the emulator's sequential row sum; simfloat.ops.sum
+        # would round every element as it is loaded). Identical to simfloat.ops.sum on values of the format, so
+        # the all-sites run keeps the plain run's bits.
+        moved = np.moveaxis(np.asarray(vals, dtype=np.float64), self.axis, -1)
+        acc = np.asarray(round_to(moved[..., 0], name, RNE, "ieee"), dtype=np.float64)
+        for j in range(1, moved.shape[-1]):
+            acc = np.asarray(sops.add(acc, moved[..., j], _fmt(name)), dtype=np.float64)
+        r = acc
+    elif c.reduce_order not in sops.ORDERS:  # a hardware rule (simfloat.profiles.tl_sum): fp32 only
         if name != "fp32" or self.axis is None or vals.ndim == 0:
             raise _unsupported(
                 "tl.sum", name, f"reduce_order={c.reduce_order!r} is an fp32 rule over one axis of a tile"
@@ -572,20 +740,20 @@ def reduce_sum(self, input):
         )
     if self.keep_dims:
         r = np.expand_dims(r, self.axis) if self.axis is not None else r.reshape((1,) * vals.ndim)
-    return self.to_tensor(to_storage(r, name), input.dtype)
+    return self.to_tensor(_store(r, name), input.dtype)
 
 
 def reduce_min_max(self, input, val_reduce_op, idx_reduce_op=None):
     """tl.max/min/argmax/argmin: exact; bf16/fp8 are decoded first (stock compares their bit patterns)."""
     t = input[0] if isinstance(input, tuple) else input
     name = ftype(t.handle)
-    if name not in ("bf16",) + FP8:
+    if name not in ("bf16",) + FP8 and not (POLICY and name is not None):
         return _stock(ti.ReduceOps, "min_max")(self, input, val_reduce_op, idx_reduce_op)
     vals = decode(t.handle.data, name)
     out = []
     if val_reduce_op:
         val = val_reduce_op(vals, axis=self.axis, keepdims=self.keep_dims)
-        out.append(self.to_tensor(to_storage(val, name), t.dtype))
+        out.append(self.to_tensor(_store(val, name), t.dtype))
     if idx_reduce_op:
         out.append(self.to_tensor(idx_reduce_op(vals, axis=self.axis, keepdims=self.keep_dims), tl.int32))
     return tuple(out) if len(out) == 2 else out[0]
@@ -615,11 +783,12 @@ def _scan(self, input, fn, what):
     _needs_sequential(what, [input])
     vals = np.moveaxis(decode(input.handle.data, name), self.axis, -1)
     out = np.empty(vals.shape, dtype=vals.dtype)
+    fmt = _fmt(name) if rounds(what.removeprefix("tl.")) else _F64
     if vals.shape[-1]:
         out[..., 0] = vals[..., 0]
     for j in range(1, vals.shape[-1]):
-        out[..., j] = fn(out[..., j - 1], vals[..., j], _fmt(name))
-    return [self.to_tensor(to_storage(np.moveaxis(out, -1, self.axis), name), input.dtype)]
+        out[..., j] = fn(out[..., j - 1], vals[..., j], fmt)
+    return [self.to_tensor(_store(np.moveaxis(out, -1, self.axis), name), input.dtype)]
 
 
 def scan_cumsum(self, input):
@@ -644,6 +813,114 @@ def convert_float_guard(input, input_dtype, output_dtype, rounding_mode):
 
 
 # ----------------------------------------------------------------------------------------------------
+# float64 carriers of a site run: memory, splats, validation
+# ----------------------------------------------------------------------------------------------------
+
+
+def validate_np_data_size(np_array, tl_dtype):
+    """TensorHandle's storage check, letting float64 carriers through during a site run."""
+    if POLICY and np_array.dtype == np.float64 and not isinstance(tl_dtype, tl.pointer_type):
+        if getattr(tl_dtype, "scalar", tl_dtype).is_floating():
+            return True
+    return _stock(ti, "_validate_np_data_size")(np_array, tl_dtype)
+
+
+def create_splat(self, ret_ty, arg):
+    if POLICY and ftype(arg) is not None:
+        v = np.asarray(decode(arg.data, ftype(arg)), dtype=np.float64).reshape(-1)[0]
+        return TensorHandle(np.full(ret_ty.shape, v, dtype=np.float64), arg.dtype.scalar)
+    return _stock(ti.InterpreterBuilder, "create_splat")(self, ret_ty, arg)
+
+
+def create_unsplat(self, arg):
+    if POLICY and ftype(arg) is not None:
+        v = np.asarray(decode(arg.data, ftype(arg)), dtype=np.float64).reshape(-1)[0]
+        return TensorHandle(np.full((1,), v, dtype=np.float64), arg.dtype.scalar)
+    return _stock(ti.InterpreterBuilder, "create_unsplat")(self, arg)
+
+
+def to_tensor(self, ret, dtype):
+    """ReduceOps/ScanOps results: float64 carriers stay float64 during a site run."""
+    scalar = getattr(dtype, "scalar", dtype)
+    if POLICY and isinstance(ret, np.ndarray) and ret.dtype == np.float64 and scalar.is_floating():
+        if ret.shape:
+            return tl.core.tensor(TensorHandle(ret, scalar), tl.block_type(scalar, list(ret.shape)))
+        return tl.core.tensor(TensorHandle(ret.reshape(1), scalar), scalar)
+    return _stock(ti.ReduceScanOpInterface, "to_tensor")(self, ret, dtype)
+
+
+def create_bitcast(self, src, dst_type):
+    if POLICY and (ftype(src) is not None or getattr(dst_type, "scalar", dst_type).is_floating()):
+        _wide_guard("bitcast", src)
+        if not isinstance(dst_type, tl.pointer_type) and getattr(dst_type, "scalar", dst_type).is_floating():
+            raise FaithfulNotImplementedError(
+                "faithful(): bitcast to a float type is not supported in a per-site attribution run"
+            )
+    return _stock(ti.InterpreterBuilder, "create_bitcast")(self, src, dst_type)
+
+
+def create_masked_load(self, ptrs, mask, other, *rest, **kw):
+    """Loads of floats during a site run: the memory's values as float64 carriers, the exact values the kernel
+    stored earlier in this run (:data:`SHADOW`) in place of their rounded copies."""
+    stock = _stock(ti.InterpreterBuilder, "create_masked_load")
+    elem = ptrs.get_element_ty()
+    if not POLICY or not elem.is_floating():
+        return stock(self, ptrs, mask, other, *rest, **kw)
+    name = elem.name
+    if name not in FORMATS:
+        raise _unsupported("load", name, UNSUPPORTED.get(name, "unknown float type"))
+    raw = stock(self, ptrs, mask, None, *rest, **kw)
+    vals = np.array(decode(raw.data, name), dtype=np.float64)
+    m = np.broadcast_to(np.asarray(mask.data, dtype=bool), vals.shape)
+    if SHADOW:
+        addrs = np.broadcast_to(ptrs.data, vals.shape)
+        for idx in zip(*np.nonzero(m), strict=True):
+            a = int(addrs[idx])
+            if a in SHADOW:
+                vals[idx] = SHADOW[a]
+    if other is not None:
+        vals = np.where(m, vals, np.broadcast_to(decode(other.data, name), vals.shape))
+    else:
+        vals = np.where(m, vals, 0.0)
+    return TensorHandle(vals, elem)
+
+
+def create_masked_store(self, ptrs, value, mask, *rest, **kw):
+    """Stores of floats during a site run: the memory gets the value rounded to nearest into the pointer's
+    dtype (exact for values that already are of the format, as every value of the all-sites run is), and
+    :data:`SHADOW` the exact value."""
+    stock = _stock(ti.InterpreterBuilder, "create_masked_store")
+    name = ftype(value)
+    if not POLICY or name is None:
+        return stock(self, ptrs, value, mask, *rest, **kw)
+    vals = np.asarray(decode(value.data, name), dtype=np.float64)
+    narrow = TensorHandle(encode(vals, name, RNE, "ieee"), value.dtype)
+    out = stock(self, ptrs, narrow, mask, *rest, **kw)
+    m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data))
+    addrs = np.broadcast_to(ptrs.data, m.shape)[m]
+    SHADOW.update(zip(addrs.tolist(), np.broadcast_to(vals, m.shape)[m].tolist(), strict=True))
+    return out
+
+
+def _guarded(name: str, what: str, any_dtype: bool):
+    """A stock method that cannot take float64 carriers: raises during a site run (``any_dtype``: whatever the
+    operands, as for tensor descriptors, whose element type the handles do not show)."""
+
+    def method(self, *args, **kwargs):
+        if POLICY:
+            if any_dtype:
+                raise FaithfulNotImplementedError(
+                    f"faithful(): {what} is not supported in a per-site attribution run (simfloat_gpu.interpreter."
+                    "lines): its float64 carriers cannot go through it"
+                )
+            _wide_guard(what, *[a for a in args if isinstance(a, TensorHandle)])
+        return _stock(ti.InterpreterBuilder, name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+# ----------------------------------------------------------------------------------------------------
 # the patch table
 # ----------------------------------------------------------------------------------------------------
 
@@ -662,6 +939,7 @@ _BUILDER = {
     "create_fma": create_fma,
     "create_floor": create_floor,
     "create_ceil": create_ceil,
+    "create_fabs": create_fabs,
     "create_exp": create_exp,
     "create_exp2": create_exp2,
     "create_log": create_log,
@@ -675,10 +953,33 @@ _BUILDER = {
     "cast_impl": cast_impl,
     "create_fp_to_fp": create_fp_to_fp,
     "get_bf16": get_bf16,
+    "get_fp16": get_fp16,
+    "get_fp32": get_fp32,
+    "get_fp64": get_fp64,
+    "get_null_value": get_null_value,
+    "create_splat": create_splat,
+    "create_unsplat": create_unsplat,
+    "create_bitcast": create_bitcast,
+    "create_masked_load": create_masked_load,
+    "create_masked_store": create_masked_store,
     "create_dot": create_dot,
     "create_dot_scaled": create_dot_scaled,
     "create_atomic_rmw": create_atomic_rmw,
     **FCMP,
+    **{
+        n: _guarded(n, w, a)
+        for n, w, a in (
+            ("create_descriptor_load", "a tensor-descriptor load", True),
+            ("create_descriptor_store", "a tensor-descriptor store", True),
+            ("create_descriptor_gather", "a tensor-descriptor gather", True),
+            ("create_descriptor_scatter", "a tensor-descriptor scatter", True),
+            ("create_tensor_pointer_load", "a block-pointer load", True),
+            ("create_tensor_pointer_store", "a block-pointer store", True),
+            ("create_atomic_cas", "an atomic compare-and-swap", False),
+            ("create_atomic_load", "an atomic load", False),
+            ("create_atomic_store", "an atomic store", False),
+        )
+    },
 }
 
 
@@ -692,6 +993,8 @@ def patch_table() -> list[tuple[object, str, object]]:
         (ti.ScanOps, "cumsum", scan_cumsum),
         (ti.ScanOps, "cumprod", scan_cumprod),
         (ti.ScanOps, "generic_scan", generic_scan),
+        (ti.ReduceScanOpInterface, "to_tensor", to_tensor),
         (ti, "_convert_float", convert_float_guard),
+        (ti, "_validate_np_data_size", validate_np_data_size),
     ]
     return [(owner, name, fn) for owner, name, fn in table if hasattr(owner, name)]

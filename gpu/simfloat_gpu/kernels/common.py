@@ -90,8 +90,10 @@ def key_limit(start_m, N_CTX_K, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
 def normalize_and_store(acc, l_i, m_i, o_ptrs, M, L, off_hz, offs_m, row_ok, N_CTX_Q):
     """E1: acc / l_i, correctly rounded, l_i == 0 (no key seen) read as 1; E2: the output stored in the dtype
     ``o_ptrs`` points to, m_i and l_i at ``off_hz * N_CTX_Q + offs_m`` of M and L (rows ``row_ok``)."""
+    # E1: normalize, correctly rounded
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = tl.math.div_rn(acc, l_safe[:, None])
+    # E2: the output in its dtype (rn), then the stats
     tl.store(o_ptrs, out.to(o_ptrs.dtype.element_ty), mask=row_ok[:, None])
     stats_offs = off_hz.to(tl.int64) * N_CTX_Q + offs_m
     tl.store(M + stats_offs, m_i, mask=row_ok)
