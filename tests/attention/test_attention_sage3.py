@@ -1,8 +1,8 @@
 """SageAttention3-style FP4 plans (``sage3-fp4``): the NVFP4 quantizers against simfloat.quantize_block, P's
 two-level quantizer against a numpy oracle, the whole dataflow against an independent numpy/matmul_scaled
-oracle on one key tile, isolation / ablation / tracing of every quantizer, the engine choice (the vector engine by
-default, the reference when tracing; tests/attention/test_engine_quant.py compares them bit for bit), odd lengths, and the
-error against float64 attention next to Sage2's."""
+oracle on one key tile, isolation / ablation / tracing of every quantizer, the engine choice (the vector engine
+by default, the reference when tracing; tests/attention/test_engine_quant.py compares them bit for bit), odd
+lengths, and the error against float64 attention next to Sage2's."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""simfloat_gpu.interpreter.faithful(): the stock interpreter's failures (tests/gpu/test_gpu_stock_interpreter.py), fixed.
+"""simfloat_gpu.interpreter.faithful(): the stock interpreter's failures (tests/gpu/test_gpu_stock_interpreter.py),
+fixed.
 
 Each stock failure is re-run with the same kind of kernel inside ``faithful()`` and checked against references
 that do not go through simfloat_gpu.interpreter: simfloat's models and roundings, ml_dtypes, numpy and exact Fractions.
