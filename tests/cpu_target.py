@@ -34,6 +34,39 @@ def _round_input(rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([x, ties, -ties, special])
 
 
+def _near_ties(rng: np.random.Generator, frac_bits: int, op: str, n: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Operands whose float64 result (``a * b``, ``a / b``, ``sqrt(a)``) is exactly a midpoint between two
+    neighbours of a format with ``frac_bits`` fraction bits while the exact result is not: only the error term
+    the ops take from the hardware FMA says which way to round (an unfused ``a*b + c`` gets them wrong)."""
+    from fractions import Fraction
+
+    a_out, b_out = [], []
+    while len(a_out) < n:
+        k = int(rng.integers(0, 1 << frac_bits))
+        m = 1.0 + (2 * k + 1) * 2.0 ** -(frac_bits + 1)  # a midpoint in [1, 2)
+        b = float(1.0 + rng.integers(1, 1 << 52) * 2.0**-52)  # 53 bits: the exact results are not float64
+        if op == "mul":
+            a = m / b
+            exact = Fraction(a) * Fraction(b)
+            got = a * b
+        elif op == "div":
+            a = m * b
+            exact = Fraction(a) / Fraction(b)
+            got = a / b
+        else:  # a float64 neighbour of m**2 (exact in float64): its square root is m to float64
+            a = float(np.nextafter(m * m, np.inf if rng.integers(2) else -np.inf))
+            exact = Fraction(a)
+            got = float(np.sqrt(a))
+            if got == m and exact != Fraction(m) ** 2:
+                a_out.append(a)
+                b_out.append(0.0)
+            continue
+        if got == m and exact != m:
+            a_out.append(a)
+            b_out.append(b)
+    return np.array(a_out), np.array(b_out)
+
+
 def outputs() -> dict[str, np.ndarray]:
     """Every output of the workload by name (float arrays; the caller compares their bits)."""
     import simfloat
@@ -63,6 +96,13 @@ def outputs() -> dict[str, np.ndarray]:
     out["ops-div-fp16"] = simfloat.ops.div(x, y, "fp16")
     out["ops-sqrt-fp32"] = simfloat.ops.sqrt(np.abs(x), "fp32")
     out["ops-fma-bf16"] = simfloat.ops.fma(x, y, x[::-1].copy(), "bf16")
+    for fmt, bits in (("bf16", 7), ("fp32", 23)):
+        a, b = _near_ties(rng, bits, "mul")
+        out[f"ops-mul-{fmt}-ties"] = simfloat.ops.mul(a, b, fmt)
+        a, b = _near_ties(rng, bits, "div")
+        out[f"ops-div-{fmt}-ties"] = simfloat.ops.div(a, b, fmt)
+        a, _ = _near_ties(rng, bits, "sqrt")
+        out[f"ops-sqrt-{fmt}-ties"] = simfloat.ops.sqrt(a, fmt)
     return out
 
 

@@ -5,7 +5,9 @@ Without fastmath LLVM neither contracts ``a*b + c`` nor reassociates, whatever t
 asks for a fused multiply-add (``simfloat._jit.fma64`` / ``fma32``, the ``llvm.fma`` intrinsic, never
 ``llvm.fmuladd``) a CPU without FMA calls the C library's correctly rounded ``fma``. The workload
 (``tests/cpu_target.py``) runs flash (triton-bf16 on both engines, h200-bf16, fp8-e4m3), the fp32 baseline, the
-triton-bf16 backward, a tensor-core matmul, ``simfloat.round`` in every mode and the exactly rounded ops; the
+triton-bf16 backward, a tensor-core matmul, ``simfloat.round`` in every mode and the exactly rounded ops (on
+operands whose float64 result is a midpoint of the format while the exact one is not: there only the error term
+of the fused multiply-add decides; an unfused ``fma64`` changes about half of those products and quotients); the
 generic build runs in a fresh process with a numba cache of its own (a cold compile: minutes), the native one in
 this process (the suite's cache)."""
 
@@ -56,7 +58,7 @@ def test_every_engine_gives_the_same_bits_compiled_without_fma_or_avx(tmp_path: 
         assert nat["fma_instruction"] and not nat["fma_call"]
 
     names = sorted(p.name for p in native.glob("*.npy"))
-    assert names == sorted(p.name for p in generic.glob("*.npy")) and len(names) >= 25
+    assert names == sorted(p.name for p in generic.glob("*.npy")) and len(names) >= 33
     differ = []
     for name in names:
         a, b = np.load(native / name), np.load(generic / name)
