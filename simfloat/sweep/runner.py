@@ -1,12 +1,15 @@
 """Running a sweep on Dask: the client submits the runs the store lacks, and commits each result to the store
 the moment its future completes (workers only compute and return), so that killing the client or a worker
-loses only the runs in flight.
+loses only the runs in flight. With shards (a store on a network filesystem), each worker commits its own runs
+to its shard before returning them, and the client merges the shards into the store when it starts and ends.
 
+The cluster is a local one on this machine, a running scheduler, or Slurm jobs (:mod:`simfloat.sweep.cluster`).
 ``dask.distributed`` is imported only here, when a sweep runs (the ``sweep`` extra).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -18,10 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simfloat.sweep.cluster import SlurmOptions
 from simfloat.sweep.spec import RESERVED, Spec, load_spec, resolve_kind
-from simfloat.sweep.store import Store
+from simfloat.sweep.store import Store, shard_dir, write_shard
 
-__all__ = ["SweepResult", "execute", "run_sweep"]
+__all__ = ["CLUSTERS", "SweepResult", "execute", "host_cpu", "run_sweep"]
+
+#: The kinds of cluster :func:`run_sweep` starts.
+CLUSTERS = ("local", "slurm")
 
 
 @dataclass
@@ -85,6 +92,30 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
+def _cpu_model() -> str:
+    """The CPU's model as the OS names it (Linux: ``/proc/cpuinfo``'s model name)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Processor", "cpu model")):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+@functools.cache
+def host_cpu() -> dict[str, str]:
+    """This process's CPU, as a run records it: ``cpu_model`` (the OS's name), and the LLVM target numba compiles
+    simfloat's kernels for: ``cpu`` (``znver4``, ``skylake-avx512``; ``generic`` under ``NUMBA_CPU_NAME=generic``)
+    and ``cpu_features``, its enabled instruction-set features (``avx2 fma ...``, sorted, space-separated)."""
+    from numba.core.registry import cpu_target
+
+    _, name, features = cpu_target.target_context.codegen().magic_tuple()
+    enabled = sorted(f[1:] for f in features.split(",") if f.startswith("+"))
+    return {"cpu_model": _cpu_model(), "cpu": str(name), "cpu_features": " ".join(enabled)}
+
+
 def _worker_name() -> str:
     try:
         from distributed import get_worker
@@ -112,11 +143,17 @@ def _metrics(out: object, config: Mapping[str, Any]) -> dict[str, Any]:
     return metrics
 
 
-def execute(target: str, kind: str, sweep: str, config: dict[str, Any], config_hash: str) -> dict[str, Any]:
+def execute(
+    target: str, kind: str, sweep: str, config: dict[str, Any], config_hash: str, shards: str | None = None
+) -> dict[str, Any]:
     """One run, on a worker: the kind's function on the config, with timings and the environment.
 
     An exception of the run is caught and returned as a failed row (its traceback in ``error``), so that the
     client stores it; only the worker's death escapes (the scheduler then retries the run elsewhere).
+
+    Args:
+        target, kind, sweep, config, config_hash: the run (:class:`~simfloat.sweep.spec.Spec`'s).
+        shards: a shards folder: the row is committed to this process's shard before it is returned.
 
     Returns:
         The store row (:data:`simfloat.sweep.store.COLUMNS`, ``config``, ``metrics``).
@@ -136,6 +173,7 @@ def execute(target: str, kind: str, sweep: str, config: dict[str, Any], config_h
         numpy=_version("numpy"),
         numba=_version("numba"),
         simfloat=simfloat.__version__,
+        **host_cpu(),
         start=time.time(),
     )
     t0 = time.perf_counter()
@@ -147,6 +185,8 @@ def execute(target: str, kind: str, sweep: str, config: dict[str, Any], config_h
         row["metrics"], row["status"], row["error"] = None, "failed", traceback.format_exc()
     row["wall_s"] = time.perf_counter() - t0
     row["end"] = time.time()
+    if shards is not None:
+        write_shard(shards, row)
     row["compile_s"] = compile_seconds() - c0  # not stored: the client's bar leaves it out of its rate
     return row
 
@@ -166,12 +206,27 @@ def _distributed() -> Any:
     return distributed
 
 
-def _client(scheduler: str | None, workers: int | None) -> tuple[Any, Any]:
-    """(client, cluster): a connection to ``scheduler``, or a local cluster of ``workers`` processes with one
-    Dask thread each (numba gets the cores divided among them); cluster is None for an existing scheduler."""
+def _client(
+    scheduler: str | None, workers: int | None, cluster_kind: str = "local", slurm: SlurmOptions | None = None
+) -> tuple[Any, Any]:
+    """(client, cluster): a connection to ``scheduler``, a Slurm cluster with its jobs asked for, or a local
+    cluster of ``workers`` processes with one Dask thread each (numba gets the cores divided among them);
+    cluster is None for an existing scheduler."""
     import logging
 
     dd = _distributed()
+    if cluster_kind == "slurm":
+        from simfloat.sweep.cluster import slurm_cluster, start_jobs
+
+        opts = slurm if slurm is not None else SlurmOptions()
+        sc = slurm_cluster(opts)
+        try:
+            client = dd.Client(sc)
+            start_jobs(sc, opts)
+            return client, sc
+        except BaseException:
+            sc.close()
+            raise
     if scheduler is not None:
         try:
             return dd.Client(scheduler, timeout="20s"), None
@@ -226,6 +281,9 @@ def run_sweep(
     progress: bool = True,
     retry_failed: bool = False,
     echo: Callable[[str], None] | None = None,
+    cluster: str = "local",
+    slurm: SlurmOptions | None = None,
+    shards: bool = False,
 ) -> SweepResult:
     """Run every config of a SPEC that the store lacks, on Dask, committing each run as it finishes.
 
@@ -237,27 +295,47 @@ def run_sweep(
         spec: a TOML path, a SPEC dict or a checked :class:`~simfloat.sweep.spec.Spec`.
         store: the SQLite file (created if missing; its folder must exist).
         scheduler: the address of a running Dask scheduler (``tcp://host:8786``); None: a local cluster of
-            ``workers`` processes on this machine.
+            ``workers`` processes on this machine (or Slurm jobs: ``cluster``).
         workers: processes of the local cluster (default: this machine's cores); not with ``scheduler``.
         progress: a tqdm bar on stderr, up before the cluster starts.
         retry_failed: run the configs whose stored row failed again (their rows are replaced).
         echo: called with status lines (the counts before the runs start); None: silent.
+        cluster: ``"local"`` (this machine, or ``scheduler``) or ``"slurm"``: Slurm jobs of Dask workers
+            through dask-jobqueue (the ``cluster`` extra), sized and counted by ``slurm``.
+        slurm: the Slurm jobs' options (:class:`~simfloat.sweep.cluster.SlurmOptions`; default: its defaults).
+        shards: each worker commits its runs to a shard of its own (``<store>.shards/``), merged into the store
+            when the sweep starts and ends; for a store on a network filesystem (NFS, Lustre, GPFS, ...), where
+            the store's WAL mode does not work and is refused. A killed sweep keeps every run a worker finished.
 
     Returns:
         A :class:`SweepResult`.
 
     Raises:
         SpecError: a bad SPEC (nothing runs).
-        ValueError: a bad store path, ``workers`` with ``scheduler``, or an unreachable scheduler.
-        ImportError: dask.distributed is not installed.
+        SharedFilesystemError: the store is on a network filesystem and ``shards`` is False (a ValueError).
+        ValueError: a bad store path, ``workers`` with ``scheduler``, an unreachable scheduler, or bad
+            ``cluster`` / ``slurm`` options.
+        ImportError: dask.distributed (or, for Slurm, dask-jobqueue) is not installed.
     """
     t0 = time.perf_counter()
     workers = _positive(workers, "workers")
     if scheduler is not None and workers is not None:
         raise ValueError("workers sets the size of the local cluster; an existing scheduler has its own workers")
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}, got {cluster!r}")
+    if cluster == "slurm" and (scheduler is not None or workers is not None):
+        raise ValueError("a Slurm cluster has its own scheduler, and its workers are set by the Slurm options")
+    if cluster != "slurm" and slurm is not None:
+        raise ValueError("Slurm options need cluster='slurm'")
+    if slurm is not None:
+        slurm.check()
     sp = spec if isinstance(spec, Spec) else load_spec(spec)
     result = SweepResult(name=sp.name, store=Path(store), total=len(sp.configs), axes=sp.axes)
-    with Store(store) as st:
+    shard_path = str(shard_dir(Path(store).resolve())) if shards else None
+    with Store(store, wal=not shards) as st:
+        if shard_path is not None:  # the runs of an earlier sweep that its client did not see end
+            for p in sorted(Path(shard_path).glob("*.db")):
+                st.merge(p)
         done = st.statuses()
         todo = [
             (h, c)
@@ -276,16 +354,25 @@ def run_sweep(
             return result
         _distributed()  # before the bar: a missing extra is said at once
         bar = _bar(progress, result.total, result.skipped, sp.name)
-        client = cluster = None
+        client = dask_cluster = None
         futures: list[Any] = []
         try:
-            client, cluster = _client(scheduler, workers)
+            client, dask_cluster = _client(scheduler, workers, cluster, slurm)
             n_workers = max(1, len(client.nthreads()))  # runs compile in parallel, one per worker
             dd = _distributed()
             by_key = {f"simfloat-sweep-{h}": (h, c) for h, c in todo}
             futures = [
                 client.submit(
-                    execute, sp.target, sp.kind, sp.name, dict(c), h, key=f"simfloat-sweep-{h}", pure=False, retries=0
+                    execute,
+                    sp.target,
+                    sp.kind,
+                    sp.name,
+                    dict(c),
+                    h,
+                    shard_path,
+                    key=f"simfloat-sweep-{h}",
+                    pure=False,
+                    retries=0,
                 )
                 for h, c in todo
             ]
@@ -294,7 +381,8 @@ def run_sweep(
                 if fut.status == "finished":
                     row = fut.result()
                     compiled = float(row.pop("compile_s", 0.0)) / n_workers
-                    st.put(row)  # committed before the next result is looked at
+                    if shard_path is None:
+                        st.put(row)  # committed before the next result is looked at (with shards: by the worker)
                     if row["status"] == "ok":
                         result.ok += 1
                     else:
@@ -317,9 +405,12 @@ def run_sweep(
                 if futures:
                     client.cancel(futures)
                 client.close()
-            if cluster is not None:
-                cluster.close()
+            if dask_cluster is not None:
+                dask_cluster.close()
             if bar is not None:
                 bar.close()
+            if shard_path is not None:
+                for p in sorted(Path(shard_path).glob("*.db")):
+                    st.merge(p)
     result.seconds = time.perf_counter() - t0
     return result

@@ -47,6 +47,8 @@ def test_extras_hold_what_uses_them():
     # the kernels; simfloat_gpu.campaign.fit decodes fp8 bits
     assert {"simfloat_emu", "torch", "triton", "ml_dtypes"} <= _names(GPU_PROJECT["dependencies"])
     assert {"dask", "pandas", "matplotlib", "tqdm"} <= extras["sweep"]  # simfloat sweep / report
+    assert extras["sweep"] | {"dask_jobqueue"} <= extras["cluster"]  # simfloat sweep --cluster slurm
+    assert "dask_jobqueue" in extras["test"]  # tests/studies/test_sweep_cluster.py
     assert {"pytest", "mpmath", "ml_dtypes", "pandas", "matplotlib", "tqdm"} <= extras["test"]
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pinned = _names(x for x in lines if x.strip() and not x.startswith("#"))
