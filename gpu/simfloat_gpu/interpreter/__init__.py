@@ -164,6 +164,8 @@ class _Config:
     reduce_warps_n: int
     fp8_overflow: str
     triton_version: str
+    contract: bool | None = None
+    contract_default: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         def fn_name(f: Any) -> str:
@@ -182,6 +184,8 @@ class _Config:
             "fp8_overflow": self.fp8_overflow,
             "triton_version": self.triton_version,
             "exp": "exp2(rn32(x * 1.4426950f))",
+            "contract": "fp fusion of the launch" if self.contract is None else self.contract,
+            "contract_default": self.contract_default,
         }
         out.update({p: fn_name(getattr(self, p)) for p in _FN_PARAMS})
         return out
@@ -334,6 +338,21 @@ def _check_environment() -> str:
     return version
 
 
+def _triton_fp_fusion_default() -> bool:
+    """Whether Triton compiles a launch without ``enable_fp_fusion=`` with fp fusion on: its knobs
+    ``TRITON_DEFAULT_FP_FUSION`` (default on in 3.6 and 3.9) and ``TRITON_FORCE_DISABLE_FP_FUSION``."""
+    import triton
+
+    lang = getattr(getattr(triton, "knobs", None), "language", None)
+    if lang is not None and hasattr(lang, "default_fp_fusion"):
+        return bool(lang.default_fp_fusion) and not bool(getattr(lang, "force_disable_fp_fusion", False))
+
+    def flag(var: str, default: str) -> bool:
+        return os.environ.get(var, default).lower() in ("1", "true", "on", "yes")
+
+    return flag("TRITON_DEFAULT_FP_FUSION", "1") and not flag("TRITON_FORCE_DISABLE_FP_FUSION", "0")
+
+
 def _install() -> None:
     import triton.runtime.interpreter as ti
 
@@ -397,6 +416,7 @@ def faithful(
     reduce_warps_n: int = 1,
     fp8_overflow: str = "satfinite",
     hardware: Any = None,
+    contract: bool | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Run interpreted Triton kernels with simfloat's numerics inside the block (see the module docstring).
 
@@ -424,6 +444,12 @@ def faithful(
             with it take precedence. Its tl.sum rule of the mma layout becomes ``reduce_order`` unless one is
             given; the interpreter does not know a tile's layout, so the rule applies to every float tl.sum
             (in the flash kernel the only one is l_ij over P, which is in the mma layout).
+        contract: FMA contraction of ``a * b + c`` (fp fusion). ``None`` (default): what the GPU compiles -- a
+            launch's ``enable_fp_fusion=`` keyword, else Triton's default (on in 3.6 and 3.9 unless
+            ``TRITON_DEFAULT_FP_FUSION=0`` or ``TRITON_FORCE_DISABLE_FP_FUSION=1``); contraction then fuses every
+            float add/subtract whose operand is a multiply of the same straight-line code into one fma, rounded
+            once (see "FMA contraction" in the module docstring). ``False``: never (each op rounds, as
+            ``enable_fp_fusion=False`` compiles); ``True``: always, whatever the launch says.
 
     Yields:
         The active settings, as :func:`faithful_config` returns them.
@@ -453,6 +479,8 @@ def faithful(
         raise ValueError(f"faithful(reduce_warps_n=...) must be 1, 2 or 4, got {reduce_warps_n!r}")
     if fp8_overflow not in _FP8_OVERFLOW:
         raise ValueError(f"faithful(fp8_overflow=...) must be 'satfinite' or 'ieee', got {fp8_overflow!r}")
+    if contract is not None and not isinstance(contract, bool):
+        raise TypeError(f"faithful(contract=...) must be None, True or False, got {type(contract).__name__}")
     fns = {
         name: _check_fn(name, value)
         for name, value in (("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("div", div))
@@ -467,6 +495,8 @@ def faithful(
         reduce_warps_n=reduce_warps_n,
         fp8_overflow=fp8_overflow,
         triton_version=_check_environment(),
+        contract=contract,
+        contract_default=_triton_fp_fusion_default(),
         **fns,
     )
     from simfloat_gpu.interpreter import _ops as _interp_ops
