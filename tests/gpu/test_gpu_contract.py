@@ -130,6 +130,25 @@ def _through_helpers(A, B, C, Y, Z, N: tl.constexpr):
 
 
 @triton.jit
+def _step(p, a, b, c):
+    q = a * b
+    y = p + c
+    return y, q
+
+
+@triton.jit
+def _helper_in_loop(A, B, C, Y, n_iter, N: tl.constexpr):
+    """Each call's product is added by the next call: across iterations (the loop's phi), not contracted."""
+    r = tl.arange(0, N)
+    a, b, c = tl.load(A + r), tl.load(B + r), tl.load(C + r)
+    y = c
+    p = c
+    for _ in range(n_iter):
+        y, p = _step(p, a, b, y)
+    tl.store(Y + r, y)
+
+
+@triton.jit
 def _through_where(A, B, C, Y, n, N: tl.constexpr):
     r = tl.arange(0, N)
     a, b, c = tl.load(A + r), tl.load(B + r), tl.load(C + r)
@@ -259,6 +278,10 @@ def test_helpers_are_inlined_and_a_select_is_not_a_product():
     np.testing.assert_array_equal(z, _fma(a, b, c, "fp32"))
     (_, _, _), (y,) = _run(_through_where, "fp32", N)
     np.testing.assert_array_equal(y, _twice(a, b, c, "fp32"))
+    (_, _, _), (y,) = _run(_helper_in_loop, "fp32", 2)
+    p = sops.mul(a, b, "float32")
+    np.testing.assert_array_equal(y, sops.add(p, sops.add(c, c, "float32"), "float32"))
+    assert np.any(y != _fma(a, b, sops.add(c, c, "float32"), "fp32"))
 
 
 def test_a_negated_or_broadcast_product_contracts():

@@ -37,6 +37,8 @@ operation                   GPU (sm_90)                         faithful()
 ==========================  =================================  ==============================================
 + - * on fp16/bf16/fp32/64  add/mul.{f16,bf16,f32,f64} (rn)     exact result rounded once into the dtype
                                                                 (simfloat.ops.add/sub/mul)
+a * b + c, a * b - c,       fp fusion on (Triton's default):    one rounding (simfloat.ops.fma), see "FMA
+c - a * b (contracted)      fma.rn.{f32,f16,bf16,f64}           contraction"; ``contract=False``: two
 ``/`` fp32                  div.full.f32 (approximate)          ``div`` model (default correctly rounded)
 ``/`` fp16/bf16             cvt.f32, div.full.f32, cvt.rn       ``div`` model in fp32, then rounded (rn)
 div_rn, fdiv(ieee=True)     div.rn.f32                          correctly rounded
@@ -98,6 +100,35 @@ Defaults and why
   needs and record it with :func:`faithful_config`.
 * ``fp8_overflow="satfinite"``: what Triton's casts compile to on sm_89+.
 
+FMA contraction
+---------------
+With fp fusion on (Triton's default through 3.9; ``enable_fp_fusion=False`` per launch, ``TRITON_DEFAULT_FP_FUSION=0``
+or ``TRITON_FORCE_DISABLE_FP_FUSION=1`` turn it off; Triton 3.9 warns that 3.10 turns it off by default) LLVM's
+NVPTX backend fuses every fp add or subtract whose operand is a multiply of the same basic block into
+``fma.rn`` -- ``a*b + c``, ``c + a*b``, ``a*b - c`` -> fma(a, b, -c), ``c - a*b`` -> fma(-a, b, c),
+``-(a*b) + c`` -- in fp32, fp64, fp16 and bf16 (sm_90: fma.rn.f16 / .bf16; Triton computes fp16 and bf16
+arithmetic in the format, it does not promote to fp32). NVPTX fuses aggressively: a multiply with other uses is
+fused into each add and kept for the others. With fusion off it emits ``mul.rn``/``add.rn``, which ptxas does
+not fuse either.
+
+``faithful(contract=None)`` (the default) does the same as far as the kernel's source shows: a float multiply's
+result carries its operands, and an add/subtract that consumes it -- directly, negated, or through
+``[:, None]`` / broadcasting -- in the same straight-line code computes the fma, rounded once (its site op in a
+site run is ``fma``); every other use reads the rounded product. Same straight-line code: the innermost call
+that holds both (``@jit`` helpers are inlined), the add on or after the multiply's line, in the same innermost
+loop, no loop starting between them; ``if`` statements do not separate (constexpr conditions vanish, LLVM makes
+small runtime ones selects). With two products (``a*b + c*d``) the left one is fused. ``contract=False`` rounds
+every op (what ``enable_fp_fusion=False`` compiles); ``contract=True`` contracts whatever the launch says. The
+launch keyword and Triton's knobs are read per launch when ``contract`` is None.
+
+Where the GPU can differ (the compiled code decides, not the source): LLVM sinks a multiply whose only use lies
+after a loop into that block and fuses it (faithful() does not); a loop-invariant add hoisted out of a loop is
+fused; a layout conversion Triton inserts between product and add prevents fusion (e.g. a row statistic added to
+a vector loaded in another layout, depending on ``num_warps``); ``tl.sum``/``tl.reduce`` of a product fuses
+products into the per-thread additions of the reduction (faithful() rounds each product first); ptxas
+(``--fmad=true``) may fuse a ``mul``/``add`` pair LLVM left, e.g. across iterations of an unrolled loop. The
+test kernels of tests/gpu/test_gpu_contract.py were checked against the PTX of triton 3.9 for sm_90.
+
 Per-site attribution
 --------------------
 :mod:`simfloat_gpu.interpreter.lines` runs a kernel inside ``faithful()`` with each floating-point op a *site*
@@ -107,9 +138,8 @@ on it. Outside a site run nothing of it is active.
 
 Limitations
 -----------
-* Triton 3.9 compiles with fp fusion on by default, so on the GPU ``a * b + c`` may become one ``fma.rn``; the
-  interpreter sees a multiply and an add and rounds twice. Write ``tl.fma`` where it matters (as
-  simfloat_gpu/kernels/flash_attention.py does) or compile with ``TRITON_DEFAULT_FP_FUSION=0``.
+* FMA contraction follows the source, not the compiled code: see "FMA contraction" for where the GPU's choice
+  can differ. Kernels that must not depend on it write ``tl.fma`` (as simfloat_gpu/kernels/ do throughout).
 * tl.sin/cos/rsqrt/erf, fp64 exp/log, tl.dot_scaled, tf32x3/bf16x3 dots, fnuz and e4b15 fp8, bf16/fp16 atomics
   raise. fp32 atomics are applied in program order (the GPU's order is nondeterministic).
 * bf16 constants (``tl.full(..., tl.bfloat16)``) are the Python float rounded once to bf16.
@@ -340,7 +370,7 @@ def _check_environment() -> str:
 
 def _triton_fp_fusion_default() -> bool:
     """Whether Triton compiles a launch without ``enable_fp_fusion=`` with fp fusion on: its knobs
-    ``TRITON_DEFAULT_FP_FUSION`` (default on in 3.6 and 3.9) and ``TRITON_FORCE_DISABLE_FP_FUSION``."""
+    ``TRITON_DEFAULT_FP_FUSION`` (default on through 3.9) and ``TRITON_FORCE_DISABLE_FP_FUSION``."""
     import triton
 
     lang = getattr(getattr(triton, "knobs", None), "language", None)
@@ -445,7 +475,7 @@ def faithful(
             given; the interpreter does not know a tile's layout, so the rule applies to every float tl.sum
             (in the flash kernel the only one is l_ij over P, which is in the mma layout).
         contract: FMA contraction of ``a * b + c`` (fp fusion). ``None`` (default): what the GPU compiles -- a
-            launch's ``enable_fp_fusion=`` keyword, else Triton's default (on in 3.6 and 3.9 unless
+            launch's ``enable_fp_fusion=`` keyword, else Triton's default (on in 3.9 unless
             ``TRITON_DEFAULT_FP_FUSION=0`` or ``TRITON_FORCE_DISABLE_FP_FUSION=1``); contraction then fuses every
             float add/subtract whose operand is a multiply of the same straight-line code into one fma, rounded
             once (see "FMA contraction" in the module docstring). ``False``: never (each op rounds, as

@@ -178,7 +178,7 @@ _ROUNDED = {"add": sops.add, "sub": sops.sub, "mul": sops.mul}
 # rounded product.
 # ----------------------------------------------------------------------------------------------------
 
-#: attribute of a multiply's TensorHandle: (a, b, origin), origin = (code, frame id, line) of the kernel line
+#: attribute of a multiply's TensorHandle: (a, b, origin), origin = the multiply's :func:`call_chain`
 _PRODUCT = "_simfloat_product"
 #: filename -> (source lines, ((first line, last line) of every for/while loop, ...) or None)
 _LOOPS: dict = {}
@@ -223,13 +223,14 @@ def _innermost(loops, line: int):
 
 
 def call_chain(frame) -> tuple:
-    """((code, frame id, line), ...) of the kernel frames from ``frame`` out to the launch: the kernel's line, the
-    lines of the @jit helpers' calls (Triton inlines them: one function on the GPU)."""
+    """((frame, line, instruction offset), ...) of the kernel frames from ``frame`` out to the launch: the
+    kernel's line, the lines of the @jit helpers' calls (Triton inlines them: one function on the GPU). The
+    frames themselves are kept (a finished helper's frame stays distinct from a later call's)."""
     chain = []
     f = frame
     while f is not None and f.f_code is not _GRID_CALL_CODE:
         if not os.path.abspath(f.f_code.co_filename).startswith(_SKIP_DIRS):
-            chain.append((f.f_code, id(f), f.f_lineno))
+            chain.append((f, f.f_lineno, f.f_lasti))
         f = f.f_back
     return tuple(chain)
 
@@ -242,28 +243,29 @@ def _in_loop(code, line: int) -> bool:
 def same_block(origin: tuple, chain: tuple) -> bool:
     """Whether a multiply made at ``origin`` (its :func:`call_chain`) and an add executing at ``chain`` lie in one
     basic block of the compiled kernel, as far as the source shows. In the innermost function call both are in
-    (helpers are inlined), at lines ``m`` and ``a`` (an op inside a helper counts at the helper's call): ``a``
-    on or below ``m``, inside the same innermost loop, with no loop starting in between; inside a helper the op
-    is in none of the helper's loops. ``if`` statements do not separate (Triton resolves constexpr conditions
-    at compile time, LLVM turns small runtime ones into selects). Source that cannot be read (a kernel made by
-    ``exec``): the same line only."""
+    (helpers are inlined), at lines ``m`` and ``a`` (an op inside a helper counts at the helper's call): the add
+    a later instruction than the multiply (not the same call made again), inside the same innermost loop, with
+    no loop starting in between; inside a helper the op is in none of the helper's loops. ``if`` statements do
+    not separate (Triton resolves constexpr conditions at compile time, LLVM turns small runtime ones into
+    selects). Source that cannot be read (a kernel made by ``exec``): the same line only."""
     if not origin or not chain:
         return False
     # the innermost frame both chains share (frames compared from the launch inwards)
     k = 0
-    while k < min(len(origin), len(chain)) and origin[-1 - k][:2] == chain[-1 - k][:2]:
+    while k < min(len(origin), len(chain)) and origin[-1 - k][0] is chain[-1 - k][0]:
         k += 1
     if k == 0:
         return False
-    for code, _, line in origin[: len(origin) - k] + chain[: len(chain) - k]:
-        if _in_loop(code, line):
+    for f, line, _ in origin[: len(origin) - k] + chain[: len(chain) - k]:
+        if _in_loop(f.f_code, line):
             return False
-    code, _, line_m = origin[len(origin) - k]
-    line_a = chain[len(chain) - k][2]
+    frame, line_m, pos_m = origin[len(origin) - k]
+    _, line_a, pos_a = chain[len(chain) - k]
+    if pos_a <= pos_m:  # an earlier instruction, or the same call again: another iteration
+        return False
     if line_a == line_m:
         return True
-    if line_a < line_m:
-        return False
+    code = frame.f_code
     loops = _loops(code.co_filename)
     if loops is None:
         return False
