@@ -362,3 +362,34 @@ def test_a_site_run_names_the_contracted_add_an_fma_site_and_keeps_the_plain_bit
     assert "fma" in ops and "add" not in ops
     fma_site = next(s for s in pol.visits if s.op == "fma")
     assert isinstance(fma_site, Site) and fma_site.line == next(s for s in pol.visits if s.op == "mul").line
+
+
+def _project_run(kernel: str, q, k, v, do):
+    import importlib
+
+    if kernel == "flash_attention_backward":
+        from simfloat_gpu.kernels.flash_attention import flash_attention
+        from simfloat_gpu.kernels.flash_attention_bwd import flash_attention_backward
+
+        o, m, l = flash_attention(q, k, v, causal=True, block_m=16, block_n=16, return_stats=True)  # noqa: E741
+        return [o, m, l, *flash_attention_backward(q, k, v, o, do, m, l, causal=True, block_m=16, block_n=16)]
+    launcher = getattr(importlib.import_module(f"simfloat_gpu.kernels.{kernel}"), kernel)
+    r = launcher(q, k, v, causal=True, block_m=16, block_n=32)
+    return [t for t in (r if isinstance(r, (tuple, list)) else [r]) if isinstance(t, torch.Tensor)]
+
+
+@pytest.mark.parametrize(
+    "kernel", ["flash_attention", "flash_attention_backward", "fp8_attention", "int8_attention", "sage_attention"]
+)
+def test_the_project_kernels_do_not_depend_on_fp_fusion(kernel):
+    """Every fused multiply-add of the project's kernels is an explicit tl.fma and no other multiply feeds an add:
+    contracting everything and nothing give the same bits, so their plans hold with fp fusion on or off."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v, do = (torch.randn(1, 2, 40, 32, generator=g).to(torch.bfloat16) for _ in range(4))
+    outs = []
+    for contract in (True, False):
+        with faithful(contract=contract):
+            outs.append(_project_run(kernel, q, k, v, do))
+    assert len(outs[0]) >= 1 and len(outs[0]) == len(outs[1])
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
