@@ -317,14 +317,18 @@ def test_the_launch_keyword_enable_fp_fusion_decides_unless_contract_is_given():
     np.testing.assert_array_equal(y, _twice(a, b, c, "fp32"))
 
 
-def test_triton_knob_default_fp_fusion_is_the_default(monkeypatch):
-    knobs = triton.knobs.language
-    monkeypatch.setattr(knobs, "default_fp_fusion", False)
+@pytest.mark.parametrize(
+    "env, fused",
+    [({"TRITON_DEFAULT_FP_FUSION": "0"}, False), ({"TRITON_DEFAULT_FP_FUSION": "1"}, True),
+     ({"TRITON_DEFAULT_FP_FUSION": "1", "TRITON_FORCE_DISABLE_FP_FUSION": "1"}, False)],
+)  # fmt: skip
+def test_tritons_environment_knobs_are_read_at_entry(monkeypatch, env, fused):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     (a, b, c), (y,) = _run(_mul_add, "fp32")
-    np.testing.assert_array_equal(y, _twice(a, b, c, "fp32"))
-    monkeypatch.setattr(knobs, "default_fp_fusion", True)
-    (_, _, _), (y,) = _run(_mul_add, "fp32")
-    np.testing.assert_array_equal(y, _fma(a, b, c, "fp32"))
+    np.testing.assert_array_equal(y, _fma(a, b, c, "fp32") if fused else _twice(a, b, c, "fp32"))
+    with faithful():
+        assert faithful_config()["contract_default"] is fused
 
 
 def test_config_records_the_contraction_and_bad_values_raise():
