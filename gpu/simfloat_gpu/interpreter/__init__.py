@@ -102,31 +102,32 @@ Defaults and why
 
 FMA contraction
 ---------------
-With fp fusion on (Triton's default through 3.9; ``enable_fp_fusion=False`` per launch, ``TRITON_DEFAULT_FP_FUSION=0``
-or ``TRITON_FORCE_DISABLE_FP_FUSION=1`` turn it off; Triton 3.9 warns that 3.10 turns it off by default) LLVM's
-NVPTX backend fuses every fp add or subtract whose operand is a multiply of the same basic block into
-``fma.rn`` -- ``a*b + c``, ``c + a*b``, ``a*b - c`` -> fma(a, b, -c), ``c - a*b`` -> fma(-a, b, c),
-``-(a*b) + c`` -- in fp32, fp64, fp16 and bf16 (sm_90: fma.rn.f16 / .bf16; Triton computes fp16 and bf16
+With fp fusion on (Triton's default through 3.9; ``enable_fp_fusion=False`` per launch,
+``TRITON_DEFAULT_FP_FUSION=0`` or ``TRITON_FORCE_DISABLE_FP_FUSION=1`` turn it off; Triton 3.9 warns that 3.10
+turns it off by default) LLVM's NVPTX backend fuses every fp add or subtract whose operand is a multiply of the
+same basic block into ``fma.rn`` -- ``a*b + c``, ``c + a*b``, ``a*b - c`` -> fma(a, b, -c), ``c - a*b`` -> fma(-a,
+b, c), ``-(a*b) + c`` -- in fp32, fp64, fp16 and bf16 (sm_90: fma.rn.f16 / .bf16; Triton computes fp16 and bf16
 arithmetic in the format, it does not promote to fp32). NVPTX fuses aggressively: a multiply with other uses is
-fused into each add and kept for the others. With fusion off it emits ``mul.rn``/``add.rn``, which ptxas does
-not fuse either.
+fused into each add and kept for the others. With fusion off it emits ``mul.rn``/``add.rn``, which ptxas does not
+fuse either.
 
 ``faithful(contract=None)`` (the default) does the same as far as the kernel's source shows: a float multiply's
-result carries its operands, and an add/subtract that consumes it -- directly, negated, or through
-``[:, None]`` / broadcasting -- in the same straight-line code computes the fma, rounded once (its site op in a
-site run is ``fma``); every other use reads the rounded product. Same straight-line code: the innermost call
-that holds both (``@jit`` helpers are inlined), the add on or after the multiply's line, in the same innermost
-loop, no loop starting between them; ``if`` statements do not separate (constexpr conditions vanish, LLVM makes
-small runtime ones selects). With two products (``a*b + c*d``) the left one is fused. ``contract=False`` rounds
-every op (what ``enable_fp_fusion=False`` compiles); ``contract=True`` contracts whatever the launch says. The
-launch keyword and Triton's knobs are read per launch when ``contract`` is None.
+result carries its operands, and an add/subtract that consumes it -- directly, negated, or through ``[:, None]`` /
+broadcasting -- in the same straight-line code computes the fma, rounded once (its site op in a site run is
+``fma``); every other use reads the rounded product. Same straight-line code: the innermost call that holds both
+(``@jit`` helpers are inlined), the add a later instruction than the multiply (not the same call made again in
+another iteration), in the same innermost loop, no loop starting between them; ``if`` statements do not separate
+(constexpr conditions vanish, LLVM makes small runtime ones selects). With two products (``a*b + c*d``) the left
+one is fused. ``contract=False`` rounds every op (what ``enable_fp_fusion=False`` compiles); ``contract=True``
+contracts whatever the launch says. With ``contract=None`` Triton's knobs are read when the block is entered and
+the launch keyword at each launch.
 
 Where the GPU can differ (the compiled code decides, not the source): LLVM sinks a multiply whose only use lies
-after a loop into that block and fuses it (faithful() does not); a loop-invariant add hoisted out of a loop is
-fused; a layout conversion Triton inserts between product and add prevents fusion (e.g. a row statistic added to
-a vector loaded in another layout, depending on ``num_warps``); ``tl.sum``/``tl.reduce`` of a product fuses
-products into the per-thread additions of the reduction (faithful() rounds each product first); ptxas
-(``--fmad=true``) may fuse a ``mul``/``add`` pair LLVM left, e.g. across iterations of an unrolled loop. The
+after a loop into that block and fuses it, and fuses a loop-invariant add it hoists out of a loop (faithful() does
+neither); a layout conversion Triton inserts between product and add prevents fusion where faithful() fuses (e.g. a
+row statistic added to a vector loaded in another layout, depending on ``num_warps``); ``tl.sum``/``tl.reduce`` of
+a product fuses products into the per-thread additions of the reduction (faithful() rounds each product first);
+ptxas (``--fmad=true``) may fuse a ``mul``/``add`` pair LLVM left, e.g. across iterations of an unrolled loop. The
 test kernels of tests/gpu/test_gpu_contract.py were checked against the PTX of triton 3.9 for sm_90.
 
 Per-site attribution
