@@ -99,6 +99,9 @@ Defaults and why
   The GPU's tree depends on the layout, which the interpreter does not see; choose the order the comparison
   needs and record it with :func:`faithful_config`.
 * ``fp8_overflow="satfinite"``: what Triton's casts compile to on sm_89+.
+* ``contract=None``: multiply-adds contract as the launch compiles them (fp fusion on unless the launch or
+  Triton's knobs turn it off), so that a kernel written with ``*`` and ``+`` gets the GPU's bits; ``False`` gives
+  the two roundings the interpreter computed before (see "FMA contraction").
 
 FMA contraction
 ---------------
