@@ -1,8 +1,12 @@
 """Validating a Triton kernel of one's own against a plan (``simfloat_gpu.campaign.validate.compare_kernel``,
 docs/guides/validating-your-kernel.md). The kernel here is not the project's: a small flash-attention forward that
 multiplies the scores by the scale after the dot, exponentiates with ``tl.exp`` (not exp2 with log2(e) folded into
-the scale) and adds the row sums with a separate multiply and add. Under ``faithful()`` it matches the plan that says
-so, ``exp_impl="tl.exp"``, bit for bit; the plan with a correctly rounded exp does not reproduce its row sums."""
+the scale) and adds the row sums with a separate multiply and add, compiled without fp fusion
+(``enable_fp_fusion=False``, so the GPU rounds the multiply and the add separately). Under ``faithful()`` it matches
+the plan that says so, ``exp_impl="tl.exp"`` and ``contract=False``, bit for bit; the plan with a correctly rounded
+exp does not reproduce its row sums. With fp fusion (Triton's default) the GPU contracts ``l_i * alpha + l_ij`` into
+one fma but not the scale (a ``tl.where`` lies between the multiply and the subtraction), which faithful() follows
+and no preset plan flag expresses."""
 
 import math
 
@@ -65,20 +69,23 @@ def _exp_flash_kernel(
     tl.store(L + stats, l_i, mask=rows < seq)
 
 
-def exp_flash(q, k, v, *, causal, block_m, block_n):
-    """The launcher compare_kernel calls: (out, m, l) for (batch, heads, seq, head_dim) tensors."""
+def exp_flash(q, k, v, *, causal, block_m, block_n, enable_fp_fusion=False):
+    """The launcher compare_kernel calls: (out, m, l) for (batch, heads, seq, head_dim) tensors; compiled without
+    fp fusion unless asked."""
     b, h, n, d = q.shape
     o = torch.empty_like(q)
     m = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)  # noqa: E741
     grid = (triton.cdiv(n, block_m), b * h)
     _exp_flash_kernel[grid](
-        q, k, v, o, m, l, n, 1.0 / math.sqrt(d), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal
-    )
+        q, k, v, o, m, l, n, 1.0 / math.sqrt(d), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
+        enable_fp_fusion=enable_fp_fusion,
+    )  # fmt: skip
     return o, m, l
 
 
-#: the kernel's numerics as a plan: triton-bf16's formats, no exp2 folding, no FMA contraction, tl.exp
+#: the kernel's numerics as a plan (compiled without fp fusion): triton-bf16's formats, no exp2 folding, no FMA
+#: contraction, tl.exp
 TL_EXP = plan("triton-bf16").replace(name="exp-flash-bf16", exp2=False, contract=False, exp_impl="tl.exp")
 CONFIGS = [
     Config("flash", "bf16", 97, 16, 32, 16, False, "low"),
@@ -111,6 +118,25 @@ def test_without_the_tl_exp_option_no_plan_reproduces_the_row_sums():
     s = res.summary()
     assert s["m_min"] == 1.0  # the running max does not go through exp
     assert s["l_mean"] < 0.9, s  # the row sums do: e**x rounded once is not exp2(rn32(x * log2e))
+
+
+def test_with_fp_fusion_the_row_sum_alone_is_contracted():
+    """Triton's default (fp fusion on): ``l_i * alpha + tl.sum(p, 1)`` is one fma (PTX of triton 3.9 for sm_90: two
+    fma.rn.f32, the row sums of a thread's two rows); the scale is not, so the scores and m_i keep their bits."""
+    from simfloat_gpu.interpreter import faithful
+
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 97, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+    with faithful():
+        fused = exp_flash(q, k, v, causal=False, block_m=32, block_n=16, enable_fp_fusion=True)
+        plain = exp_flash(q, k, v, causal=False, block_m=32, block_n=16)
+    with faithful(contract=False):
+        twice = exp_flash(q, k, v, causal=False, block_m=32, block_n=16, enable_fp_fusion=True)
+    assert torch.equal(fused[1], plain[1])  # m_i
+    assert not torch.equal(fused[2], plain[2])  # l_i: one rounding per update instead of two
+    assert torch.allclose(fused[2], plain[2], rtol=2**-20, atol=0)
+    for a, b in zip(twice, plain, strict=True):  # contract=False rounds twice whatever the launch says
+        assert torch.equal(a, b)
 
 
 def test_compare_kernel_checks_the_plan_and_configs():
@@ -179,7 +205,7 @@ def _wrong_scale_flash(q, k, v, *, causal, block_m, block_n):
     m = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)  # noqa: E741
     _exp_flash_kernel[(triton.cdiv(n, block_m), b * h)](
-        q, k, v, o, m, l, n, 1.0, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal
+        q, k, v, o, m, l, n, 1.0, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, enable_fp_fusion=False
     )
     return o
 

@@ -37,6 +37,8 @@ operation                   GPU (sm_90)                         faithful()
 ==========================  =================================  ==============================================
 + - * on fp16/bf16/fp32/64  add/mul.{f16,bf16,f32,f64} (rn)     exact result rounded once into the dtype
                                                                 (simfloat.ops.add/sub/mul)
+a * b + c, a * b - c,       fp fusion on (Triton's default):    one rounding (simfloat.ops.fma), see "FMA
+c - a * b (contracted)      fma.rn.{f32,f16,bf16,f64}           contraction"; ``contract=False``: two
 ``/`` fp32                  div.full.f32 (approximate)          ``div`` model (default correctly rounded)
 ``/`` fp16/bf16             cvt.f32, div.full.f32, cvt.rn       ``div`` model in fp32, then rounded (rn)
 div_rn, fdiv(ieee=True)     div.rn.f32                          correctly rounded
@@ -97,6 +99,39 @@ Defaults and why
   The GPU's tree depends on the layout, which the interpreter does not see; choose the order the comparison
   needs and record it with :func:`faithful_config`.
 * ``fp8_overflow="satfinite"``: what Triton's casts compile to on sm_89+.
+* ``contract=None``: multiply-adds contract as the launch compiles them (fp fusion on unless the launch or
+  Triton's knobs turn it off), so that a kernel written with ``*`` and ``+`` gets the GPU's bits; ``False`` gives
+  the two roundings the interpreter computed before (see "FMA contraction").
+
+FMA contraction
+---------------
+With fp fusion on (Triton's default through 3.9; ``enable_fp_fusion=False`` per launch,
+``TRITON_DEFAULT_FP_FUSION=0`` or ``TRITON_FORCE_DISABLE_FP_FUSION=1`` turn it off; Triton 3.9 warns that 3.10
+turns it off by default) LLVM's NVPTX backend fuses every fp add or subtract whose operand is a multiply of the
+same basic block into ``fma.rn`` -- ``a*b + c``, ``c + a*b``, ``a*b - c`` -> fma(a, b, -c), ``c - a*b`` -> fma(-a,
+b, c), ``-(a*b) + c`` -- in fp32, fp64, fp16 and bf16 (sm_90: fma.rn.f16 / .bf16; Triton computes fp16 and bf16
+arithmetic in the format, it does not promote to fp32). NVPTX fuses aggressively: a multiply with other uses is
+fused into each add and kept for the others. With fusion off it emits ``mul.rn``/``add.rn``, which ptxas does not
+fuse either.
+
+``faithful(contract=None)`` (the default) does the same as far as the kernel's source shows: a float multiply's
+result carries its operands, and an add/subtract that consumes it -- directly, negated, or through ``[:, None]`` /
+broadcasting -- in the same straight-line code computes the fma, rounded once (its site op in a site run is
+``fma``); every other use reads the rounded product. Same straight-line code: the innermost call that holds both
+(``@jit`` helpers are inlined), the add a later instruction than the multiply (not the same call made again in
+another iteration), in the same innermost loop, no loop starting between them; ``if`` statements do not separate
+(constexpr conditions vanish, LLVM makes small runtime ones selects). With two products (``a*b + c*d``) the left
+one is fused. ``contract=False`` rounds every op (what ``enable_fp_fusion=False`` compiles); ``contract=True``
+contracts whatever the launch says. With ``contract=None`` Triton's knobs are read when the block is entered and
+the launch keyword at each launch.
+
+Where the GPU can differ (the compiled code decides, not the source): LLVM sinks a multiply whose only use lies
+after a loop into that block and fuses it, and fuses a loop-invariant add it hoists out of a loop (faithful() does
+neither); a layout conversion Triton inserts between product and add prevents fusion where faithful() fuses (e.g. a
+row statistic added to a vector loaded in another layout, depending on ``num_warps``); ``tl.sum``/``tl.reduce`` of
+a product fuses products into the per-thread additions of the reduction (faithful() rounds each product first);
+ptxas (``--fmad=true``) may fuse a ``mul``/``add`` pair LLVM left, e.g. across iterations of an unrolled loop. The
+test kernels of tests/gpu/test_gpu_contract.py were checked against the PTX of triton 3.9 for sm_90.
 
 Per-site attribution
 --------------------
@@ -107,9 +142,8 @@ on it. Outside a site run nothing of it is active.
 
 Limitations
 -----------
-* Triton 3.9 compiles with fp fusion on by default, so on the GPU ``a * b + c`` may become one ``fma.rn``; the
-  interpreter sees a multiply and an add and rounds twice. Write ``tl.fma`` where it matters (as
-  simfloat_gpu/kernels/flash_attention.py does) or compile with ``TRITON_DEFAULT_FP_FUSION=0``.
+* FMA contraction follows the source, not the compiled code: see "FMA contraction" for where the GPU's choice
+  can differ. Kernels that must not depend on it write ``tl.fma`` (as simfloat_gpu/kernels/ do throughout).
 * tl.sin/cos/rsqrt/erf, fp64 exp/log, tl.dot_scaled, tf32x3/bf16x3 dots, fnuz and e4b15 fp8, bf16/fp16 atomics
   raise. fp32 atomics are applied in program order (the GPU's order is nondeterministic).
 * bf16 constants (``tl.full(..., tl.bfloat16)``) are the Python float rounded once to bf16.
@@ -164,6 +198,8 @@ class _Config:
     reduce_warps_n: int
     fp8_overflow: str
     triton_version: str
+    contract: bool | None = None
+    contract_default: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         def fn_name(f: Any) -> str:
@@ -182,6 +218,8 @@ class _Config:
             "fp8_overflow": self.fp8_overflow,
             "triton_version": self.triton_version,
             "exp": "exp2(rn32(x * 1.4426950f))",
+            "contract": "fp fusion of the launch" if self.contract is None else self.contract,
+            "contract_default": self.contract_default,
         }
         out.update({p: fn_name(getattr(self, p)) for p in _FN_PARAMS})
         return out
@@ -334,6 +372,21 @@ def _check_environment() -> str:
     return version
 
 
+def _triton_fp_fusion_default() -> bool:
+    """Whether Triton compiles a launch without ``enable_fp_fusion=`` with fp fusion on: its knobs
+    ``TRITON_DEFAULT_FP_FUSION`` (default on through 3.9) and ``TRITON_FORCE_DISABLE_FP_FUSION``."""
+    import triton
+
+    lang = getattr(getattr(triton, "knobs", None), "language", None)
+    if lang is not None and hasattr(lang, "default_fp_fusion"):
+        return bool(lang.default_fp_fusion) and not bool(getattr(lang, "force_disable_fp_fusion", False))
+
+    def flag(var: str, default: str) -> bool:
+        return os.environ.get(var, default).lower() in ("1", "true", "on", "yes")
+
+    return flag("TRITON_DEFAULT_FP_FUSION", "1") and not flag("TRITON_FORCE_DISABLE_FP_FUSION", "0")
+
+
 def _install() -> None:
     import triton.runtime.interpreter as ti
 
@@ -397,6 +450,7 @@ def faithful(
     reduce_warps_n: int = 1,
     fp8_overflow: str = "satfinite",
     hardware: Any = None,
+    contract: bool | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Run interpreted Triton kernels with simfloat's numerics inside the block (see the module docstring).
 
@@ -424,6 +478,12 @@ def faithful(
             with it take precedence. Its tl.sum rule of the mma layout becomes ``reduce_order`` unless one is
             given; the interpreter does not know a tile's layout, so the rule applies to every float tl.sum
             (in the flash kernel the only one is l_ij over P, which is in the mma layout).
+        contract: FMA contraction of ``a * b + c`` (fp fusion). ``None`` (default): what the GPU compiles -- a
+            launch's ``enable_fp_fusion=`` keyword, else Triton's default (on in 3.9 unless
+            ``TRITON_DEFAULT_FP_FUSION=0`` or ``TRITON_FORCE_DISABLE_FP_FUSION=1``); contraction then fuses every
+            float add/subtract whose operand is a multiply of the same straight-line code into one fma, rounded
+            once (see "FMA contraction" in the module docstring). ``False``: never (each op rounds, as
+            ``enable_fp_fusion=False`` compiles); ``True``: always, whatever the launch says.
 
     Yields:
         The active settings, as :func:`faithful_config` returns them.
@@ -453,6 +513,8 @@ def faithful(
         raise ValueError(f"faithful(reduce_warps_n=...) must be 1, 2 or 4, got {reduce_warps_n!r}")
     if fp8_overflow not in _FP8_OVERFLOW:
         raise ValueError(f"faithful(fp8_overflow=...) must be 'satfinite' or 'ieee', got {fp8_overflow!r}")
+    if contract is not None and not isinstance(contract, bool):
+        raise TypeError(f"faithful(contract=...) must be None, True or False, got {type(contract).__name__}")
     fns = {
         name: _check_fn(name, value)
         for name, value in (("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("div", div))
@@ -467,6 +529,8 @@ def faithful(
         reduce_warps_n=reduce_warps_n,
         fp8_overflow=fp8_overflow,
         triton_version=_check_environment(),
+        contract=contract,
+        contract_default=_triton_fp_fusion_default(),
         **fns,
     )
     from simfloat_gpu.interpreter import _ops as _interp_ops

@@ -9,6 +9,8 @@ raises ``NotImplementedError`` naming the operation and the dtype.
 
 from __future__ import annotations
 
+import ast
+import linecache
 import math
 import os
 import sys
@@ -54,6 +56,8 @@ POLICY: list = []
 #: float64 values stored by the kernel during a site run: byte address -> exact value (the narrow memory holds
 #: the value rounded to nearest; loads read this first)
 SHADOW: dict = {}
+#: the ``enable_fp_fusion`` keyword of the launches in progress (None: not given), innermost last
+LAUNCH_FUSION: list = []
 _SKIP_DIRS = (os.path.dirname(os.path.abspath(triton.__file__)), os.path.dirname(os.path.abspath(__file__)))
 _F64 = "float64"
 
@@ -113,16 +117,23 @@ def _store(values, name: str) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------
 
 
-def find_site(op: str) -> tuple[str, int, str]:
-    """(file, line, op) of the kernel source line executing now: the innermost frame outside triton and this
-    package (the interpreter runs the kernel's Python body, so that frame is the kernel's line)."""
+def kernel_frame():
+    """The frame of the kernel source line executing now: the innermost frame outside triton and this package
+    (the interpreter runs the kernel's Python body), or None."""
     f = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_SKIP_DIRS):
-            return (fn, f.f_lineno, op)
+        if not os.path.abspath(f.f_code.co_filename).startswith(_SKIP_DIRS):
+            return f
         f = f.f_back
-    return ("<unknown>", 0, op)
+    return None
+
+
+def find_site(op: str) -> tuple[str, int, str]:
+    """(file, line, op) of the kernel source line executing now (see :func:`kernel_frame`)."""
+    f = kernel_frame()
+    if f is None:
+        return ("<unknown>", 0, op)
+    return (f.f_code.co_filename, f.f_lineno, op)
 
 
 def rounds(op: str) -> bool:
@@ -159,18 +170,160 @@ def _flush(x: np.ndarray) -> np.ndarray:
 
 _ROUNDED = {"add": sops.add, "sub": sops.sub, "mul": sops.mul}
 
+# ----------------------------------------------------------------------------------------------------
+# FMA contraction (fp fusion): a multiply's handle carries its exact operands; an add or subtract that
+# consumes it in the same straight-line code computes fma(a, b, +-c) rounded once, as LLVM's NVPTX backend
+# does with fp fusion on (every fadd/fsub whose operand is an fmul of the same basic block, whatever the
+# fmul's other uses: NVPTX enables aggressive FMA fusion). Every other consumer reads the handle's data, the
+# rounded product.
+# ----------------------------------------------------------------------------------------------------
+
+#: attribute of a multiply's TensorHandle: (a, b, origin), origin = the multiply's :func:`call_chain`
+_PRODUCT = "_simfloat_product"
+#: filename -> (source lines, ((first line, last line) of every for/while loop, ...) or None)
+_LOOPS: dict = {}
+
+
+def contracting() -> bool:
+    """Whether the launch in progress contracts multiply-adds: ``faithful(contract=True/False)`` decides when
+    given; otherwise the launch's ``enable_fp_fusion`` keyword, else Triton's default (``contract_default``)."""
+    c = cfg()
+    if c.contract is not None:
+        return bool(c.contract)
+    if LAUNCH_FUSION and LAUNCH_FUSION[-1] is not None:
+        return bool(LAUNCH_FUSION[-1])
+    return bool(c.contract_default)
+
+
+def _loops(filename: str):
+    """(first, last) lines of every ``for``/``while`` loop of a source file, or None if it cannot be read."""
+    lines = linecache.getlines(filename)
+    hit = _LOOPS.get(filename)
+    if hit is not None and hit[0] is lines:
+        return hit[1]
+    loops = None
+    if lines:
+        try:
+            tree = ast.parse("".join(lines))
+        except (SyntaxError, ValueError):
+            tree = None
+        if tree is not None:
+            kinds = (ast.For, ast.AsyncFor, ast.While)
+            loops = tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, kinds))
+    _LOOPS[filename] = (lines, loops)
+    return loops
+
+
+def _innermost(loops, line: int):
+    best = None
+    for lo, hi in loops:
+        if lo <= line <= hi and (best is None or lo > best[0]):
+            best = (lo, hi)
+    return best
+
+
+def call_chain(frame) -> tuple:
+    """((frame, line, instruction offset), ...) of the kernel frames from ``frame`` out to the launch: the
+    kernel's line, the lines of the @jit helpers' calls (Triton inlines them: one function on the GPU). The
+    frames themselves are kept (a finished helper's frame stays distinct from a later call's)."""
+    chain = []
+    f = frame
+    while f is not None and f.f_code is not _GRID_CALL_CODE:
+        if not os.path.abspath(f.f_code.co_filename).startswith(_SKIP_DIRS):
+            chain.append((f, f.f_lineno, f.f_lasti))
+        f = f.f_back
+    return tuple(chain)
+
+
+def _in_loop(code, line: int) -> bool:
+    loops = _loops(code.co_filename)
+    return loops is None or _innermost(loops, line) is not None
+
+
+def same_block(origin: tuple, chain: tuple) -> bool:
+    """Whether a multiply made at ``origin`` (its :func:`call_chain`) and an add executing at ``chain`` lie in one
+    basic block of the compiled kernel, as far as the source shows. In the innermost function call both are in
+    (helpers are inlined), at lines ``m`` and ``a`` (an op inside a helper counts at the helper's call): the add
+    a later instruction than the multiply (not the same call made again), inside the same innermost loop, with
+    no loop starting in between; inside a helper the op is in none of the helper's loops. ``if`` statements do
+    not separate (Triton resolves constexpr conditions at compile time, LLVM turns small runtime ones into
+    selects). Source that cannot be read (a kernel made by ``exec``): the same line only."""
+    if not origin or not chain:
+        return False
+    # the innermost frame both chains share (frames compared from the launch inwards)
+    k = 0
+    while k < min(len(origin), len(chain)) and origin[-1 - k][0] is chain[-1 - k][0]:
+        k += 1
+    if k == 0:
+        return False
+    for f, line, _ in origin[: len(origin) - k] + chain[: len(chain) - k]:
+        if _in_loop(f.f_code, line):
+            return False
+    frame, line_m, pos_m = origin[len(origin) - k]
+    _, line_a, pos_a = chain[len(chain) - k]
+    if pos_a <= pos_m:  # an earlier instruction, or the same call again: another iteration
+        return False
+    if line_a == line_m:
+        return True
+    code = frame.f_code
+    loops = _loops(code.co_filename)
+    if loops is None:
+        return False
+    if _innermost(loops, line_m) != _innermost(loops, line_a):
+        return False
+    return not any(line_m < lo <= line_a for lo, _ in loops)
+
+
+def _fused_operands(op: str, lhs, rhs, name: str):
+    """(a, b, c) of the fma an add/sub contracts to (``p - c`` -> fma(a, b, -c), ``c - p`` -> fma(-a, b, c);
+    with two products the left one is fused, LLVM's choice when their use counts tie), or None."""
+    chain = None
+    for side, h in ((0, lhs), (1, rhs)):
+        prod = getattr(h, _PRODUCT, None)
+        if prod is None or h.dtype != lhs.dtype:
+            continue
+        if chain is None:
+            chain = call_chain(kernel_frame())
+        a, b, origin = prod
+        if not same_block(origin, chain):
+            continue
+        c = decode((rhs if side == 0 else lhs).data, name)
+        if op == "add":
+            return a, b, c
+        return (a, b, np.negative(c)) if side == 0 else (np.negative(a), b, c)
+    return None
+
+
+def _carry_product(src, out, transform) -> None:
+    """A value-preserving op on a product (negation, expand_dims, broadcast: no instruction on the GPU, or one
+    LLVM folds into the fma) passes its operands on, transformed."""
+    prod = getattr(src, _PRODUCT, None)
+    if prod is not None and out is not src:
+        a, b, origin = prod
+        setattr(out, _PRODUCT, (*transform(a, b), origin))
+
 
 def _rounded_binary(op: str):
-    """fadd/fsub/fmul: the exact result rounded once into the operands' format (add.f32, add.bf16, ...)."""
+    """fadd/fsub/fmul: the exact result rounded once into the operands' format (add.f32, add.bf16, ...); with
+    contraction, an add/sub of a product of the same basic block is one fma (fma.rn), rounded once."""
     fn = _ROUNDED[op]
 
     def method(self, lhs, rhs):
         name = ftype(lhs)
         if name is None:
             return _stock(ti.InterpreterBuilder, f"create_f{op}")(self, lhs, rhs)
+        if op != "mul" and contracting():
+            fused = _fused_operands(op, lhs, rhs, name)
+            if fused is not None:
+                fmt = _fmt(name) if rounds("fma") else _F64
+                return _handle(sops.fma(*fused, fmt), name, lhs.dtype)
         fmt = _fmt(name) if rounds(op) else _F64
-        r = fn(decode(lhs.data, name), decode(rhs.data, name), fmt)
-        return _handle(r, name, lhs.dtype)
+        a, b = decode(lhs.data, name), decode(rhs.data, name)
+        out = _handle(fn(a, b, fmt), name, lhs.dtype)
+        if op == "mul" and contracting():
+            a, b = np.broadcast_arrays(a, b)
+            setattr(out, _PRODUCT, (a, b, call_chain(kernel_frame())))
+        return out
 
     method.__name__ = f"create_f{op}"
     return method
@@ -241,7 +394,21 @@ def create_fneg(self, arg):
     name = ftype(arg)
     if name is None:
         return _stock(ti.InterpreterBuilder, "create_fneg")(self, arg)
-    return TensorHandle(_negate(arg.data, name), arg.dtype.scalar)
+    out = TensorHandle(_negate(arg.data, name), arg.dtype.scalar)
+    _carry_product(arg, out, lambda a, b: (np.negative(a), b))
+    return out
+
+
+def create_expand_dims(self, arg, axis):
+    out = _stock(ti.InterpreterBuilder, "create_expand_dims")(self, arg, axis)
+    _carry_product(arg, out, lambda a, b: (np.expand_dims(a, axis), np.expand_dims(b, axis)))
+    return out
+
+
+def create_broadcast(self, arg, shape):
+    out = _stock(ti.InterpreterBuilder, "create_broadcast")(self, arg, shape)
+    _carry_product(arg, out, lambda a, b: (np.broadcast_to(a, out.data.shape), np.broadcast_to(b, out.data.shape)))
+    return out
 
 
 def create_fma(self, x, y, z):
@@ -902,6 +1069,19 @@ def create_masked_store(self, ptrs, value, mask, *rest, **kw):
     return out
 
 
+def grid_call(self, *args, **kwargs):
+    """``GridExecutor.__call__`` (a launch): notes the launch's ``enable_fp_fusion`` keyword for
+    :func:`contracting` (the stock interpreter drops it)."""
+    fusion = kwargs.get("enable_fp_fusion")
+    if fusion is not None and not isinstance(fusion, bool):
+        raise TypeError(f"enable_fp_fusion must be a bool, got {type(fusion).__name__}")
+    LAUNCH_FUSION.append(fusion)
+    try:
+        return _stock(ti.GridExecutor, "__call__")(self, *args, **kwargs)
+    finally:
+        LAUNCH_FUSION.pop()
+
+
 def _guarded(name: str, what: str, any_dtype: bool):
     """A stock method that cannot take float64 carriers: raises during a site run (``any_dtype``: whatever the
     operands, as for tensor descriptors, whose element type the handles do not show)."""
@@ -936,6 +1116,8 @@ _BUILDER = {
     "create_approx_divf": create_approx_divf,
     "create_frem": create_frem,
     "create_fneg": create_fneg,
+    "create_expand_dims": create_expand_dims,
+    "create_broadcast": create_broadcast,
     "create_fma": create_fma,
     "create_floor": create_floor,
     "create_ceil": create_ceil,
@@ -994,7 +1176,11 @@ def patch_table() -> list[tuple[object, str, object]]:
         (ti.ScanOps, "cumprod", scan_cumprod),
         (ti.ScanOps, "generic_scan", generic_scan),
         (ti.ReduceScanOpInterface, "to_tensor", to_tensor),
+        (ti.GridExecutor, "__call__", grid_call),
         (ti, "_convert_float", convert_float_guard),
         (ti, "_validate_np_data_size", validate_np_data_size),
     ]
     return [(owner, name, fn) for owner, name, fn in table if hasattr(owner, name)]
+
+
+_GRID_CALL_CODE = grid_call.__code__

@@ -6,7 +6,10 @@ Python frame outside triton and this package: Triton's interpreter runs the kern
 op's name: ``add``, ``sub``, ``mul``, ``div``, ``div_rn``, ``fma``, ``exp``, ``exp2``, ``log``, ``log2``,
 ``sqrt``, ``sqrt_rn``, ``cast`` (a conversion into a float format), ``const`` (a Python float materialized as
 an fp32/fp16/bf16 constant), ``dot``, ``sum``, ``cumsum``, ``cumprod``. Two ops of the same name on one line
-are one site. Exact ops (comparisons, min/max, negation, ``tl.where``, loads, stores, reshapes) are no sites.
+are one site. Exact ops (comparisons, min/max, negation, ``tl.where``, loads, stores, reshapes) are no sites. An
+add or subtract that faithful() contracts with a multiply (``faithful(contract=...)``, on by default as the GPU
+compiles it) is an ``fma`` site at the add's line; the multiply stays a ``mul`` site, whose rounding reaches only
+the product's other uses.
 
 Inside :func:`site_run` (itself inside :func:`simfloat_gpu.interpreter.faithful`), every float value of the
 kernel is carried as float64 ("carrier"), and a :class:`SitePolicy` decides per site:

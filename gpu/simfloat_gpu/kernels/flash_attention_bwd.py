@@ -20,7 +20,9 @@ Host, once per call:
 Preprocess (rows offs_m, one program per BLOCK_M rows):
   D1. o, do loaded (o in its stored dtype, do in ``in``), both converted exactly to fp32.
   D2. delta = tl.sum(o * do, axis=1): each product rounded to fp32 (mul.rn), the row sum an fp32 reduction
-      (GPU: layout-dependent tree; faithful interpreter: sequential, left to right).
+      (GPU: layout-dependent tree; faithful interpreter: sequential, left to right). With fp fusion on (Triton's
+      default) the GPU fuses products into each thread's part of the sum (fma.rn.f32 in the PTX of triton 3.9 for
+      sm_90), which faithful() does not model.
   D3. lse = m + log2(l)                      fp32 log2 (GPU: libdevice log2f; faithful: correctly rounded),
       then an fp32 add (rn). Stored, with delta, as fp32 (batch, heads, seq_q).
 
