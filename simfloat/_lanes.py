@@ -31,8 +31,10 @@ from simfloat.formats import FloatFormat
 from simfloat.rounding import RoundingMode, overflow_value
 
 __all__ = [
+    "LIBM_ULPS",
     "Lane",
     "lane",
+    "libm_unsure",
     "ladd",
     "ldiv",
     "lfma",
@@ -158,6 +160,40 @@ def recip_pow2(p):
     """1 / p for a power of two p whose reciprocal is a normal float64, by integer subtraction of bits (cheaper
     than a division, which has no fast vector form)."""
     return bits_f64(_RECIP - f64_bits(p))
+
+
+#: a libm result this close to a rounding boundary of a lane's format (in its own float64 ulps) is not trusted:
+#: glibc's exp and exp2 are within 1 ulp, and which variant runs depends on the CPU (with or without FMA)
+LIBM_ULPS = 4
+_ABS_MASK = np.uint64(0x7FFFFFFFFFFFFFFF)
+
+
+@ljit
+def libm_unsure(y, r):
+    """Whether rounding ``y``, a libm result within 1 float64 ulp of the true value, into the lane's format may
+    give another value than rounding the true value: ``y`` is within :data:`LIBM_ULPS` of its ulps of a rounding
+    boundary of the format (a midpoint under the nearest modes, a value of the format under the directed ones),
+    or outside the range where that test holds (0, float64 subnormals, inf, NaN, below a flushing format's
+    smallest normal). Then the caller computes the correctly rounded value (``simfloat.ops``' scalar path), so
+    the result does not depend on the CPU's libm. Native lanes keep the libm value and are never unsure."""
+    if r.native:
+        return False
+    b = f64_bits(y) & _ABS_MASK
+    be = np.int64(b >> _B52)
+    if be == 0 or be == 0x7FF:
+        return True
+    e = be - 1023
+    if r.ftz and e < r.emin:
+        return True
+    k = 52 - r.m + max(0, r.emin - e)  # the bits of y's significand the rounding discards
+    if k > 52:
+        return True
+    low = np.int64(b & ((np.uint64(1) << np.uint64(k)) - np.uint64(1)))
+    if r.mode == RoundingMode.NEAREST_EVEN or r.mode == RoundingMode.NEAREST_AWAY:
+        d = np.abs(low - (np.int64(1) << np.int64(k - 1)))
+    else:
+        d = min(low, (np.int64(1) << np.int64(k)) - low)
+    return d <= LIBM_ULPS
 
 
 @ljit

@@ -31,6 +31,7 @@ from simfloat._lanes import (
     lfma,
     lfma_f32,
     lfma_ne,
+    libm_unsure,
     lmul,
     lmul_f32,
     lmul_ne,
@@ -189,13 +190,17 @@ def _exp_of(x, n, e, r, o, tab):
     if e and tab.size > 0:
         for j in range(n):
             x[j] = ex2_approx_f32(x[j], tab, True)
-    elif e:
+    elif e:  # libm, unless its value is too close to a rounding boundary to decide (then correctly rounded)
         for j in range(n):
-            x[j] = math.exp2(x[j])
+            xj = x[j]
+            y = math.exp2(xj)
+            x[j] = exp2(xj, o) if libm_unsure(y, r) else y
     else:
         for j in range(n):
-            x[j] = math.exp(x[j])
-    if r.f32:  # the rounding, vectorized apart from the libm calls
+            xj = x[j]
+            y = math.exp(xj)
+            x[j] = exp(xj, o) if libm_unsure(y, r) else y
+    if r.f32:  # the rounding, vectorized apart from the libm calls (a value of the format rounds to itself)
         for j in range(n):
             x[j] = lround_f32(x[j])
     elif r.mode == 0:

@@ -11,12 +11,11 @@ kernels treat it as the "no key seen yet" sentinel.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from simfloat._jit import jit
 from simfloat.hardware import ex2_approx_f32, mma_tree_sum
+from simfloat.ops._elementary import exp2_scalar, exp_scalar
 from simfloat.ops._scalar import add_scalar, div_scalar, fma_scalar, mul_scalar, sub_scalar
 from simfloat.rounding import round_exact
 
@@ -24,54 +23,46 @@ __all__ = ["add", "div", "dot64", "exp", "exp2", "exp2_hw", "fma", "fmax", "mul"
 
 _Z = np.uint64(0)
 
-
 @jit
 def rnd(x, o):
     """``x`` rounded into the op's format (a cast)."""
     return round_exact(x, 0, o.p, o.mode, _Z)
-
 
 @jit
 def add(a, b, o):
     """round(a + b)."""
     return add_scalar(a, b, o.p, o.mode, _Z)
 
-
 @jit
 def sub(a, b, o):
     """round(a - b)."""
     return sub_scalar(a, b, o.p, o.mode, _Z)
-
 
 @jit
 def mul(a, b, o):
     """round(a * b)."""
     return mul_scalar(a, b, o.p, o.mode, _Z)
 
-
 @jit
 def div(a, b, o):
     """round(a / b)."""
     return div_scalar(a, b, o.p, o.mode, _Z)
-
 
 @jit
 def fma(a, b, c, o):
     """round(a * b + c), one rounding."""
     return fma_scalar(a, b, c, o.p, o.mode, _Z)
 
-
 @jit
 def exp(x, o):
-    """round(e**x)."""
-    return rnd(math.exp(x), o)
-
+    """round(e**x), correctly rounded (``simfloat.ops``' exp: the libm value where it decides the rounding, else
+    a double-double), so that no CPU's libm changes a bit."""
+    return exp_scalar(x, o.p, o.mode, _Z)
 
 @jit
 def exp2(x, o):
-    """round(2**x)."""
-    return rnd(math.exp2(x), o)
-
+    """round(2**x), correctly rounded (as :func:`exp`)."""
+    return exp2_scalar(x, o.p, o.mode, _Z)
 
 @jit
 def exp2_hw(x, o, tab):
@@ -80,7 +71,6 @@ def exp2_hw(x, o, tab):
     if tab.size == 0:
         return exp2(x, o)
     return rnd(ex2_approx_f32(x, tab, True), o)
-
 
 @jit
 def row_sum(p, n, o, order, warps_n):
@@ -93,14 +83,12 @@ def row_sum(p, n, o, order, warps_n):
         return s
     return mma_tree_sum(p, n, warps_n, add, o)
 
-
 @jit
 def dot64(a, b, c):
     """c + sum a[k]*b[k] as a plain float64 loop (the tracer's reference for dots)."""
     for j in range(a.shape[0]):
         c += a[j] * b[j]
     return c
-
 
 @jit
 def fmax(a, b):
