@@ -23,35 +23,42 @@ __all__ = ["add", "div", "dot64", "exp", "exp2", "exp2_hw", "fma", "fmax", "mul"
 
 _Z = np.uint64(0)
 
+
 @jit
 def rnd(x, o):
     """``x`` rounded into the op's format (a cast)."""
     return round_exact(x, 0, o.p, o.mode, _Z)
+
 
 @jit
 def add(a, b, o):
     """round(a + b)."""
     return add_scalar(a, b, o.p, o.mode, _Z)
 
+
 @jit
 def sub(a, b, o):
     """round(a - b)."""
     return sub_scalar(a, b, o.p, o.mode, _Z)
+
 
 @jit
 def mul(a, b, o):
     """round(a * b)."""
     return mul_scalar(a, b, o.p, o.mode, _Z)
 
+
 @jit
 def div(a, b, o):
     """round(a / b)."""
     return div_scalar(a, b, o.p, o.mode, _Z)
 
+
 @jit
 def fma(a, b, c, o):
     """round(a * b + c), one rounding."""
     return fma_scalar(a, b, c, o.p, o.mode, _Z)
+
 
 @jit
 def exp(x, o):
@@ -59,10 +66,12 @@ def exp(x, o):
     a double-double), so that no CPU's libm changes a bit."""
     return exp_scalar(x, o.p, o.mode, _Z)
 
+
 @jit
 def exp2(x, o):
     """round(2**x), correctly rounded (as :func:`exp`)."""
     return exp2_scalar(x, o.p, o.mode, _Z)
+
 
 @jit
 def exp2_hw(x, o, tab):
@@ -71,6 +80,7 @@ def exp2_hw(x, o, tab):
     if tab.size == 0:
         return exp2(x, o)
     return rnd(ex2_approx_f32(x, tab, True), o)
+
 
 @jit
 def row_sum(p, n, o, order, warps_n):
@@ -83,12 +93,14 @@ def row_sum(p, n, o, order, warps_n):
         return s
     return mma_tree_sum(p, n, warps_n, add, o)
 
+
 @jit
 def dot64(a, b, c):
     """c + sum a[k]*b[k] as a plain float64 loop (the tracer's reference for dots)."""
     for j in range(a.shape[0]):
         c += a[j] * b[j]
     return c
+
 
 @jit
 def fmax(a, b):
