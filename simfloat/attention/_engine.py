@@ -1,8 +1,9 @@
 """The vectorized attention engine: flash (FA2 / FA1 / lazy rescaling), tile by tile, and baseline attention, row
 by row.
 
-Same dataflow, op for op and bit for bit, as the reference kernels (:mod:`simfloat.attention.flash`'s
-``_tile`` and :mod:`simfloat.attention.baseline`'s ``_units``, whose docstrings list the steps T1..T14), but
+Same dataflow, op for op and bit for bit, as the reference kernels (``_tile`` of
+:mod:`simfloat.attention.reference.forward` and :mod:`simfloat.attention.baseline`'s ``_units``;
+:mod:`simfloat.attention.flash` lists the steps T1..T14), but
 shaped so that the work vectorizes: flash takes a q tile's rows together, their scores against a key tile are
 one call of the multi-row kernel ``rows_mma`` (the innermost loop runs over keys) and their
 P.V one call over the head dimension; the baseline's rows call ``row_mma``; the element-wise

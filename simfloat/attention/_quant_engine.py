@@ -1,5 +1,5 @@
 """The vectorized engine of the quantized (INT8 / FP8) flash attention: the same dataflow, op for op and bit for
-bit, as the scalar reference :func:`simfloat.attention._quant_kernels.units` (steps listed in
+bit, as the scalar reference :func:`simfloat.attention.reference.forward.units` (steps listed in
 :mod:`simfloat.attention.quantized`), on the float engine's building blocks.
 
 What is shared with float flash (:mod:`simfloat.attention._engine`): the dots are the multi-row kernels of
