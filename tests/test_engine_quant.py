@@ -299,13 +299,13 @@ def _built(monkeypatch):
     import simfloat.attention.quantized as quantized
 
     built = []
-    real = quantized.quant_engine
+    real = quantized.flash_engine
 
     def spy(*args, **kw):
         built.append(real(*args, **kw))
         return built[-1]
 
-    monkeypatch.setattr(quantized, "quant_engine", spy)
+    monkeypatch.setattr(quantized, "flash_engine", spy)
     return built
 
 

@@ -1,6 +1,6 @@
-"""njit kernels of the quantized (INT8 / FP8) flash attention emulator (:mod:`simfloat.attention.quantized`):
-the quantizers, and the scalar reference engine (``engine="reference"``: the test oracle of the vectorized
-:mod:`simfloat.attention._quant_engine`, and the kernel traces are recorded in).
+"""njit pieces of the quantized (INT8 / FP8 / FP4) flash attention emulator (:mod:`simfloat.attention.quantized`):
+the quantizers and the fast dots, shared by the reference loop (:mod:`simfloat.attention.reference.forward`) and
+the vector one (:mod:`simfloat.attention.vector.forward`).
 
 Three parts:
 
@@ -9,8 +9,8 @@ Three parts:
   (every 8/16-bit format). Each returns bit for bit what :func:`simfloat.accumulate.dot_acc` returns for the
   same model; anything else goes to ``dot_acc`` itself.
 * the element-wise quantizer (:func:`quant_elems`) and the fixed-scale P quantizer (:func:`p_quant`).
-* the quantizers' and dots' scalar pieces the reference loop (:mod:`simfloat.attention.reference.forward`) and
-  the vector engine share.
+* P's block quantizer per key tile (:func:`block_p_codes`), the dots on block-scaled codes (:func:`sdot`) and
+  their exact values for traces (:func:`sdot64`, :func:`p_value`).
 """
 
 from __future__ import annotations

@@ -38,9 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._parallel import run_rows
-from simfloat.attention._build import check_engine, clamp_blocks
-from simfloat.attention._build import engine as build_engine
-from simfloat.attention._engine import flash_units
+from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
 from simfloat.attention.plan import FLASH_OPS, Plan
@@ -48,6 +46,7 @@ from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
 from simfloat.attention.reference.forward import Trace, float_operands, trace_columns, units
 from simfloat.attention.tiling import pick_tiles
+from simfloat.attention.vector.forward import units as vector_units
 from simfloat.hardware import mma_sum_warps
 
 __all__ = ["flash"]
@@ -125,7 +124,7 @@ def flash(
         which = "reference"
     block_m, block_n = pick_tiles(block_m, block_n, tiles, x.q.shape[-1])
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
-    pp = x.plan.params(x.scale)
+    fp = flash_params(x.plan, x.scale)
     n_lead, seq_q = x.q.shape[:2]
     seq_k, dv = x.v.shape[1:]
     bm, bn = clamp_blocks(bm_req, bn_req, seq_q, seq_k, x.plan.pv)
@@ -135,9 +134,10 @@ def flash(
     l = np.empty((n_lead, seq_q))  # noqa: E741
     wn = mma_sum_warps(bm_req, dv)  # tl.sum layout of the requested tile (see row_sum)
     if which == "vector":
-        eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
+        built = flash_engine(x.plan, fp, qc=x.q, kc=x.k, vc=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
+        assert built is not None  # only block-scaled dots can decline
         if n_lead * n_qt > 0:
-            run_rows(flash_units, n_lead * n_qt, xs, out, m, l, eng)
+            run_rows(vector_units, n_lead * n_qt, built[1], out, m, l, built[0])
     else:
         tr = None
         if x.trace is not None:
@@ -156,7 +156,7 @@ def flash(
             )
             tr = Trace(local, state, trace_columns(FLASH_OPS, False))
         if n_lead * n_qt > 0:
-            ops, fp = float_operands(x.q, x.k, x.v, bn), flash_params(x.plan, x.scale)
+            ops = float_operands(x.q, x.k, x.v, bn)
             run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     check_output(out, x, flash, block_m=bm_req, block_n=bn_req)
     out = to_layout(out.reshape(x.lead + (seq_q, dv)), layout)

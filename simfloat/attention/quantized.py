@@ -43,10 +43,10 @@ Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bo
 
 The qk/pv dot products take accumulation models (:mod:`simfloat.accumulate`); ``EXACT`` (float64, exact for
 the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Two engines give the same bits: the vectorized
-engine (default; :mod:`simfloat.attention._quant_engine`, the dots as row kernels over a key tile or the head
-dimension, the element-wise ops as branch-free lane loops) and the scalar reference
-(:mod:`simfloat.attention.reference`, ``engine="reference"``: the one forward loop of every plan), kept as the
-test oracle and where traces are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
+engine (default; :mod:`simfloat.attention.vector`, the one vectorized forward loop of every plan: the dots as
+row kernels over a key tile or the head dimension, the element-wise ops as branch-free lane loops) and the
+scalar reference (:mod:`simfloat.attention.reference`, ``engine="reference"``: the one scalar forward loop of
+every plan), kept as the test oracle and where traces are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
 
 Block-scaled quantizers (``Quant("block", ...)``, NVFP4/MX, SageAttention3's FP4) and block-scaled MMA models
 (``tensor_core(..., kind="nvf4" | "mxf4" | "mxf8f6f4")``) run on both engines, with the same bits. The vector
@@ -75,15 +75,15 @@ from simfloat import ops as _ops
 from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, matmul
 from simfloat.attention import _quant_kernels as _qk
-from simfloat.attention._build import check_engine, clamp_blocks, quant_engine
+from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, prepare
-from simfloat.attention._quant_engine import quant_units
 from simfloat.attention._specs import OpParams, OpSpec, _scalar_spec
 from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
 from simfloat.attention.quant import _INT_RULES, EXACT, QUANTIZERS, Quant, _choice
 from simfloat.attention.quant_plan import _FP8, QUANT_OPS
 from simfloat.attention.reference.forward import Operands, Trace, key_rows, trace_columns, units, v_tiles
+from simfloat.attention.vector.forward import units as vector_units
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
 from simfloat.hardware import mma_sum_warps
@@ -392,7 +392,7 @@ def quant_flash(
     quantizers); arguments and results as theirs.
 
     Args:
-        engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._quant_engine`) or
+        engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention.vector`) or
             ``"reference"`` (the scalar kernel it replaces, bit for bit the same; tracing runs there); None:
             vector, or reference when tracing. ``"vector"`` with a tracer is an error.
     """
@@ -406,7 +406,7 @@ def quant_flash(
         raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
-    pp = pl.quant_params(x.scale)
+    fp = flash_params(pl, x.scale)
     n_lead, seq_q, d = x.q.shape
     seq_k, dv = x.v.shape[1:]
     # tiles larger than the sequences give the bits of the sequences' own length: one tile, one per-block scale
@@ -472,8 +472,8 @@ def quant_flash(
                 deq = codes * sc if bsc is None else codes * bsc * sc
                 _record_tokens(tr.local, op, deq - src, src, size, axis)
     # block scales go to a block-scaled MMA; any other dot takes the values (codes times block scales, exact)
-    qk_scaled = pp.qk_kind == _qk.DOT_SCALED
-    pv_scaled = pp.pv_kind == _qk.DOT_SCALED
+    qk_scaled = fp.qk_kind == _qk.DOT_SCALED
+    pv_scaled = fp.pv_kind == _qk.DOT_SCALED
     if qb is not None and not qk_scaled:
         qc, qb = qc * qb, None
     if kb is not None and not qk_scaled:
@@ -492,13 +492,13 @@ def quant_flash(
     l = np.empty((n_lead, seq_q))  # noqa: E741
     built = None
     if which == "vector":  # None: block-scaled operands the row kernels cannot take, run on the reference
-        built = quant_engine(
-            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal,
+        built = flash_engine(
+            pl, fp, qc=qc, kc=kc, vc=vc, bm=bm, bn=bn, causal=x.causal, wn=wn, qs=qs_rows, ks=ks_keys, vs=vs_tile,
             qb=qb, kb=kb, vb=vb, ds=ds,
         )  # fmt: skip
     if built is not None:
         if n_lead * n_qt > 0:
-            run_rows(quant_units, n_lead * n_qt, built[1], out, m, l, built[0])
+            run_rows(vector_units, n_lead * n_qt, built[1], out, m, l, built[0])
     elif n_lead * n_qt > 0:
         none = np.ones((1, 1, 1))
         ops = Operands(
@@ -516,7 +516,6 @@ def quant_flash(
             x.k,
             x.v,
         )
-        fp = flash_params(pl, x.scale)
         run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     out = out.reshape(x.lead + (seq_q, dv))
     if return_stats:
