@@ -151,7 +151,10 @@ class Plan:
     Construct presets with :func:`plan` (one table: float and quantized) and derive variants with :meth:`replace`.
     A plan without quantizers (``q_quant`` ... ``p_quant`` None, the float plans) runs the flash (FA2) or
     baseline dataflow; a plan with them (:attr:`quantized`) runs the quantized flash dataflow, in which P's
-    cast is ``p_quant`` (the ``p`` and ``softmax`` ops are not used) and the row sum is sequential in ``l_i``.
+    cast is ``p_quant`` (the ``p`` and ``softmax`` ops are not used) and the row sum is in ``l_i`` (in
+    ``sum_order``). Both run the one forward loop of each engine: the hardware models (``exp2_impl``,
+    ``sum_order``), ``exp_impl`` and ``lazy_threshold`` apply to a plan with quantizers too; FA1's
+    ``normalization`` and ``tie_shift`` do not (yet).
 
     Attributes:
         name: label (shown in traces).
@@ -376,7 +379,8 @@ class Plan:
         ``softmax`` on a flash plan (``triton-``/``h200-``), none of the flash-only ops (``exp``, ``m_i``,
         ``alpha``, ``l_i``, ``acc``, ``p``, ``normalize``), flags or quantizers on a baseline plan
         (``pytorch-``); a plan with quantizers takes its dataflow's ops (:meth:`ops`) and flags (``exp2``,
-        ``contract``, ``row_sum``, ``score_scaling``, ``pv_update``) only. Such a change would change nothing.
+        ``contract``, ``row_sum``, ``score_scaling``, ``pv_update``, ``exp2_impl``, ``sum_order``, ``exp_impl``,
+        ``lazy_threshold``) only. Such a change would change nothing.
         ``fp64``, ``all-<fmt>`` and plans of ``kernel="any"`` serve both kernels and take every entry; quantizers
         given to a flash plan make it a plan with quantizers.
 
@@ -481,17 +485,25 @@ class Plan:
             qops = ", ".join(f"{op}={getattr(self, op)}" for op in QUANT_OPS)
             return (
                 f"Plan({self.name}: {qops}; exp2={self.exp2}, contract={self.contract}, "
-                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update})"
+                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update}"
+                + self._options_str()
+                + ")"
             )
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
         return (
             f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
             f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
+            + self._options_str()
+            + (f", tie_shift={self.tie_shift}, tie_tol={self.tie_tol}" if self.tie_shift is not None else "")
+            + ")"
+        )
+
+    def _options_str(self) -> str:
+        return (
+            (f", lazy_threshold={self.lazy_threshold}" if self.quantized and self.lazy_threshold is not None else "")
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
             + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
             + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
-            + (f", tie_shift={self.tie_shift}, tie_tol={self.tie_tol}" if self.tie_shift is not None else "")
-            + ")"
         )
 
     def params(self, scale: float) -> PlanParams:

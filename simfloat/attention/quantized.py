@@ -399,6 +399,13 @@ def quant_flash(
     pl = quant_plan(plan)
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
+    if pl.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet), as flash()
+        if engine is not None:
+            raise ValueError(
+                "the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "
+                "engine=None (which runs such plans on the reference engine)"
+            )
+        which = "reference"
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
     wn = mma_sum_warps(bm, x.v.shape[-1])  # the tl.sum layout of the requested tile
     pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
