@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 
@@ -23,19 +23,26 @@ from simfloat.accumulate._rows import (
     scaled_ok,
     scaled_weights,
 )
-from simfloat.attention._engine import KEY_CHUNK, Engine, Lanes, Operands
-from simfloat.attention._quant_engine import QEngine, QLanes, QOperands
+from simfloat.attention import _engine as _baseline_engine
+from simfloat.attention._engine import KEY_CHUNK
+from simfloat.attention._flash_params import FlashParams
 from simfloat.attention._quant_kernels import DELTA_MMA
-from simfloat.attention.plan import _NO_TABLE, OpSpec, Plan, PlanParams
+from simfloat.attention.plan import OpSpec, Plan, PlanParams
+from simfloat.attention.vector.forward import Engine, Lanes, Operands
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code
 
-if TYPE_CHECKING:
-    from simfloat.attention._quant_kernels import QParams
-
-__all__ = ["ENGINES", "check_engine", "clamp_blocks", "dot_output_format", "engine", "quant_engine", "within_float32"]
+__all__ = [
+    "ENGINES",
+    "baseline_engine",
+    "check_engine",
+    "clamp_blocks",
+    "dot_output_format",
+    "flash_engine",
+    "within_float32",
+]
 
 ENGINES = ("vector", "reference")
 
@@ -80,25 +87,25 @@ def _tame(f: FloatFormat) -> bool:
     return f.mantissa_bits <= 25 and f.emin - f.mantissa_bits >= -400 and f.emax <= 400
 
 
-def _lanes(pl: Plan) -> Lanes:
+def _baseline_lanes(pl: Plan) -> _baseline_engine.Lanes:
     def ln(op: str) -> Lane:
         s = getattr(pl, op)
         if op == "l_ij":
             s = _sum_inner(pl)
         return lane(_format(s.fmt), int(mode_code(s.mode)))
 
-    return Lanes(*(ln(op) for op in Lanes._fields))
+    return _baseline_engine.Lanes(*(ln(op) for op in _baseline_engine.Lanes._fields))
 
 
-def engine(
-    pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, bn: int, causal: bool, wn: int
-) -> tuple[Engine, Operands]:
-    """The njit records of a flash call (``bn > 0``) or a baseline call (``bn == 0``).
+def baseline_engine(
+    pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, causal: bool
+) -> tuple[_baseline_engine.Engine, _baseline_engine.Operands]:
+    """The njit records of a baseline call (:func:`simfloat.attention._engine.baseline_units`).
 
     Args:
         pl: the plan; pp: its params for the call's scale.
         q: (L, Sq, D), k: (L, Sk, D), v: (L, Sk, Dv) float64 operands (validated).
-        bm, bn: flash tile sizes (already clamped); causal; wn: warps along the keys of the tl.sum layout.
+        bm: rows per unit of work; causal.
     """
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(q, mqk), round_operands(k, mqk), round_operands(v, mpv)
@@ -106,7 +113,7 @@ def engine(
     qi = np.require(qi, requirements="W")
     mqk = for_operands(mqk, qi, ki)
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
-    p_fmt = pl.p.fmt if bn else pl.softmax.fmt  # P's values, as the P.V dot reads them
+    p_fmt = pl.softmax.fmt  # P's values, as the P.V dot reads them
     if mpv.in_round:
         assert inner.input_fmt is not None  # in_round: the model has an input format
         p_fmt = _format(inner.input_fmt)
@@ -115,18 +122,18 @@ def engine(
         mpv = mpv._replace(fast=False)
     if mpv.native == N_FMA32 and not within_float32(p_fmt):
         mpv = mpv._replace(native=N_NONE)
-    n_lead, seq_k, dv = vi.shape
-    width = bn if bn else KEY_CHUNK
-    kt = _tiles(ki.transpose(0, 2, 1), width)  # (L * tiles, D, width): K^T tile by tile
-    vt = np.ascontiguousarray(_tiles(vi.transpose(0, 2, 1), bn).transpose(0, 2, 1)) if bn else vi
-    ekt, ev = _weights(kt, mqk), _weights(vt, mpv)
-    mqk, kt32, ekt32 = operand32(mqk, kt, ekt, rows=bool(bn))  # the baseline's rows run row_mma
-    mpv, v32, ev32 = operand32(mpv, vt, ev, rows=bool(bn))
-    xs = Operands(qi, _weights(qi, mqk), kt, ekt, vt, ev, kt32, ekt32, v32, ev32)
+    seq_k = vi.shape[1]
+    kt = _tiles(ki.transpose(0, 2, 1), KEY_CHUNK)  # (L * tiles, D, width): K^T tile by tile
+    ekt, ev = _weights(kt, mqk), _weights(vi, mpv)
+    mqk, kt32, ekt32 = operand32(mqk, kt, ekt, rows=False)  # the baseline's rows run row_mma
+    mpv, v32, ev32 = operand32(mpv, vi, ev, rows=False)
+    xs = _baseline_engine.Operands(qi, _weights(qi, mqk), kt, ekt, vi, ev, kt32, ekt32, v32, ev32)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     li = _sum_inner(pl)
     l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and within_float32(pl.exp.fmt)
-    eng = Engine(pp, _lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, width, bool(causal), wn, seq_k)
+    eng = _baseline_engine.Engine(
+        pp, _baseline_lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, KEY_CHUNK, bool(causal), 1, seq_k
+    )
     return eng, xs
 
 
@@ -156,33 +163,35 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
     return w
 
 
-def quant_engine(
+def flash_engine(
     pl: Plan,
-    qp: QParams,
+    fp: FlashParams,
     *,
     qc: np.ndarray,
-    qs: np.ndarray,
     kc: np.ndarray,
-    ks: np.ndarray,
     vc: np.ndarray,
-    vs: np.ndarray,
     bm: int,
     bn: int,
     causal: bool,
+    wn: int,
+    qs: np.ndarray | None = None,
+    ks: np.ndarray | None = None,
+    vs: np.ndarray | None = None,
     qb: np.ndarray | None = None,
     kb: np.ndarray | None = None,
     vb: np.ndarray | None = None,
     ds: np.ndarray | None = None,
-) -> tuple[QEngine, QOperands] | None:
-    """The njit records of a quantized flash call (:mod:`simfloat.attention._quant_engine`).
+) -> tuple[Engine, Operands] | None:
+    """The njit records of a flash call under any plan (:mod:`simfloat.attention.vector.forward`).
 
     Args:
-        pl: the :class:`~simfloat.attention.Plan` with quantizers; qp: its
-            :class:`~simfloat.attention._quant_kernels.QParams` for the call's scale.
-        qc: (L, Sq, D) Q codes; qs: (L, Sq) their per-row scales.
+        pl: the :class:`~simfloat.attention.Plan` (with or without quantizers); fp: its
+            :class:`~simfloat.attention._flash_params.FlashParams` for the call's scale.
+        qc: (L, Sq, D) Q codes (a plan without quantizers: q); qs: (L, Sq) their per-row scales.
         kc: (L, Sk, D) K codes; ks: (L, n_tiles * bn) per-key scales (1 past Sk).
-        vc: (L, Sk, Dv) V codes; vs: (L, n_tiles, Dv) V scales per key tile and channel.
-        bm, bn: tile sizes as requested (per-block scales follow them, so they are not clamped); causal.
+        vc: (L, Sk, Dv) V codes; vs: (L, n_tiles, Dv) V scales per key tile and channel. The scales are None
+            for a plan without quantizers.
+        bm, bn: tile sizes; causal; wn: warps along the keys of the tl.sum layout.
         qb, kb: the per-element block scales of Q's and K's codes (shaped as them) when qk is a block-scaled
             MMA; vb: V's when pv is one; else None. Such a dot runs on the row kernels as
             :func:`simfloat.accumulate._rows.scaled_mma` describes: its operands are the codes times their block scales,
@@ -199,49 +208,74 @@ def quant_engine(
     def ln(spec: OpSpec) -> Lane:
         return lane(spec.fmt, int(spec.mode))
 
-    qo = pl.quant_ops()
-    p = qo.p_quant
-    pre = p.pre if p.pre is not None else pl.exp
-    assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
-    code = lane(cast(FloatFormat, p.fmt), int(p.rounding)) if p.kind == "float" else lane(f64, 0)
-    lanes = QLanes(
-        ln(qo.dequant),
-        ln(pl.scale),
-        ln(pl.exp),
-        ln(pl.acc),
-        ln(pl.l_i),
-        ln(qo.pv_dequant),
-        ln(pl.normalize),
-        ln(pl.out),
-        ln(pre),
-        ln(p.arith),
-        code,
-    )
     exp_fmt = pl.exp.fmt
-    t_fmt = cast(OpSpec, p.pre).fmt if p.pre is not None else exp_fmt  # P before its codes
-    if p.kind == "int":  # integer codes <= 2**20: narrow, float32 values
-        p_tame, p_f32 = True, True
-    elif p.kind == "block":  # codes times block scales (as the reference's values for a dot without scales)
-        ef, sf = _format(cast(BlockFormat, p.fmt).elem_fmt), _format(cast(BlockFormat, p.fmt).scale_fmt)
-        lo = ef.emin - ef.mantissa_bits + sf.emin - sf.mantissa_bits
-        p_tame = ef.mantissa_bits + sf.mantissa_bits <= 24 and ef.emax + sf.emax <= 398 and lo >= -400
-        p_f32 = False
-    else:
-        p_fmt = cast(FloatFormat, p.fmt) if p.kind == "float" else exp_fmt
-        p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
+    li = _sum_inner(pl)
+    none = OpSpec(f64)
+    if pl.quantized:
+        qo = pl.quant_ops()
+        p = qo.p_quant
+        pre = p.pre if p.pre is not None else pl.exp
+        assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
+        code = lane(cast(FloatFormat, p.fmt), int(p.rounding)) if p.kind == "float" else lane(f64, 0)
+        lanes = Lanes(
+            ln(qo.dequant),
+            ln(pl.scale),
+            ln(pl.exp),
+            lane(_format(li.fmt), int(mode_code(li.mode))),
+            ln(pl.l_i),
+            ln(pl.acc),
+            ln(qo.pv_dequant),
+            ln(pl.normalize),
+            ln(pl.out),
+            ln(pre),
+            ln(p.arith),
+            code,
+        )
+        t_fmt = cast(OpSpec, p.pre).fmt if p.pre is not None else exp_fmt  # P before its codes
+        if p.kind == "int":  # integer codes <= 2**20: narrow, float32 values
+            p_tame, p_f32 = True, True
+        elif p.kind == "block":  # codes times block scales (as the reference's values for a dot without scales)
+            ef, sf = _format(cast(BlockFormat, p.fmt).elem_fmt), _format(cast(BlockFormat, p.fmt).scale_fmt)
+            lo = ef.emin - ef.mantissa_bits + sf.emin - sf.mantissa_bits
+            p_tame = ef.mantissa_bits + sf.mantissa_bits <= 24 and ef.emax + sf.emax <= 398 and lo >= -400
+            p_f32 = False
+        else:
+            p_fmt = cast(FloatFormat, p.fmt) if p.kind == "float" else exp_fmt
+            p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
+        p_float = p.kind == "float"
+    else:  # P's cast is the float code op p: no pre, no arithmetic of a scale
+        lanes = Lanes(
+            ln(none),
+            ln(pl.scale),
+            ln(pl.exp),
+            lane(_format(li.fmt), int(mode_code(li.mode))),
+            ln(pl.l_i),
+            ln(pl.acc),
+            ln(none),
+            ln(pl.normalize),
+            ln(pl.out),
+            ln(pl.exp),
+            ln(none),
+            ln(pl.p),
+        )
+        t_fmt = exp_fmt
+        p_tame, p_f32, p_float = _tame(pl.p.fmt), within_float32(pl.p.fmt), True
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
+    # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
+    qi = np.require(qi, requirements="W")
     eq, ek = _weights(qi, mqk), _weights(ki, mqk)
     if qb is not None and kb is not None:  # block-scaled qk (its quantizers are block ones: Plan checks)
         model = cast(BlockFMA, pl.qk)
         qi, ki = qc * qb, kc * kb
+        qo = pl.quant_ops()
         spans = (_elem_span(qo.q_quant.fmt), _elem_span(qo.k_quant.fmt))
         if not scaled_ok(model, _bound(qi, ki) + float(np.abs(dsa).max(initial=0.0)), spans, qi, ki, dsa):
             return None
         mqk = scaled_mma(model)
         eq, ek = scaled_weights(qc, qb, model, b=False), scaled_weights(kc, kb, model, b=True)
     # delta_s as the MMA's initial accumulator: the fast forms must hold for it too
-    mqk = for_operands(mqk, qi, ki, *((dsa,) if qp.delta_mode == DELTA_MMA else ()))
+    mqk = for_operands(mqk, qi, ki, *((dsa,) if fp.delta_mode == DELTA_MMA else ()))
     inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
     if mpv.in_round:
         assert inner.input_fmt is not None  # in_round: the model has an input format
@@ -251,10 +285,12 @@ def quant_engine(
     if vb is not None:  # block-scaled P.V: P's scaled codes and weights are made per key tile in the engine
         model = cast(BlockFMA, pl.pv)
         vi = vc * vb
-        pbf = cast(BlockFormat, p.fmt)
+        qo = pl.quant_ops()
+        pbf = cast(BlockFormat, qo.p_quant.fmt)
         # |P| <= 1; two-level: |t| <= qmax up to the roundings of s1 and t (within 1.25 for >= 2 fraction bits);
         # a code times its block scale is within twice |t| (rounded to nearest, saturating)
-        level = 1.25 * float(p.qmax) if p.granularity in ("per-token", "fixed") and p.qmax is not None else 1.0
+        pq = qo.p_quant
+        level = 1.25 * float(pq.qmax) if pq.granularity in ("per-token", "fixed") and pq.qmax is not None else 1.0
         p_max = min(_format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max, 2.0 * level)
         spans = (_elem_span(pbf), _elem_span(qo.v_quant.fmt))
         if not scaled_ok(model, p_max * float(np.abs(vi).max(initial=0.0)) * bn, spans, vi):
@@ -275,35 +311,34 @@ def quant_engine(
     vt, evt = _key_tiles(vi, bn), _key_tiles(ev, bn)  # (L * tiles, bn, Dv)
     mqk, kt32, ekt32 = operand32(mqk, kt, ekt)
     mpv, vt32, evt32 = operand32(mpv, vt, evt)
-    xs = QOperands(
+    xs = Operands(
         qi,
         eq,
-        np.ascontiguousarray(qs, dtype=np.float64),
+        _ONES2 if qs is None else np.ascontiguousarray(qs, dtype=np.float64),
         kt,
         ekt,
-        np.ascontiguousarray(ks, dtype=np.float64),
+        _ONES2 if ks is None else np.ascontiguousarray(ks, dtype=np.float64),
         vt,
         evt,
-        np.ascontiguousarray(vs, dtype=np.float64),
+        _ONES3 if vs is None else np.ascontiguousarray(vs, dtype=np.float64),
         dsa,
         kt32,
         ekt32,
         vt32,
         evt32,
     )
-    folded = pl.score_scaling == "folded"
-    score_fmt = dot_output_format(pl.qk) if folded else qo.dequant.fmt
+    score_fmt = pl.dequant.fmt if fp.scores_dequant else dot_output_format(pl.qk)  # type: ignore[union-attr]
     fma_exact = _tame(score_fmt) and _tame(pl.scale.fmt)
     acc_exact = _tame(pl.acc.fmt) and _tame(pl.alpha.fmt)
-    v = qo.v_quant
-    v_scaled = v.kind != "none" and v.granularity != "unscaled"
-    pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(cast(OpSpec, v.arith).fmt))
-    p_exact = _tame(t_fmt)
-    consistent = pl.row_sum == "consistent"
-    sum_fmt_f32 = (p_f32 if p.kind == "float" else within_float32(exp_fmt)) if consistent else within_float32(exp_fmt)
-    l_native32 = pl.l_i.fmt.name == "float32" and int(pl.l_i.mode) == 0 and sum_fmt_f32
-    eng = QEngine(
-        qp,
+    pvd_exact, p_exact = False, _tame(t_fmt)
+    if pl.quantized:
+        v = pl.quant_ops().v_quant
+        v_scaled = v.kind != "none" and v.granularity != "unscaled"
+        pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(cast(OpSpec, v.arith).fmt))
+    sum_fmt_f32 = (p_f32 if p_float else within_float32(exp_fmt)) if fp.consistent else within_float32(exp_fmt)
+    l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and sum_fmt_f32
+    eng = Engine(
+        fp,
         lanes,
         mqk,
         mpv,
@@ -315,13 +350,17 @@ def quant_engine(
         bm,
         bn,
         bool(causal),
+        wn,
         seq_k,
-        _NO_TABLE,
         pv_scaled,
         pv_lo,
         pv_elems,
     )
     return eng, xs
+
+
+_ONES2 = np.ones((1, 1))
+_ONES3 = np.ones((1, 1, 1))
 
 
 def _key_tiles(x: np.ndarray, bn: int) -> np.ndarray:

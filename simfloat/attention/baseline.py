@@ -23,8 +23,7 @@ import numpy as np
 from simfloat._jit import jit
 from simfloat._parallel import run_rows
 from simfloat.accumulate import dot_acc
-from simfloat.attention._build import check_engine
-from simfloat.attention._build import engine as build_engine
+from simfloat.attention._build import baseline_engine, check_engine
 from simfloat.attention._engine import baseline_units
 from simfloat.attention._inputs import check_output, prepare, to_layout
 from simfloat.attention._kernels import add, div, dot64, exp, fmax, mul, rnd, sub
@@ -168,7 +167,7 @@ def baseline(
     n_qt = -(-seq_q // ROWS)
     out = np.zeros((n_lead, seq_q, dv))
     if which == "vector":
-        eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=ROWS, bn=0, causal=x.causal, wn=1)
+        eng, xs = baseline_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=ROWS, causal=x.causal)
         if n_lead * seq_q > 0:
             run_rows(baseline_units, n_lead * seq_q, xs, out, eng, min_rows=16)
         check_output(out, x, baseline)

@@ -28,298 +28,28 @@ alignment and seq_k >= 1 no row is ever fully masked.
 
 The GPU's own exp2 (``ex2.approx.ftz.f32``) and row-sum order are plan options (``exp2_impl="h200"``,
 ``sum_order="h200-mma"``; the ``h200-<fmt>`` presets); docs/results/h200-validation.md reports what they
-reproduce. This module holds the scalar reference kernels (the test oracle, and the traced path); the default
-engine is :mod:`simfloat.attention._engine`, bit for bit the same.
+reproduce. The scalar reference engine (the test oracle, and the traced path) is the one forward loop of
+:mod:`simfloat.attention.reference`, which also runs the plans with quantizers; the default engine is
+:mod:`simfloat.attention._engine`, bit for bit the same.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from simfloat._jit import fma64, jit
 from simfloat._parallel import run_rows
-from simfloat.accumulate import dot_acc
-from simfloat.attention._build import check_engine, clamp_blocks
-from simfloat.attention._build import engine as build_engine
-from simfloat.attention._engine import flash_units
+from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
+from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
-from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
+from simfloat.attention.reference.forward import Trace, float_operands, trace_columns, units
 from simfloat.attention.tiling import pick_tiles
-from simfloat.hardware import ex2_approx_f32, mma_sum_warps
-from simfloat.trace import STATES, record
+from simfloat.attention.vector.forward import units as vector_units
+from simfloat.hardware import mma_sum_warps
 
 __all__ = ["flash"]
-
-_NINF = -np.inf
-# op indices (positions in FLASH_OPS) and state indices (in simfloat.trace.STATES), looked up by name
-QK, SCALE, EXP, M_I, ALPHA, L_IJ, L_I, ACC, P, PV, NORMALIZE, OUT = (
-    FLASH_OPS.index(n)
-    for n in ("qk", "scale", "exp", "m_i", "alpha", "l_ij", "l_i", "acc", "p", "pv", "normalize", "out")
-)
-S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
-
-
-@jit
-def _ex(x, pp):
-    return math.exp2(x) if pp.exp2 else math.exp(x)
-
-
-_LOG2E = math.log2(math.e)
-
-
-@jit
-def _exp_op(x, o, pp):
-    """T7 / T9's exponential into op ``o``: exp2 (``pp.exp2``; ex2.approx.ftz with ``pp.ex2_tab``), tl.exp
-    (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed), else ``o(e**x)``."""
-    if pp.exp2:
-        return exp2_hw(x, o, pp.ex2_tab)
-    if pp.exp_tl:
-        t = mul(x, rnd(_LOG2E, o), o)
-        if pp.ex2_tab.size == 0:
-            return exp2(t, o)
-        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
-    return exp(x, o)
-
-
-@jit
-def _shadow(b, t, jt, nv, rescale, tied, m_lp, l_lp, ms, ls, acc, accs, ss, ps, vt, pp, tr):
-    """One key tile of the float64 shadow (same dataflow, same lazy and tie-shift decisions), then the state
-    drift."""
-    smax = _NINF
-    for jj in range(nv):
-        smax = fmax(smax, ss[jj])
-    mx = smax * pp.qk_scale64
-    if tied:
-        mx = mx * pp.tie_beta if mx > 0.0 else (0.0 if mx < 0.0 else mx)
-    m_new = fmax(ms, mx) if rescale else ms
-    m_sub = 0.0 if m_new == _NINF else m_new
-    lij = 0.0
-    for jj in range(nv):
-        x = fma64(ss[jj], pp.qk_scale64, -m_sub) if pp.contract else ss[jj] * pp.qk_scale64 - m_sub
-        ps[jj] = _ex(x, pp)
-        lij += ps[jj]
-    alpha = 1.0
-    if rescale:
-        alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
-    l_new = fma64(ls, alpha, lij) if pp.contract else ls * alpha + lij
-    w = ls * alpha if pp.per_step else alpha
-    l_div = 1.0 if l_new == 0.0 else l_new
-    for d in range(accs.shape[0]):
-        a = accs[d] * w
-        for jj in range(nv):
-            a += ps[jj] * vt[jj, d]
-        accs[d] = a / l_div if pp.per_step else a
-        record(tr[1], b, t, jt, S_ACC, acc[d] - accs[d], accs[d])
-    if m_new != _NINF:
-        record(tr[1], b, t, jt, S_M, m_lp - m_new, m_new)
-    record(tr[1], b, t, jt, S_L, l_lp - l_new, l_new)
-    return m_new, l_new
-
-
-@jit
-def _seq(p, lo, hi, o, b, t, jt, tr):
-    """T8's sequential sum of p[lo:hi] from 0, each addition rounded by ``o`` (traced as l_ij)."""
-    s = 0.0
-    for jj in range(lo, hi):
-        y = add(s, p[jj], o)
-        if tr is not None:
-            record(tr[0], b, t, jt, L_IJ, y - (s + p[jj]), s + p[jj])
-        s = y
-    return s
-
-
-@jit
-def _tile(b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, wn):
-    """T2..T14 for row ``i`` and key tile ``jt``; returns the new (m_i, l_i) and the shadow's."""
-    bn = s.shape[0]
-    j0 = jt * bn
-    jv = min(j0 + bn, k.shape[1])
-    if causal:
-        jv = min(jv, i + 1)
-    nv = max(0, jv - j0)
-    qi = q[b, i]
-    smax = _NINF
-    tied = False  # T4's tie shift fired (the shadow takes the same decision)
-    for jj in range(nv):  # T2, T3
-        x = dot_acc(qi, k[b, j0 + jj], 0.0, pp.qk)
-        s[jj] = x
-        smax = fmax(smax, x)
-        if tr is not None:
-            ss[jj] = dot64(qi, k[b, j0 + jj], 0.0)
-            record(tr[0], b, t, jt, QK, x - ss[jj], ss[jj])
-    m_new = m_i  # T4
-    if smax != _NINF:
-        mx = mul(smax, pp.qk_scale, pp.scale)
-        if tr is not None:
-            record(tr[0], b, t, jt, SCALE, mx - smax * pp.qk_scale, smax * pp.qk_scale)
-        if pp.tie:  # Plan.tie_shift: count the keys tied with the tile max, shift the max if two or more
-            thr = sub(mx, pp.tie_tol, pp.scale)
-            n_tied = 0
-            for jj in range(nv):
-                y = mul(s[jj], pp.qk_scale, pp.scale)
-                if tr is not None:
-                    record(tr[0], b, t, jt, SCALE, y - s[jj] * pp.qk_scale, s[jj] * pp.qk_scale)
-                if y >= thr:
-                    n_tied += 1
-            if n_tied >= 2:
-                tied = True
-                if mx > 0.0:
-                    y = mul(mx, pp.tie_beta, pp.m_i)
-                    if tr is not None:
-                        record(tr[0], b, t, jt, M_I, y - mx * pp.tie_beta, mx * pp.tie_beta)
-                    mx = y
-                elif mx < 0.0:
-                    mx = 0.0
-        m_new = fmax(m_i, mx)
-        if m_new != m_i:
-            y = rnd(m_new, pp.m_i)
-            if tr is not None:
-                record(tr[0], b, t, jt, M_I, y - m_new, m_new)
-            m_new = y
-    rescale = True
-    if pp.lazy:
-        if m_i == _NINF:
-            rescale = m_new > _NINF
-        else:
-            dm = sub(m_new, m_i, pp.m_i)
-            if tr is not None:
-                record(tr[0], b, t, jt, M_I, dm - (m_new - m_i), m_new - m_i)
-            rescale = dm > pp.threshold
-        if not rescale:
-            m_new = m_i
-    m_sub = 0.0 if m_new == _NINF else m_new  # T5
-    for jj in range(nv):  # T6, T7
-        sj = s[jj]
-        if pp.contract:
-            x = fma(sj, pp.qk_scale, -m_sub, pp.scale)
-            if tr is not None:
-                ex = fma64(sj, pp.qk_scale, -m_sub)
-                record(tr[0], b, t, jt, SCALE, x - ex, ex)
-        else:
-            y = mul(sj, pp.qk_scale, pp.scale)
-            x = sub(y, m_sub, pp.scale)
-            if tr is not None:
-                record(tr[0], b, t, jt, SCALE, y - sj * pp.qk_scale, sj * pp.qk_scale)
-                record(tr[0], b, t, jt, SCALE, x - (y - m_sub), y - m_sub)
-        pj = _exp_op(x, pp.exp, pp)
-        if tr is not None:
-            ex = _ex(x, pp)
-            record(tr[0], b, t, jt, EXP, pj - ex, ex)
-        p[jj] = pj
-    for jj in range(nv, bn):
-        p[jj] = 0.0
-    l_ij = 0.0  # T8
-    if pp.sum_order != 0:  # the plan's tree order over the whole tile (masked / padded p are 0)
-        l_ij = row_sum(p, bn, pp.l_ij, pp.sum_order, wn)
-        if tr is not None:
-            ex = 0.0
-            for jj in range(nv):
-                ex += p[jj]
-            record(tr[0], b, t, jt, L_IJ, l_ij - ex, ex)
-    elif pp.l_ij_chunk == 0:
-        l_ij = _seq(p, 0, nv, pp.l_ij, b, t, jt, tr)
-    else:
-        for c0 in range(0, nv, pp.l_ij_chunk):
-            cs = _seq(p, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, b, t, jt, tr)
-            y = add(l_ij, cs, pp.l_ij_out)
-            if tr is not None:
-                record(tr[0], b, t, jt, L_IJ, y - (l_ij + cs), l_ij + cs)
-            l_ij = y
-    alpha = 1.0  # T9
-    if rescale:
-        if m_i == _NINF:
-            alpha = 0.0
-        else:
-            dm = sub(m_i, m_sub, pp.alpha)
-            alpha = _exp_op(dm, pp.alpha, pp)
-            if tr is not None:
-                record(tr[0], b, t, jt, ALPHA, dm - (m_i - m_sub), m_i - m_sub)
-                record(tr[0], b, t, jt, ALPHA, alpha - _ex(dm, pp), _ex(dm, pp))
-    if pp.contract:  # T10
-        l_new = fma(l_i, alpha, l_ij, pp.l_i)
-        if tr is not None:
-            ex = fma64(l_i, alpha, l_ij)
-            record(tr[0], b, t, jt, L_I, l_new - ex, ex)
-    else:
-        y = mul(l_i, alpha, pp.l_i)
-        l_new = add(y, l_ij, pp.l_i)
-        if tr is not None:
-            record(tr[0], b, t, jt, L_I, y - l_i * alpha, l_i * alpha)
-            record(tr[0], b, t, jt, L_I, l_new - (y + l_ij), y + l_ij)
-    w = alpha  # T11
-    if pp.per_step:
-        w = mul(l_i, alpha, pp.acc)
-        if tr is not None:
-            record(tr[0], b, t, jt, ACC, w - l_i * alpha, l_i * alpha)
-    for d in range(acc.shape[0]):
-        y = mul(acc[d], w, pp.acc)
-        if tr is not None:
-            record(tr[0], b, t, jt, ACC, y - acc[d] * w, acc[d] * w)
-        acc[d] = y
-    for jj in range(nv):  # T12
-        y = rnd(p[jj], pp.p)
-        if tr is not None:
-            record(tr[0], b, t, jt, P, y - p[jj], p[jj])
-        p[jj] = y
-    vt = v[b, j0 : j0 + bn]
-    l_div = 1.0 if l_new == 0.0 else l_new
-    for d in range(acc.shape[0]):  # T13 (+ FA1 normalization)
-        y = dot_acc(p, vt[:, d], acc[d], pp.pv)
-        if tr is not None:
-            ex = dot64(p, vt[:, d], acc[d])
-            record(tr[0], b, t, jt, PV, y - ex, ex)
-        if pp.per_step:
-            z = div(y, l_div, pp.normalize)
-            if tr is not None:
-                record(tr[0], b, t, jt, NORMALIZE, z - y / l_div, y / l_div)
-            y = z
-        acc[d] = y
-    if tr is not None:
-        ms, ls = _shadow(b, t, jt, nv, rescale, tied, m_new, l_new, ms, ls, acc, accs, ss, ps, vt, pp, tr)
-    return m_new, l_new, ms, ls
-
-
-@jit
-def _units(lo, hi, q, k, v, out, m_out, l_out, pp, geo, tr):
-    """Rows of work ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles)."""
-    bm, bn, causal, wn = geo
-    seq_q, seq_k, dv = q.shape[1], k.shape[1], v.shape[2]
-    n_qt = (seq_q + bm - 1) // bm
-    n_kv_all = (seq_k + bn - 1) // bn
-    s, p, ss, ps = np.empty(bn), np.empty(bn), np.empty(bn), np.empty(bn)
-    acc, accs = np.empty(dv), np.empty(dv)
-    for u in range(lo, hi):
-        b = u // n_qt
-        t = u - b * n_qt
-        kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
-        n_kv = (kv_hi + bn - 1) // bn
-        for i in range(t * bm, min(seq_q, (t + 1) * bm)):
-            m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
-            acc[:] = 0.0
-            accs[:] = 0.0
-            for jt in range(n_kv):
-                m_i, l_i, ms, ls = _tile(
-                    b, t, i, jt, m_i, l_i, ms, ls, acc, accs, s, p, ss, ps, q, k, v, pp, causal, tr, wn
-                )
-            l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
-            ls_div = 1.0 if ls == 0.0 else ls
-            for d in range(dv):
-                o = acc[d] if pp.per_step else div(acc[d], l_div, pp.normalize)
-                y = rnd(o, pp.out)
-                out[b, i, d] = y
-                if tr is not None:
-                    if not pp.per_step:
-                        record(tr[0], b, t, n_kv_all, NORMALIZE, o - acc[d] / l_div, acc[d] / l_div)
-                    record(tr[0], b, t, n_kv_all, OUT, y - o, o)
-                    os = accs[d] if pp.per_step else accs[d] / ls_div
-                    record(tr[1], b, t, n_kv_all, S_OUT, y - os, os)
-            m_out[b, i] = m_i
-            l_out[b, i] = l_i
 
 
 def flash(
@@ -364,8 +94,8 @@ def flash(
         return_stats: also return ``m`` and ``l`` ((..., seq_q) each): the final running max (log2 units with
             exp2) and the softmax denominator relative to it.
         engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._engine`) or ``"reference"``
-            (the scalar kernels of this module, which also record traces); None: vector, reference when
-            tracing or for ``plan.exp_impl="tl.exp"`` (reference only). Both give the same bits.
+            (the scalar loop of :mod:`simfloat.attention.reference`, which also records traces); None: vector,
+            reference when tracing or for ``plan.exp_impl="tl.exp"`` (reference only). Both give the same bits.
         layout: ``"bhsd"`` (q, k, v and the output (..., heads, seq, head_dim), as torch) or ``"bshd"``
             ((..., seq, heads, head_dim), as flash-attn; ``m`` and ``l`` stay (..., heads, seq_q), as its lse).
 
@@ -394,7 +124,7 @@ def flash(
         which = "reference"
     block_m, block_n = pick_tiles(block_m, block_n, tiles, x.q.shape[-1])
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
-    pp = x.plan.params(x.scale)
+    fp = flash_params(x.plan, x.scale)
     n_lead, seq_q = x.q.shape[:2]
     seq_k, dv = x.v.shape[1:]
     bm, bn = clamp_blocks(bm_req, bn_req, seq_q, seq_k, x.plan.pv)
@@ -404,15 +134,14 @@ def flash(
     l = np.empty((n_lead, seq_q))  # noqa: E741
     wn = mma_sum_warps(bm_req, dv)  # tl.sum layout of the requested tile (see row_sum)
     if which == "vector":
-        eng, xs = build_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
+        built = flash_engine(x.plan, fp, qc=x.q, kc=x.k, vc=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
+        assert built is not None  # only block-scaled dots can decline
         if n_lead * n_qt > 0:
-            run_rows(flash_units, n_lead * n_qt, xs, out, m, l, eng)
+            run_rows(vector_units, n_lead * n_qt, built[1], out, m, l, built[0])
     else:
-        vpad = np.zeros((n_lead, n_kv * bn, dv))
-        vpad[:, :seq_k] = x.v
         tr = None
         if x.trace is not None:
-            tr = x.trace._start(
+            local, state = x.trace._start(
                 "flash",
                 x.plan.name,
                 FLASH_OPS,
@@ -425,8 +154,10 @@ def flash(
                 causal=x.causal,
                 scale=x.scale,
             )
+            tr = Trace(local, state, trace_columns(FLASH_OPS, False))
         if n_lead * n_qt > 0:
-            run_rows(_units, n_lead * n_qt, x.q, x.k, vpad, out, m, l, pp, (bm, bn, int(x.causal), wn), tr)
+            ops = float_operands(x.q, x.k, x.v, bn)
+            run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     check_output(out, x, flash, block_m=bm_req, block_n=bn_req)
     out = to_layout(out.reshape(x.lead + (seq_q, dv)), layout)
     if return_stats:

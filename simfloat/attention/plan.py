@@ -91,6 +91,23 @@ def _qk_scale(plan: Any, scale: float) -> tuple[float, float]:
     return rounded, (mul(rounded, rnd(math.log2(math.e), sc), sc) if plan.exp2 else rounded)
 
 
+class Features(NamedTuple):
+    """A plan's optional steps of the flash dataflow, as the compiled kernels take them (:meth:`Plan._features`)."""
+
+    per_step: bool  # FA1: the accumulator normalized after every key tile
+    lazy: bool  # rescale only when m grows by more than threshold
+    threshold: float  # lazy rescaling's threshold, a constant of the m_i format
+    ex2_tab: np.ndarray  # exp/alpha exp2: empty = correctly rounded, else simfloat.hardware.ex2_table()
+    sum_order: int  # l_ij: 0 sequential, 1 the H200's tl.sum order in the mma layout
+    l_ij: OpParams  # l_ij: each addition of the in-tile row sum (a chunk's, with l_ij_chunk)
+    l_ij_out: OpParams  # with l_ij_chunk: the running sum of the chunk sums
+    l_ij_chunk: int  # 0: sequential in l_ij; else chunks of this many keys, each summed from 0 in l_ij
+    exp_tl: bool  # exp/alpha without exp2: tl.exp's exp2(op(x * op(log2 e)))
+    tie: bool  # T4's tied-maxima shift (Plan.tie_shift) is on
+    tie_beta: float  # its factor, a constant of the m_i format
+    tie_tol: float  # its tolerance, a constant of the scale op's format
+
+
 class PlanParams(NamedTuple):
     """A plan flattened for the compiled kernels, with the call's scale folded in (see :meth:`Plan.params`)."""
 
@@ -134,7 +151,10 @@ class Plan:
     Construct presets with :func:`plan` (one table: float and quantized) and derive variants with :meth:`replace`.
     A plan without quantizers (``q_quant`` ... ``p_quant`` None, the float plans) runs the flash (FA2) or
     baseline dataflow; a plan with them (:attr:`quantized`) runs the quantized flash dataflow, in which P's
-    cast is ``p_quant`` (the ``p`` and ``softmax`` ops are not used) and the row sum is sequential in ``l_i``.
+    cast is ``p_quant`` (the ``p`` and ``softmax`` ops are not used) and the row sum is in ``l_i`` (in
+    ``sum_order``). Both run the one forward loop of each engine: the hardware models (``exp2_impl``,
+    ``sum_order``), ``exp_impl`` and ``lazy_threshold`` apply to a plan with quantizers too; FA1's
+    ``normalization`` and ``tie_shift`` do not (yet).
 
     Attributes:
         name: label (shown in traces).
@@ -359,7 +379,8 @@ class Plan:
         ``softmax`` on a flash plan (``triton-``/``h200-``), none of the flash-only ops (``exp``, ``m_i``,
         ``alpha``, ``l_i``, ``acc``, ``p``, ``normalize``), flags or quantizers on a baseline plan
         (``pytorch-``); a plan with quantizers takes its dataflow's ops (:meth:`ops`) and flags (``exp2``,
-        ``contract``, ``row_sum``, ``score_scaling``, ``pv_update``) only. Such a change would change nothing.
+        ``contract``, ``row_sum``, ``score_scaling``, ``pv_update``, ``exp2_impl``, ``sum_order``, ``exp_impl``,
+        ``lazy_threshold``) only. Such a change would change nothing.
         ``fp64``, ``all-<fmt>`` and plans of ``kernel="any"`` serve both kernels and take every entry; quantizers
         given to a flash plan make it a plan with quantizers.
 
@@ -464,17 +485,25 @@ class Plan:
             qops = ", ".join(f"{op}={getattr(self, op)}" for op in QUANT_OPS)
             return (
                 f"Plan({self.name}: {qops}; exp2={self.exp2}, contract={self.contract}, "
-                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update})"
+                f"row_sum={self.row_sum}, score_scaling={self.score_scaling}, pv_update={self.pv_update}"
+                + self._options_str()
+                + ")"
             )
         ops = ", ".join(f"{op}={getattr(self, op)}" for op in _OPS)
         return (
             f"Plan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}, "
             f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
+            + self._options_str()
+            + (f", tie_shift={self.tie_shift}, tie_tol={self.tie_tol}" if self.tie_shift is not None else "")
+            + ")"
+        )
+
+    def _options_str(self) -> str:
+        return (
+            (f", lazy_threshold={self.lazy_threshold}" if self.quantized and self.lazy_threshold is not None else "")
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
             + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
             + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
-            + (f", tie_shift={self.tie_shift}, tie_tol={self.tie_tol}" if self.tie_shift is not None else "")
-            + ")"
         )
 
     def params(self, scale: float) -> PlanParams:
@@ -486,36 +515,59 @@ class Plan:
         Raises:
             ValueError: the rounded scale is not finite and > 0.
         """
-        from simfloat.attention._kernels import rnd
-
         if self.quantized:
             raise ValueError(f"plan {self.name!r} has quantizers: its kernel parameters are quant_params()")
         op = functools.partial(_op_params, self)
-        sc = op("scale")
         sm_scale, qk_scale = _qk_scale(self, scale)
         qk_scale64 = float(scale) * math.log2(math.e) if self.exp2 else float(scale)
         for v in (sm_scale, qk_scale):
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"scale {scale} becomes {v} in {self.scale.fmt.name}: it must stay finite and > 0")
-        t = self.lazy_threshold
-        threshold = 0.0 if t is None else rnd(t, op("m_i"))  # a constant of the m_i format, as in the kernel
-        tie = self.tie_shift is not None
-        tie_beta = rnd(self.tie_shift, op("m_i")) if self.tie_shift is not None else 0.0
-        tie_tol = rnd(self.tie_tol, sc)
-        if tie and not tie_beta > 1:
-            raise ValueError(f"Plan.tie_shift={self.tie_shift} rounds to {tie_beta} in {self.m_i.fmt.name}: not > 1")
+        f = self._features()
         return PlanParams(  # type: ignore[call-arg]  # mypy cannot count the * spread
             acc_params(self.qk),
             acc_params(self.pv),
             *(op(n) for n in _OPS if n not in _MODELS),  # type: ignore[arg-type]  # mypy cannot count the * spread
             self.exp2,
             self.contract,
-            self.normalization == "per_step",
-            t is not None,
-            threshold,
+            f.per_step,
+            f.lazy,
+            f.threshold,
             qk_scale,
             qk_scale64,
             sm_scale,
+            f.ex2_tab,
+            f.sum_order,
+            f.l_ij,
+            f.l_ij_out,
+            f.l_ij_chunk,
+            f.exp_tl,
+            f.tie,
+            f.tie_beta,
+            f.tie_tol,
+        )
+
+    def _features(self) -> Features:
+        """The float dataflow's optional steps (hardware models, lazy rescaling, tie shift, FA1, the l_ij model)
+        for the compiled kernels; a plan with quantizers has them too (each at its plan's value).
+
+        Raises:
+            ValueError: tie_shift rounds to 1 or less in the m_i format.
+        """
+        from simfloat.attention._kernels import rnd
+
+        m_i = _op_params(self, "m_i")
+        t = self.lazy_threshold
+        threshold = 0.0 if t is None else rnd(t, m_i)  # a constant of the m_i format, as in the kernel
+        tie = self.tie_shift is not None
+        tie_beta = rnd(self.tie_shift, m_i) if self.tie_shift is not None else 0.0
+        tie_tol = rnd(self.tie_tol, _op_params(self, "scale"))
+        if tie and not tie_beta > 1:
+            raise ValueError(f"Plan.tie_shift={self.tie_shift} rounds to {tie_beta} in {self.m_i.fmt.name}: not > 1")
+        return Features(
+            self.normalization == "per_step",
+            t is not None,
+            threshold,
             _ex2_tab(self.exp2_impl),
             SUM_ORDERS.index(self.sum_order),
             *self._l_ij_params(),

@@ -39,17 +39,15 @@ _DOTS = ("qk", "pv")
 #: Ops that a plan may leave out (None): smoothing is a transform of the dataflow, not a rounding of it.
 _OPTIONAL = ("k_smooth", "q_smooth", "q_delta")
 _SCALARS = tuple(op for op in QUANT_OPS if op not in QUANTIZERS and op not in _DOTS and op not in _OPTIONAL)
-#: The flags of the quantized dataflow (exp2 and contract are every plan's).
-QUANT_FLAGS = ("exp2", "contract", "row_sum", "score_scaling", "pv_update")
+_QUANT_ONLY_FLAGS = ("row_sum", "score_scaling", "pv_update")
+#: The flags of the quantized dataflow: exp2 and contract, its own three, and the float dataflow's options that
+#: are optional steps of the one forward loop (the hardware models, tl.exp, lazy rescaling).
+QUANT_FLAGS = ("exp2", "contract", *_QUANT_ONLY_FLAGS, "exp2_impl", "sum_order", "exp_impl", "lazy_threshold")
 #: The Plan fields only a plan with quantizers has (None in a plan without).
-QUANT_FIELDS = QUANTIZERS + ("rotate", "k_smooth", "q_smooth", "q_delta", "dequant", "pv_dequant") + QUANT_FLAGS[2:]
+QUANT_FIELDS = QUANTIZERS + ("rotate", "k_smooth", "q_smooth", "q_delta", "dequant", "pv_dequant") + _QUANT_ONLY_FLAGS
 #: The Plan fields of the float dataflow a plan with quantizers does not model (yet): they must keep these values.
 _FLOAT_ONLY = {
     "normalization": "deferred",
-    "lazy_threshold": None,
-    "exp2_impl": "correctly_rounded",
-    "sum_order": "sequential",
-    "exp_impl": "correctly_rounded",
     "tie_shift": None,
     "tie_tol": 0.0,
 }

@@ -43,10 +43,10 @@ Per query row i and key tile jt (``block_n`` keys; causal: up to the q tile's bo
 
 The qk/pv dot products take accumulation models (:mod:`simfloat.accumulate`); ``EXACT`` (float64, exact for
 the integer codes) models the INT8 x INT8 -> INT32 tensor cores. Two engines give the same bits: the vectorized
-engine (default; :mod:`simfloat.attention._quant_engine`, the dots as row kernels over a key tile or the head
-dimension, the element-wise ops as branch-free lane loops) and the scalar reference
-(:mod:`simfloat.attention._quant_kernels`, ``engine="reference"``), kept as the test oracle and where traces
-are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
+engine (default; :mod:`simfloat.attention.vector`, the one vectorized forward loop of every plan: the dots as
+row kernels over a key tile or the head dimension, the element-wise ops as branch-free lane loops) and the
+scalar reference (:mod:`simfloat.attention.reference`, ``engine="reference"``: the one scalar forward loop of
+every plan), kept as the test oracle and where traces are recorded. The cost is O(seq_q * seq_k * head_dim) either way.
 
 Block-scaled quantizers (``Quant("block", ...)``, NVFP4/MX, SageAttention3's FP4) and block-scaled MMA models
 (``tensor_core(..., kind="nvf4" | "mxf4" | "mxf8f6f4")``) run on both engines, with the same bits. The vector
@@ -75,15 +75,18 @@ from simfloat import ops as _ops
 from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, matmul
 from simfloat.attention import _quant_kernels as _qk
-from simfloat.attention._build import check_engine, clamp_blocks, quant_engine
+from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
+from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, prepare
-from simfloat.attention._quant_engine import quant_units
 from simfloat.attention._specs import OpParams, OpSpec, _scalar_spec
 from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
 from simfloat.attention.quant import _INT_RULES, EXACT, QUANTIZERS, Quant, _choice
 from simfloat.attention.quant_plan import _FP8, QUANT_OPS
+from simfloat.attention.reference.forward import Operands, Trace, key_rows, trace_columns, units, v_tiles
+from simfloat.attention.vector.forward import units as vector_units
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
+from simfloat.hardware import mma_sum_warps
 from simfloat.rounding import round as _round
 from simfloat.trace import Tracer
 
@@ -389,20 +392,28 @@ def quant_flash(
     quantizers); arguments and results as theirs.
 
     Args:
-        engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._quant_engine`) or
+        engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention.vector`) or
             ``"reference"`` (the scalar kernel it replaces, bit for bit the same; tracing runs there); None:
             vector, or reference when tracing. ``"vector"`` with a tracer is an error.
     """
     pl = quant_plan(plan)
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
+    if pl.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet), as flash()
+        if engine is not None:
+            raise ValueError(
+                "the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "
+                "engine=None (which runs such plans on the reference engine)"
+            )
+        which = "reference"
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    wn = mma_sum_warps(bm, x.v.shape[-1])  # the tl.sum layout of the requested tile
     pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
     if pv_sb and bn % pv_sb:
         raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")
     if not isinstance(incoherent, (bool, np.bool_)):
         raise TypeError(f"incoherent must be a bool, got {type(incoherent).__name__}")
-    pp = pl.quant_params(x.scale)
+    fp = flash_params(pl, x.scale)
     n_lead, seq_q, d = x.q.shape
     seq_k, dv = x.v.shape[1:]
     # tiles larger than the sequences give the bits of the sequences' own length: one tile, one per-block scale
@@ -412,7 +423,7 @@ def quant_flash(
     n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
     tr = None
     if x.trace is not None:
-        tr = x.trace._start(
+        local, state = x.trace._start(
             "quant_flash",
             pl.name,
             QUANT_OPS,
@@ -427,6 +438,7 @@ def quant_flash(
             incoherent=bool(incoherent),
             seed=seed,
         )
+        tr = Trace(local, state, trace_columns(QUANT_OPS, True))
     qo = pl.quant_ops()
     qin, kin = x.q, x.k
     if incoherent:
@@ -435,12 +447,12 @@ def quant_flash(
         qin = _round(qr, qo.rotate.fmt, qo.rotate.mode)
         kin = _round(kr, qo.rotate.fmt, qo.rotate.mode)
         if tr is not None:
-            _record_tokens(tr[0], _qk.ROTATE, qin - qr, qr, bm, "q")
-            _record_tokens(tr[0], _qk.ROTATE, kin - kr, kr, bn, "k")
+            _record_tokens(tr.local, _qk.ROTATE, qin - qr, qr, bm, "q")
+            _record_tokens(tr.local, _qk.ROTATE, kin - kr, kr, bn, "k")
     if pl.k_smooth is not None:
         kin, k_exact = smooth_keys(kin, pl.k_smooth)
         if tr is not None:
-            _record_tokens(tr[0], _qk.K_SMOOTH, kin - k_exact, k_exact, bn, "k")
+            _record_tokens(tr.local, _qk.K_SMOOTH, kin - k_exact, k_exact, bn, "k")
     ds = np.zeros((n_lead, n_qt, n_kv * bn))  # Q smoothing's correction per q tile and key (zero-padded)
     if pl.q_smooth is not None:
         assert pl.q_delta is not None  # set with q_smooth (Plan checks)
@@ -448,12 +460,12 @@ def quant_flash(
         kt = np.swapaxes(kin, -1, -2)
         ds[:, :, :seq_k] = matmul(mu_q, kt, acc=pl.q_delta, engine=which)
         if tr is not None:
-            _record_tokens(tr[0], _qk.Q_SMOOTH, qin - q_exact, q_exact, bm, "q")
+            _record_tokens(tr.local, _qk.Q_SMOOTH, qin - q_exact, q_exact, bm, "q")
             ex = mu_q @ kt
             for jt in range(n_kv):
                 cut = slice(jt * bn, min(seq_k, (jt + 1) * bn))
                 for t in range(n_qt):
-                    _merge(tr[0], t, jt, _qk.Q_DELTA, ds[:, t, cut] - ex[:, t, cut], ex[:, t, cut])
+                    _merge(tr.local, t, jt, _qk.Q_DELTA, ds[:, t, cut] - ex[:, t, cut], ex[:, t, cut])
     qc, qs, qb = _operand(qin, qo.q_quant, bm, -1)
     kc, ks, kb = _operand(kin, qo.k_quant, bn, -1)
     vc, vs, vb = _operand(x.v, qo.v_quant, bn, -2)
@@ -465,10 +477,10 @@ def quant_flash(
         ):
             if getattr(pl, QUANT_OPS[op]).quantizes:
                 deq = codes * sc if bsc is None else codes * bsc * sc
-                _record_tokens(tr[0], op, deq - src, src, size, axis)
+                _record_tokens(tr.local, op, deq - src, src, size, axis)
     # block scales go to a block-scaled MMA; any other dot takes the values (codes times block scales, exact)
-    qk_scaled = pp.qk_kind == _qk.DOT_SCALED
-    pv_scaled = pp.pv_kind == _qk.DOT_SCALED
+    qk_scaled = fp.qk_kind == _qk.DOT_SCALED
+    pv_scaled = fp.pv_kind == _qk.DOT_SCALED
     if qb is not None and not qk_scaled:
         qc, qb = qc * qb, None
     if kb is not None and not qk_scaled:
@@ -487,48 +499,31 @@ def quant_flash(
     l = np.empty((n_lead, seq_q))  # noqa: E741
     built = None
     if which == "vector":  # None: block-scaled operands the row kernels cannot take, run on the reference
-        built = quant_engine(
-            pl, pp, qc=qc, qs=qs_rows, kc=kc, ks=ks_keys, vc=vc, vs=vs_tile, bm=bm, bn=bn, causal=x.causal,
+        built = flash_engine(
+            pl, fp, qc=qc, kc=kc, vc=vc, bm=bm, bn=bn, causal=x.causal, wn=wn, qs=qs_rows, ks=ks_keys, vs=vs_tile,
             qb=qb, kb=kb, vb=vb, ds=ds,
         )  # fmt: skip
     if built is not None:
         if n_lead * n_qt > 0:
-            run_rows(quant_units, n_lead * n_qt, built[1], out, m, l, built[0])
+            run_rows(vector_units, n_lead * n_qt, built[1], out, m, l, built[0])
     elif n_lead * n_qt > 0:
-
-        def keys(a: np.ndarray, width: int) -> np.ndarray:
-            pad = np.zeros((n_lead, n_kv * bn, width))
-            pad[:, :seq_k] = a
-            return pad
-
-        def tiles(a: np.ndarray) -> np.ndarray:
-            t = np.ascontiguousarray(keys(a, dv).reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
-            return t.reshape(n_lead * n_kv, dv, bn)
-
         none = np.ones((1, 1, 1))
-        run_rows(
-            _qk.units,
-            n_lead * n_qt,
-            qc,
+        ops = Operands(
+            np.ascontiguousarray(qc),
             qs_rows,
             none if qb is None else np.ascontiguousarray(qb),
-            keys(kc, d),
+            key_rows(kc, n_kv, bn),
             ks_keys,
-            none if kb is None else keys(kb, d),
-            tiles(vc),
+            none if kb is None else key_rows(kb, n_kv, bn),
+            v_tiles(vc, n_kv, bn),
             vs_tile,
-            none if vb is None else tiles(vb),
+            none if vb is None else v_tiles(vb, n_kv, bn),
             ds,
-            out,
-            m,
-            l,
-            pp,
-            (bm, bn, int(x.causal), seq_k),
-            tr,
             x.q,
             x.k,
             x.v,
         )
+        run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     out = out.reshape(x.lead + (seq_q, dv))
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))

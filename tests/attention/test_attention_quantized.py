@@ -637,7 +637,7 @@ def test_plan_fields_of_the_quantized_dataflow_are_checked():
     with pytest.raises(ValueError, match="unknown plan entries"):
         plan("int8-reference").replace(name="x", p="float16")  # not an op of the quantized dataflow
     with pytest.raises(ValueError, match="do not model it"):
-        dataclasses.replace(plan("int8-reference"), exp2_impl="h200")
+        dataclasses.replace(plan("int8-reference"), normalization="per_step")
     with pytest.raises(ValueError, match="kernel must be one of"):
         dataclasses.replace(plan("fp64"), kernel="decode")
     with pytest.raises(ValueError, match="never uses"):

@@ -299,13 +299,13 @@ def _built(monkeypatch):
     import simfloat.attention.quantized as quantized
 
     built = []
-    real = quantized.quant_engine
+    real = quantized.flash_engine
 
     def spy(*args, **kw):
         built.append(real(*args, **kw))
         return built[-1]
 
-    monkeypatch.setattr(quantized, "quant_engine", spy)
+    monkeypatch.setattr(quantized, "flash_engine", spy)
     return built
 
 
@@ -394,3 +394,71 @@ def test_q_smoothing_and_fixed_p_vector_equals_reference(pl, monkeypatch):
     _check(q[:, :40], k, v, plan=pl, block_m=16, block_n=32, causal=True)
     _check(q, k[:, :33], v[:, :33], plan=pl, block_m=64, block_n=32, causal=False)
     assert len(built) == 6 and all(b is not None for b in built)
+
+
+# -- the float dataflow's options on plans with quantizers (one forward loop per engine) -------------------------
+
+_HW_PLANS = [
+    "int8-reference",
+    "int8-consistent",
+    "half-int8",
+    "fp8-e4m3",
+    "fp8-e5m2-block",
+    "sage2-int8-fp8",
+    "sage3-fp4",
+]
+
+
+def _stats(q, k, v, pl, engine, **kw):
+    return quant_flash(q, k, v, plan=pl, block_m=32, block_n=32, causal=True, return_stats=True, engine=engine, **kw)
+
+
+@pytest.mark.parametrize("name", _HW_PLANS)
+def test_hardware_models_and_lazy_rescaling_apply_to_quantized_plans(name):
+    """The H200's ex2 table, its tl.sum order and lazy rescaling are optional steps of the one forward loop: on a
+    plan with quantizers both engines give the same bits, and each option changes them (it is applied)."""
+    from simfloat.attention import plan
+
+    base = plan(name)
+    q, k, v = _qkv((2,), 97, 97, 32, 3)
+    want = _stats(q, k, v, base, "reference")
+    options = [{"exp2_impl": "h200"}, {"lazy_threshold": 8.0}, {"exp2_impl": "h200", "sum_order": "h200-mma"}]
+    if not (base.row_sum == "consistent" and base.p_quant.kind == "int"):  # that row sum is an exact integer sum
+        options.append({"sum_order": "h200-mma"})
+    for opt in options:
+        pl = base.replace(**opt)
+        got = _stats(q, k, v, pl, "vector")
+        ref = _stats(q, k, v, pl, "reference")
+        for x, y, what in zip(got, ref, ("out", "m", "l"), strict=True):
+            assert same(x, y), (name, opt, what)
+        changed = "m" if "lazy_threshold" in opt else "l"  # lazy keeps m; the others round l's terms otherwise
+        i = ("out", "m", "l").index(changed)
+        assert not same(ref[i], want[i]), (name, opt)
+        # causal False, other tiles and two leads: the same agreement
+        _check(q, k, v, plan=pl, block_m=16, block_n=64, causal=False)
+
+
+def test_tl_exp_on_a_quantized_plan_runs_on_the_reference():
+    """exp_impl='tl.exp' (exp2=False) on a plan with quantizers: modelled by the reference loop, which engine=None
+    picks; the vector engine refuses it, as for the float plans."""
+    from simfloat.attention import plan
+
+    base = plan("fp8-e4m3").replace(exp2=False)
+    pl = base.replace(exp_impl="tl.exp")
+    q, k, v = _qkv((1,), 65, 65, 16, 4)
+    got = _stats(q, k, v, pl, None)
+    ref = _stats(q, k, v, pl, "reference")
+    assert all(same(x, y) for x, y in zip(got, ref, strict=True))
+    assert not same(ref[2], _stats(q, k, v, base, "reference")[2])
+    with pytest.raises(ValueError, match="tl.exp"):
+        _stats(q, k, v, pl, "vector")
+
+
+def test_quantized_plans_still_refuse_fa1_and_the_tie_shift():
+    import dataclasses
+
+    from simfloat.attention import plan
+
+    for change in ({"normalization": "per_step"}, {"tie_shift": 2.0}):
+        with pytest.raises(ValueError, match="do not model it"):
+            dataclasses.replace(plan("int8-reference"), **change)

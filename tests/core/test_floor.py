@@ -315,20 +315,28 @@ def test_op_indices_are_positions_in_the_op_lists():
     from simfloat.attention.quant_plan import QUANT_OPS
     from simfloat.trace import STATES
 
-    flash, baseline, backward, _quant_kernels = (
-        importlib.import_module(f"simfloat.attention.{m}") for m in ("flash", "baseline", "backward", "_quant_kernels")
+    baseline, backward, _quant_kernels, forward = (
+        importlib.import_module(f"simfloat.attention.{m}")
+        for m in ("baseline", "backward", "_quant_kernels", "reference.forward")
     )
     tables = [
-        (flash, FLASH_OPS, ""),
         (baseline, BASELINE_OPS, ""),
         (_quant_kernels, QUANT_OPS, ""),
+        (forward, forward.LOGICAL_OPS, "R_"),
         (backward, backward.TRACED_BACKWARD_OPS, "B_"),
         (backward, backward.BACKWARD_STATES, "S_"),
     ]
     for module, names, prefix in tables:
         got = [getattr(module, prefix + n.upper()) for n in names]
         assert got == list(range(len(names))), (module.__name__, names)
-    for module in (flash, baseline, _quant_kernels):  # S_M, S_L, S_ACC, S_OUT: m_i, l_i, acc, out
+    for module in (forward, baseline):  # S_M, S_L, S_ACC, S_OUT: m_i, l_i, acc, out
         got = [module.S_M, module.S_L, module.S_ACC, module.S_OUT]
         assert got == [STATES.index(n) for n in ("m_i", "l_i", "acc", "out")] == [0, 1, 2, 3], module.__name__
+    # the forward loop records its logical ops into each plan's own tracer columns
+    cols = forward.trace_columns(FLASH_OPS, False)
+    assert [FLASH_OPS[c] if c >= 0 else None for c in cols] == [
+        n if n in FLASH_OPS else None for n in forward.LOGICAL_OPS
+    ]
+    qcols = forward.trace_columns(QUANT_OPS, True)
+    assert [QUANT_OPS[c] for c in qcols] == [{"l_ij": "l_i", "p": "p_quant"}.get(n, n) for n in forward.LOGICAL_OPS]
     assert _quant_kernels.QUANT_OPS is QUANT_OPS

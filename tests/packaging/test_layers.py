@@ -172,3 +172,24 @@ def test_the_checks_can_fail():
     assert "simfloat.attention.flash" in GRAPH["simfloat.attention"]  # a package's re-export
     assert "simfloat.rounding" in GRAPH["simfloat.ops._scalar"]
     assert _layer_of("simfloat._jit") < _layer_of("simfloat.rounding") < _layer_of("simfloat.attention.flash")
+
+
+def test_the_two_forward_engines_are_independent():
+    """The vector engine's forward loop never imports the reference engine (nor it the vector one), directly or
+    through another module: each is checked against the other (ARCHITECTURE.md, Engines)."""
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for m in GRAPH[todo.pop()]:
+                if m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+        return seen
+
+    vector = {m for m in MODULES if m.startswith("simfloat.attention.vector")}
+    reference = {m for m in MODULES if m.startswith("simfloat.attention.reference")}
+    assert vector and reference
+    for a, b in ((vector, reference), (reference, vector)):
+        for m in a:
+            assert not reach(m) & b, (m, sorted(reach(m) & b))

@@ -1,0 +1,629 @@
+"""The forward flash loop of the reference engine: one scalar loop for every plan (see
+:mod:`simfloat.attention.flash` for the float dataflow's steps, :mod:`simfloat.attention.quantized` for the
+quantizers'); each optional step is chosen by a field of :class:`~simfloat.attention._flash_params.FlashParams`.
+
+Per query row i and key tile jt: the scores (T2, T3; quantizers: the codes' dot, then the scores' dequant or
+the folded scales, Q smoothing's delta_s), the running max (T4, the tie shift, lazy rescaling; T5), the shifted
+exponentials (T6, T7), alpha (T9), P's cast or quantizer (T12), the row sum l_ij (T8: sequential, chunked, the
+tl.sum tree or the quantized P's exact integer sum), l_i (T10), then the accumulator (T11, T13) in one of the
+P.V update forms, and the epilogue (E1, E2; quantizers: V's descale).
+
+Tracing goes through one hook, :func:`_rec` (a no-op when ``tr`` is None): each op records its result and
+the float64 value of the same operation on the same inputs under a logical op (``R_*``), which the trace record
+maps to the plan's tracer column (``FLASH_OPS`` or ``QUANT_OPS``; :func:`trace_columns`). The exact values that
+cost a dot or an exponential are computed only when tracing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from simfloat._jit import fma64, jit
+from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
+from simfloat.attention._quant_kernels import (
+    DELTA_MMA,
+    DELTA_SCORES,
+    DOT_SCALED,
+    K_BLOCK,
+    K_FFLOAT,
+    K_INT,
+    PV_INTO_ACC,
+    PV_SEPARATE,
+    PV_TWO_LEVEL,
+    block_p_codes,
+    dot3,
+    p_quant,
+    p_value,
+    sdot,
+    sdot64,
+)
+from simfloat.hardware import ex2_approx_f32
+from simfloat.trace import STATES, record
+
+__all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "trace_columns", "units", "v_tiles"]
+
+_NINF = -np.inf
+_LOG2E = math.log2(math.e)
+
+#: The ops the loop records, by their role; ``l_ij`` is the in-tile row sum, ``p`` P's cast or quantizer.
+LOGICAL_OPS = (
+    "qk",
+    "dequant",
+    "scale",
+    "exp",
+    "m_i",
+    "alpha",
+    "l_ij",
+    "l_i",
+    "acc",
+    "p",
+    "pv",
+    "pv_dequant",
+    "normalize",
+    "out",
+)
+R_QK, R_DEQUANT, R_SCALE, R_EXP, R_M_I, R_ALPHA, R_L_IJ, R_L_I, R_ACC, R_P, R_PV, R_PV_DEQUANT, R_NORMALIZE, R_OUT = (
+    range(len(LOGICAL_OPS))
+)
+S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
+#: a plan with quantizers records its row sum as l_i and its P as p_quant (QUANT_OPS)
+_QUANT_NAMES = {"l_ij": "l_i", "p": "p_quant"}
+
+
+def trace_columns(ops: tuple[str, ...], quantized: bool) -> np.ndarray:
+    """(len(LOGICAL_OPS),) int64: each logical op's column in the tracer's op list ``ops`` (-1: not there)."""
+    names = [(_QUANT_NAMES.get(n, n) if quantized else n) for n in LOGICAL_OPS]
+    return np.array([ops.index(n) if n in ops else -1 for n in names], dtype=np.int64)
+
+
+class Operands(NamedTuple):
+    """The loop's inputs (lead = the flat leading index; a plan without quantizers: codes are the values, and
+    the scale, block-scale and delta arrays are placeholders the loop never reads).
+
+    Attributes:
+        qc: (lead, seq_q, d) Q's codes; qs: (lead, seq_q) Q's per-row scale; qb: Q's per-element block scales
+            (as qc) for a block-scaled qk MMA, else (1, 1, 1).
+        kc: (lead, n_kv * block_n, d) K's codes, zero-padded; ks: (lead, n_kv * block_n) per-key scales; kb: as qb.
+        vt: (lead * n_kv, dv, block_n) V's codes per key tile, transposed; vs: (lead, n_kv, dv) V's scales per
+            key tile and channel; vb: as qb (laid out as vt).
+        ds: (lead, n_q_tiles, n_kv * block_n) Q smoothing's correction delta_s per q tile and key.
+        q64, k64, v64: (lead, seq, d) the unquantized inputs (the quantized plans' float64 shadow).
+    """
+
+    qc: np.ndarray
+    qs: np.ndarray
+    qb: np.ndarray
+    kc: np.ndarray
+    ks: np.ndarray
+    kb: np.ndarray
+    vt: np.ndarray
+    vs: np.ndarray
+    vb: np.ndarray
+    ds: np.ndarray
+    q64: np.ndarray
+    k64: np.ndarray
+    v64: np.ndarray
+
+
+class Trace(NamedTuple):
+    """A tracer's record arrays (``Tracer._start``) and the plan's op columns (:func:`trace_columns`)."""
+
+    local: np.ndarray
+    state: np.ndarray
+    cols: np.ndarray
+
+
+class _Scratch(NamedTuple):
+    s: np.ndarray  # (block_n,) scores
+    p: np.ndarray  # (block_n,) P
+    pc: np.ndarray  # (block_n,) P's codes (cast)
+    pc3: np.ndarray  # pc as (1, 1, block_n)
+    psc: np.ndarray  # (block_n,) P's block scales
+    psc3: np.ndarray
+    ss: np.ndarray  # (block_n,) the exact scores (float shadow)
+    ps: np.ndarray  # (block_n,) the shadow's P
+    acc: np.ndarray  # (dv,)
+    accs: np.ndarray  # (dv,) the shadow's accumulator
+    vs_fin: np.ndarray  # (dv,) the epilogue's V scale (quantized shadow)
+
+
+@jit
+def _rec(tr, b, t, jt, op, y, ex):
+    """The trace hook: op ``op`` (R_*) gave ``y`` where float64 gives ``ex``; nothing when ``tr`` is None."""
+    if tr is not None:
+        record(tr.local, b, t, jt, tr.cols[op], y - ex, ex)
+
+
+@jit
+def _srec(tr, b, t, jt, st, y, ex):
+    """The shadow's hook: state ``st`` is ``y``, the float64 shadow's ``ex``."""
+    if tr is not None:
+        record(tr.state, b, t, jt, st, y - ex, ex)
+
+
+@jit
+def _ex(x, pp):
+    return math.exp2(x) if pp.exp2 else math.exp(x)
+
+
+@jit
+def _exp_op(x, o, pp):
+    """T7 / T9's exponential into op ``o``: exp2 (``pp.exp2``; ex2.approx.ftz with ``pp.ex2_tab``), tl.exp
+    (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed), else ``o(e**x)``."""
+    if pp.exp2:
+        return exp2_hw(x, o, pp.ex2_tab)
+    if pp.exp_tl:
+        t = mul(x, rnd(_LOG2E, o), o)
+        if pp.ex2_tab.size == 0:
+            return exp2(t, o)
+        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
+    return exp(x, o)
+
+
+@jit
+def _dequant_score(o, pp, tr, b, t, i, jt, key, x):
+    """Quantizers, ``score_scaling="scores"``: ``dequant(dequant(x * q_scale) * k_scale)`` (+ delta_s)."""
+    y = mul(x, o.qs[b, i], pp.dequant)
+    z = mul(y, o.ks[b, key], pp.dequant)
+    _rec(tr, b, t, jt, R_DEQUANT, y, x * o.qs[b, i])
+    _rec(tr, b, t, jt, R_DEQUANT, z, y * o.ks[b, key])
+    if pp.delta_mode == DELTA_SCORES:  # Q smoothing's correction on the dequantized score
+        y = add(z, o.ds[b, t, key], pp.dequant)
+        _rec(tr, b, t, jt, R_DEQUANT, y, z + o.ds[b, t, key])
+        return y
+    return z
+
+
+@jit
+def _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt):
+    """Plan.tie_shift: count the keys tied with the tile max, shift the max if two or more; (max, tied)."""
+    thr = sub(mx, pp.tie_tol, pp.scale)
+    n_tied = 0
+    for jj in range(nv):
+        y = mul(s[jj], sscale, pp.scale)
+        _rec(tr, b, t, jt, R_SCALE, y, s[jj] * sscale)
+        if y >= thr:
+            n_tied += 1
+    if n_tied < 2:
+        return mx, False
+    if mx > 0.0:
+        y = mul(mx, pp.tie_beta, pp.m_i)
+        _rec(tr, b, t, jt, R_M_I, y, mx * pp.tie_beta)
+        return y, True
+    return (0.0 if mx < 0.0 else mx), True
+
+
+@jit
+def _p_codes(w, nv, pp, tr, b, t, jt):
+    """T12: P's cast or quantizer into ``w.pc`` (block scales into ``w.psc``; keys nv.. get 0); returns a two-level
+    block quantizer's per-row scale (else 1)."""
+    p, pc, psc = w.p, w.pc, w.psc
+    if pp.p_kind == K_BLOCK:
+        s1 = block_p_codes(p, nv, pc, psc, pp)
+        if pp.pv_kind != DOT_SCALED:  # a dot without block scales takes the values (exact products)
+            for jj in range(pc.shape[0]):
+                pc[jj] = pc[jj] * psc[jj]
+                psc[jj] = 1.0
+        for jj in range(nv):
+            _rec(tr, b, t, jt, R_P, pc[jj] * psc[jj] * s1, p[jj])
+        return s1
+    for jj in range(nv):
+        c = p_quant(p[jj], pp)
+        pc[jj] = c
+        _rec(tr, b, t, jt, R_P, p_value(c, pp), p[jj])
+    for jj in range(nv, pc.shape[0]):
+        pc[jj] = 0.0
+    return 1.0
+
+
+@jit
+def _seq(p, lo, hi, o, tr, b, t, jt):
+    """T8's sequential sum of p[lo:hi] from 0, each addition rounded by ``o``."""
+    s = 0.0
+    for jj in range(lo, hi):
+        y = add(s, p[jj], o)
+        _rec(tr, b, t, jt, R_L_IJ, y, s + p[jj])
+        s = y
+    return s
+
+
+@jit
+def _tile_sum(w, nv, pp, tr, b, t, jt, wn):
+    """T8: l_ij, the in-tile row sum of P (the quantized P's with ``consistent``)."""
+    if pp.consistent and pp.p_kind == K_INT:  # integer codes: the exact sum (< 2**53), then / qmax
+        isum = 0.0
+        for jj in range(nv):
+            isum += w.pc[jj]
+        l_ij = div(isum, pp.p_qmax, pp.l_ij)
+        _rec(tr, b, t, jt, R_L_IJ, l_ij, isum / pp.p_qmax)
+        return l_ij
+    src = w.pc if pp.consistent else w.p
+    if pp.sum_order != 0:  # the plan's tree order over the whole tile (masked / padded p are 0)
+        l_ij = row_sum(src, src.shape[0], pp.l_ij, pp.sum_order, wn)
+        if tr is not None:
+            ex = 0.0
+            for jj in range(nv):
+                ex += src[jj]
+            _rec(tr, b, t, jt, R_L_IJ, l_ij, ex)
+        return l_ij
+    if pp.l_ij_chunk == 0:
+        return _seq(src, 0, nv, pp.l_ij, tr, b, t, jt)
+    l_ij = 0.0
+    for c0 in range(0, nv, pp.l_ij_chunk):
+        cs = _seq(src, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, tr, b, t, jt)
+        y = add(l_ij, cs, pp.l_ij_out)
+        _rec(tr, b, t, jt, R_L_IJ, y, l_ij + cs)
+        l_ij = y
+    return l_ij
+
+
+@jit
+def _acc_update(a, alpha, y, pp, tr, b, t, jt):
+    """``acc(fma(a, alpha, y))`` (``contract``), else ``acc(acc(a * alpha) + y)``."""
+    if pp.contract:
+        r = fma(a, alpha, y, pp.acc)
+        _rec(tr, b, t, jt, R_ACC, r, fma64(a, alpha, y))
+        return r
+    a0 = mul(a, alpha, pp.acc)
+    r = add(a0, y, pp.acc)
+    _rec(tr, b, t, jt, R_ACC, a0, a * alpha)
+    _rec(tr, b, t, jt, R_ACC, r, a0 + y)
+    return r
+
+
+@jit
+def _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1):
+    """T11, T13 in the quantized P.V forms other than ``into_acc``: channel d's new accumulator."""
+    acc = w.acc
+    if pp.pv_mode == PV_TWO_LEVEL:  # a fresh P.V per key tile, added to the fp32 accumulator
+        pv = sdot(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, 0.0, pp.pv, pp.pv_kind)
+        if tr is not None:
+            _rec(tr, b, t, jt, R_PV, pv, sdot64(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
+        if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale folded back
+            y = mul(pv, s1, pp.pv_dequant)
+            _rec(tr, b, t, jt, R_PV_DEQUANT, y, pv * s1)
+            pv = y
+        return _acc_update(acc[d], alpha, pv, pp, tr, b, t, jt)
+    vs = o.vs[b, jt, d]
+    if pp.pv_mode == PV_SEPARATE:
+        pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+        y = mul(pv, vs, pp.pv_dequant)
+        if tr is not None:
+            _rec(tr, b, t, jt, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
+        _rec(tr, b, t, jt, R_PV_DEQUANT, y, pv * vs)
+        if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
+            z = div(y, pp.p_qmax, pp.pv_dequant)
+            _rec(tr, b, t, jt, R_PV_DEQUANT, z, y / pp.p_qmax)
+            y = z
+        return _acc_update(acc[d], alpha, y, pp, tr, b, t, jt)
+    a0 = mul(acc[d], alpha, pp.acc)  # PV_SCALED
+    _rec(tr, b, t, jt, R_ACC, a0, acc[d] * alpha)
+    pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+    a = fma(pv, vs, a0, pp.pv_dequant)
+    if tr is not None:
+        _rec(tr, b, t, jt, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
+        _rec(tr, b, t, jt, R_PV_DEQUANT, a, fma64(pv, vs, a0))
+    return a
+
+
+@jit
+def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale):
+    """T2, T3: the tile's scores into ``w.s`` (the exact ones into ``w.ss`` when tracing); their max."""
+    smax = _NINF
+    for jj in range(nv):
+        c0 = o.ds[b, t, j0 + jj] if pp.delta_mode == DELTA_MMA else 0.0  # SageAttention3: delta_s into the MMA
+        x = sdot(o.qc, b, i, o.qb, o.kc, b, j0 + jj, o.kb, c0, pp.qk, pp.qk_kind)
+        if tr is not None:
+            ex = sdot64(o.qc, b, i, o.qb, o.kc, b, j0 + jj, o.kb, pp.qk_kind == DOT_SCALED)
+            if pp.quantized:
+                ex = c0 + ex
+            w.ss[jj] = ex
+            _rec(tr, b, t, jt, R_QK, x, ex)
+        if pp.scores_dequant:
+            x = _dequant_score(o, pp, tr, b, t, i, jt, j0 + jj, x)
+        w.s[jj] = x
+        smax = fmax(smax, x)
+    return smax
+
+
+@jit
+def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
+    """T2..T14 for row ``i`` and key tile ``jt``; returns (m_i, l_i, visible keys, first key, rescaled, tied).
+    ``qss``: the row's score scale (folded: ``qk_scale * q_scale``, else qk_scale)."""
+    bm, bn, causal, seq_k, wn = geo
+    vrow = b * ((seq_k + bn - 1) // bn) + jt
+    j0 = jt * bn
+    jv = min(j0 + bn, seq_k)
+    if causal:
+        jv = min(jv, i + 1)
+    nv = max(0, jv - j0)
+    s, p, acc = w.s, w.p, w.acc
+    sscale = qss
+    if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
+        sscale = mul(qss, o.ks[b, j0], pp.scale)
+        _rec(tr, b, t, jt, R_SCALE, sscale, qss * o.ks[b, j0])
+    smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale)
+    m_new = m_i  # T4
+    tied = False  # T4's tie shift fired (the shadow takes the same decision)
+    if smax != _NINF:
+        mx = mul(smax, sscale, pp.scale)
+        _rec(tr, b, t, jt, R_SCALE, mx, smax * sscale)
+        if pp.tie:
+            mx, tied = _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt)
+        m_new = fmax(m_i, mx)
+        if m_new != m_i:
+            y = rnd(m_new, pp.m_i)
+            _rec(tr, b, t, jt, R_M_I, y, m_new)
+            m_new = y
+    rescale = True
+    if pp.lazy:
+        if m_i == _NINF:
+            rescale = m_new > _NINF
+        else:
+            dm = sub(m_new, m_i, pp.m_i)
+            _rec(tr, b, t, jt, R_M_I, dm, m_new - m_i)
+            rescale = dm > pp.threshold
+        if not rescale:
+            m_new = m_i
+    m_sub = 0.0 if m_new == _NINF else m_new  # T5
+    m_x = m_sub  # the shift in P's exponent
+    if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
+        m_x = sub(m_sub, pp.p_shift, pp.scale)
+        _rec(tr, b, t, jt, R_SCALE, m_x, m_sub - pp.p_shift)
+    for jj in range(nv):  # T6, T7
+        sj = s[jj]
+        if pp.contract:
+            x = fma(sj, sscale, -m_x, pp.scale)
+            _rec(tr, b, t, jt, R_SCALE, x, fma64(sj, sscale, -m_x))
+        else:
+            y = mul(sj, sscale, pp.scale)
+            x = sub(y, m_x, pp.scale)
+            _rec(tr, b, t, jt, R_SCALE, y, sj * sscale)
+            _rec(tr, b, t, jt, R_SCALE, x, y - m_x)
+        pj = _exp_op(x, pp.exp, pp)
+        if tr is not None:
+            _rec(tr, b, t, jt, R_EXP, pj, _ex(x, pp))
+        p[jj] = pj
+    for jj in range(nv, bn):
+        p[jj] = 0.0
+    alpha = 1.0  # T9
+    if rescale:
+        if m_i == _NINF:
+            alpha = 0.0
+        else:
+            dm = sub(m_i, m_sub, pp.alpha)
+            alpha = _exp_op(dm, pp.alpha, pp)
+            _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
+            if tr is not None:
+                _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
+    s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
+    l_ij = _tile_sum(w, nv, pp, tr, b, t, jt, wn)  # T8
+    if pp.contract:  # T10
+        l_new = fma(l_i, alpha, l_ij, pp.l_i)
+        _rec(tr, b, t, jt, R_L_I, l_new, fma64(l_i, alpha, l_ij))
+    else:
+        y = mul(l_i, alpha, pp.l_i)
+        l_new = add(y, l_ij, pp.l_i)
+        _rec(tr, b, t, jt, R_L_I, y, l_i * alpha)
+        _rec(tr, b, t, jt, R_L_I, l_new, y + l_ij)
+    if pp.pv_mode != PV_INTO_ACC:  # the quantized P.V forms
+        for d in range(acc.shape[0]):
+            acc[d] = _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1)
+        return m_new, l_new, nv, j0, rescale, tied
+    sc = alpha  # T11: acc(acc * alpha); FA1: acc(acc * acc(l_old * alpha))
+    if pp.per_step:
+        sc = mul(l_i, alpha, pp.acc)
+        _rec(tr, b, t, jt, R_ACC, sc, l_i * alpha)
+    l_div = 1.0 if l_new == 0.0 else l_new
+    for d in range(acc.shape[0]):  # T13: tl.dot(p, v, acc) (+ FA1 normalization)
+        a0 = mul(acc[d], sc, pp.acc)
+        _rec(tr, b, t, jt, R_ACC, a0, acc[d] * sc)
+        y = dot3(w.pc3, 0, 0, o.vt, vrow, d, a0, pp.pv, pp.pv_kind)
+        if tr is not None:
+            _rec(tr, b, t, jt, R_PV, y, dot64(w.pc, o.vt[vrow, d], a0))
+        if pp.per_step:
+            z = div(y, l_div, pp.normalize)
+            _rec(tr, b, t, jt, R_NORMALIZE, z, y / l_div)
+            y = z
+        acc[d] = y
+    return m_new, l_new, nv, j0, rescale, tied
+
+
+@jit
+def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls):
+    """One key tile of the float64 shadow of a plan without quantizers (same dataflow, same lazy and tie-shift
+    decisions), then the state drift."""
+    ss, ps, accs = w.ss, w.ps, w.accs
+    smax = _NINF
+    for jj in range(nv):
+        smax = fmax(smax, ss[jj])
+    mx = smax * pp.qk_scale64
+    if tied:
+        mx = mx * pp.tie_beta if mx > 0.0 else (0.0 if mx < 0.0 else mx)
+    m_new = fmax(ms, mx) if rescale else ms
+    m_sub = 0.0 if m_new == _NINF else m_new
+    lij = 0.0
+    for jj in range(nv):
+        x = fma64(ss[jj], pp.qk_scale64, -m_sub) if pp.contract else ss[jj] * pp.qk_scale64 - m_sub
+        ps[jj] = _ex(x, pp)
+        lij += ps[jj]
+    alpha = 1.0
+    if rescale:
+        alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
+    l_new = fma64(ls, alpha, lij) if pp.contract else ls * alpha + lij
+    sc = ls * alpha if pp.per_step else alpha
+    l_div = 1.0 if l_new == 0.0 else l_new
+    for d in range(accs.shape[0]):
+        a = accs[d] * sc
+        for jj in range(nv):
+            a += ps[jj] * o.v64[b, j0 + jj, d]
+        accs[d] = a / l_div if pp.per_step else a
+        _srec(tr, b, t, jt, S_ACC, w.acc[d], accs[d])
+    if m_new != _NINF:
+        _srec(tr, b, t, jt, S_M, m_lp, m_new)
+    _srec(tr, b, t, jt, S_L, l_lp, l_new)
+    return m_new, l_new
+
+
+@jit
+def _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_lp, l_lp, ms, ls):
+    """One key tile of a quantized plan's float64 shadow on the unquantized inputs (exact softmax scale), then
+    the drift of the emulated state (m in the kernel's units, l and acc relative to each run's own running max)."""
+    ps, accs = w.ps, w.accs
+    smax = _NINF
+    for jj in range(nv):
+        ps[jj] = dot64(o.q64[b, i], o.k64[b, j0 + jj], 0.0) * pp.qk_scale64
+        smax = fmax(smax, ps[jj])
+    m_new = fmax(ms, smax)
+    m_sub = 0.0 if m_new == _NINF else m_new
+    lij = 0.0
+    for jj in range(nv):
+        ps[jj] = _ex(ps[jj] - m_sub, pp)
+        lij += ps[jj]
+    alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
+    l_new = ls * alpha + lij
+    for d in range(accs.shape[0]):
+        a = accs[d] * alpha
+        for jj in range(nv):
+            a += ps[jj] * o.v64[b, j0 + jj, d]
+        accs[d] = a
+        _srec(tr, b, t, jt, S_ACC, w.acc[d] * w.vs_fin[d], a)
+    if m_new != _NINF:
+        _srec(tr, b, t, jt, S_M, m_lp, m_new)
+    _srec(tr, b, t, jt, S_L, l_lp, l_new)
+    return m_new, l_new
+
+
+@jit
+def _epilogue_descale(a, vs, pp, tr, b, t, jt):
+    """Quantizers, into_acc / two_level: V's descale once (then P's fixed scale)."""
+    y = mul(a, vs, pp.pv_dequant)
+    _rec(tr, b, t, jt, R_PV_DEQUANT, y, a * vs)
+    if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
+        z = div(y, pp.p_qmax, pp.pv_dequant)
+        _rec(tr, b, t, jt, R_PV_DEQUANT, z, y / pp.p_qmax)
+        return z
+    return y
+
+
+@jit
+def _scratch(bn, dv):
+    pc, psc = np.empty(bn), np.ones(bn)
+    return _Scratch(
+        np.empty(bn),
+        np.empty(bn),
+        pc,
+        pc.reshape((1, 1, bn)),
+        psc,
+        psc.reshape((1, 1, bn)),
+        np.empty(bn),
+        np.empty(bn),
+        np.empty(dv),
+        np.empty(dv),
+        np.ones(dv),
+    )
+
+
+@jit
+def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles).
+
+    Args:
+        o: the :class:`Operands`; pp: the plan's :class:`~simfloat.attention._flash_params.FlashParams`;
+            geo: (block_m, block_n, causal, seq_k, warps along the keys of the tl.sum layout);
+            tr: a :class:`Trace` or None.
+        out: (lead, seq_q, dv); m_out, l_out: (lead, seq_q), written.
+    """
+    bm, bn, causal, seq_k, wn = geo
+    seq_q, dv = o.qc.shape[1], o.vt.shape[1]
+    n_qt = (seq_q + bm - 1) // bm
+    n_kv_all = (seq_k + bn - 1) // bn
+    w = _scratch(bn, dv)
+    acc, accs = w.acc, w.accs
+    p_fixed = pp.p_kind == K_INT or pp.p_kind == K_FFLOAT
+    l_unit = pp.p_qmax if pp.p_shift != 0.0 else 1.0  # a fixed P shift scales l and acc by qmax (for traces)
+    for u in range(lo, hi):
+        b = u // n_qt
+        t = u - b * n_qt
+        kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
+        n_kv = (kv_hi + bn - 1) // bn
+        if pp.v_epilogue:
+            for d in range(dv):
+                w.vs_fin[d] = o.vs[b, 0, d] / pp.p_qmax if p_fixed or pp.p_shift != 0.0 else o.vs[b, 0, d]
+        for i in range(t * bm, min(seq_q, (t + 1) * bm)):
+            qss = pp.qk_scale
+            if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
+                qss = mul(pp.qk_scale, o.qs[b, i], pp.scale)
+                _rec(tr, b, t, 0, R_SCALE, qss, pp.qk_scale * o.qs[b, i])
+            m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
+            acc[:] = 0.0
+            accs[:] = 0.0
+            for jt in range(n_kv):
+                m_i, l_i, nv, j0, rescale, tied = _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss)
+                if tr is not None:
+                    if pp.quantized:
+                        ms, ls = _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_i, l_i / l_unit, ms, ls)
+                    else:
+                        ms, ls = _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i, ms, ls)
+            l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
+            ls_div = 1.0 if ls == 0.0 else ls
+            for d in range(dv):
+                a = acc[d]
+                if pp.v_epilogue:
+                    a = _epilogue_descale(a, o.vs[b, 0, d], pp, tr, b, t, n_kv_all)
+                if pp.per_step:
+                    x = a
+                else:
+                    x = div(a, l_div, pp.normalize)
+                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, x, a / l_div)
+                y = rnd(x, pp.out)
+                out[b, i, d] = y
+                _rec(tr, b, t, n_kv_all, R_OUT, y, x)
+                _srec(tr, b, t, n_kv_all, S_OUT, y, accs[d] if pp.per_step else accs[d] / ls_div)
+            m_out[b, i] = m_i
+            l_out[b, i] = l_i
+
+
+_ONES2 = np.ones((1, 1))
+_ONES3 = np.ones((1, 1, 1))
+
+
+def key_rows(a: np.ndarray, n_kv: int, bn: int) -> np.ndarray:
+    """(lead, seq_k, w) -> (lead, n_kv * bn, w): zero-padded to whole key tiles."""
+    pad = np.zeros((a.shape[0], n_kv * bn, a.shape[2]))
+    pad[:, : a.shape[1]] = a
+    return pad
+
+
+def v_tiles(a: np.ndarray, n_kv: int, bn: int) -> np.ndarray:
+    """(lead, seq_k, dv) -> (lead * n_kv, dv, bn): per key tile, transposed (zero-padded)."""
+    n_lead, dv = a.shape[0], a.shape[2]
+    t = np.ascontiguousarray(key_rows(a, n_kv, bn).reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
+    return t.reshape(n_lead * n_kv, dv, bn)
+
+
+def float_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, bn: int) -> Operands:
+    """The :class:`Operands` of a plan without quantizers: the values are the codes, no scales.
+
+    Args:
+        q: (lead, seq_q, d); k: (lead, seq_k, d); v: (lead, seq_k, dv), float64; bn: keys per tile.
+    """
+    n_kv = -(-k.shape[1] // bn)
+    return Operands(
+        np.ascontiguousarray(q),
+        _ONES2,
+        _ONES3,
+        key_rows(k, n_kv, bn),
+        _ONES2,
+        _ONES3,
+        v_tiles(v, n_kv, bn),
+        _ONES3,
+        _ONES3,
+        _ONES3,
+        q,
+        k,
+        v,
+    )

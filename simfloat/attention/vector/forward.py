@@ -1,0 +1,553 @@
+"""The forward flash loop of the vector engine: one loop for every plan, bit for bit the reference loop
+(:mod:`simfloat.attention.reference.forward`; steps listed in :mod:`simfloat.attention.flash` and
+:mod:`simfloat.attention.quantized`), each optional step chosen by a field of the plan's
+:class:`~simfloat.attention._flash_params.FlashParams`.
+
+Shaped so that the work vectorizes: a q tile's rows go together, their scores against a key tile are one call
+of the multi-row kernel ``rows_mma`` (the innermost loop runs over keys) and their P.V one call over the head
+dimension; the element-wise ops (scale, exp, the casts and quantizers, rescaling, normalization) are loops of
+the branch-free lane functions of :mod:`simfloat._lanes` (the reference's scalar ops where an op's format or
+mode has no lane form). Running state (m_i, l_i, alpha) and the sequential row sum stay scalar, as in the
+kernel. A plan without quantizers is the dataflow with no quantizer steps: its scores are not dequantized, its
+P cast is the float code kind with op ``p``, its P.V is ``into_acc`` (``tl.dot(p, v, acc)``). A block-scaled
+MMA (NVFP4/MX) is a block-FMA row kernel on scaled operands (:func:`simfloat.accumulate._rows.scaled_mma`): Q's,
+K's and V's codes times their block scales and their weights come from the builder
+(:func:`simfloat.attention._build.flash_engine`), P's are made per key tile here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simfloat._jit import jit, ljit
+from simfloat._lanes import Lane, ladd, lfma, lmul, lround
+from simfloat.accumulate._rows import MMA, Rows, rows_mma, rows_work, scaled_powers
+from simfloat.attention._engine import (
+    _cast,
+    _divide,
+    _exp_of,
+    _row_max,
+    _scale_by,
+    _scaled,
+    _seq_sum,
+    _weights_of,
+    row_keys,
+    tile_span,
+)
+from simfloat.attention._kernels import add, div, exp, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
+from simfloat.attention._quant_kernels import (
+    DELTA_MMA,
+    DELTA_SCORES,
+    K_BLOCK,
+    K_FFLOAT,
+    K_FLOAT,
+    K_INT,
+    K_NONE,
+    PV_INTO_ACC,
+    PV_SCALED,
+    PV_SEPARATE,
+    PV_TWO_LEVEL,
+    R_HALF_UP,
+    R_HALF_UP_UNFUSED,
+    R_NEAREST_AWAY,
+    R_NEAREST_EVEN,
+    block_p_codes,
+)
+from simfloat.hardware import tl_sum_mma_f32
+
+__all__ = ["Engine", "Lanes", "Operands", "units"]
+
+_NINF = -np.inf
+
+
+class Lanes(NamedTuple):
+    """The lane form (:func:`simfloat._lanes.lane`) of every scalar op of the loop, plus P's cast or quantizer:
+    ``p_pre`` (its ``pre``), ``p_arith`` (``t * qmax (+ 0.5)``), ``p_code`` (a float code's cast; the float
+    plans' ``p``)."""
+
+    dequant: Lane
+    scale: Lane
+    exp: Lane
+    l_ij: Lane  # the additions of the in-tile row sum (a chunked model's inner ones)
+    l_i: Lane
+    acc: Lane
+    pv_dequant: Lane
+    normalize: Lane
+    out: Lane
+    p_pre: Lane
+    p_arith: Lane
+    p_code: Lane
+
+
+class Engine(NamedTuple):
+    """Everything a row needs besides its operands.
+
+    Attributes:
+        pp: the plan's :class:`~simfloat.attention._flash_params.FlashParams`.
+        ln: :class:`Lanes`.
+        qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records (on the codes).
+        fma_exact: ``s * s_scale`` is exact in float64 (the contracted scale op may use lane form).
+        acc_exact: ``acc * alpha`` is exact (the contracted accumulator update may use lane form).
+        pvd_exact: ``pv * v_scale`` is exact (the fused ``scaled`` update may use lane form).
+        p_exact: ``t * qmax`` of P's fixed-scale quantizer is exact.
+        l_native32: the row sum's additions are float32 additions of float32 values (done as such).
+        bm, bn: tile sizes; causal; wn: warps along the keys of the measured tl.sum layout; seq_k: keys.
+        pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its ``scaled_mma`` record): P's operand is its
+            codes times their block scales, with ``scaled_powers`` weights.
+        pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
+    """
+
+    pp: object
+    ln: Lanes
+    qk: MMA
+    pv: MMA
+    fma_exact: bool
+    acc_exact: bool
+    pvd_exact: bool
+    p_exact: bool
+    l_native32: bool
+    bm: int
+    bn: int
+    causal: bool
+    wn: int
+    seq_k: int
+    pv_scaled: bool
+    pv_scale_lo: float
+    pv_elems: bool
+
+
+class Operands(NamedTuple):
+    """Codes, scales and alignment weights per lead index (a plan without quantizers: the values, and
+    placeholder scales the loop never reads).
+
+    Attributes:
+        q: (L, Sq, D) Q codes (in the qk model's input format; a block-scaled qk: codes times block scales).
+            eq: their weights. qs: (L, Sq) per-row scales.
+        kt: (L * n_tiles, D, bn) K codes, transposed tile by tile, zero-padded. ekt: weights.
+        ks: (L, n_tiles * bn) per-key scales (1 past the sequence).
+        v: (L * n_tiles, bn, Dv) V codes tile by tile, zero-padded. ev: weights.
+        vs: (L, n_tiles, Dv) V scales per key tile and channel.
+        ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction delta_s per q tile and key (unused without).
+        kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
+            (:func:`simfloat.accumulate._rows.operand32`); else one empty matrix per tile.
+    """
+
+    q: np.ndarray
+    eq: np.ndarray
+    qs: np.ndarray
+    kt: np.ndarray
+    ekt: np.ndarray
+    ks: np.ndarray
+    v: np.ndarray
+    ev: np.ndarray
+    vs: np.ndarray
+    ds: np.ndarray
+    kt32: np.ndarray
+    ekt32: np.ndarray
+    v32: np.ndarray
+    ev32: np.ndarray
+
+
+class _Scratch(NamedTuple):
+    s: np.ndarray  # (bm, bn) scores of the q tile's rows against one key tile
+    p: np.ndarray  # (bm, bn) P of that tile
+    pc: np.ndarray  # (bm, bn) P's codes (zeros past the visible keys)
+    pin: np.ndarray  # (bm, bn) the codes as the P.V dot reads them (its input format)
+    ep: np.ndarray  # (bm, bn) their alignment weights
+    y: np.ndarray  # (bm, dv) one tile's P.V
+    acc: np.ndarray  # (bm, dv): the q tile's accumulators
+    m: np.ndarray  # (bm,) running maxima
+    l: np.ndarray  # (bm,) running row sums  # noqa: E741
+    qss: np.ndarray  # (bm,) folded: qk_scale * q_scale per row
+    alpha: np.ndarray  # (bm,) this key tile's alpha per row
+    l_new: np.ndarray  # (bm,) the row sums after this key tile (FA1's per-step division)
+    rs: Rows
+    psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
+    s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
+
+
+@ljit
+def _row_sum_ij(p, nv, eng):
+    """T8: the in-tile row sum of p[:nv] under the plan's l_ij model and sum order."""
+    pp, ln = eng.pp, eng.ln
+    # the kernel's tree runs over the whole tile (p = 0 past nv: set by the caller), as the reference's: a lane
+    # whose first value is p_j and whose next is a padding zero rounds p_j into l_ij's format. Over nv alone the
+    # bits are the same only when that rounding is exact: float32 additions of float32 values
+    if pp.sum_order != 0:
+        if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition, zeros change nothing
+            return tl_sum_mma_f32(p, nv, eng.wn)
+        return row_sum(p, eng.bn, pp.l_ij, 1, eng.wn)
+    c = pp.l_ij_chunk
+    if c == 0:
+        return _seq_sum(p, nv, ln.l_ij, pp.l_ij, eng.l_native32)
+    s = 0.0
+    for c0 in range(0, nv, c):
+        s = add(s, _seq_sum(p[c0:], min(c, nv - c0), ln.l_ij, pp.l_ij, eng.l_native32), pp.l_ij_out)
+    return s
+
+
+# -- element-wise steps of the quantizers ------------------------------------------------------------------------
+
+
+@jit
+def _mul_each(x, y, y0, n, r, o):
+    """x[:n] = op(x[:n] * y[y0:y0+n])."""
+    if r.fast:
+        for j in range(n):
+            x[j] = lmul(x[j], y[y0 + j], r)
+    else:
+        for j in range(n):
+            x[j] = mul(x[j], y[y0 + j], o)
+
+
+@jit
+def _acc_update(acc, y, n, alpha, contract, exact, r, o):
+    """acc[:n] = op(fma(acc, alpha, y)) (contract) or op(op(acc * alpha) + y)."""
+    if contract:
+        if exact and r.fast:
+            for j in range(n):
+                acc[j] = lfma(acc[j], alpha, y[j], r)
+        else:
+            for j in range(n):
+                acc[j] = fma(acc[j], alpha, y[j], o)
+    elif r.fast:
+        for j in range(n):
+            acc[j] = ladd(lmul(acc[j], alpha, r), y[j], r)
+    else:
+        for j in range(n):
+            acc[j] = add(mul(acc[j], alpha, o), y[j], o)
+
+
+@jit
+def _fma_scaled(acc, y, vs, n, exact, r, o):
+    """acc[:n] = op(fma(y, vs, acc)) (the ``scaled`` P.V update; acc already holds acc * alpha)."""
+    if exact and r.fast:
+        for j in range(n):
+            acc[j] = lfma(y[j], vs[j], acc[j], r)
+    else:
+        for j in range(n):
+            acc[j] = fma(y[j], vs[j], acc[j], o)
+
+
+@ljit
+def _int_rule(y, qmax, rule):
+    """clamp(round_rule(y), +-qmax) (nearest-even, nearest-away, toward zero), branch-free."""
+    a = np.floor(np.abs(y) + 0.5)
+    away = a if y >= 0.0 else -a
+    r = np.trunc(y) + 0.0  # + 0: an integer conversion's zero is +0
+    r = np.rint(y) if rule == R_NEAREST_EVEN else r
+    r = away if rule == R_NEAREST_AWAY else r
+    return min(max(r, -qmax), qmax)
+
+
+@jit
+def _p_codes(p, pc, nv, eng):
+    """pc[:nv] = P's codes of p[:nv] (quantized.py's p_quant): int: ``t = pre(p)``, half_up
+    ``trunc(arith(t * qmax + 0.5))`` (one rounding) or half_up_unfused (two), else
+    ``round_rule(arith(t * qmax))``, clamped to +-qmax; float: ``code(pre(p))``; fixed-scale float:
+    ``code(clamp(arith(t * qmax), +-qmax))``; none: p."""
+    pp, ln = eng.pp, eng.ln
+    for j in range(nv):
+        pc[j] = p[j]
+    if pp.p_kind == K_NONE:
+        return
+    if pp.p_pre:
+        _cast(pc, 0, nv, ln.p_pre, pp.p_pre_op)
+    if pp.p_kind == K_FLOAT:
+        _cast(pc, 0, nv, ln.p_code, pp.p_code)
+        return
+    qm, rule, r, o = pp.p_qmax, pp.p_rule, ln.p_arith, pp.p_arith
+    if pp.p_kind == K_FFLOAT:
+        if r.fast:
+            for j in range(nv):
+                pc[j] = min(max(lmul(pc[j], qm, r), -qm), qm)
+        else:
+            for j in range(nv):
+                pc[j] = min(max(mul(pc[j], qm, o), -qm), qm)
+        _cast(pc, 0, nv, ln.p_code, pp.p_code)
+        return
+    if rule == R_HALF_UP:
+        if eng.p_exact and r.fast:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(lfma(pc[j], qm, 0.5, r)) + 0.0, -qm), qm)
+        else:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(fma(pc[j], qm, 0.5, o)) + 0.0, -qm), qm)
+    elif rule == R_HALF_UP_UNFUSED:
+        if r.fast:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(ladd(lmul(pc[j], qm, r), 0.5, r)) + 0.0, -qm), qm)
+        else:
+            for j in range(nv):
+                pc[j] = min(max(np.trunc(add(mul(pc[j], qm, o), 0.5, o)) + 0.0, -qm), qm)
+    elif r.fast:
+        for j in range(nv):
+            pc[j] = _int_rule(lmul(pc[j], qm, r), qm, rule)
+    else:
+        for j in range(nv):
+            pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
+
+
+@jit
+def _p_operand(pc, pin, ep, bn, eng):
+    """P's codes pc[:bn] as the P.V dot reads them: rounded into its input format (pin) where it has one, and
+    their alignment weights (ep) where it aligns by the operands' exponents."""
+    src = pc
+    if eng.pv.in_round:  # the dot's operand format
+        for jj in range(bn):
+            pin[jj] = lround(pc[jj], eng.pv.inp)
+        src = pin
+    if eng.pv.align_sum:
+        _weights_of(src, ep, bn, eng.pv.opnd_emin)
+
+
+@jit
+def _block_p_operand(pc, psc, pin, ep, bn, eng):
+    """A block P quantizer's codes pc[:bn] with their block scales psc: a block-scaled P.V MMA reads the scaled
+    codes pin = pc * psc with ``scaled_powers`` weights; any other dot the values (pc
+    becomes pc * psc, exact, as in the reference) as :func:`_p_operand` prepares them."""
+    if eng.pv_scaled:
+        for jj in range(bn):
+            pin[jj] = pc[jj] * psc[jj]
+        scaled_powers(pc, psc, ep, bn, eng.pv.opnd_emin, eng.pv_scale_lo, eng.pv_elems)
+        return
+    for jj in range(bn):
+        pc[jj] = pc[jj] * psc[jj]
+    _p_operand(pc, pin, ep, bn, eng)
+
+
+# -- the tile step -------------------------------------------------------------------------------------------------
+
+
+@jit
+def _tie_shifted(mx, s, nv, sscale, pp):
+    """T4 with ``Plan.tie_shift``: the tile max ``mx`` as shifted when two or more of s[:nv] tie it (see Plan)."""
+    thr = sub(mx, pp.tie_tol, pp.scale)
+    n = 0
+    for jj in range(nv):
+        if mul(s[jj], sscale, pp.scale) >= thr:
+            n += 1
+    if n < 2:
+        return mx
+    if mx > 0.0:
+        return mul(mx, pp.tie_beta, pp.m_i)
+    return 0.0 if mx < 0.0 else mx
+
+
+@jit
+def _dequant_scores(s, nv, b, i, j0, xs, eng):
+    """Quantizers, ``score_scaling="scores"`` (INT8 T4, T5): the scores dequantized by the row's and each key's
+    scale (then Q smoothing's correction)."""
+    pp, ln = eng.pp, eng.ln
+    _scale_by(s, nv, xs.qs[b, i], ln.dequant, pp.dequant)
+    _mul_each(s, xs.ks[b], j0, nv, ln.dequant, pp.dequant)
+    if pp.delta_mode == DELTA_SCORES:  # Q smoothing's correction on the dequantized scores
+        ds = xs.ds[b, i // eng.bm]
+        for jj in range(nv):
+            s[jj] = add(s[jj], ds[j0 + jj], pp.dequant)
+
+
+@ljit
+def _row(b, i, r, nv, jt, xs, eng, sc):
+    """T4..T12 for row r (query i) of the q tile against key tile jt, up to its P.V dot: the scores sc.s[r, :nv]
+    (dequantized), the running max, P, its cast or quantizer (sc.pc[r], the dot's operand sc.pin[r] / weights
+    sc.ep[r]), the row sum, alpha; acc[r] rescaled first for the ``into_acc`` form; sc.m/l/alpha/l_new[r]."""
+    pp, ln = eng.pp, eng.ln
+    bn = eng.bn
+    dv = sc.acc.shape[1]
+    s, p, pc, pin, ep = sc.s[r], sc.p[r], sc.pc[r], sc.pin[r], sc.ep[r]
+    m_i, l_i = sc.m[r], sc.l[r]
+    j0 = jt * bn
+    sscale = pp.qk_scale
+    if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
+        sscale = mul(sc.qss[r], xs.ks[b, j0], pp.scale)
+    if pp.scores_dequant:
+        _dequant_scores(s, nv, b, i, j0, xs, eng)
+    smax = _row_max(s, 0, nv)
+    m_new = m_i  # T4
+    if smax != _NINF:
+        mx = mul(smax, sscale, pp.scale)
+        if pp.tie:
+            mx = _tie_shifted(mx, s, nv, sscale, pp)
+        m_new = fmax(m_i, mx)
+        if m_new != m_i:
+            m_new = rnd(m_new, pp.m_i)
+    rescale = True
+    if pp.lazy:
+        if m_i == _NINF:
+            rescale = m_new > _NINF
+        else:
+            rescale = sub(m_new, m_i, pp.m_i) > pp.threshold
+        if not rescale:
+            m_new = m_i
+    m_sub = 0.0 if m_new == _NINF else m_new  # T5
+    m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
+    _scaled(p, s, nv, sscale, m_x, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
+    _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+    for jj in range(nv, bn):
+        p[jj] = 0.0
+    alpha = 1.0  # T9
+    if rescale:
+        if m_i == _NINF:
+            alpha = 0.0
+        else:
+            dm = sub(m_i, m_sub, pp.alpha)
+            alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
+    if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
+        sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
+    else:
+        _p_codes(p, pc, nv, eng)
+        for jj in range(nv, bn):
+            pc[jj] = 0.0
+    if pp.consistent and pp.p_kind == K_INT:  # T8
+        isum = 0.0
+        for jj in range(nv):
+            isum += pc[jj]  # exact: integers < 2**53
+        l_ij = div(isum, pp.p_qmax, pp.l_ij)
+    else:
+        l_ij = _row_sum_ij(pc if pp.consistent else p, nv, eng)
+    if pp.contract:  # T10
+        l_new = fma(l_i, alpha, l_ij, pp.l_i)
+    else:
+        l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
+    if pp.p_kind == K_BLOCK:
+        _block_p_operand(pc, sc.psc[r], pin, ep, bn, eng)
+    else:
+        _p_operand(pc, pin, ep, bn, eng)
+    if pp.pv_mode == PV_INTO_ACC:  # T11: acc(acc * alpha) before the dot adds into it; FA1: acc * acc(l * alpha)
+        wgt = mul(l_i, alpha, pp.acc) if pp.per_step else alpha
+        _scale_by(sc.acc[r], dv, wgt, ln.acc, pp.acc)
+    sc.alpha[r] = alpha
+    sc.m[r] = m_new  # T14 (the P.V dot, T13, does not read them)
+    sc.l[r] = l_new
+    sc.l_new[r] = l_new
+
+
+@jit
+def _update(b, r, jt, xs, eng, sc):
+    """Row r's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
+    acc itself)."""
+    pp, ln = eng.pp, eng.ln
+    dv = sc.acc.shape[1]
+    acc, y, alpha = sc.acc[r], sc.y[r], sc.alpha[r]
+    vs = xs.vs[b, jt]
+    if pp.pv_mode == PV_TWO_LEVEL:  # acc = acc(fma(acc, alpha, pv(c . v))): a fresh P.V per key tile
+        if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale first, pv_dequant(pv * s1)
+            _scale_by(y, dv, sc.s1[r], ln.pv_dequant, pp.pv_dequant)
+        _acc_update(acc, y, dv, alpha, pp.contract, eng.acc_exact, ln.acc, pp.acc)
+    elif pp.pv_mode == PV_SEPARATE:  # INT8 T17..T19
+        _mul_each(y, vs, 0, dv, ln.pv_dequant, pp.pv_dequant)
+        if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
+            _divide(y, dv, pp.p_qmax, ln.pv_dequant, pp.pv_dequant)
+        _acc_update(acc, y, dv, alpha, pp.contract, eng.acc_exact, ln.acc, pp.acc)
+    elif pp.pv_mode == PV_SCALED:  # scaled (FP8 per-block): acc = pv_dequant(fma(pv, v_scale, acc(acc * alpha)))
+        _scale_by(acc, dv, alpha, ln.acc, pp.acc)
+        _fma_scaled(acc, y, vs, dv, eng.pvd_exact, ln.pv_dequant, pp.pv_dequant)
+
+
+@jit
+def _tile(b, r0, r1, jt, xs, eng, sc):
+    """The rows [r0, r1) of a q tile of lead b against key tile jt (T2..T14): the codes' dot for all rows in
+    one multi-row call, the steps up to P.V row by row, the P.V dot for all rows, then each row's update (or
+    FA1's division). Every row's bits are those of a row-at-a-time walk (a row's outputs depend only on its own
+    steps; a causal row's scores past its last key are computed but never read)."""
+    pp, ln = eng.pp, eng.ln
+    bn, seq_k = eng.bn, eng.seq_k
+    dv = xs.v.shape[2]
+    g = r1 - r0
+    tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
+    j0, jv, n_top = tile_span(jt, r1, bn, seq_k, eng.causal)
+    s = sc.s
+    if pp.delta_mode == DELTA_MMA:  # SageAttention3: Q smoothing's correction is the MMA's initial accumulator
+        ds = xs.ds[b, r0 // eng.bm]
+        for r in range(g):
+            for jj in range(n_top):
+                s[r, jj] = ds[j0 + jj]
+    else:
+        for r in range(g):
+            for jj in range(n_top):
+                s[r, jj] = 0.0
+    kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
+    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
+    for r in range(g):
+        i = r0 + r
+        _row(b, i, r, row_keys(i, j0, jv, eng.causal), jt, xs, eng, sc)
+    src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
+    if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
+        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
+        if pp.per_step:
+            for r in range(g):
+                l_new = sc.l_new[r]
+                _divide(sc.acc[r], dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
+        return
+    y = sc.y
+    for r in range(g):
+        for d in range(dv):
+            y[r, d] = 0.0
+    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
+    for r in range(g):
+        _update(b, r, jt, xs, eng, sc)
+
+
+@jit
+def units(lo, hi, xs, out, m_out, l_out, eng):
+    """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles); a q tile's rows
+    meet the key tiles one at a time (the tile's K^T and V stay in cache for all its rows), then the epilogue
+    (quantizers' into_acc / two_level: V's descale; E1 ``normalize(acc / l)``, unless FA1; E2 ``out``).
+
+    Args:
+        xs: the :class:`Operands`; eng: the :class:`Engine`.
+        out: (L, Sq, Dv); m_out, l_out: (L, Sq), written.
+    """
+    pp, ln = eng.pp, eng.ln
+    bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
+    seq_q, dv = out.shape[1], out.shape[2]
+    n_qt = (seq_q + bm - 1) // bm
+    sc = _Scratch(
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, dv)),
+        np.zeros((bm, dv)),
+        np.empty(bm),
+        np.empty(bm),
+        np.empty(bm),
+        np.zeros(bm),
+        np.empty(bm),
+        rows_work(bm, max(bn, dv)),
+        np.ones((bm, bn)),
+        np.ones(bm),
+    )
+    for u in range(lo, hi):
+        b = u // n_qt
+        t = u - b * n_qt
+        r0, r1 = t * bm, min(seq_q, (t + 1) * bm)
+        kv_hi = min((t + 1) * bm, seq_k) if eng.causal else seq_k
+        n_kv = (kv_hi + bn - 1) // bn
+        for r in range(r1 - r0):
+            sc.m[r] = _NINF
+            sc.l[r] = 0.0
+            for d in range(dv):
+                sc.acc[r, d] = 0.0
+            if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale
+                sc.qss[r] = mul(pp.qk_scale, xs.qs[b, r0 + r], pp.scale)
+        for jt in range(n_kv):
+            _tile(b, r0, r1, jt, xs, eng, sc)
+        for i in range(r0, r1):
+            acc, l_i = sc.acc[i - r0], sc.l[i - r0]
+            o = out[b, i]
+            for d in range(dv):
+                o[d] = acc[d]
+            if pp.v_epilogue:  # V's descale once (E1)
+                _mul_each(o, xs.vs[b, 0], 0, dv, ln.pv_dequant, pp.pv_dequant)
+                if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:  # then P's fixed scale
+                    _divide(o, dv, pp.p_qmax, ln.pv_dequant, pp.pv_dequant)
+            if not pp.per_step:  # E1
+                _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
+            _cast(o, 0, dv, ln.out, pp.out)  # E2
+            m_out[b, i] = sc.m[i - r0]
+            l_out[b, i] = l_i
