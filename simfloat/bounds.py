@@ -739,6 +739,9 @@ def baseline_bound(
     c_hat = pp.sm_scale
     dc = abs(c_hat - c_exact) + 2.0**-52 * c_exact
     r_sc, r_sm, r_out = _op(pl.scale), _op(pl.softmax), _op(pl.out)
+    # torch's tensor * scale (Plan.opmath): rounded into opmath first, then into the scale op (two roundings)
+    r_om = rounding(pl.opmath, "nearest_even") if pl.opmath is not None else None
+    u_om, eta_om = (r_om.u, r_om.eta) if r_om is not None else (0.0, 0.0)
     exp_c = _Chain().add(1, (r_sm.u * (1 + _LIBM) + _LIBM, r_sm.nearest))  # (B6): the baseline uses exp
     exp_eta = r_sm.eta
     qk = _dot(pl.qk, dh)
@@ -772,7 +775,10 @@ def baseline_bound(
             s_max = np.max(sv, axis=-1, keepdims=True)
             r = np.max(np.where(vis, ds, 0.0) if vis is not None else ds, axis=-1, keepdims=True)
             et = (
-                ((1 + r_sc.u) * (1 + r_sm.u) - 1) * c_hat * (np.abs(s) + ds) + r_sc.eta * (1 + r_sm.u) + r_sm.eta
+                ((1 + u_om) * (1 + r_sc.u) * (1 + r_sm.u) - 1) * c_hat * (np.abs(s) + ds)
+                + eta_om * (1 + r_sc.u) * (1 + r_sm.u)
+                + r_sc.eta * (1 + r_sm.u)
+                + r_sm.eta
             )  # (B8) |x_j - c s_j|
             if vis is not None:
                 et = np.where(vis, et, 0.0)

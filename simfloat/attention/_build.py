@@ -89,6 +89,8 @@ def _tame(f: FloatFormat) -> bool:
 
 def _baseline_lanes(pl: Plan) -> _baseline_engine.Lanes:
     def ln(op: str) -> Lane:
+        if op == "opmath":  # a format, not an op: its multiply rounds to nearest-even
+            return lane(_format("float32") if pl.opmath is None else pl.opmath, 0)
         s = getattr(pl, op)
         if op == "l_ij":
             s = _sum_inner(pl)

@@ -59,6 +59,7 @@ class Lanes(NamedTuple):
     normalize: Lane
     out: Lane
     softmax: Lane
+    opmath: Lane  # the baseline's scale multiply before its cast (Plan.opmath; else float32, unused)
 
 
 class Engine(NamedTuple):
@@ -312,7 +313,11 @@ def baseline_units(lo, hi, xs, out, eng):
                 sv[j] = 0.0
             t = b * n_ch + c
             row_mma(xs.q[b, i], xs.eq[b, i], xs.kt[t], xs.ekt[t], xs.kt32[t], xs.ekt32[t], sv, n, eng.qk, w)
-        _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
+        if pp.opmath_on:  # torch's tensor * scale: computed in the opmath type, then cast
+            _scale_by(s, jv, pp.sm_scale, ln.opmath, pp.opmath)
+            _cast(s, 0, jv, ln.scale, pp.scale)
+        else:
+            _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
         _cast(s, 0, jv, ln.softmax, pp.softmax)
         m = _row_max(s, 0, jv)
         # softmax(s - m), one rounding; `no` a runtime False, not the literal: the helpers compile once, as flash's

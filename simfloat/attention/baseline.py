@@ -3,7 +3,8 @@
 Per query row i, over the keys it may see (all; causal: j <= i):
 
 * ``s_j = qk(q_i . k_j)`` (accumulation model, from 0);
-* ``t_j = scale(s_j * scale_op(scale))``, then ``x_j = softmax(t_j)`` (the softmax's input cast);
+* ``t_j = scale(s_j * scale_op(scale))`` (with ``plan.opmath``: ``scale(opmath(s_j * opmath(scale)))``, torch's
+  ``tensor * scale``), then ``x_j = softmax(t_j)`` (the softmax's input cast);
 * ``m = max_j x_j`` (exact); ``e_j = softmax(exp(softmax(x_j - m)))``;
   ``l = softmax(... softmax(e_0 + e_1) ...)`` summed in key order; ``P_j = softmax(e_j / l)`` (masked keys:
   ``P_j = 0``);
@@ -72,7 +73,10 @@ def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr):
             jv = min(seq_k, i + 1) if causal else seq_k
             for j in range(jv):
                 s = dot_acc(q[b, i], k[b, j], 0.0, pp.qk)
-                y = mul(s, pp.sm_scale, pp.scale)
+                if pp.opmath_on:  # torch's tensor * scale: computed in the opmath type, then cast
+                    y = rnd(mul(s, pp.sm_scale, pp.opmath), pp.scale)
+                else:
+                    y = mul(s, pp.sm_scale, pp.scale)
                 z = rnd(y, pp.softmax)
                 x[j] = z
                 if tr is not None:

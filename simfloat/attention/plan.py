@@ -91,6 +91,11 @@ def _qk_scale(plan: Any, scale: float) -> tuple[float, float]:
     return rounded, (mul(rounded, rnd(math.log2(math.e), sc), sc) if plan.exp2 else rounded)
 
 
+_F32_NE = OpParams(_format("float32").params, 0)
+#: the entries besides its ops a plan of the baseline kernel takes
+_BASELINE_FLAGS = ("opmath",)
+
+
 class Features(NamedTuple):
     """A plan's optional steps of the flash dataflow, as the compiled kernels take them (:meth:`Plan._features`)."""
 
@@ -140,6 +145,8 @@ class PlanParams(NamedTuple):
     tie: bool = False  # flash T4: the tied-maxima shift (Plan.tie_shift) is on
     tie_beta: float = 0.0  # its factor, a constant of the m_i format
     tie_tol: float = 0.0  # its tolerance, a constant of the scale op's format
+    opmath_on: bool = False  # baseline: the scale multiply rounds into opmath first (Plan.opmath)
+    opmath: OpParams = _F32_NE  # that format (nearest-even); sm_scale is then an opmath value
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,12 @@ class Plan:
             in natural-log units (``1e-3 * log2(e)`` here with exp2); 0 (default): exact ties only.
         kernel: the kernel the plan is for: ``"flash"``, ``"baseline"`` or ``"any"`` (both; default).
             ``replace`` keeps it and refuses ops the kernel never uses; :meth:`kernels` reads it.
+        opmath: baseline plans only (``kernel="baseline"``): ``None``, or the format torch's eager element-wise
+            kernels compute in (their "opmath" type: float32 for bf16/fp16 tensors). The softmax scale, a Python
+            float, is then handed over in that format and the multiply rounds into it first:
+            ``scale(opmath(s * opmath(scale)))`` (two roundings), as ``tensor * scale`` does in torch; without
+            it ``scale(s * scale_op(scale))``. The ``pytorch-bf16`` / ``pytorch-fp16`` presets set float32
+            (as :class:`~simfloat.attention.BackwardPlan`'s ``opmath``).
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -280,12 +293,20 @@ class Plan:
     row_sum: str | None = None
     score_scaling: str | None = None
     pv_update: str | None = None
+    opmath: FloatFormat | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"Plan.name must be a string, got {type(self.name).__name__}")
         if self.kernel not in KERNELS:
             raise ValueError(f"Plan.kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if self.opmath is not None:
+            object.__setattr__(self, "opmath", _format(self.opmath))  # type: ignore[arg-type]  # checked there
+            if self.kernel != "baseline":
+                raise ValueError(
+                    "Plan.opmath models torch's eager element-wise kernels: it belongs to plans of the baseline "
+                    f"kernel (kernel='baseline'), not {self.kernel!r}"
+                )
         if self.quantized:
             for f, value in _qp.quant_fields(self).items():
                 object.__setattr__(self, f, value)
@@ -403,14 +424,14 @@ class Plan:
         kernels = self.kernels()
         if len(kernels) == 1 and not self.quantized:
             kernel = kernels[0]
-            used = FLASH_OPS + tuple(flags) if kernel == "flash" else BASELINE_OPS
+            used = FLASH_OPS + tuple(flags) if kernel == "flash" else BASELINE_OPS + _BASELINE_FLAGS
             unused = [c for c in changes if c != "name" and c not in used]
             if unused:
                 raise ValueError(
                     f"plan {self.name!r} is for the {kernel} kernel, which never uses "
                     f"{', '.join(map(repr, unused))} (the change would do nothing); the {kernel} kernel's ops: "
                     f"{', '.join(FLASH_OPS if kernel == 'flash' else BASELINE_OPS)}"
-                    + (f"; its flags: {', '.join(flags)}" if kernel == "flash" else "; it has no flags")
+                    + f"; its flags: {', '.join(flags if kernel == 'flash' else _BASELINE_FLAGS)}"
                 )
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
@@ -495,6 +516,7 @@ class Plan:
             f"normalization={self.normalization}, lazy_threshold={self.lazy_threshold}"
             + self._options_str()
             + (f", tie_shift={self.tie_shift}, tie_tol={self.tie_tol}" if self.tie_shift is not None else "")
+            + (f", opmath={self.opmath.name}" if self.opmath is not None else "")
             + ")"
         )
 
@@ -517,8 +539,13 @@ class Plan:
         """
         if self.quantized:
             raise ValueError(f"plan {self.name!r} has quantizers: its kernel parameters are quant_params()")
+        from simfloat.attention._kernels import rnd
+
         op = functools.partial(_op_params, self)
         sm_scale, qk_scale = _qk_scale(self, scale)
+        om = _F32_NE if self.opmath is None else OpParams(self.opmath.params, 0)
+        if self.opmath is not None:  # torch: the Python float scale in the opmath type
+            sm_scale = rnd(float(scale), om)
         qk_scale64 = float(scale) * math.log2(math.e) if self.exp2 else float(scale)
         for v in (sm_scale, qk_scale):
             if not (math.isfinite(v) and v > 0):
@@ -545,6 +572,8 @@ class Plan:
             f.tie,
             f.tie_beta,
             f.tie_tol,
+            self.opmath is not None,
+            om,
         )
 
     def _features(self) -> Features:
@@ -657,7 +686,8 @@ def _pytorch(fmt: str) -> Plan:
         pv = Chunked(_BIG_CHUNK, Sequential("float32", input_fmt=f), outer_fmt=f)
     f32: Any = "float32"  # format names: OpSpecs after __post_init__
     ops = dict.fromkeys(("exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
-    return Plan(f"pytorch-{fmt}", qk=qk, pv=pv, scale=f, p=f, out=f, **ops, kernel="baseline")
+    om: Any = None if fmt == "fp32" else "float32"  # torch multiplies a bf16/fp16 tensor by a float in float32
+    return Plan(f"pytorch-{fmt}", qk=qk, pv=pv, scale=f, p=f, out=f, **ops, kernel="baseline", opmath=om)
 
 
 def _profile_dot(prof: Any, fmt: str) -> Model | None:

@@ -28,8 +28,9 @@ _FIELDS = tuple(
     f.name for f in dataclasses.fields(Plan) if f.name not in ("name", "kernel") and f.name not in QUANT_FIELDS
 )
 #: The algorithm flags a plan carries besides its ops (every field of :data:`_FIELDS` that is not an op, so a
-#: new flag cannot be left out); isolation, ablation and the reference plan keep the plan's.
-FLAGS = tuple(f for f in _FIELDS if f not in FLASH_OPS and f not in BASELINE_OPS)
+#: new flag cannot be left out; ``opmath``, a baseline plan's working precision, is no algorithm flag);
+#: isolation, ablation and the reference plan keep the plan's.
+FLAGS = tuple(f for f in _FIELDS if f not in FLASH_OPS and f not in BASELINE_OPS and f != "opmath")
 #: What each kernel's output depends on: every field but the name and the other kernel's own ops (a field
 #: added to Plan counts for both until it is known to be an op of one kernel only).
 _KEY_FIELDS = {
