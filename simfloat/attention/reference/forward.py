@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import fma64, jit
+from simfloat._jit import fma64, jit, ljit
 from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
@@ -149,7 +149,7 @@ def _ex(x, pp):
     return math.exp2(x) if pp.exp2 else math.exp(x)
 
 
-@jit
+@ljit
 def _exp_op(x, o, pp):
     """T7 / T9's exponential into op ``o``: exp2 (``pp.exp2``; ex2.approx.ftz with ``pp.ex2_tab``), tl.exp
     (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed), else ``o(e**x)``."""
@@ -163,7 +163,7 @@ def _exp_op(x, o, pp):
     return exp(x, o)
 
 
-@jit
+@ljit
 def _dequant_score(o, pp, tr, b, t, i, jt, key, x):
     """Quantizers, ``score_scaling="scores"``: ``dequant(dequant(x * q_scale) * k_scale)`` (+ delta_s)."""
     y = mul(x, o.qs[b, i], pp.dequant)
@@ -213,7 +213,8 @@ def _p_codes(w, nv, pp, tr, b, t, jt):
     for jj in range(nv):
         c = p_quant(p[jj], pp)
         pc[jj] = c
-        _rec(tr, b, t, jt, R_P, p_value(c, pp), p[jj])
+        if tr is not None:
+            _rec(tr, b, t, jt, R_P, p_value(c, pp), p[jj])
     for jj in range(nv, pc.shape[0]):
         pc[jj] = 0.0
     return 1.0
@@ -260,7 +261,7 @@ def _tile_sum(w, nv, pp, tr, b, t, jt, wn):
     return l_ij
 
 
-@jit
+@ljit
 def _acc_update(a, alpha, y, pp, tr, b, t, jt):
     """``acc(fma(a, alpha, y))`` (``contract``), else ``acc(acc(a * alpha) + y)``."""
     if pp.contract:
@@ -274,7 +275,7 @@ def _acc_update(a, alpha, y, pp, tr, b, t, jt):
     return r
 
 
-@jit
+@ljit
 def _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1):
     """T11, T13 in the quantized P.V forms other than ``into_acc``: channel d's new accumulator."""
     acc = w.acc

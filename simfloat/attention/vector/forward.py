@@ -290,7 +290,7 @@ def _p_codes(p, pc, nv, eng):
             pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
 
 
-@jit
+@ljit
 def _p_operand(pc, pin, ep, bn, eng):
     """P's codes pc[:bn] as the P.V dot reads them: rounded into its input format (pin) where it has one, and
     their alignment weights (ep) where it aligns by the operands' exponents."""
@@ -336,7 +336,7 @@ def _tie_shifted(mx, s, nv, sscale, pp):
     return 0.0 if mx < 0.0 else mx
 
 
-@jit
+@ljit
 def _dequant_scores(s, nv, b, i, j0, xs, eng):
     """Quantizers, ``score_scaling="scores"`` (INT8 T4, T5): the scores dequantized by the row's and each key's
     scale (then Q smoothing's correction)."""
@@ -398,7 +398,12 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
         sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
     else:
-        _p_codes(p, pc, nv, eng)
+        if pp.p_kind == K_FLOAT and not pp.p_pre:  # a cast (the float plans' p), as _p_codes makes it
+            for jj in range(nv):
+                pc[jj] = p[jj]
+            _cast(pc, 0, nv, ln.p_code, pp.p_code)
+        else:
+            _p_codes(p, pc, nv, eng)
         for jj in range(nv, bn):
             pc[jj] = 0.0
     if pp.consistent and pp.p_kind == K_INT:  # T8
@@ -425,7 +430,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     sc.l_new[r] = l_new
 
 
-@jit
+@ljit
 def _update(b, r, jt, xs, eng, sc):
     """Row r's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
     acc itself)."""
