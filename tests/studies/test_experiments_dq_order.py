@@ -1,6 +1,6 @@
 """experiments/dq_order_spread.py: the smoke run writes its CSV (a row per run of each order) and figure; the
-seeded order's runs may differ in dQ only (by at most one bf16 ulp), the deterministic orders repeat their
-bits."""
+seeded order's runs may differ in dQ only (by about a bf16 ulp of max |dQ| at most), the deterministic orders
+repeat their bits."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def test_smoke_run(tmp_path):
         assert r["dk_equal"] == "True" and r["dv_equal"] == "True"
         if r["order"] != "seeded":
             assert r["dq_equal"] == "True" and float(r["max_abs_diff"]) == 0.0
-    # the seeded runs' fp32 differences reach bf16 dQ only where they cross a rounding boundary: at most one
-    # bf16 ulp of the element (often none at this size)
+    # the seeded runs' fp32 differences (far below a bf16 ulp of the largest element) reach bf16 dQ where they
+    # cross a rounding boundary: at most about one bf16 ulp of max |dQ|
     seeded = [r for r in rows if r["order"] == "seeded"][1:]
-    assert all(float(r["max_ulp_diff"]) <= 1.0 for r in seeded)
+    assert all(float(r["max_abs_diff"]) <= 2.0**-7 * float(r["max_abs_dq"]) for r in seeded)
     assert all((r["dq_equal"] == "True") == (int(r["n_diff"]) == 0) for r in rows)
