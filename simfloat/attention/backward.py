@@ -209,9 +209,10 @@ def _epilogue(x, n, scaled, eng):
 
 
 @jit
-def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
+def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
     """Key/value lead indices [lo, hi): every key tile with the query tiles of every query head of its group
-    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``."""
+    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``. With atomic dQ, Q4a's
+    contributions go to ``cb`` (L, seq_q, n_kv, d), zeros on entry, and dq is left to :func:`_dq_units`."""
     pp, ln = eng.pp, eng.ln
     bm, bn, seq_q, seq_k, group = eng.bm, eng.bn, eng.seq_q, eng.seq_k, eng.group
     d, dvd = xs.q.shape[2], xs.do.shape[2]
@@ -222,15 +223,11 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
     rin, er = np.zeros(bm), np.zeros(bm)
     dka, dva = np.zeros((bn, d)), np.zeros((bn, dvd))
     w = work(max(bn, bm, d, dvd))
-    # Q4a's contributions per (query head of the group, row, key tile) with atomic dQ
-    cb = np.zeros((group, seq_q, n_kv, d)) if pp.atomic else np.zeros((0, 0, 0, d))
     for bk in range(lo, hi):
         for g in range(group):
             for i in range(seq_q):
                 for c in range(d):
                     dq[bk * group + g, i, c] = 0.0
-        if pp.atomic:
-            cb[:, :, :, :] = 0.0
         for jt in range(n_kv):
             j0 = jt * bn
             nk = min(bn, seq_k - j0)
@@ -276,7 +273,7 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                             y[jj] = 0.0
                         a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4 (Q4a: from zero into the tile's slot)
                         k_t, ek_t, k_t32, ek_t32 = tile_of(xs.k_t, ktile)
-                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, cb[g, i, jt] if pp.atomic else dq[b, i], d, eng.dq, w)
+                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, cb[b, i, jt] if pp.atomic else dq[b, i], d, eng.dq, w)
                     qtile = b * n_qt + t
                     do_t, edo_t, do_t32, edo_t32 = tile_of(xs.do_t, qtile)
                     q_t, eq_t, q_t32, eq_t32 = tile_of(xs.q_t, qtile)
@@ -292,8 +289,8 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                     dk[bk, j0 + jj, c] = dka[jj, c]
                 for c in range(dvd):
                     dv[bk, j0 + jj, c] = dva[jj, c]
-        if pp.atomic:  # Q4b
-            _dq_adds(cb, dq, bk * group, eng)
+        if pp.atomic:  # Q4b and E3 in _dq_units
+            continue
         for g in range(group):
             for i in range(seq_q):  # E3
                 _epilogue(dq[bk * group + g, i], d, True, eng)
@@ -309,13 +306,13 @@ def _tiles_seen(t, bm, bn, seq_k, causal):
 
 
 @jit
-def _dq_adds(cb, dq, b0, eng):
-    """Q4b: ``dq[b0 + g, i] = dq_atomic(... dq_atomic(0 + c_i,t0) ... + c_i,tn)`` over the key tiles in the
-    row's query tile's order; ``cb`` (group, seq_q, n_kv, d) holds the contributions ``c``."""
+def _dq_units(lo, hi, cb, dq, eng):
+    """Atomic dQ for query leads [lo, hi): Q4b ``dq[b, i] = dq_atomic(... dq_atomic(0 + c_i,t0) ... + c_i,tn)``
+    over the key tiles in the row's query tile's order (``cb`` (L, seq_q, n_kv, d): the contributions ``c``),
+    then E3. A pass of its own after :func:`_bwd_units`, compiled only when a plan uses it."""
     pp, r = eng.pp, eng.ln.dq_atomic
-    group, seq_q, d = cb.shape[0], cb.shape[1], cb.shape[3]
-    for g in range(group):
-        b = b0 + g
+    seq_q, d = cb.shape[1], cb.shape[3]
+    for b in range(lo, hi):
         for i in range(seq_q):
             t = i // eng.bm
             for c in range(d):
@@ -324,10 +321,11 @@ def _dq_adds(cb, dq, b0, eng):
                 jt = eng.dq_order[b, t, u]
                 if r.fast:
                     for c in range(d):
-                        dq[b, i, c] = ladd(dq[b, i, c], cb[g, i, jt, c], r)
+                        dq[b, i, c] = ladd(dq[b, i, c], cb[b, i, jt, c], r)
                 else:
                     for c in range(d):
-                        dq[b, i, c] = add(dq[b, i, c], cb[g, i, jt, c], pp.dq_atomic)
+                        dq[b, i, c] = add(dq[b, i, c], cb[b, i, jt, c], pp.dq_atomic)
+            _epilogue(dq[b, i], d, True, eng)
 
 
 @jit
@@ -753,8 +751,12 @@ def _vector(
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     group = n_lead // n_kv_lead if n_kv_lead else 1
     eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group, order)
+    # Q4a's contributions per (query lead, row, key tile) with atomic dQ: L * seq_q * n_kv * d float64
+    cb = np.zeros((n_lead, seq_q, -(-seq_k // bn), qf.shape[2])) if pp.atomic else np.zeros((0, 0, 0, 0))
     if n_kv_lead:
-        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng)
+        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng, cb)
+        if pp.atomic and n_lead * seq_q:
+            run_rows(_dq_units, n_lead, cb, dq, eng)
 
 
 def flash_backward(
