@@ -15,6 +15,9 @@ E1..E3); ``op(x)`` is x rounded once into op's format (:class:`~simfloat.attenti
 * B5 ``dv_j = dv(dv_j + sum_i p(p_ij) do_i)`` and B9 ``dk_j = dk(dk_j + sum_i ds_ij q_i)`` over the block_m rows
   of each query tile (one MMA per tile, rows past seq_q zero), Q4 ``dq_i = dq(dq_i + sum_j ds_ij k_j)`` over the
   block_n keys of each key tile (keys past seq_k zero), each with the accumulator entering the model;
+  with ``plan.dq_accumulation == "atomic"`` (FlashAttention-2/3's atomicAdd of dQ) instead Q4a
+  ``c_it = dq(sum_{j in tile t} ds_ij k_j)`` from zero per key tile t the row's query tile visits, then Q4b
+  ``dq_i = dq_atomic(dq_i + c_it)`` from 0 over those key tiles in ``plan.dq_order`` (per (lead, query tile));
 * E1/E3 ``dk_j = grad(grad_scale(dk_j * sm_scale))``, ``dq_i`` likewise, E2 ``dv_j = grad(dv_j)``.
 * G1 grouped-query attention (k, v with ``kv_heads`` heads, q with ``heads = group * kv_heads``; query head h
   reads key/value head ``h // group``, :func:`simfloat.attention._inputs.kv_group`): dK and dV of a key/value
@@ -93,6 +96,7 @@ class BwdLanes(NamedTuple):
     ds_cast: Lane
     grad_scale: Lane
     grad: Lane
+    dq_atomic: Lane
 
 
 class BwdEngine(NamedTuple):
@@ -103,6 +107,8 @@ class BwdEngine(NamedTuple):
         qk, dv, dp, dk, dq: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
         bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
+        dq_order: (L, n_qt, n_kv) int64, with atomic dQ: per query lead and query tile the key tiles it sees in
+            the order of their adds (Q4b), then the rest; else empty.
     """
 
     pp: object
@@ -119,6 +125,7 @@ class BwdEngine(NamedTuple):
     seq_q: int
     seq_k: int
     group: int
+    dq_order: np.ndarray
 
 
 class BwdOperands(NamedTuple):
@@ -202,9 +209,10 @@ def _epilogue(x, n, scaled, eng):
 
 
 @jit
-def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
+def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
     """Key/value lead indices [lo, hi): every key tile with the query tiles of every query head of its group
-    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``."""
+    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``. With atomic dQ, Q4a's
+    contributions go to ``cb`` (L, seq_q, n_kv, d), zeros on entry, and dq is left to :func:`_dq_units`."""
     pp, ln = eng.pp, eng.ln
     bm, bn, seq_q, seq_k, group = eng.bm, eng.bn, eng.seq_q, eng.seq_k, eng.group
     d, dvd = xs.q.shape[2], xs.do.shape[2]
@@ -263,9 +271,9 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                             dst[jj, r] = y[jj]
                         for jj in range(nv, bn):
                             y[jj] = 0.0
-                        a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4
+                        a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4 (Q4a: from zero into the tile's slot)
                         k_t, ek_t, k_t32, ek_t32 = tile_of(xs.k_t, ktile)
-                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, dq[b, i], d, eng.dq, w)
+                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, cb[b, i, jt] if pp.atomic else dq[b, i], d, eng.dq, w)
                     qtile = b * n_qt + t
                     do_t, edo_t, do_t32, edo_t32 = tile_of(xs.do_t, qtile)
                     q_t, eq_t, q_t32, eq_t32 = tile_of(xs.q_t, qtile)
@@ -281,13 +289,47 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng):
                     dk[bk, j0 + jj, c] = dka[jj, c]
                 for c in range(dvd):
                     dv[bk, j0 + jj, c] = dva[jj, c]
+        if pp.atomic:  # Q4b and E3 in _dq_units
+            continue
         for g in range(group):
             for i in range(seq_q):  # E3
                 _epilogue(dq[bk * group + g, i], d, True, eng)
 
 
 @jit
-def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh):
+def _tiles_seen(t, bm, bn, seq_k, causal):
+    """The key tiles query tile t visits (a prefix of them when causal)."""
+    n_kv = (seq_k + bn - 1) // bn
+    if not causal:
+        return n_kv
+    return min(n_kv, ((t + 1) * bm + bn - 1) // bn)
+
+
+@jit
+def _dq_units(lo, hi, cb, dq, eng):
+    """Atomic dQ for query leads [lo, hi): Q4b ``dq[b, i] = dq_atomic(... dq_atomic(0 + c_i,t0) ... + c_i,tn)``
+    over the key tiles in the row's query tile's order (``cb`` (L, seq_q, n_kv, d): the contributions ``c``),
+    then E3. A pass of its own after :func:`_bwd_units`, compiled only when a plan uses it."""
+    pp, r = eng.pp, eng.ln.dq_atomic
+    seq_q, d = cb.shape[1], cb.shape[3]
+    for b in range(lo, hi):
+        for i in range(seq_q):
+            t = i // eng.bm
+            for c in range(d):
+                dq[b, i, c] = 0.0
+            for u in range(_tiles_seen(t, eng.bm, eng.bn, eng.seq_k, eng.causal)):
+                jt = eng.dq_order[b, t, u]
+                if r.fast:
+                    for c in range(d):
+                        dq[b, i, c] = ladd(dq[b, i, c], cb[b, i, jt, c], r)
+                else:
+                    for c in range(d):
+                        dq[b, i, c] = add(dq[b, i, c], cb[b, i, jt, c], pp.dq_atomic)
+            _epilogue(dq[b, i], d, True, eng)
+
+
+@jit
+def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh, order):
     """The scalar reference (test oracle) for key/value lead indices [lo, hi) and the query heads of their
     groups: every value by the scalar ops and ``dot_acc`` per output, the dots over the kernels' zero-padded
     tiles, in the kernels' order (G1: dK and dV of a key/value head over the group's query heads in order, each
@@ -297,7 +339,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
     key tile) and runs a float64 shadow of the same dataflow from the same inputs (``sh``: the float64
     qk_scale and softmax scale), recording the drift of the dq, dk and dv accumulators from it after every
     tile step; key tile ``n_kv`` (``-1`` in the frames) holds D2 and the epilogue E1..E3. A dK/dV step is
-    recorded at the query lead it reads; the dK/dV epilogue at the group's first query lead."""
+    recorded at the query lead it reads; the dK/dV epilogue at the group's first query lead. ``order``: as
+    :attr:`BwdEngine.dq_order` (atomic dQ: a step is a key tile's contribution and its add)."""
     bm, bn, causal, group = geo
     seq_q, d = q.shape[1], q.shape[2]
     seq_k, dvd = v.shape[1], v.shape[2]
@@ -403,6 +446,11 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                 hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
                 for c in range(d):
                     acc, a64 = 0.0, 0.0
+                    if pp.atomic:  # Q4a, Q4b
+                        n_t = (hi_k + bn - 1) // bn
+                        acc, a64 = _ref_dq_atomic(dsm[g, i], dss[g], kp, c, order[b, t], n_t, bn, pp, tr, b, t, i)
+                        dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
+                        continue
                     for jt in range((hi_k + bn - 1) // bn):
                         k0, k1 = jt * bn, (jt + 1) * bn
                         new = dot_acc(dsm[g, i, k0:k1], kp[k0:k1, c], acc, pp.dq)
@@ -413,6 +461,28 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                             record(tr[1], b, t, jt, S_DQ, new - a64, a64)
                         acc = new
                     dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
+
+
+@jit
+def _ref_dq_atomic(ds, dss, kp, c, order, n_t, bn, pp, tr, b, t, i):
+    """Q4a/Q4b for one value ``dq[b, i, c]`` (row i of query tile t) by the scalar ops: each key tile's
+    contribution from zero (``dot_acc`` over the row ``ds`` and column c of the padded K ``kp``), added in
+    ``order[:n_t]`` into ``dq_atomic`` from 0. Traced: a step's local error is the contribution's and the add's
+    together (against the float64 dot from the same accumulator), and the shadow (``dss[i]``, the float64 dS)
+    accumulates in the same order. Returns (the sum, the shadow's)."""
+    acc, a64 = 0.0, 0.0
+    for u in range(n_t):
+        jt = order[u]
+        k0, k1 = jt * bn, (jt + 1) * bn
+        part = dot_acc(ds[k0:k1], kp[k0:k1, c], 0.0, pp.dq)
+        new = add(acc, part, pp.dq_atomic)
+        if tr is not None:
+            ex = dot64(ds[k0:k1], kp[k0:k1, c], acc)
+            record(tr[0], b, t, jt, B_DQ, new - ex, ex)
+            a64 = dot64(dss[i, k0:k1], kp[k0:k1, c], a64)
+            record(tr[1], b, t, jt, S_DQ, new - a64, a64)
+        acc = new
+    return acc, a64
 
 
 @jit
@@ -457,6 +527,55 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
     w = np.empty(x.shape)
     operand_powers(np.ascontiguousarray(x).reshape(-1), w.reshape(-1), mp.opnd_emin)
     return w
+
+
+def _dq_orders(
+    pl: BackwardPlan, seed: int | None, n_lead: int, seq_q: int, seq_k: int, bm: int, bn: int, causal: bool
+) -> np.ndarray:
+    """The order of the atomic dQ adds (Q4b): (n_lead, n_qt, n_kv) int64, per query lead and query tile t the
+    ``_tiles_seen(t)`` key tiles it visits in the plan's ``dq_order``, then the others; (0, 0, 0) with
+    in-MMA dQ.
+
+    Raises:
+        ValueError: a tuple order whose length is not the number of key tiles; a callable's result that is not
+            a permutation of the tiles a query tile sees.
+    """
+    if pl.dq_accumulation != "atomic":
+        return np.zeros((0, 0, 0), dtype=np.int64)
+    n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
+    seen = np.array([n_kv if not causal else min(n_kv, -(-((t + 1) * bm) // bn)) for t in range(n_qt)], dtype=np.int64)
+    tiles = np.arange(n_kv)
+    hidden = tiles[None, :] >= seen[:, None]  # (n_qt, n_kv): key tiles a query tile does not visit
+    order = pl.dq_order
+    if order == "seeded":
+        keys = np.random.default_rng(seed).random((n_lead, n_qt, n_kv))
+    elif order == "forward":
+        keys = np.broadcast_to(tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
+    elif order == "reverse":
+        keys = np.broadcast_to(-tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
+    elif isinstance(order, tuple):
+        if len(order) != n_kv:
+            raise ValueError(
+                f"plan {pl.name!r}: dq_order {order!r} orders {len(order)} key tiles, but seq_k {seq_k} and "
+                f"block_n {bn} make {n_kv}"
+            )
+        rank = np.empty(n_kv)
+        rank[list(order)] = np.arange(n_kv)
+        keys = np.broadcast_to(rank, (n_lead, n_qt, n_kv)).copy()
+    else:
+        keys = np.empty((n_lead, n_qt, n_kv))
+        for t in range(n_qt):
+            perm = [int(x) for x in order(t, int(seen[t]))]  # type: ignore[operator]  # a callable here
+            if sorted(perm) != list(range(seen[t])):
+                raise ValueError(
+                    f"plan {pl.name!r}: dq_order({t}, {seen[t]}) must return a permutation of "
+                    f"range({seen[t]}), got {perm}"
+                )
+            rank = np.arange(n_kv, dtype=np.float64)
+            rank[perm] = np.arange(len(perm))
+            keys[:, t] = rank
+    keys[:, hidden] = np.inf
+    return np.ascontiguousarray(np.argsort(keys, axis=-1, kind="stable"), dtype=np.int64)
 
 
 def _tame(f: FloatFormat) -> bool:
@@ -594,6 +713,7 @@ def _vector(
     bm: int,
     bn: int,
     causal: bool,
+    order: np.ndarray,
 ) -> None:
     """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P."""
     n_lead, seq_q = qf.shape[:2]
@@ -630,9 +750,13 @@ def _vector(
     xs = BwdOperands(q_qk, _weights(q_qk, m_qk), kt_s, do_dp, _weights(do_dp, m_dp), vt_s, do_s, q_s, k_s, lf, delta)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     group = n_lead // n_kv_lead if n_kv_lead else 1
-    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group)
+    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group, order)
+    # Q4a's contributions per (query lead, row, key tile) with atomic dQ: L * seq_q * n_kv * d float64
+    cb = np.zeros((n_lead, seq_q, -(-seq_k // bn), qf.shape[2])) if pp.atomic else np.zeros((0, 0, 0, 0))
     if n_kv_lead:
-        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng)
+        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng, cb)
+        if pp.atomic and n_lead * seq_q:
+            run_rows(_dq_units, n_lead, cb, dq, eng)
 
 
 def flash_backward(
@@ -652,6 +776,7 @@ def flash_backward(
     engine: str | None = None,
     trace: Tracer | None = None,
     layout: str = "bhsd",
+    seed: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
 
@@ -680,6 +805,9 @@ def flash_backward(
             gradients' drift (dq at the row's query tile, dk and dv at query tile 0).
         layout: ``"bhsd"`` or ``"bshd"`` (q, k, v, o, do and the gradients (..., seq, heads, head_dim), as
             flash-attn; lse and delta stay (..., heads, seq_q)).
+        seed: a plan with ``dq_order="seeded"`` only: the seed of the atomic dQ adds' order (one permutation of
+            the key tiles per (lead, query tile), ``numpy.random.default_rng(seed)``; None: 0). Two seeds are
+            two runs of a nondeterministic kernel: dQ may differ, dK and dV do not.
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
@@ -692,9 +820,18 @@ def flash_backward(
         TypeError, ValueError: bad arrays, shapes, dtypes (each named), block sizes, scale or plan; k or v heads
             that do not divide q's (named); an ``lse``
             that does not belong to these inputs under this plan (a row's recomputed P does not sum to about 1:
-            the lse of another plan, scale, mask or inputs).
+            the lse of another plan, scale, mask or inputs); a seed with a plan whose dQ order is not seeded; a
+            ``dq_order`` that does not fit the key tiles.
     """
     pl = backward_plan(plan)
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise TypeError(f"seed must be a non-negative int or None, got {seed!r}")
+        if pl.dq_order != "seeded":
+            raise ValueError(
+                f"seed is for plans with dq_order='seeded' (atomic dQ in a random order); plan {pl.name!r} has "
+                f"dq_accumulation={pl.dq_accumulation!r}, dq_order={pl.dq_order!r}"
+            )
     q, k, v, o, do = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do")))
     qa, ka, va, oa, da, group, la = _check(q, k, v, o, do, lse)
     check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl.name, stacklevel=3)
@@ -718,6 +855,7 @@ def flash_backward(
     dk = np.zeros((n_kv_lead, seq_k, d))
     dv = np.zeros((n_kv_lead, seq_k, dvd))
     psum = np.zeros((n_lead, seq_q))
+    order = _dq_orders(pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm, bn, bool(causal))
     if which == "reference":
         if n_lead * seq_q:
             run_rows(_ref_delta, n_lead * seq_q, of, dof, delta, pp.delta)
@@ -741,9 +879,9 @@ def flash_backward(
         sh = (sc * math.log2(math.e) if pl.exp2 else sc, sc)
         if n_kv_lead:
             geo = (bm, bn, bool(causal), group)
-            run_rows(_ref_units, n_kv_lead, qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh)
+            run_rows(_ref_units, n_kv_lead, qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh, order)
     else:
-        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal))
+        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal), order)
     bad = ~((psum > 0.5) & (psum < 2.0))
     if seq_q and np.any(bad):
         idx = np.unravel_index(int(np.argmax(bad)), psum.shape)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -30,6 +31,8 @@ from simfloat.hardware import Ex2Table
 
 __all__ = [
     "BACKWARD_OPS",
+    "DQ_ACCUMULATIONS",
+    "DQ_ORDERS",
     "BASELINE_BACKWARD_OPS",
     "FLASH_BACKWARD_OPS",
     "BackwardParams",
@@ -56,6 +59,12 @@ BACKWARD_OPS = (
     "softmax",
 )
 _BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
+#: how Q4 accumulates dQ over the key tiles (:attr:`BackwardPlan.dq_accumulation`)
+DQ_ACCUMULATIONS = ("in_mma", "atomic")
+#: the named orders of the key tiles' dQ contributions (:attr:`BackwardPlan.dq_order`)
+DQ_ORDERS = ("forward", "reverse", "seeded")
+#: an explicit order: a permutation of the key tiles, or ``f(q_tile, n_tiles)`` returning one per query tile
+DqOrder = str | tuple[int, ...] | Callable[[int, int], Sequence[int]]
 #: the ops :func:`simfloat.attention.flash_backward` uses (``softmax`` is baseline_backward's only)
 FLASH_BACKWARD_OPS = BACKWARD_OPS[:-1]
 #: the ops :func:`simfloat.attention.baseline_backward` uses
@@ -99,6 +108,8 @@ class BackwardParams(NamedTuple):
     qk_scale: float  # the scale as P's recomputation uses it (log2(e) folded in with exp2), a scale-op value
     sm_scale: float  # the scale rounded into the grad_scale op's format (dK, dQ epilogues)
     ex2_tab: np.ndarray  # empty = correctly rounded exp2, else simfloat.hardware.ex2_table()
+    atomic: bool  # Q4 by per-key-tile contributions added into dq_atomic (else the accumulator enters the MMA)
+    dq_atomic: OpParams  # the atomic adds' format and rounding
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,20 @@ class BackwardPlan:
         contract: the B4 shift as one fused rounding.
         exp2_impl: ``"correctly_rounded"``, ``"h200"`` (the measured ex2.approx.ftz.f32) or another table (see
             :class:`~simfloat.attention.Plan`).
+        dq_accumulation: Q4's dataflow. ``"in_mma"`` (default; the Triton kernel's dQ pass): ``dq_i =
+            dq(dq_i + sum_j ds_ij k_j)`` per key tile, the accumulator entering each tile's MMA. ``"atomic"``
+            (FlashAttention-2/3's CUDA backward): each key tile's contribution ``c_t = dq(sum_j ds_ij k_j)`` an
+            MMA from zero, added into a global accumulator, ``dq_i = dq_atomic(dq_i + c_t)`` (atomicAdd), the
+            key tiles in the order ``dq_order`` gives; the epilogue E3 as before.
+        dq_order: the order of the key tiles' atomic adds per query tile (``"atomic"`` only): ``"forward"``
+            (increasing key tile: FA2/3's ``deterministic=True``), ``"reverse"``, ``"seeded"`` (a random
+            permutation per (lead, query tile) drawn from ``flash_backward``'s ``seed``: the arrival order of
+            the thread blocks, which differs from run to run on a GPU), a tuple (a permutation of the key tiles
+            ``0..n-1``, the same for every query tile; a causal query tile sees a prefix of the key tiles and
+            takes them in the tuple's relative order) or a callable ``f(q_tile, n_tiles)`` returning a
+            permutation of ``range(n_tiles)`` (the key tiles that query tile sees): any deterministic schedule.
+        dq_atomic: the format and rounding of the atomic adds (default float32, round to nearest: atomicAdd on
+            an fp32 buffer).
         opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
             (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
             ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
@@ -154,6 +179,9 @@ class BackwardPlan:
     contract: bool = False
     exp2_impl: str | Ex2Table = "correctly_rounded"
     opmath: FloatFormat | None = None
+    dq_accumulation: str = "in_mma"
+    dq_order: DqOrder = "forward"
+    dq_atomic: OpSpec = "float32"  # type: ignore[assignment]  # a format name -> an OpSpec in __post_init__
 
     def __post_init__(self) -> None:
         if self.opmath is not None:
@@ -168,6 +196,33 @@ class BackwardPlan:
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         _check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
+        object.__setattr__(self, "dq_atomic", _scalar_spec("dq_atomic", self.dq_atomic))
+        if self.dq_accumulation not in DQ_ACCUMULATIONS:
+            raise ValueError(
+                f"BackwardPlan.dq_accumulation must be one of {', '.join(DQ_ACCUMULATIONS)}, "
+                f"got {self.dq_accumulation!r}"
+            )
+        order = self.dq_order
+        if isinstance(order, str):
+            if order not in DQ_ORDERS:
+                raise ValueError(
+                    f"BackwardPlan.dq_order must be one of {', '.join(DQ_ORDERS)}, a tuple of key tiles or a "
+                    f"callable, got {order!r}"
+                )
+        elif isinstance(order, (tuple, list)):
+            tiles = tuple(order)
+            if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in tiles) or sorted(
+                int(t) for t in tiles
+            ) != list(range(len(tiles))):
+                raise ValueError(f"BackwardPlan.dq_order as a tuple must be a permutation of 0..n-1, got {order!r}")
+            object.__setattr__(self, "dq_order", tuple(int(t) for t in tiles))
+        elif not callable(order):
+            raise TypeError(f"BackwardPlan.dq_order must be a name, a tuple or a callable, got {type(order).__name__}")
+        if self.dq_accumulation == "in_mma" and order != "forward":
+            raise ValueError(
+                "BackwardPlan.dq_order applies to dq_accumulation='atomic' only (in_mma accumulates the key "
+                "tiles in increasing order)"
+            )
 
     def replace(self, **changes: object) -> BackwardPlan:
         """A copy with some ops or flags changed (values as for the constructor).
@@ -176,7 +231,7 @@ class BackwardPlan:
             ValueError: an unknown op or flag (the message lists the valid ones).
             TypeError: a value of the wrong type.
         """
-        flags = ("exp2", "contract", "exp2_impl", "opmath")
+        flags = ("exp2", "contract", "exp2_impl", "opmath", "dq_accumulation", "dq_order", "dq_atomic")
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
             raise ValueError(
@@ -195,6 +250,11 @@ class BackwardPlan:
             f"BackwardPlan({self.name}: {ops}; exp2={self.exp2}, contract={self.contract}"
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
             + (f", opmath={self.opmath.name}" if self.opmath is not None else "")
+            + (
+                f", dq_accumulation=atomic, dq_order={self.dq_order!r}, dq_atomic={self.dq_atomic}"
+                if self.dq_accumulation == "atomic"
+                else ""
+            )
             + ")"
         )
 
@@ -222,6 +282,8 @@ class BackwardPlan:
             qk_scale,
             sm_scale,
             _ex2_tab(self.exp2_impl),
+            self.dq_accumulation == "atomic",
+            op("dq_atomic"),
         )
 
 
