@@ -301,7 +301,7 @@ class Plan:
         if self.kernel not in KERNELS:
             raise ValueError(f"Plan.kernel must be one of {KERNELS}, got {self.kernel!r}")
         if self.opmath is not None:
-            object.__setattr__(self, "opmath", _format(self.opmath))  # type: ignore[arg-type]  # checked there
+            object.__setattr__(self, "opmath", _format(self.opmath))
             if self.kernel != "baseline":
                 raise ValueError(
                     "Plan.opmath models torch's eager element-wise kernels: it belongs to plans of the baseline "
