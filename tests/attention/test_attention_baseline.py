@@ -7,7 +7,7 @@ import math
 import numba
 import numpy as np
 import pytest
-from test_attention_flash import _add, _div, _inputs, _mul, _r, _rel, exact_attention, serial
+from attention_reference import _add, _div, _inputs, _mul, _r, _rel, exact_attention, serial
 
 import simfloat
 from simfloat.accumulate import matmul
