@@ -279,7 +279,8 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
 
 def test_flags_are_every_plan_field_but_the_ops():
     ops = set(FLASH_OPS) | {"softmax", "name"}
-    not_flags = {"kernel", *QUANT_FIELDS}  # which kernel; the quantizer ops (None in the float plans)
+    # which kernel; the quantizer ops (None in the float plans); a baseline plan's working precision (opmath)
+    not_flags = {"kernel", "opmath", *QUANT_FIELDS}
     assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops - not_flags
     alt = dict(
         exp2=False,
