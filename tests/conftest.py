@@ -20,11 +20,3 @@ if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
 import simfloat  # noqa: E402, F401  (after TRITON_INTERPRET: simfloat never imports triton, but keep the order)
-
-#: test files that take minutes of one worker (a cold compile of every engine for another CPU): run first, so
-#: with `--dist loadfile` they start at once on one worker while the other workers take the rest
-_LONG_FIRST = ("test_cpu_target.py",)
-
-
-def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001  (pytest's hook signature)
-    items.sort(key=lambda item: item.path.name not in _LONG_FIRST)  # stable: the rest keep their order
