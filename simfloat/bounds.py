@@ -421,7 +421,7 @@ def _exp_rounding(pl: Plan, op: OpSpec) -> tuple[_Chain, float]:
             c.add(1, r)
             eta = eta * (1 + r.u) + r.eta
         return c, eta
-    c.add(1, (r.u * (1 + _LIBM) + _LIBM, r.nearest))  # (B6): libm's value rounded once
+    c.add(1, (r.u * (1 + _LIBM) + _LIBM, r.nearest))  # (B6): correctly rounded; the libm term stays as a margin
     return c, r.eta
 
 

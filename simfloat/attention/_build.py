@@ -92,22 +92,20 @@ def _baseline_lanes(pl: Plan) -> _baseline_engine.Lanes:
         if op == "opmath":  # a format, not an op: its multiply rounds to nearest-even
             return lane(_format("float32") if pl.opmath is None else pl.opmath, 0)
         s = getattr(pl, op)
-        if op == "l_ij":
-            s = _sum_inner(pl)
         return lane(_format(s.fmt), int(mode_code(s.mode)))
 
     return _baseline_engine.Lanes(*(ln(op) for op in _baseline_engine.Lanes._fields))
 
 
 def baseline_engine(
-    pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, bm: int, causal: bool
+    pl: Plan, pp: PlanParams, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool
 ) -> tuple[_baseline_engine.Engine, _baseline_engine.Operands]:
     """The njit records of a baseline call (:func:`simfloat.attention._engine.baseline_units`).
 
     Args:
         pl: the plan; pp: its params for the call's scale.
         q: (L, Sq, D), k: (L, Sk, D), v: (L, Sk, Dv) float64 operands (validated).
-        bm: rows per unit of work; causal.
+        causal: top-left causal mask.
     """
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(q, mqk), round_operands(k, mqk), round_operands(v, mpv)
@@ -130,12 +128,7 @@ def baseline_engine(
     mqk, kt32, ekt32 = operand32(mqk, kt, ekt, rows=False)  # the baseline's rows run row_mma
     mpv, v32, ev32 = operand32(mpv, vi, ev, rows=False)
     xs = _baseline_engine.Operands(qi, _weights(qi, mqk), kt, ekt, vi, ev, kt32, ekt32, v32, ev32)
-    fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
-    li = _sum_inner(pl)
-    l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and within_float32(pl.exp.fmt)
-    eng = _baseline_engine.Engine(
-        pp, _baseline_lanes(pl), mqk, mpv, bool(fma_exact), bool(l_native32), bm, KEY_CHUNK, bool(causal), 1, seq_k
-    )
+    eng = _baseline_engine.Engine(pp, _baseline_lanes(pl), mqk, mpv, KEY_CHUNK, bool(causal), seq_k)
     return eng, xs
 
 

@@ -46,46 +46,30 @@ _NINF = -np.inf
 
 
 class Lanes(NamedTuple):
-    """The lane form of every scalar op of a plan (see :func:`simfloat._lanes.lane`)."""
+    """The lane form (see :func:`simfloat._lanes.lane`) of the baseline's scalar ops."""
 
     scale: Lane
-    exp: Lane
-    m_i: Lane
-    alpha: Lane
-    l_ij: Lane  # the additions of the in-tile row sum (a chunked model's inner ones)
-    l_i: Lane
-    acc: Lane
-    p: Lane
-    normalize: Lane
-    out: Lane
     softmax: Lane
-    opmath: Lane  # the baseline's scale multiply before its cast (Plan.opmath; else float32, unused)
+    out: Lane
+    opmath: Lane  # the scale multiply before its cast (Plan.opmath; else float32, unused)
 
 
 class Engine(NamedTuple):
-    """Everything a row needs besides its operands.
+    """Everything a baseline row needs besides its operands.
 
     Attributes:
         pp: the plan's :class:`~simfloat.attention.plan.PlanParams` (scalar ops, flags, scale).
         ln: :class:`Lanes`.
         qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
-        fma_exact: ``s * qk_scale`` is exact in float64 (the contracted scale op may use lane form).
-        l_native32: the row sum's additions are float32 additions (l_ij's in float32 with nearest-even, and
-            the summed values float32 values): done as such.
-        bm, bn: tile sizes (clamped to the sequences; baseline: bn is the K^T tile width); causal; wn: warps
-            along the keys of the measured tl.sum layout (from the requested block_m); seq_k: keys.
+        bn: the K^T tile width; causal; seq_k: keys.
     """
 
     pp: object
     ln: Lanes
     qk: MMA
     pv: MMA
-    fma_exact: bool
-    l_native32: bool
-    bm: int
     bn: int
     causal: bool
-    wn: int
     seq_k: int
 
 
@@ -96,7 +80,7 @@ class Operands(NamedTuple):
         q: (L, Sq, D) queries (in the qk model's input format). eq: their weights.
         kt: (L * n_tiles, D, bn) keys, transposed tile by tile (contiguous along the keys, zero-padded).
             ekt: their weights.
-        v: flash: (L * n_tiles, bn, Dv) values tile by tile, zero-padded; baseline: (L, Sk, Dv). ev: weights.
+        v: (L, Sk, Dv) values. ev: their weights.
         kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
             (:func:`simfloat.accumulate._rows.operand32`); else one empty matrix per tile.
     """

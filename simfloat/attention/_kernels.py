@@ -3,9 +3,9 @@
 Every function takes the op as an :class:`~simfloat.attention.plan.OpParams` (format parameters + mode). The
 arithmetic is the floor's (:mod:`simfloat.ops._scalar`: exact before the one rounding, IEEE 754's special values
 and signs of zero, every float64 operand); these are its workers with the op's format and mode filled in.
-exp/exp2 round libm's float64 value (within about half a float64 ulp of the true value), so the result is the
-correctly rounded one except when that value lies within a float64 ulp of a rounding boundary of the target
-format (probability ~2**-29 for fp32; float64 targets get libm's value). ``-inf`` is never passed here: the
+exp/exp2 are :mod:`simfloat.ops`' scalar exp/exp2: correctly rounded (libm's value where it decides the
+rounding, else a double-double), so no CPU's libm changes a bit; float64 targets get libm's value. ``-inf`` is
+never passed here: the
 kernels treat it as the "no key seen yet" sentinel.
 """
 

@@ -171,7 +171,7 @@ def baseline(
     n_qt = -(-seq_q // ROWS)
     out = np.zeros((n_lead, seq_q, dv))
     if which == "vector":
-        eng, xs = baseline_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, bm=ROWS, causal=x.causal)
+        eng, xs = baseline_engine(x.plan, pp, q=x.q, k=x.k, v=x.v, causal=x.causal)
         if n_lead * seq_q > 0:
             run_rows(baseline_units, n_lead * seq_q, xs, out, eng, min_rows=16)
         check_output(out, x, baseline)

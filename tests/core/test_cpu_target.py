@@ -1,5 +1,5 @@
 """The same bits on every CPU: the engines compiled for a generic x86-64 (SSE2 only: no FMA, no AVX, no
-AVX-512) give every output bit for bit as compiled for this machine.
+AVX-512) give every output bit for bit as compiled for the host CPU.
 
 Without fastmath LLVM neither contracts ``a*b + c`` nor reassociates, whatever the vector width; where a kernel
 asks for a fused multiply-add (``simfloat._jit.fma64`` / ``fma32``, the ``llvm.fma`` intrinsic, never

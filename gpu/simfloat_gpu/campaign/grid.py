@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -371,14 +370,8 @@ def input_crc(*arrays: np.ndarray) -> int:
 
 
 def reference64(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
-    """Exact-ish softmax attention in float64 (scale 1/sqrt(head_dim), top-left causal mask)."""
-    q64, k64, v64 = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s = (q64 @ np.swapaxes(k64, -1, -2)) * (1.0 / math.sqrt(q64.shape[-1]))
-    if causal:
-        i = np.arange(s.shape[-2])[:, None]
-        j = np.arange(s.shape[-1])[None, :]
-        s = np.where(j > i, -np.inf, s)
-    s = s - s.max(axis=-1, keepdims=True)
-    p = np.exp(s)
-    p /= p.sum(axis=-1, keepdims=True)
-    return p @ v64
+    """Exact-ish softmax attention in float64 (scale 1/sqrt(head_dim), top-left causal mask):
+    :func:`simfloat.tolerances.reference64`."""
+    from simfloat.tolerances import reference64 as attention64
+
+    return attention64(q, k, v, causal=causal)
