@@ -21,8 +21,7 @@ from numba.core import event
 __all__ = ["NOTICE", "QUIET_ENV", "BarClock", "compile_seconds", "install"]
 
 NOTICE = (
-    "simfloat: compiling simfloat's kernels for this CPU (first run only; later runs load them from numba's "
-    "cache) ..."
+    "simfloat: compiling simfloat's kernels for this CPU (first run only; later runs load them from numba's cache) ..."
 )
 #: Set to 1 to silence :data:`NOTICE`.
 QUIET_ENV = "SIMFLOAT_QUIET_COMPILE"
