@@ -27,8 +27,15 @@ demo: $(VENV)/.core
 WORKERS ?= auto
 # The docs' pages (tests/packaging/test_docs.py, each page a fresh process) run last, on the kernels the suite compiled
 # into numba's cache: beside the suite they would compile the same kernels again, in parallel.
+# The generic-CPU check (tests/core/test_cpu_target.py: one cold compile of every engine, minutes of one core) runs
+# in a process of its own beside the suite from the start, not at the tail of one worker while the other idles.
+CPU_TARGET := tests/core/test_cpu_target.py
 test: $(VENV)/.full
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --ignore=tests/packaging/test_docs.py
+	@$(BIN)/python -m pytest -q -p no:cacheprovider $(CPU_TARGET) > $(VENV)/cpu-target.log 2>&1 & check=$$!; \
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --ignore=tests/packaging/test_docs.py \
+		--ignore=$(CPU_TARGET); suite=$$?; \
+	wait $$check; target=$$?; echo "$(CPU_TARGET), beside the suite:"; cat $(VENV)/cpu-target.log; \
+	test $$suite -eq 0 && test $$target -eq 0
 	$(BIN)/python -m pytest -q -n $(WORKERS) tests/packaging/test_docs.py
 
 test-fast: $(VENV)/.full
