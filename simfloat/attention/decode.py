@@ -108,7 +108,8 @@ def kv_splits(seqlen: int, capacity: int, block_n: int, num_splits: int) -> list
     Returns:
         ``num_splits`` (start, end) key ranges, end >= start.
     """
-    per = -(-(-(-capacity // block_n)) // num_splits) * block_n
+    n_blocks = -(-capacity // block_n)
+    per = -(-n_blocks // num_splits) * block_n
     return [(min(s * per, seqlen), min((s + 1) * per, seqlen)) for s in range(num_splits)]
 
 
@@ -358,7 +359,7 @@ def flash_decode(
     if split_bounds is not None:
         raw = list(split_bounds)
         bounds = [int(x) for x in raw if not isinstance(x, bool) and isinstance(x, (int, np.integer))]
-        if not raw or len(bounds) != len(raw) or any(b <= a for a, b in zip([0] + bounds, bounds)):
+        if not raw or len(bounds) != len(raw) or any(b <= a for a, b in zip([0] + bounds, bounds, strict=False)):
             raise ValueError(f"split_bounds must be increasing ints > 0, got {list(split_bounds)!r}")
         n_split = len(bounds) + 1
     else:
@@ -397,8 +398,8 @@ def flash_decode(
                 layout="bshd",
             )
             assert isinstance(res, tuple)
-            o_parts[s, b], m, l = res
-            logs = _log(l, pl)
+            o_parts[s, b], m, lsum = res
+            logs = _log(lsum, pl)
             lse_parts[s, b] = np.asarray(_ops.add(m, logs, "fp32"), dtype=np.float64)
     if n_split == 1:
         out, lse = o_parts[0], np.where(lse_parts[0] == -np.inf, np.inf, lse_parts[0])
