@@ -21,7 +21,8 @@ simfloat's own):
   ``o_accum``: ``normalize(acc / l)`` with the output cast in float32) and its log-sum-exp in float32
   (``lse = fp32(m + fp32(log2 l))`` in log2 units with an exp2 plan, else ``fp32(m + fp32(ln l))``; an
   empty split: o = 0, lse = -inf). :func:`combine_splits` then merges them, every op rounded as the combine
-  kernel does it.
+  kernel does it. The partials and the combine are float32 whatever the plan (flash-attn's ``ElementAccum``),
+  so a float64 plan's split run is float64 up to the float32 partials.
 
 What is not modelled: appending new keys to the cache (flash-attn's ``k``/``v`` arguments), rotary embedding,
 causal masks with more than one query row (flash-attn aligns them bottom-right, which the forward loop does

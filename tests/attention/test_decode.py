@@ -13,6 +13,7 @@ import pytest
 import simfloat as sf
 from simfloat.attention import combine_splits, flash, flash_decode, kv_splits, num_splits_heuristic
 from simfloat.formats import format as sformat
+from simfloat.hardware import ex2_approx_f32, ex2_table
 from tests.oracle import round_ref
 
 D = 16
@@ -132,7 +133,12 @@ def _frac(x):
 def _exp2(x):
     if x == -math.inf:
         return 0.0
+    if EX2["table"] is not None:  # the H200's ex2.approx.ftz.f32 model (h200-* plans)
+        return ex2_approx_f32(x, EX2["table"], True)
     return _f32(_frac(mpmath.mpf(2) ** mpmath.mpf(x)))
+
+
+EX2 = {"table": None}
 
 
 def _log2(x):
@@ -191,18 +197,32 @@ def _divide_row(lse, o, out_fmt):
     return out, _f32(Fraction(_log2(den)) + Fraction(mx))
 
 
-@pytest.mark.parametrize(("splits", "dv"), [(2, 16), (3, 64), (5, 96), (17, 128), (40, 128), (7, 200)])
-def test_combine_matches_the_scalar_oracle(splits, dv):
+@pytest.mark.parametrize(
+    ("splits", "dv", "plan"),
+    [
+        (2, 16, "triton-bf16"),
+        (3, 64, "triton-bf16"),
+        (5, 96, "triton-bf16"),
+        (17, 128, "triton-bf16"),
+        (40, 128, "triton-bf16"),
+        (7, 200, "triton-bf16"),
+        (6, 64, "h200-bf16"),  # the H200's ex2 model; output in fp32 so that its differences show (they do)
+        (33, 32, "h200-bf16"),
+    ],
+)
+def test_combine_matches_the_scalar_oracle(splits, dv, plan, monkeypatch):
+    monkeypatch.setitem(EX2, "table", ex2_table("h200") if plan.startswith("h200") else None)
     g = np.random.default_rng(splits * 1000 + dv)
     rows = 3
     o = g.standard_normal((splits, rows, dv)).astype(np.float32).astype(np.float64)
     lse = (g.standard_normal((splits, rows)) * 4).astype(np.float32).astype(np.float64)
     lse[1, 0] = -np.inf  # an empty split
-    for combine, row in (("flash-attn", lambda s, x, r: _fa_row(s, x, dv, BF16)), ("divide", None)):
-        out, lse_out = combine_splits(o, lse, plan="triton-bf16", combine=combine)
+    pl, fmt = (sf.attention.plan(plan).replace(out="fp32"), F32) if plan.startswith("h200") else (plan, BF16)
+    for combine, row in (("flash-attn", lambda s, x, r: _fa_row(s, x, dv, fmt)), ("divide", None)):
+        out, lse_out = combine_splits(o, lse, plan=pl, combine=combine)
         for r in range(rows):
             ls, os_ = list(lse[:, r]), [list(o[s, r]) for s in range(splits)]
-            want, want_lse = row(ls, os_, r) if row else _divide_row(ls, os_, BF16)
+            want, want_lse = row(ls, os_, r) if row else _divide_row(ls, os_, fmt)
             np.testing.assert_array_equal(out[r], want, err_msg=f"{combine} row {r}")
             assert lse_out[r] == want_lse
 
