@@ -61,6 +61,7 @@ def tile_sweep(
     dist: str = "normal",
     seed: int = 0,
     block_m: int | None = None,
+    draw_len: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``plan``'s decode at key lengths ``base + r`` and measure each against float64 attention.
 
@@ -75,6 +76,8 @@ def tile_sweep(
         fmt: the input format (default the plan's own, else bf16); dist: ``normal``, ``uniform`` or
             ``outlier`` (as ``simfloat attribute``); seed: the inputs' seed.
         block_m: the query tile.
+        draw_len: the keys drawn (default the longest length run); every length runs a prefix of them, so a
+            sweep split over several calls (the ``tile-sweep`` sweep kind) sees the same keys.
 
     Returns:
         One dict per residue: ``residue``, ``kv_len``, the :func:`~simfloat.metrics.error_metrics` keys
@@ -96,6 +99,10 @@ def tile_sweep(
     hkv = heads if kv_heads is None else kv_heads
     f = fmt or input_format(pl) or "bf16"
     n_max = base + max(rs)
+    if draw_len is not None:
+        if isinstance(draw_len, bool) or not isinstance(draw_len, int) or draw_len < n_max:
+            raise ValueError(f"draw_len must be an int >= the longest length {n_max}, got {draw_len!r}")
+        n_max = draw_len
     q, k, v = inputs((1, seq_q, heads, head_dim), (1, n_max, hkv, head_dim), dist, f, seed)
     scale = 1.0 / math.sqrt(head_dim)
     rows = []

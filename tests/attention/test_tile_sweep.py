@@ -60,3 +60,31 @@ def test_bad_residues():
         tile_sweep(block_n=0)
     assert main(["attribute", "--tile-sweep", "--plan", "no-such-plan"]) == 2
     np.testing.assert_equal(len(tile_sweep(block_n=4, base=8, head_dim=8)), 4)
+
+
+def test_sweep_kind():
+    from simfloat.sweep.spec import SpecError, resolve_kind
+    from simfloat.sweep.tile_kind import tile_sweep_run, validate
+
+    target, fn, check = resolve_kind("tile-sweep")
+    assert fn is tile_sweep_run and check is validate
+    cfg = {"residue": 1, "base": 96, "block_n": 16, "heads": 2, "kv_heads": 1, "head_dim": 16}
+    row = fn(cfg)
+    # the same bits as the sweep over several residues in one call: the keys are prefixes of one draw
+    (same,) = [
+        r
+        for r in tile_sweep(block_n=16, base=96, residues=list(range(16)), heads=2, kv_heads=1, head_dim=16)
+        if r["residue"] == 1
+    ]
+    assert row["kv_len"] == 97 and row["reports"] == "pytorch#191937" and row["max_abs"] == same["max_abs"]
+    for bad, match in (
+        ({}, "required"),
+        ({"residue": -1}, "residue"),
+        ({"residue": 0, "x": 1}, "unknown"),
+        ({"residue": 0, "plan": "nope"}, "plan"),
+        ({"residue": 0, "combine": "tree"}, "combine"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            validate(bad)
+    with pytest.raises(SpecError):
+        resolve_kind("no-such-kind")
