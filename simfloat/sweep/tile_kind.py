@@ -50,11 +50,11 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
             raise ValueError(f"config key {key!r} must be an int >= {low}, got {value!r}")
         s[key] = value
-    for key, default in (("combine", "flash-attn"), ("plan", "triton-bf16"), ("format", None), ("dist", "normal")):
-        value = config.get(key, default)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"config key {key!r} must be a string, got {value!r}")
-        s[key] = value
+    for name, text in (("combine", "flash-attn"), ("plan", "triton-bf16"), ("format", None), ("dist", "normal")):
+        given = config.get(name, text)
+        if given is not None and not isinstance(given, str):
+            raise ValueError(f"config key {name!r} must be a string, got {given!r}")
+        s[name] = given
     if s["dist"] not in ("normal", "uniform", "outlier"):
         raise ValueError(f"config key 'dist' must be normal, uniform or outlier, got {s['dist']!r}")
     from simfloat.attention import COMBINES
