@@ -266,3 +266,14 @@ def test_decode_errors():
         flash_decode(q, kc, vc, [97, 40], block_table=table, causal=True),
         flash_decode(q, kc, vc, [97, 40], block_table=table),
     )
+
+
+@pytest.mark.parametrize("combine", ["flash-attn", "divide"])
+def test_one_nonempty_split_gives_the_one_pass_bits(combine):
+    # 40 keys in a 64-key cache, block_n 64: one tile, so splits 2 and 3 are empty (lse -inf); the combine's
+    # scale of the one split is exp(0) = 1 and its fp32 partial cast to bf16 is the one-pass output
+    q, kc, vc, table, _, _ = _cache(1, 4, 2, [40], 64, seed=5)
+    one = flash_decode(q, kc, vc, [40], block_table=table, block_n=64, return_lse=True)
+    three = flash_decode(q, kc, vc, [40], block_table=table, block_n=64, num_splits=3, combine=combine, return_lse=True)
+    np.testing.assert_array_equal(one[0], three[0])
+    np.testing.assert_array_equal(one[1], three[1])
