@@ -320,7 +320,9 @@ def flash_decode(
             pool (num_pages, page_size, kv_heads, head_dim[_v]). heads a multiple of kv_heads (GQA / MQA).
         cache_seqlens: an int or (batch,) ints: the keys each sequence attends to.
         block_table: (batch, max_pages) page indices, or None (contiguous cache).
-        plan, block_m, block_n, scale, engine: as :func:`~simfloat.attention.flash` (block_n: the key tile).
+        plan, block_m, block_n, scale, engine: as :func:`~simfloat.attention.flash` (block_n: the key tile;
+            flash-attn's split kernel uses block_m 64 and block_n 256 for head dim <= 64, 128 for <= 128, else
+            64).
         causal: accepted with seqlen_q == 1 (nothing to mask); with more query rows it needs flash-attn's
             bottom-right alignment, not modelled: an error.
         num_splits: >= 1, or 0 for flash-attn's heuristic (:func:`num_splits_heuristic` with its block_n rule
