@@ -28,9 +28,49 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tile_sweep(args: argparse.Namespace) -> int:
+    """``simfloat attribute --tile-sweep``: the error per key-length residue modulo the key tile."""
+    from simfloat.attribution.residues import format_tile_sweep, tile_sweep
+
+    plan = args.plan[0] if args.plan else f"triton-{args.format or 'bf16'}"
+    heads = int(args.heads[0]) if args.heads else 1
+    try:
+        rows = tile_sweep(
+            plan,
+            block_n=args.block_n or 64,
+            base=args.seq_k or 128,
+            residues=args.residues,
+            seq_q=args.seq or 1,
+            heads=heads,
+            kv_heads=args.kv_heads,
+            head_dim=args.head_dim or 64,
+            page_size=args.page_size,
+            num_splits=args.num_splits,
+            combine=args.combine,
+            fmt=args.format,
+            dist=args.dist,
+            seed=args.seed,
+            block_m=args.block_m,
+        )
+    except (ValueError, TypeError) as err:
+        print(f"simfloat attribute: error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"simfloat attribute --tile-sweep: {plan}, decode of {args.seq or 1} query row(s), {heads} head(s), "
+        f"block_n {args.block_n or 64}, kv length {args.seq_k or 128} + residue"
+        + (f", pages of {args.page_size}" if args.page_size else "")
+        + (f", {args.num_splits} splits ({args.combine})" if args.num_splits != 1 else "")
+        + "; error against float64 attention"
+    )
+    print(format_tile_sweep(rows))
+    return 0
+
+
 def _attribute(args: argparse.Namespace) -> int:
     from simfloat.attribution.cli import run
 
+    if getattr(args, "tile_sweep", False):
+        return _tile_sweep(args)
     passes = getattr(args, "passes", "forward")
     if getattr(args, "estimate", False) and passes != "forward":
         print("simfloat attribute: error: --estimate covers the forward pass's runs (--pass forward)", file=sys.stderr)
@@ -204,6 +244,25 @@ def _add_attribute(sub: argparse._SubParsersAction) -> None:
         "--bounds",
         action="store_true",
         help="add the error bounds (simfloat.bounds) next to the measured errors: bounds.csv",
+    )
+    p.add_argument(
+        "--tile-sweep",
+        action="store_true",
+        help="instead of the attribution: the tile-boundary sweep (simfloat.attribution.residues): decode at kv "
+        "lengths --seq-k + r (default 128 + r) for every residue r modulo --block-n (default 64), printing the "
+        "error per residue against float64 and the reported residue classes (flash-attention #2577, PyTorch "
+        "#196678, #191937); --seq is the query rows (default 1), --plan the plan (first one)",
+    )
+    p.add_argument("--residues", type=_nonnegative, nargs="+", metavar="R", help="--tile-sweep: these residues only")
+    p.add_argument("--page-size", type=_positive, help="--tile-sweep: a paged KV cache of this page size")
+    p.add_argument(
+        "--num-splits", type=_positive, default=1, help="--tile-sweep: split-KV into this many splits (default 1)"
+    )
+    p.add_argument(
+        "--combine",
+        choices=("flash-attn", "divide"),
+        default="flash-attn",
+        help="--tile-sweep: the split-KV combine (default flash-attn)",
     )
     p.set_defaults(func=_attribute)
 

@@ -5,6 +5,8 @@
 * :func:`flash_backward` / :func:`baseline_backward` — the backward pass (dq, dk, dv) under a
   :class:`BackwardPlan`, mirroring ``simfloat_gpu/kernels/flash_attention_bwd.py`` / torch's eager autograd.
 * :func:`baseline` — standard attention: full scores, softmax, P.V.
+* :func:`flash_varlen` — packed variable-length sequences (cumulative offsets); :func:`flash_decode` — decode
+  over a (paged) KV cache, with split-KV and the combine (:func:`combine_splits`).
 * :class:`Plan` / :func:`plan` — the format and rounding of every op, quantizers (:class:`Quant`) included for the
   quantized kernels; one preset table (fp64, all-<fmt>, triton-<fmt>, h200-<fmt>, pytorch-<fmt>; int8-*, fp8-*,
   sage2-*, sage3-*, ...). ``QuantPlan``, ``quant_plan`` and ``quant_presets`` are deprecated aliases.
@@ -28,6 +30,7 @@ from simfloat.attention.backward import (
 )
 from simfloat.attention.backward_plan import BACKWARD_OPS, BackwardPlan, backward_plan, backward_presets
 from simfloat.attention.baseline import baseline
+from simfloat.attention.decode import COMBINES, combine_splits, flash_decode, kv_splits, num_splits_heuristic
 from simfloat.attention.flash import flash
 from simfloat.attention.plan import (
     BASELINE_OPS,
@@ -54,10 +57,12 @@ from simfloat.attention.quantized import (
     smooth_queries,
 )
 from simfloat.attention.tiling import fa1_tiles
+from simfloat.attention.varlen import check_cu_seqlens, flash_varlen
 
 __all__ = [
     "BACKWARD_OPS",
     "BACKWARD_STATES",
+    "COMBINES",
     "BASELINE_OPS",
     "EXACT",
     "FLASH_OPS",
@@ -75,13 +80,19 @@ __all__ = [
     "backward_presets",
     "baseline",
     "baseline_backward",
+    "check_cu_seqlens",
+    "combine_splits",
     "fa1_tiles",
     "flash",
     "flash_backward",
+    "flash_decode",
+    "flash_varlen",
     "fp8_flash",
     "hadamard_rotation",
     "int8_flash",
+    "kv_splits",
     "lse_from_stats",
+    "num_splits_heuristic",
     "plan",
     "presets",
     "mean_key",

@@ -24,7 +24,10 @@ from simfloat.sweep.store import COLUMNS
 __all__ = ["BUILTIN_KINDS", "RESERVED", "Spec", "SpecError", "config_hash", "expand", "load_spec", "resolve_kind"]
 
 #: The kinds a SPEC may name without a module: name -> ``"package.module:function"``.
-BUILTIN_KINDS: Mapping[str, str] = {"attribute": "simfloat.sweep.kinds:attribute"}
+BUILTIN_KINDS: Mapping[str, str] = {
+    "attribute": "simfloat.sweep.kinds:attribute",
+    "tile-sweep": "simfloat.sweep.tile_kind:tile_sweep_run",
+}
 #: Keys of the ``[sweep]`` table.
 SWEEP_KEYS = ("name", "kind", "seeds")
 #: Top-level tables of a SPEC.
