@@ -569,7 +569,7 @@ def test_log_log2_sqrt_and_division():
             assert yi == _rn32((-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)), xi
     assert lg2[-3:].tolist() == [0.0, -np.inf, np.inf]
     # the slow path taken when float64's log2 lies within 2**-48 of an fp32 rounding boundary (rare)
-    from simfloat_gpu.interpreter._ops import log2_near_boundary
+    from simfloat_gpu.interpreter._math import log2_near_boundary
 
     with mpmath.workprec(200):
         for xi, yi in zip(x[:512:8], lg2[:512:8], strict=True):
