@@ -1,0 +1,273 @@
+"""The tables of :func:`simfloat.attribution.attribute`: the deviation metrics, the rows of every table
+from the finished runs, and the DataFrames."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from simfloat.attention import Plan
+from simfloat.attribution._plans import (
+    describe,
+    isolation_plan,
+)
+from simfloat.attribution._request import Request
+from simfloat.attribution._result import Attribution
+from simfloat.attribution._runner import Runner
+from simfloat.metrics import error_metrics
+
+#: Deviation metrics of every table row (against the float64 golden output).
+METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
+
+
+#: The literature's metrics (:func:`simfloat.metrics.error_metrics`, per output row along the head dim) that the
+#: flash-vs-baseline table adds to :data:`METRICS` (``rms`` is the RMSE already).
+LITERATURE = ("std_abs", "mre", "mre_last4", "cos_sim", "rel_l1", "snr_db")
+
+
+def literature(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
+    """:data:`LITERATURE` of an output against the golden one (NaN for no elements)."""
+    if np.size(out) == 0:
+        return dict.fromkeys(LITERATURE, math.nan)
+    m = error_metrics(out, golden, axis=-1)
+    return {k: m[k] for k in LITERATURE}
+
+
+def deviation(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
+    """``max_abs`` (max |out - golden|, Golden et al.'s metric), ``mean_abs``, ``rms`` and ``rel_rms``
+    (rms / rms(golden)) of an output against the golden one (same shape)."""
+    d = np.asarray(out, dtype=np.float64) - np.asarray(golden, dtype=np.float64)
+    if d.size == 0:
+        return dict.fromkeys(METRICS, math.nan)
+    a = np.abs(d)
+    rms = float(np.sqrt(np.mean(d * d)))
+    g = float(np.sqrt(np.mean(np.square(golden))))
+    return {
+        "max_abs": float(np.max(a)),
+        "mean_abs": float(np.mean(a)),
+        "rms": rms,
+        "rel_rms": rms / g if g > 0 else math.nan,
+    }
+
+
+#: the tables :func:`tabulate` fills, in :class:`Attribution`'s order
+_TABLES = (
+    "isolation",
+    "ablation",
+    "tiles",
+    "steps",
+    "flash_vs_baseline",
+    "input_rounding",
+    "by_block",
+    "state_by_block",
+)
+
+
+def tabulate(
+    run: Runner, req: Request, keys: dict[str, Any], rounding: dict[str, tuple[str, int]]
+) -> dict[str, list[Any]]:
+    """The rows of every table, plan by plan (by_block/state_by_block: one long frame per traced plan)."""
+    rows: dict[str, list[Any]] = {t: [] for t in _TABLES}
+    for p in req.plans:
+        kk = keys[p.name]
+        var = kk["variant"]
+
+        def dev(key: tuple[object, ...], var: str | None = var) -> dict[str, float]:
+            return deviation(run.out(key), run.out(run.golden[var]))
+
+        full, ref, base = dev(kk["main"]), dev(kk["ref"]), dev(kk["base"])
+        _op_rows(rows, p, req.ops, kk, dev, full, ref)
+        _grid_rows(rows, p, req, kk, dev, base)
+        _fvb_rows(rows, p, req, kk, run, full, base)
+        if var is not None:
+            _input_rows(rows, p, kk, run, rounding[p.name], full)
+        tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
+        if tr is not None:
+            rows["by_block"].append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
+            rows["state_by_block"].append(_long(tr.state_by_block, "state", p.name, ("max_abs", "rms", "rel_max")))
+    return rows
+
+
+def _op_rows(
+    rows: dict[str, list[Any]],
+    p: Plan,
+    ops: list[str],
+    kk: dict[str, Any],
+    dev: Callable[[tuple[object, ...]], dict[str, float]],
+    full: dict[str, float],
+    ref: dict[str, float],
+) -> None:
+    """The isolation and ablation rows of a plan: one per op, then the whole plan / every op fp64."""
+
+    def frac(d: dict[str, float]) -> dict[str, float]:
+        return {"frac_max": _ratio(d["max_abs"], full["max_abs"]), "frac_rms": _ratio(d["rms"], full["rms"])}
+
+    for op in ops:
+        entry = describe(getattr(p, op))
+        d = dev(kk["iso"][op])
+        rows["isolation"].append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
+        d = dev(kk["abl"][op])
+        rows["ablation"].append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
+    rows["isolation"].append(dict(plan=p.name, op="all", entry="(the plan)", **full, **frac(full)))
+    rows["ablation"].append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
+
+
+def _grid_rows(
+    rows: dict[str, list[Any]],
+    p: Plan,
+    req: Request,
+    kk: dict[str, Any],
+    dev: Callable[[tuple[object, ...]], dict[str, float]],
+    base: dict[str, float],
+) -> None:
+    """The tile study's rows (per (block_m, block_n)) and the steps study's (per block_n at block_m)."""
+    cells: tuple[tuple[str, list[tuple[object, int, int]]], ...] = (
+        ("tiles", [(t, t[0], t[1]) for t in req.tile_list]),
+        ("steps", [(b, req.bm, b) for b in req.bns]),
+    )
+    for what, grid in cells:
+        for t, tbm, tbn in grid:
+            d = dev(kk[what][t])
+            rows[what].append(
+                dict(
+                    plan=p.name,
+                    block_m=tbm,
+                    block_n=tbn,
+                    steps=-(-req.seq_k // tbn),
+                    **d,
+                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                )
+            )
+
+
+def _fvb_rows(
+    rows: dict[str, list[Any]],
+    p: Plan,
+    req: Request,
+    kk: dict[str, Any],
+    run: Runner,
+    full: dict[str, float],
+    base: dict[str, float],
+) -> None:
+    """The flash-vs-baseline rows of a plan: its flash output and its paired baseline's, with the literature's
+    metrics."""
+    golden = run.out(run.golden[kk["variant"]])
+    bp = req.pairs[p.name]
+    for kernel, kplan, d, key in (("flash", p.name, full, kk["main"]), ("baseline", bp.name, base, kk["base"])):
+        is_flash = kernel == "flash"
+        lit = literature(run.out(key), golden)
+        rows["flash_vs_baseline"].append(
+            dict(
+                plan=p.name,
+                kernel=kernel,
+                kernel_plan=kplan,
+                block_m=req.bm if is_flash else None,
+                block_n=req.bn if is_flash else None,
+                **d,
+                ratio_max=_ratio(d["max_abs"], base["max_abs"]),
+                ratio_rms=_ratio(d["rms"], base["rms"]),
+                **lit,
+            )
+        )
+
+
+def _input_rows(
+    rows: dict[str, list[Any]],
+    p: Plan,
+    kk: dict[str, Any],
+    run: Runner,
+    note: tuple[str, int],
+    full: dict[str, float],
+) -> None:
+    """The input-rounding rows of a plan whose input format does not hold the operands."""
+    golden = run.out(run.golden[kk["variant"]])
+    given = run.out(run.golden[None])
+    fmt, n_changed = note
+    for source, out in (
+        ("input rounding", golden),
+        ("kernel", None),
+        ("total", run.out(kk["main"])),
+        ("baseline total", run.out(kk["base"])),
+    ):
+        d = full if out is None else deviation(out, given)
+        rows["input_rounding"].append(dict(plan=p.name, source=source, input_format=fmt, values_rounded=n_changed, **d))
+
+
+def bounds_table(pd: Any, run: Runner, req: Request, keys: dict[str, Any]) -> Any:
+    """With ``bounds``: the error bounds of every isolated op and output next to the measured error."""
+    from simfloat.bounds import attribution_bounds
+
+    parts = []
+    for var in dict.fromkeys(keys[p.name]["variant"] for p in req.plans):
+        bruns = []
+        for p in req.plans:
+            kk = keys[p.name]
+            if kk["variant"] != var:
+                continue
+            bruns += [(p.name, op, "flash", isolation_plan(p, op), run.out(kk["iso"][op])) for op in req.ops]
+            bruns += [
+                (p.name, "all", "flash", p, run.out(kk["main"])),
+                (p.name, "all", "baseline", req.pairs[p.name], run.out(kk["base"])),
+            ]
+        qv, kv_, vv = run.inputs[var]
+        gold = run.out(run.golden[var])
+        parts.append(
+            attribution_bounds(
+                qv, kv_, vv, bruns, gold, block_m=req.bm, block_n=req.bn, causal=req.causal, scale=req.scale
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def frames(pd: Any, rows: dict[str, list[Any]], meta: dict[str, Any], bound_table: Any) -> Attribution:
+    """The tables as DataFrames, in their columns' order."""
+
+    def frame(table: str, cols: Sequence[str]) -> Any:
+        return pd.DataFrame(rows[table], columns=list(cols))
+
+    def long(table: str, col: str) -> Any:
+        if rows[table]:
+            return pd.concat(rows[table], ignore_index=True)
+        return pd.DataFrame([], columns=["plan", "kv_block", col, "max_abs", "rms", "rel_max"])
+
+    m = list(METRICS)
+    geo = ["plan", "block_m", "block_n", "steps"]
+    return Attribution(
+        isolation=frame("isolation", ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
+        ablation=frame("ablation", ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
+        tiles=frame("tiles", [*geo, *m, "ratio_max"]),
+        steps=frame("steps", [*geo, *m, "ratio_max"]),
+        flash_vs_baseline=frame(
+            "flash_vs_baseline",
+            ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m, "ratio_max", "ratio_rms", *LITERATURE],
+        ),
+        by_block=long("by_block", "op"),
+        state_by_block=long("state_by_block", "state"),
+        meta=meta,
+        bounds=bound_table,
+        input_rounding=frame("input_rounding", ["plan", "source", "input_format", "values_rounded", *m]),
+    )
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0 or not (math.isfinite(a) and math.isfinite(b)):
+        return math.nan if a != 0 or b != 0 else 1.0
+    return a / b
+
+
+def _long(summary: Any, col: str, plan_name: str, stats: Sequence[str]) -> Any:
+    """Melt a Tracer's wide (kv_block x op|state) summaries for several stats into one long table."""
+    df = None
+    for s in stats:
+        wide = summary(s)
+        part = wide.reset_index().melt(id_vars="kv_block", var_name=col, value_name=s)
+        part[col] = part[col].astype(str)
+        df = part if df is None else df.merge(part, on=["kv_block", col])
+    if df is None:
+        raise ValueError("stats must name at least one statistic")
+    df = df.dropna(subset=list(stats), how="all").reset_index(drop=True)  # (block, op) pairs never recorded
+    df.insert(0, "plan", plan_name)
+    return df
