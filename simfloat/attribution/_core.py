@@ -22,6 +22,7 @@ from simfloat.attention._inputs import (
     operand,
 )
 from simfloat.attention.tiling import resolve_tiles
+from simfloat.attribution._deviation import LITERATURE, METRICS, deviation, literature
 from simfloat.attribution._estimate import Estimate
 from simfloat.attribution._extras import need
 from simfloat.attribution._plans import (
@@ -33,7 +34,7 @@ from simfloat.attribution._plans import (
 from simfloat.attribution._request import Request
 from simfloat.attribution._result import Attribution
 from simfloat.attribution._runner import AttributionInterrupted, Runner
-from simfloat.attribution._tables import LITERATURE, METRICS, bounds_table, deviation, frames, literature, tabulate
+from simfloat.attribution._tables import bounds_table, frames, tabulate
 from simfloat.attribution.captured import SdpaCall, load_capture
 
 __all__ = [

@@ -15,12 +15,12 @@ from simfloat.attention import Plan
 from simfloat.attention import baseline as _baseline_kernel
 from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
+from simfloat.attribution._deviation import deviation
 from simfloat.attribution._estimate import Estimate, estimate_runs
 from simfloat.attribution._extras import need
 from simfloat.attribution._plans import (
     cache_key,
 )
-from simfloat.attribution._tables import deviation
 from simfloat.trace import Tracer
 
 

@@ -7,9 +7,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from simfloat.attention import Plan
+from simfloat.attribution._deviation import LITERATURE, METRICS, deviation, literature
 from simfloat.attribution._plans import (
     describe,
     isolation_plan,
@@ -17,41 +16,6 @@ from simfloat.attribution._plans import (
 from simfloat.attribution._request import Request
 from simfloat.attribution._result import Attribution
 from simfloat.attribution._runner import Runner
-from simfloat.metrics import error_metrics
-
-#: Deviation metrics of every table row (against the float64 golden output).
-METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
-
-
-#: The literature's metrics (:func:`simfloat.metrics.error_metrics`, per output row along the head dim) that the
-#: flash-vs-baseline table adds to :data:`METRICS` (``rms`` is the RMSE already).
-LITERATURE = ("std_abs", "mre", "mre_last4", "cos_sim", "rel_l1", "snr_db")
-
-
-def literature(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
-    """:data:`LITERATURE` of an output against the golden one (NaN for no elements)."""
-    if np.size(out) == 0:
-        return dict.fromkeys(LITERATURE, math.nan)
-    m = error_metrics(out, golden, axis=-1)
-    return {k: m[k] for k in LITERATURE}
-
-
-def deviation(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
-    """``max_abs`` (max |out - golden|, Golden et al.'s metric), ``mean_abs``, ``rms`` and ``rel_rms``
-    (rms / rms(golden)) of an output against the golden one (same shape)."""
-    d = np.asarray(out, dtype=np.float64) - np.asarray(golden, dtype=np.float64)
-    if d.size == 0:
-        return dict.fromkeys(METRICS, math.nan)
-    a = np.abs(d)
-    rms = float(np.sqrt(np.mean(d * d)))
-    g = float(np.sqrt(np.mean(np.square(golden))))
-    return {
-        "max_abs": float(np.max(a)),
-        "mean_abs": float(np.mean(a)),
-        "rms": rms,
-        "rel_rms": rms / g if g > 0 else math.nan,
-    }
-
 
 #: the tables :func:`tabulate` fills, in :class:`Attribution`'s order
 _TABLES = (
