@@ -68,7 +68,7 @@ def default_block_ns(seq_k: int, smallest: int = 16) -> list[int]:
     return out
 
 
-def _positive_int(x: object, what: str) -> int:
+def positive_count(x: object, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
         raise ValueError(f"{what} must be a positive int, got {x!r}")
     return int(x)
@@ -81,7 +81,7 @@ def select_rows(seq_q: int, rows: int | Sequence[int] | None) -> np.ndarray | No
     if rows is None:
         return None
     if isinstance(rows, (int, np.integer)) and not isinstance(rows, bool):
-        r = _positive_int(rows, "rows")
+        r = positive_count(rows, "rows")
         if r >= seq_q:
             return None
         return np.unique(np.linspace(0, seq_q - 1, r).round().astype(np.int64))
@@ -128,11 +128,11 @@ def _tiles(tiles: object, d: int) -> list[tuple[int, int]]:
             continue
         if isinstance(t, bytes) or not isinstance(t, Sequence) or len(t) != 2:
             raise ValueError(f"each tile must be a (block_m, block_n) pair or a rule such as 'fa1:M=98304', got {t!r}")
-        out.append((_positive_int(t[0], "block_m"), _positive_int(t[1], "block_n")))
+        out.append((positive_count(t[0], "block_m"), positive_count(t[1], "block_n")))
     return list(dict.fromkeys(out))
 
 
-def _inputs(
+def attribute_inputs(
     q: object, k: object, v: object, causal: object, scale: object, call: object, heads: object, layout: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any, float | None, SdpaCall | None]:
     """attribute()'s operands: arrays (in ``layout``), or a recorded call (an :class:`SdpaCall`, or a capture
@@ -348,7 +348,7 @@ def _request(
 ) -> Request:
     """Check every argument before any run (in this order: the operands, the plans,
     progress, ops, tiles, the operands' shapes and values, causal, rows)."""
-    q, k, v, causal, scale, rec = _inputs(q, k, v, causal, scale, call, heads, layout)
+    q, k, v, causal, scale, rec = attribute_inputs(q, k, v, causal, scale, call, heads, layout)
     plans = _plans(plan)
     if not (isinstance(progress, bool) or callable(progress)):
         raise TypeError(f"progress must be a bool or a callable progress(done, total), got {type(progress).__name__}")
@@ -358,7 +358,7 @@ def _request(
     for op in ops:
         if op not in FLASH_OPS:
             raise ValueError(f"unknown op {op!r}; flash ops: {', '.join(FLASH_OPS)}")
-    bm, bn = _positive_int(block_m, "block_m"), _positive_int(block_n, "block_n")
+    bm, bn = positive_count(block_m, "block_m"), positive_count(block_n, "block_n")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.ndim < 2:
             raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
@@ -374,7 +374,7 @@ def _request(
             "depend on its position; use rows=None"
         )
     tile_list = default_tiles(bm, bn) if tiles is None else _tiles(tiles, int(np.shape(q)[-1]))
-    bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
+    bns = default_block_ns(seq_k) if block_ns is None else [positive_count(b, "block_n") for b in block_ns]
     pairs = {p.name: baseline_plan_for(p, baseline) for p in plans}
     t_sel = _traced_rows(seq_q if sel is None else len(sel), trace_rows, bool(causal), bn)
     return Request(
@@ -386,7 +386,7 @@ def _traced_rows(n_eval: int, trace_rows: int | None, causal: bool, bn: int) -> 
     """The evaluated rows the traced run covers: ``trace_rows`` of them evenly spaced (causal: the first ones, a
     subset's mask would not be the full run's, enough to reach 4 kv blocks); None: all."""
     if trace_rows is not None:
-        trace_rows = _positive_int(trace_rows, "trace_rows")
+        trace_rows = positive_count(trace_rows, "trace_rows")
     if trace_rows is None or trace_rows >= n_eval:
         return np.arange(n_eval)
     if causal:
@@ -475,4 +475,4 @@ def _workers(workers: int | None) -> int:
         import numba
 
         return numba.get_num_threads()
-    return _positive_int(workers, "workers")
+    return positive_count(workers, "workers")
