@@ -4,8 +4,10 @@ from the finished runs, and the DataFrames."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from simfloat.attention import Plan
 from simfloat.attribution._deviation import LITERATURE, METRICS, deviation, literature
@@ -30,6 +32,24 @@ _TABLES = (
 )
 
 
+class _PlanRuns(NamedTuple):
+    """One plan's finished runs, as its table rows read them: ``keys`` its run keys (:func:`_schedule`), ``golden``
+    the golden output of its inputs, ``full``/``ref``/``base`` the deviations of the plan, of every op in float64
+    and of its paired baseline."""
+
+    plan: Plan
+    keys: dict[str, Any]
+    run: Runner
+    golden: np.ndarray
+    full: dict[str, float]
+    ref: dict[str, float]
+    base: dict[str, float]
+
+    def dev(self, key: tuple[object, ...]) -> dict[str, float]:
+        """The deviation of a run from the golden output of its inputs."""
+        return deviation(self.run.out(key), self.golden)
+
+
 def tabulate(
     run: Runner, req: Request, keys: dict[str, Any], rounding: dict[str, tuple[str, int]]
 ) -> dict[str, list[Any]]:
@@ -37,17 +57,14 @@ def tabulate(
     rows: dict[str, list[Any]] = {t: [] for t in _TABLES}
     for p in req.plans:
         kk = keys[p.name]
-        var = kk["variant"]
-
-        def dev(key: tuple[object, ...], var: str | None = var) -> dict[str, float]:
-            return deviation(run.out(key), run.out(run.golden[var]))
-
-        full, ref, base = dev(kk["main"]), dev(kk["ref"]), dev(kk["base"])
-        _op_rows(rows, p, req.ops, kk, dev, full, ref)
-        _grid_rows(rows, p, req, kk, dev, base)
-        _fvb_rows(rows, p, req, kk, run, full, base)
-        if var is not None:
-            _input_rows(rows, p, kk, run, rounding[p.name], full)
+        golden = run.out(run.golden[kk["variant"]])
+        full, ref, base = (deviation(run.out(kk[k]), golden) for k in ("main", "ref", "base"))
+        pr = _PlanRuns(p, kk, run, golden, full, ref, base)
+        _op_rows(rows, pr, req.ops)
+        _grid_rows(rows, pr, req)
+        _fvb_rows(rows, pr, req)
+        if kk["variant"] is not None:
+            _input_rows(rows, pr, rounding[p.name])
         tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
         if tr is not None:
             rows["by_block"].append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
@@ -55,38 +72,24 @@ def tabulate(
     return rows
 
 
-def _op_rows(
-    rows: dict[str, list[Any]],
-    p: Plan,
-    ops: list[str],
-    kk: dict[str, Any],
-    dev: Callable[[tuple[object, ...]], dict[str, float]],
-    full: dict[str, float],
-    ref: dict[str, float],
-) -> None:
+def _op_rows(rows: dict[str, list[Any]], pr: _PlanRuns, ops: list[str]) -> None:
     """The isolation and ablation rows of a plan: one per op, then the whole plan / every op fp64."""
+    p, full = pr.plan, pr.full
 
     def frac(d: dict[str, float]) -> dict[str, float]:
         return {"frac_max": _ratio(d["max_abs"], full["max_abs"]), "frac_rms": _ratio(d["rms"], full["rms"])}
 
     for op in ops:
         entry = describe(getattr(p, op))
-        d = dev(kk["iso"][op])
+        d = pr.dev(pr.keys["iso"][op])
         rows["isolation"].append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
-        d = dev(kk["abl"][op])
+        d = pr.dev(pr.keys["abl"][op])
         rows["ablation"].append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
     rows["isolation"].append(dict(plan=p.name, op="all", entry="(the plan)", **full, **frac(full)))
-    rows["ablation"].append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
+    rows["ablation"].append(dict(plan=p.name, op="all", entry="(every op fp64)", **pr.ref, **frac(pr.ref)))
 
 
-def _grid_rows(
-    rows: dict[str, list[Any]],
-    p: Plan,
-    req: Request,
-    kk: dict[str, Any],
-    dev: Callable[[tuple[object, ...]], dict[str, float]],
-    base: dict[str, float],
-) -> None:
+def _grid_rows(rows: dict[str, list[Any]], pr: _PlanRuns, req: Request) -> None:
     """The tile study's rows (per (block_m, block_n)) and the steps study's (per block_n at block_m)."""
     cells: tuple[tuple[str, list[tuple[object, int, int]]], ...] = (
         ("tiles", [(t, t[0], t[1]) for t in req.tile_list]),
@@ -94,70 +97,41 @@ def _grid_rows(
     )
     for what, grid in cells:
         for t, tbm, tbn in grid:
-            d = dev(kk[what][t])
-            rows[what].append(
-                dict(
-                    plan=p.name,
-                    block_m=tbm,
-                    block_n=tbn,
-                    steps=-(-req.seq_k // tbn),
-                    **d,
-                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
-                )
-            )
+            d = pr.dev(pr.keys[what][t])
+            steps = -(-req.seq_k // tbn)
+            ratio = _ratio(d["max_abs"], pr.base["max_abs"])
+            rows[what].append(dict(plan=pr.plan.name, block_m=tbm, block_n=tbn, steps=steps, **d, ratio_max=ratio))
 
 
-def _fvb_rows(
-    rows: dict[str, list[Any]],
-    p: Plan,
-    req: Request,
-    kk: dict[str, Any],
-    run: Runner,
-    full: dict[str, float],
-    base: dict[str, float],
-) -> None:
+def _fvb_rows(rows: dict[str, list[Any]], pr: _PlanRuns, req: Request) -> None:
     """The flash-vs-baseline rows of a plan: its flash output and its paired baseline's, with the literature's
     metrics."""
-    golden = run.out(run.golden[kk["variant"]])
-    bp = req.pairs[p.name]
-    for kernel, kplan, d, key in (("flash", p.name, full, kk["main"]), ("baseline", bp.name, base, kk["base"])):
-        is_flash = kernel == "flash"
-        lit = literature(run.out(key), golden)
+    p, base = pr.plan, pr.base
+    flash_side = ("flash", p.name, pr.full, pr.keys["main"], req.bm, req.bn)
+    base_side = ("baseline", req.pairs[p.name].name, base, pr.keys["base"], None, None)
+    for kernel, kplan, d, key, bm, bn in (flash_side, base_side):
+        lit = literature(pr.run.out(key), pr.golden)
+        ratios = dict(ratio_max=_ratio(d["max_abs"], base["max_abs"]), ratio_rms=_ratio(d["rms"], base["rms"]))
         rows["flash_vs_baseline"].append(
-            dict(
-                plan=p.name,
-                kernel=kernel,
-                kernel_plan=kplan,
-                block_m=req.bm if is_flash else None,
-                block_n=req.bn if is_flash else None,
-                **d,
-                ratio_max=_ratio(d["max_abs"], base["max_abs"]),
-                ratio_rms=_ratio(d["rms"], base["rms"]),
-                **lit,
-            )
+            dict(plan=p.name, kernel=kernel, kernel_plan=kplan, block_m=bm, block_n=bn, **d, **ratios, **lit)
         )
 
 
-def _input_rows(
-    rows: dict[str, list[Any]],
-    p: Plan,
-    kk: dict[str, Any],
-    run: Runner,
-    note: tuple[str, int],
-    full: dict[str, float],
-) -> None:
+def _input_rows(rows: dict[str, list[Any]], pr: _PlanRuns, note: tuple[str, int]) -> None:
     """The input-rounding rows of a plan whose input format does not hold the operands."""
-    golden = run.out(run.golden[kk["variant"]])
+    run = pr.run
     given = run.out(run.golden[None])
     fmt, n_changed = note
     for source, out in (
-        ("input rounding", golden),
+        ("input rounding", pr.golden),
         ("kernel", None),
-        ("total", run.out(kk["main"])),
-        ("baseline total", run.out(kk["base"])),
+        ("total", run.out(pr.keys["main"])),
+        ("baseline total", run.out(pr.keys["base"])),
     ):
-        d = full if out is None else deviation(out, given)
-        rows["input_rounding"].append(dict(plan=p.name, source=source, input_format=fmt, values_rounded=n_changed, **d))
+        d = pr.full if out is None else deviation(out, given)
+        rows["input_rounding"].append(
+            dict(plan=pr.plan.name, source=source, input_format=fmt, values_rounded=n_changed, **d)
+        )
 
 
 def bounds_table(pd: Any, run: Runner, req: Request, keys: dict[str, Any]) -> Any:
