@@ -117,22 +117,23 @@ def _log_model(which: str, x: np.ndarray) -> np.ndarray:
     return check_model_output(model(np.array(x, dtype=np.float32)), x, which)
 
 
-def create_log(self, arg):
-    """``tl.log`` (fp32; GPU: libdevice __nv_logf, within 1 ulp): the ``log`` model."""
-    x = _only_fp32(arg, "tl.log", "GPU: libdevice __nv_log")
-    if not rounds("log"):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return make_handle(np.log(x.astype(np.float64)), "fp32", arg.dtype)
-    return make_handle(_log_model("log", x).astype(np.float32), "fp32", arg.dtype)
+def _log_op(which: str, exact, libdevice: str):
+    """``tl.log`` / ``tl.log2`` (fp32; GPU: libdevice ``__nv_logf`` within 1 ulp / ``__nv_log2f``): the ``log`` /
+    ``log2`` model; ``exact``: the float64 function of a site run's exact mode."""
+
+    def method(self, arg):
+        x = _only_fp32(arg, f"tl.{which}", f"GPU: libdevice {libdevice}")
+        if not rounds(which):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return make_handle(exact(x.astype(np.float64)), "fp32", arg.dtype)
+        return make_handle(_log_model(which, x).astype(np.float32), "fp32", arg.dtype)
+
+    method.__name__ = f"create_{which}"
+    return method
 
 
-def create_log2(self, arg):
-    """``tl.log2`` (fp32; GPU: libdevice __nv_log2f): the ``log2`` model."""
-    x = _only_fp32(arg, "tl.log2", "GPU: libdevice __nv_log2")
-    if not rounds("log2"):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return make_handle(np.log2(x.astype(np.float64)), "fp32", arg.dtype)
-    return make_handle(_log_model("log2", x).astype(np.float32), "fp32", arg.dtype)
+create_log = _log_op("log", np.log, "__nv_log")
+create_log2 = _log_op("log2", np.log2, "__nv_log2")
 
 
 def create_sqrt(self, arg):
