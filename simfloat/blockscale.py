@@ -48,21 +48,21 @@ __all__ = [
 ]
 
 #: scale rounding name -> (divide amax by 2**emax_elem instead of elem_max, rounding mode of the quotient)
-_SCALE_RULES = {
+SCALE_RULES = {
     "floor": (True, RoundingMode.DOWN),
     "ceil": (False, RoundingMode.UP),
     "nearest": (False, RoundingMode.NEAREST_EVEN),
 }
 _SCALE_ALIASES = {"ocp": "floor", "down": "floor", "rceil": "ceil", "up": "ceil", "rne": "nearest"}
-SCALE_ROUNDINGS = tuple(_SCALE_RULES)
+SCALE_ROUNDINGS = tuple(SCALE_RULES)
 
 
-def _scale_rounding(name: object) -> str:
+def checked_scale_rounding(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"scale_rounding must be a str, got {type(name).__name__}")
     key = _SCALE_ALIASES.get(name.lower(), name.lower())
-    if key not in _SCALE_RULES:
-        known = ", ".join(sorted(_SCALE_RULES) + sorted(_SCALE_ALIASES))
+    if key not in SCALE_RULES:
+        known = ", ".join(sorted(SCALE_RULES) + sorted(_SCALE_ALIASES))
         raise ValueError(f"scale_rounding must be one of {known}; got {name!r}")
     return key
 
@@ -116,7 +116,7 @@ class BlockFormat:
         except (TypeError, ValueError) as err:
             raise type(err)(f"BlockFormat.elem_mode: {err}") from None
         b = _block_shape(self.block)
-        _scale_rounding(self.scale_rounding)
+        checked_scale_rounding(self.scale_rounding)
         if not isinstance(self.saturate, bool):
             raise TypeError(f"BlockFormat.saturate must be a bool, got {self.saturate!r}")
         if self.axis is not None:
@@ -284,7 +284,7 @@ def quantize_block(
     sf = _format(scale_fmt)
     bshape = _block_shape(block)
     axes = _axes(axis, x.ndim, len(bshape))
-    by_emax, smode = _SCALE_RULES[_scale_rounding(scale_rounding)]
+    by_emax, smode = SCALE_RULES[checked_scale_rounding(scale_rounding)]
     em = int(mode_code(elem_mode))
     if not isinstance(saturate, bool):
         raise TypeError(f"saturate must be a bool, got {saturate!r}")

@@ -1,4 +1,4 @@
-"""Hardware-measured models of GPU operations (NVIDIA H200, sm_90; measured with ``simfloat_gpu/campaign/probes.py``).
+"""Hardware-measured models of GPU operations (NVIDIA H200, sm_90; measured with ``simfloat_gpu/campaign/probes/``).
 
 * :func:`ex2_approx_f32` / :func:`ex2_approx`: the H200's ``ex2.approx.ftz.f32`` (SASS ``MUFU.EX2``), bit for
   bit on the probes (docs/results/h200-validation.md). The unit works in sign-magnitude fixed point:

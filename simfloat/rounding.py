@@ -598,12 +598,12 @@ def _round_flat(x, out, c, p, mode, seed):
             _round_chunk_exact(x[lo:hi], out[lo:hi], lo, p, mode, seed)
 
 
-def _resolve_format(fmt: str | FloatFormat) -> FloatFormat:
+def resolve_format(fmt: str | FloatFormat) -> FloatFormat:
     """The format named by ``fmt`` (every FloatFormat lies within float64's range, which simfloat computes in)."""
     return _format(fmt)
 
 
-def _fits_float32(f: FloatFormat) -> bool:
+def fits_float32(f: FloatFormat) -> bool:
     """Whether every value of ``f`` is a float32 (precision, exponent range and smallest quantum all fit)."""
     return f.precision <= 24 and f.emax <= 127 and f.emin - f.mantissa_bits >= -149
 
@@ -615,7 +615,7 @@ _FLOAT64_EXACT = frozenset({float, np.float64, np.float32, np.float16})  # scala
 _NARROW_PREFIXES = ("bfloat16", "float8_", "float6_", "float4_")
 
 
-def _narrow_float(dtype: np.dtype) -> bool:
+def narrow_float(dtype: np.dtype) -> bool:
     """float16 or an ml_dtypes floating dtype (bfloat16, float8_*, float6_*, float4_*): widens exactly to
     float32. Recognized by the dtype's module and name, so ml_dtypes is not imported for it."""
     if dtype == np.float16:
@@ -664,7 +664,7 @@ def _split_number(name: str, v: object) -> tuple[float, int, bool]:
         raise _bad_type(name, v)
     if isinstance(v, (float, np.float16, np.float32, np.float64)):
         return float(v), 0, False
-    if isinstance(v, np.generic) and _narrow_float(v.dtype):  # an ml_dtypes scalar (bfloat16, float8_*, ...)
+    if isinstance(v, np.generic) and narrow_float(v.dtype):  # an ml_dtypes scalar (bfloat16, float8_*, ...)
         return float(v), 0, False
     if isinstance(v, np.floating):  # long double
         if v == 0 or not np.isfinite(v):
@@ -677,7 +677,7 @@ def _split_number(name: str, v: object) -> tuple[float, int, bool]:
     raise _bad_type(name, v)
 
 
-def _real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool | None]:
+def real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool | None]:
     """Validate an array or real-number argument: ``(values, inexact, is_float32)``.
 
     ``values`` is ``x`` itself for a float32/float64 array, a 0-d array of its dtype for a NumPy float32/float64
@@ -685,7 +685,7 @@ def _real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool 
     listed in ``inexact``). ``is_float32`` is None for Python numbers and lists, which do not vote on the dtype.
     """
     if isinstance(x, np.ndarray):
-        if _narrow_float(x.dtype):  # float16 / ml_dtypes: exactly float32 numbers, so taken as float32
+        if narrow_float(x.dtype):  # float16 / ml_dtypes: exactly float32 numbers, so taken as float32
             with np.errstate(invalid="ignore"):
                 return x.astype(np.float32), [], True
         if x.dtype not in (np.float32, np.float64):
@@ -713,7 +713,7 @@ def _real_input(name: str, x: object) -> tuple[np.ndarray, list[_Inexact], bool 
     return heads.reshape(shape), inexact, None
 
 
-def _seed(seed: int | None) -> np.uint64:
+def checked_seed(seed: int | None) -> np.uint64:
     if seed is None:
         return np.uint64(int.from_bytes(os.urandom(8), "little"))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -761,16 +761,16 @@ def round(  # noqa: A001 - the public name mirrors numpy's verb
             ``out`` is not an array of the result's shape and dtype, or ``seed`` is not an int.
         ValueError: unknown format or mode, or ``out`` is read-only.
     """
-    f = _resolve_format(fmt)
+    f = resolve_format(fmt)
     m = int(mode_code(mode))
-    arr, inexact, _ = _real_input("x", x)
-    dtype = np.dtype(np.float32 if arr.dtype == np.float32 and _fits_float32(f) else np.float64)
+    arr, inexact, _ = real_input("x", x)
+    dtype = np.dtype(np.float32 if arr.dtype == np.float32 and fits_float32(f) else np.float64)
     if out is not None:
         if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != arr.shape:
             raise TypeError(f"out must be a numpy array of shape {arr.shape} and dtype {dtype} (the result's)")
         if not out.flags.writeable:
             raise ValueError("out is read-only")
-    useed = _seed(seed)
+    useed = checked_seed(seed)
 
     if arr.dtype != dtype:  # float32 into a format float32 cannot hold: exact conversion (quiets NaNs)
         with np.errstate(invalid="ignore"):

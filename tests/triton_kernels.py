@@ -26,6 +26,33 @@ def _fma_kernel(A, B, C, Y, N: tl.constexpr):
 
 
 @triton.jit
+def _dot_kernel(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, PRECISION: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(A + rm[:, None] * K + rk[None, :])
+    b = tl.load(B + rk[:, None] * N + rn[None, :])
+    c = tl.dot(a, b, input_precision=PRECISION)
+    tl.store(C + rm[:, None] * N + rn[None, :], c)
+
+
+@triton.jit
+def _neg_lt_kernel(X, Y, LT, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(X + r)
+    tl.store(Y + r, -x)
+    tl.store(LT + r, (x < 0.5).to(tl.int8))
+
+
+@triton.jit
+def _row_sum_kernel(X, Y, R: tl.constexpr, N: tl.constexpr):
+    rr = tl.arange(0, R)
+    rn = tl.arange(0, N)
+    x = tl.load(X + rr[:, None] * N + rn[None, :])
+    tl.store(Y + rr, tl.sum(x, 1))
+
+
+@triton.jit
 def _descriptor_double_kernel(X, Y, N: tl.constexpr):
     dx = tl.make_tensor_descriptor(X, shape=[N], strides=[1], block_shape=[N])
     tl.store(Y + tl.arange(0, N), dx.load([0]) * 2.0)

@@ -28,7 +28,7 @@ __all__ = [
     "split_k",
 ]
 
-_ZERO = np.uint64(0)
+ZERO_U64 = np.uint64(0)
 _NONE = -100000  # "no clamp" for the alignment exponents of AccParams
 
 # -- model descriptions ---------------------------------------------------------------------------------------

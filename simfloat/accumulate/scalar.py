@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from simfloat._jit import f64_bits, jit
-from simfloat.accumulate.models import _ZERO, AccParams
+from simfloat.accumulate.models import ZERO_U64, AccParams
 from simfloat.ops._scalar import add_scalar, fma_scalar
 from simfloat.rounding import round_scalar
 
@@ -32,12 +32,12 @@ def _two_sum(a: float, b: float) -> tuple[float, float]:
 def _opnd(x: float, ap: AccParams) -> float:
     """An operand as the tensor core sees it (rounded into the input format if the model has one)."""
     if ap.round_inputs:
-        return round_scalar(x, ap.in_p, ap.in_mode, _ZERO)
+        return round_scalar(x, ap.in_p, ap.in_mode, ZERO_U64)
     return x
 
 
 @jit
-def _exponent(x: float) -> np.int64:
+def exponent_of(x: float) -> np.int64:
     """floor(log2 |x|) of a nonzero finite float64 (subnormals included)."""
     b = f64_bits(abs(x))
     expo = np.int64(b >> np.uint64(52))
@@ -56,8 +56,8 @@ def product_exponent(a, b, p, ap):
     """The exponent a nonzero product is aligned by: its own, or the sum of its operands' exponents (each at
     least ``opnd_emin``), as the tensor core's multiplier delivers it before normalization."""
     if ap.align_sum:
-        return max(_exponent(a), ap.opnd_emin) + max(_exponent(b), ap.opnd_emin_b)
-    return _exponent(p)
+        return max(exponent_of(a), ap.opnd_emin) + max(exponent_of(b), ap.opnd_emin_b)
+    return exponent_of(p)
 
 
 @jit
@@ -67,7 +67,7 @@ def _round_sum(v, ap):
     zero) rules."""
     if abs(v) >= ap.ovf_lim:
         return math.copysign(np.inf, v)
-    r = round_scalar(v, ap.acc_p, ap.acc_mode, _ZERO)
+    r = round_scalar(v, ap.acc_p, ap.acc_mode, ZERO_U64)
     if ap.pos_zero and r == 0.0:
         return 0.0
     return r
@@ -80,7 +80,7 @@ def _block_step(c, a, b, lo, hi, ap):
     special = c - c != 0.0
     emax = np.int64(-100000)
     if c != 0.0 and not special:
-        emax = max(_exponent(c), ap.acc_emin)
+        emax = max(exponent_of(c), ap.acc_emin)
     elif c == 0.0:
         emax = np.int64(ap.zero_exp)
     for k in range(lo, hi):
@@ -95,9 +95,9 @@ def _block_step(c, a, b, lo, hi, ap):
         s = c
         for k in range(lo, hi):
             s += _opnd(a[k], ap) * _opnd(b[k], ap)
-        return round_scalar(s, ap.acc_p, ap.acc_mode, _ZERO)
+        return round_scalar(s, ap.acc_p, ap.acc_mode, ZERO_U64)
     if emax == -100000:
-        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _ZERO)  # all zero: +0 unless c is -0 alone
+        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, ZERO_U64)  # all zero: +0 unless c is -0 alone
     q = emax - ap.frac_bits  # weight of the last kept bit
     total = np.int64(0)
     # Each term becomes a signed integer multiple of 2**q, truncated toward zero (|term| / 2**q < 2**(F+2)).
@@ -116,7 +116,7 @@ def _block_step(c, a, b, lo, hi, ap):
 
 @jit
 def _scale_exp(x, emin):
-    return max(_exponent(x), emin)
+    return max(exponent_of(x), emin)
 
 
 @jit
@@ -128,7 +128,7 @@ def _scaled_block_step(c, a, b, sa, sb, lo, hi, ap):
     special = c - c != 0.0
     emax = np.int64(-100000)
     if c != 0.0 and not special:
-        emax = max(_exponent(c), ap.acc_emin)
+        emax = max(exponent_of(c), ap.acc_emin)
     elif c == 0.0:
         emax = np.int64(ap.zero_exp)
     g = ap.group
@@ -141,15 +141,15 @@ def _scaled_block_step(c, a, b, sa, sb, lo, hi, ap):
             elif pk != 0.0:
                 w = _scale_exp(sa[k], ap.scale_emin) + _scale_exp(sb[k], ap.scale_emin)
                 if not ap.align_scale:
-                    w += max(_exponent(a[k]), ap.opnd_emin) + max(_exponent(b[k]), ap.opnd_emin_b)
+                    w += max(exponent_of(a[k]), ap.opnd_emin) + max(exponent_of(b[k]), ap.opnd_emin_b)
                 emax = max(emax, w)
     if special:  # inf/nan anywhere (a NaN scale included): IEEE propagation
         t = c
         for k in range(lo, hi):
             t += a[k] * b[k] * (sa[k] * sb[k])
-        return round_scalar(t, ap.acc_p, ap.acc_mode, _ZERO)
+        return round_scalar(t, ap.acc_p, ap.acc_mode, ZERO_U64)
     if emax == -100000:
-        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, _ZERO)
+        return round_scalar(c + 0.0, ap.acc_p, ap.acc_mode, ZERO_U64)
     q = emax - ap.frac_bits
     total = np.int64(0)
     if c != 0.0:
@@ -191,16 +191,16 @@ def dot_scaled_acc(a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray,
 
 
 @jit
-def _accumulate(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:
+def accumulate_range(a, b, c: float, lo: int, hi: int, ap: AccParams) -> float:
     if ap.kind == 0:
         for k in range(lo, hi):
             ak = _opnd(a[k], ap)
             bk = _opnd(b[k], ap)
             if ap.round_products:
-                prod = round_scalar(ak * bk, ap.prod_p, ap.acc_mode, _ZERO)
-                c = add_scalar(c, prod, ap.acc_p, ap.acc_mode, _ZERO)
+                prod = round_scalar(ak * bk, ap.prod_p, ap.acc_mode, ZERO_U64)
+                c = add_scalar(c, prod, ap.acc_p, ap.acc_mode, ZERO_U64)
             else:
-                c = fma_scalar(ak, bk, c, ap.acc_p, ap.acc_mode, _ZERO)
+                c = fma_scalar(ak, bk, c, ap.acc_p, ap.acc_mode, ZERO_U64)
         return c
     k = lo
     while k < hi:
@@ -227,12 +227,12 @@ def dot_acc(a: np.ndarray, b: np.ndarray, c: float, ap: AccParams) -> float:
     if ap.scale_block > 0:
         raise ValueError("a block-scaled model needs the scales: use matmul_scaled / dot_scaled_acc")
     if ap.chunk == 0:
-        return _accumulate(a, b, c, n - n, n, ap)  # an int64, not the literal 0: one compilation
+        return accumulate_range(a, b, c, n - n, n, ap)  # an int64, not the literal 0: one compilation
     size = ap.chunk if ap.chunk > 0 else max(1, -((-n) // (-ap.chunk)))
-    lo = n - n  # an int64, not the literal 0: _accumulate compiles once
+    lo = n - n  # an int64, not the literal 0: accumulate_range compiles once
     while lo < n:
         hi = min(n, lo + size)
-        part = _accumulate(a, b, 0.0, lo, hi, ap)
-        c = add_scalar(c, part, ap.outer_p, ap.outer_mode, _ZERO)
+        part = accumulate_range(a, b, 0.0, lo, hi, ap)
+        c = add_scalar(c, part, ap.outer_p, ap.outer_mode, ZERO_U64)
         lo = hi
     return c

@@ -39,6 +39,7 @@ from simfloat._lanes import (
 from simfloat.accumulate._rows import MMA, row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, sub
 from simfloat.hardware import ex2_approx_f32
+from simfloat.rounding import RoundingMode
 
 __all__ = ["KEY_CHUNK", "Engine", "Lanes", "Operands", "baseline_units", "row_keys", "tile_span"]
 
@@ -106,7 +107,7 @@ def _cast(x, lo, n, r, o):
     if r.f32:
         for j in range(lo, lo + n):
             x[j] = lround_f32(x[j])
-    elif r.fast and r.mode == 0:
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
         for j in range(lo, lo + n):
             x[j] = lround_ne(x[j], r)
     elif r.fast:
@@ -123,7 +124,7 @@ def _scale_by(x, n, w, r, o):
     if r.f32:
         for j in range(n):
             x[j] = lmul_f32(x[j], w)
-    elif r.fast and r.mode == 0:
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
         for j in range(n):
             x[j] = lmul_ne(x[j], w, r)
     elif r.fast:
@@ -140,7 +141,7 @@ def _divide(x, n, d, r, o):
     if r.f32:
         for j in range(n):
             x[j] = ldiv_f32(x[j], d)
-    elif r.fast and r.mode == 0:
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
         for j in range(n):
             x[j] = ldiv_ne(x[j], d, r)
     elif r.fast:
@@ -184,7 +185,7 @@ def _exp_of(x, n, e, r, o, tab):
     if r.f32:  # the rounding, vectorized apart from the libm calls (a value of the format rounds to itself)
         for j in range(n):
             x[j] = lround_f32(x[j])
-    elif r.mode == 0:
+    elif r.mode == RoundingMode.NEAREST_EVEN:
         for j in range(n):
             x[j] = lround_ne(x[j], r)
     else:
@@ -230,7 +231,7 @@ def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
         if fma_exact and r.f32:
             for jj in range(nv):
                 x[jj] = lfma_f32(s[jj], qs, -m_sub)
-        elif fma_exact and r.fast and r.mode == 0:
+        elif fma_exact and r.fast and r.mode == RoundingMode.NEAREST_EVEN:
             for jj in range(nv):
                 x[jj] = lfma_ne(s[jj], qs, -m_sub, r)
         elif fma_exact and r.fast:
@@ -242,7 +243,7 @@ def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
     elif r.f32:
         for jj in range(nv):
             x[jj] = ladd_f32(lmul_f32(s[jj], qs), -m_sub)
-    elif r.fast and r.mode == 0:
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
         for jj in range(nv):
             x[jj] = ladd_ne(lmul_ne(s[jj], qs, r), -m_sub, r)
     elif r.fast:

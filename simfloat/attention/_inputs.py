@@ -178,11 +178,11 @@ def operand(x: object, name: str, *, finite: bool = True, stacklevel: int = 4) -
         TypeError: not a numpy array, or another dtype.
         ValueError: fewer than two dimensions, or (``finite``) a NaN or infinity.
     """
-    from simfloat.rounding import _narrow_float
+    from simfloat.rounding import narrow_float
 
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
-    if _narrow_float(x.dtype):  # float16, ml_dtypes' bfloat16 / float8_*: exactly float32 values
+    if narrow_float(x.dtype):  # float16, ml_dtypes' bfloat16 / float8_*: exactly float32 values
         x = x.astype(np.float32)
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(

@@ -22,7 +22,7 @@ import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, jit
 from simfloat.accumulate.models import AccParams
-from simfloat.accumulate.scalar import _accumulate, _exponent, dot_acc, dot_scaled_acc, product_exponent
+from simfloat.accumulate.scalar import accumulate_range, dot_acc, dot_scaled_acc, exponent_of, product_exponent
 from simfloat.attention._kernels import add, div, dot64, fma, mul, rnd
 from simfloat.attention._specs import OpParams
 from simfloat.rounding import round_scalar
@@ -186,7 +186,7 @@ def _expo(x):
     """floor(log2 |x|) of a nonzero finite float64."""
     e = np.int64((f64_bits(x) >> np.uint64(52)) & np.uint64(0x7FF))
     if e == 0:
-        return _exponent(x)
+        return exponent_of(x)
     return e - 1023
 
 
@@ -200,7 +200,7 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):
     while lo < n:
         hi = min(n, lo + ap.block)
         if c - c != 0.0:
-            return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
+            return accumulate_range(A[a0, a1], B[b0, b1], c, lo, n, ap)
         emax = np.int64(-100000)
         if c != 0.0:
             emax = _expo(c)
@@ -209,7 +209,7 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):
             bk = B[b0, b1, k]
             pk = ak * bk
             if pk - pk != 0.0:
-                return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
+                return accumulate_range(A[a0, a1], B[b0, b1], c, lo, n, ap)
             if pk != 0.0:
                 e = product_exponent(ak, bk, pk, ap) if ap.align_sum else _expo(pk)
                 if e > emax:
@@ -219,7 +219,7 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):
         else:
             q = emax - ap.frac_bits
             if q - 60 < -1000 or q > 1000:
-                return _accumulate(A[a0, a1], B[b0, b1], c, lo, n, ap)
+                return accumulate_range(A[a0, a1], B[b0, b1], c, lo, n, ap)
             inv = _pow2(-q)  # exact scaling
             total = np.int64(0)
             if c != 0.0:

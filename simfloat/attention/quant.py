@@ -28,7 +28,7 @@ _KINDS = ("none", "int", "float", "block")
 #: granularities of a block-scaled quantizer: the level above its block scales
 _BLOCK_GRANULARITIES = ("unscaled", "per-tensor", "per-token", "fixed")
 _GRANULARITIES = ("per-token", "per-tensor", "per-block", "per-warp", "per-channel", "fixed", "unscaled")
-_INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up", "half_up_unfused")
+INT_RULES = ("nearest_even", "nearest_away", "toward_zero", "half_up", "half_up_unfused")
 #: the quantized dataflow's choices (:class:`~simfloat.attention.Plan` fields ``row_sum``, ``score_scaling``,
 #: ``pv_update``)
 ROW_SUMS = ("reference", "consistent")
@@ -36,7 +36,7 @@ SCORE_SCALINGS = ("scores", "folded")
 PV_UPDATES = ("separate", "into_acc", "scaled", "two_level")
 
 
-def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+def checked_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, one of {choices}, got {type(value).__name__}")
     if value not in choices:
@@ -94,8 +94,8 @@ class Quant:
     group: int | None = None
 
     def __post_init__(self) -> None:
-        kind = _choice("Quant.kind", self.kind, _KINDS)
-        gran = _choice("Quant.granularity", self.granularity, _GRANULARITIES)
+        kind = checked_choice("Quant.kind", self.kind, _KINDS)
+        gran = checked_choice("Quant.granularity", self.granularity, _GRANULARITIES)
         if kind == "block":
             self._init_block(gran)
             return
@@ -114,7 +114,7 @@ class Quant:
             object.__setattr__(self, "qmax", None)
             return
         if kind == "int":
-            rule = _choice("Quant.rounding (int)", self.rounding, _INT_RULES)
+            rule = checked_choice("Quant.rounding (int)", self.rounding, INT_RULES)
             if gran == "unscaled":
                 raise ValueError("an int Quant needs a scale: granularity 'unscaled' is for float casts")
             if rule.startswith("half_up") != (gran == "fixed"):
@@ -206,7 +206,7 @@ class Quant:
         return f"{pre}{self.fmt.name}{rn}/{gran}/{self.arith}"
 
 
-def _quant_spec(name: str, value: object) -> Quant:
+def quant_spec(name: str, value: object) -> Quant:
     if isinstance(value, Quant):
         return value
     if value is None or value == "none":

@@ -19,17 +19,17 @@ from simfloat.attention._kernels import mul, rnd
 from simfloat.attention._quant_kernels import QUANT_OPS
 from simfloat.attention._specs import OpParams, OpSpec, _dot_spec, _scalar_spec
 from simfloat.attention.quant import (
-    _INT_RULES,
     EXACT,
+    INT_RULES,
     PV_UPDATES,
     QUANTIZERS,
     ROW_SUMS,
     SCORE_SCALINGS,
     Quant,
-    _choice,
-    _quant_spec,
+    checked_choice,
+    quant_spec,
 )
-from simfloat.blockscale import _SCALE_RULES, BlockFormat, _scale_rounding
+from simfloat.blockscale import SCALE_RULES, BlockFormat, checked_scale_rounding
 from simfloat.formats import format as _format
 from simfloat.rounding import mode_code
 
@@ -79,7 +79,7 @@ def quant_fields(p: Any) -> dict[str, object]:
     Raises:
         TypeError, ValueError: a value of the wrong type or an unknown choice.
     """
-    out: dict[str, object] = {op: _quant_spec(op, getattr(p, op)) for op in QUANTIZERS}
+    out: dict[str, object] = {op: quant_spec(op, getattr(p, op)) for op in QUANTIZERS}
     for op in ("rotate", "dequant", "pv_dequant"):
         v = getattr(p, op)
         out[op] = _F32 if v is None else _scalar_spec(op, v)
@@ -98,7 +98,7 @@ def quant_fields(p: Any) -> dict[str, object]:
         ("pv_update", PV_UPDATES, "separate"),
     ):
         v = getattr(p, op)
-        out[op] = default if v is None else _choice(f"Plan.{op}", v, choices)
+        out[op] = default if v is None else checked_choice(f"Plan.{op}", v, choices)
     return out
 
 
@@ -308,7 +308,7 @@ def quant_params(pl: Any, scale: float) -> _qk.QParams:
     blk = _block_params(p)
     if p.kind == "float" and p.granularity == "fixed":
         p_kind = _qk.K_FFLOAT
-    rule = _INT_RULES.index(p.rounding) if p.kind == "int" else 0
+    rule = INT_RULES.index(p.rounding) if p.kind == "int" else 0
     return _qk.QParams(
         acc_params(pl.qk),
         acc_params(pl.pv),
@@ -364,7 +364,7 @@ def _block_params(p: Quant) -> tuple[bool, int, OpParams, OpParams, float, float
     ef, sf = _format(bf.elem_fmt), _format(bf.scale_fmt)
     if bf.saturate:
         ef, sf = ef.replace(overflow="saturate", name=ef.name), sf.replace(overflow="saturate", name=sf.name)
-    by_emax, smode = _SCALE_RULES[_scale_rounding(bf.scale_rounding)]
+    by_emax, smode = SCALE_RULES[checked_scale_rounding(bf.scale_rounding)]
     target = math.ldexp(1.0, _format(bf.elem_fmt).emax) if by_emax else _format(bf.elem_fmt).max
     return (
         p.granularity == "per-token",
@@ -376,7 +376,7 @@ def _block_params(p: Quant) -> tuple[bool, int, OpParams, OpParams, float, float
     )
 
 
-_FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+FP8_NAMES = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
 
 
 def quant_table(make: Callable[..., Any]) -> dict[str, Any]:
@@ -411,7 +411,7 @@ def quant_table(make: Callable[..., Any]) -> dict[str, Any]:
         "half-int8-consistent": half.replace(name="half-int8-consistent", row_sum="consistent"),
     }
     fp8_dot = tensor_core("sm90", "e4m3")  # faithful()'s "fp8" model, for e4m3 and e5m2 operands alike
-    for short, f in _FP8.items():
+    for short, f in FP8_NAMES.items():
         cast = Quant("float", "unscaled", fmt=f)
         tens = Quant("float", "per-tensor", fmt=f, pre=fp32)
         base = make(

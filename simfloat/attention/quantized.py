@@ -80,8 +80,8 @@ from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, prepare
 from simfloat.attention._specs import OpParams, OpSpec, _scalar_spec
 from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
-from simfloat.attention.quant import _INT_RULES, EXACT, QUANTIZERS, Quant, _choice
-from simfloat.attention.quant_plan import _FP8, QUANT_OPS
+from simfloat.attention.quant import EXACT, INT_RULES, QUANTIZERS, Quant, checked_choice
+from simfloat.attention.quant_plan import FP8_NAMES, QUANT_OPS
 from simfloat.attention.reference.forward import Operands, Trace, key_rows, trace_columns, units, v_tiles
 from simfloat.attention.vector.forward import units as vector_units
 from simfloat.blockscale import BlockFormat
@@ -204,7 +204,7 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None, axis: int
     if gran == "fixed":
         codes = np.empty(x64.size)
         if quant.kind == "int":
-            _qk.fixed_codes(x64.reshape(-1), codes, arith, quant.qmax, _INT_RULES.index(quant.rounding))
+            _qk.fixed_codes(x64.reshape(-1), codes, arith, quant.qmax, INT_RULES.index(quant.rounding))
         else:
             assert isinstance(quant.fmt, FloatFormat)
             code_op = OpParams(quant.fmt.params, int(quant.rounding))
@@ -225,7 +225,7 @@ def quantize(x: np.ndarray, quant: Quant, *, group: int | None = None, axis: int
     codes = np.empty(x64.size)
     full = np.ascontiguousarray(np.broadcast_to(scale, x64.shape)).reshape(-1)
     if quant.kind == "int":
-        kind, code_op, rule = _qk.K_INT, arith, _INT_RULES.index(quant.rounding)
+        kind, code_op, rule = _qk.K_INT, arith, INT_RULES.index(quant.rounding)
     else:
         assert isinstance(quant.fmt, FloatFormat)
         kind, rule = _qk.K_FLOAT, 0
@@ -638,8 +638,8 @@ def fp8_flash(
         As :func:`int8_flash`.
     """
     if plan is None:
-        _choice("fmt", fmt, tuple(_FP8))
-        _choice("scaling", scaling, tuple(_SCALING_NAMES))
+        checked_choice("fmt", fmt, tuple(FP8_NAMES))
+        checked_choice("scaling", scaling, tuple(_SCALING_NAMES))
         plan = f"fp8-{fmt}{_SCALING_NAMES[scaling]}"
     elif (fmt, scaling) != ("e4m3", "per-tensor"):
         raise ValueError("give either plan= or fmt=/scaling=, not both")

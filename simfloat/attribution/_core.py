@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from simfloat._interrupt import run_jobs
 from simfloat.attention import FLASH_OPS, Plan
-from simfloat.attention import baseline as _baseline_kernel
-from simfloat.attention import flash as _flash_kernel
 from simfloat.attention import plan as _plan
 from simfloat.attention._inputs import (
     InputFormatWarning,
@@ -27,20 +22,20 @@ from simfloat.attention._inputs import (
     operand,
 )
 from simfloat.attention.tiling import resolve_tiles
-from simfloat.attribution._estimate import Estimate, estimate_runs
+from simfloat.attribution._deviation import LITERATURE, METRICS, deviation, literature
+from simfloat.attribution._estimate import Estimate
 from simfloat.attribution._extras import need
 from simfloat.attribution._plans import (
     ablation_plan,
     baseline_plan_for,
-    cache_key,
-    describe,
     isolation_plan,
     reference_plan,
 )
+from simfloat.attribution._request import Request
 from simfloat.attribution._result import Attribution
+from simfloat.attribution._runner import AttributionInterrupted, Runner
+from simfloat.attribution._tables import bounds_table, frames, tabulate
 from simfloat.attribution.captured import SdpaCall, load_capture
-from simfloat.metrics import error_metrics
-from simfloat.trace import Tracer
 
 __all__ = [
     "LITERATURE",
@@ -53,39 +48,6 @@ __all__ = [
     "literature",
     "select_rows",
 ]
-
-#: Deviation metrics of every table row (against the float64 golden output).
-METRICS = ("max_abs", "mean_abs", "rms", "rel_rms")
-
-
-#: The literature's metrics (:func:`simfloat.metrics.error_metrics`, per output row along the head dim) that the
-#: flash-vs-baseline table adds to :data:`METRICS` (``rms`` is the RMSE already).
-LITERATURE = ("std_abs", "mre", "mre_last4", "cos_sim", "rel_l1", "snr_db")
-
-
-def literature(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
-    """:data:`LITERATURE` of an output against the golden one (NaN for no elements)."""
-    if np.size(out) == 0:
-        return dict.fromkeys(LITERATURE, math.nan)
-    m = error_metrics(out, golden, axis=-1)
-    return {k: m[k] for k in LITERATURE}
-
-
-def deviation(out: np.ndarray, golden: np.ndarray) -> dict[str, float]:
-    """``max_abs`` (max |out - golden|, Golden et al.'s metric), ``mean_abs``, ``rms`` and ``rel_rms``
-    (rms / rms(golden)) of an output against the golden one (same shape)."""
-    d = np.asarray(out, dtype=np.float64) - np.asarray(golden, dtype=np.float64)
-    if d.size == 0:
-        return dict.fromkeys(METRICS, math.nan)
-    a = np.abs(d)
-    rms = float(np.sqrt(np.mean(d * d)))
-    g = float(np.sqrt(np.mean(np.square(golden))))
-    return {
-        "max_abs": float(np.max(a)),
-        "mean_abs": float(np.mean(a)),
-        "rms": rms,
-        "rel_rms": rms / g if g > 0 else math.nan,
-    }
 
 
 def default_tiles(block_m: int = 64, block_n: int = 64) -> list[tuple[int, int]]:
@@ -106,7 +68,7 @@ def default_block_ns(seq_k: int, smallest: int = 16) -> list[int]:
     return out
 
 
-def _positive_int(x: object, what: str) -> int:
+def positive_count(x: object, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
         raise ValueError(f"{what} must be a positive int, got {x!r}")
     return int(x)
@@ -119,7 +81,7 @@ def select_rows(seq_q: int, rows: int | Sequence[int] | None) -> np.ndarray | No
     if rows is None:
         return None
     if isinstance(rows, (int, np.integer)) and not isinstance(rows, bool):
-        r = _positive_int(rows, "rows")
+        r = positive_count(rows, "rows")
         if r >= seq_q:
             return None
         return np.unique(np.linspace(0, seq_q - 1, r).round().astype(np.int64))
@@ -129,150 +91,6 @@ def select_rows(seq_q: int, rows: int | Sequence[int] | None) -> np.ndarray | No
     if idx.size == 0 or idx.min() < 0 or idx.max() >= seq_q:
         raise ValueError(f"row indices must be non-empty and within [0, {seq_q}), got {list(rows)[:8]}")
     return np.unique(idx)
-
-
-class AttributionInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :func:`attribute`'s kernel runs (a ``KeyboardInterrupt``, raised within a fraction of a
-    second: the runs go on daemon threads).
-
-    Attributes:
-        runs: one dict per finished run: ``kernel``, ``plan``, ``block_m``, ``block_n`` (flash), ``traced``,
-            ``seconds`` and, once the golden run is among them, its deviation from it (:data:`METRICS`).
-        total: the number of distinct runs the tables need.
-    """
-
-    def __init__(self, runs: list[dict[str, Any]], total: int) -> None:
-        super().__init__(f"interrupted after {len(runs)} of {total} kernel runs")
-        self.runs, self.total = runs, total
-
-
-class _Runner:
-    """Collects the (kernel, plan, tiles, inputs) runs the tables need, deduplicated by what determines the
-    output, then runs them once each. ``inputs``: the operands by variant (None: as given; a format name: rounded
-    into it, for the plans whose input format does not hold them)."""
-
-    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None) -> None:
-        self.inputs: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {None: (q, k, v)}
-        self.causal, self.scale = causal, scale
-        self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
-        self.golden: dict[str | None, tuple[object, ...]] = {}
-
-    def variant(self, fmt: str) -> str:
-        """The operands rounded into ``fmt`` (made once)."""
-        if fmt not in self.inputs:
-            from simfloat.rounding import round as _round
-
-            self.inputs[fmt] = tuple(np.asarray(_round(x, fmt), dtype=np.float64) for x in self.inputs[None])  # type: ignore[assignment]
-        return fmt
-
-    def need(
-        self,
-        kernel: str,
-        p: Plan,
-        bm: int = 0,
-        bn: int = 0,
-        trace_rows: np.ndarray | None = None,
-        variant: str | None = None,
-    ) -> tuple[object, ...]:
-        """The key of a run; ``trace_rows``: a traced run (reference engine) over those rows of ``q``."""
-        key = cache_key(kernel, p) + ((bm, bn) if kernel == "flash" else ()) + (variant,)
-        if trace_rows is not None:
-            key = key + ("traced", tuple(trace_rows.tolist()))
-        self.jobs.setdefault(key, dict(kernel=kernel, plan=p, bm=bm, bn=bn, rows=trace_rows, variant=variant, out=None))
-        return key
-
-    def need_golden(self, variant: str | None = None) -> tuple[object, ...]:
-        """The golden run (fp64 baseline) of a variant of the inputs."""
-        self.golden[variant] = self.need("baseline", _plan("fp64"), variant=variant)
-        return self.golden[variant]
-
-    def kernel(self, job: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> Any:
-        """Run ``job`` on these operands (its traced rows of q): (output, tracer or None)."""
-        traced = job["rows"] is not None
-        tr = Tracer() if traced else None
-        qs = q[..., job["rows"], :] if traced else q
-        kw: dict[str, Any] = dict(plan=job["plan"], causal=causal, scale=self.scale, trace=tr)
-        if job["kernel"] == "flash":
-            return _flash_kernel(qs, k, v, block_m=job["bm"], block_n=job["bn"], **kw), tr
-        return _baseline_kernel(qs, k, v, **kw), tr
-
-    def _one(self, job: dict[str, Any]) -> None:
-        t0 = time.perf_counter()
-        job["out"], job["tracer"] = self.kernel(job, *self.inputs[job["variant"]], self.causal)
-        job["seconds"] = time.perf_counter() - t0
-
-    def estimate(self, seq_q: int) -> Estimate:
-        """The :class:`Estimate` of the pending runs (timed on calibration slices of the inputs)."""
-        q, k, v = self.inputs[None]
-
-        def run_slice(job: dict[str, Any], rows: int, keys: int) -> None:
-            qv, kv, vv = self.inputs[job["variant"]]
-            lead = (0,) * (qv.ndim - 2)
-            qs, ks, vs = (x[lead][None] for x in (qv, kv, vv))
-            j = dict(job, rows=np.arange(rows) if job["rows"] is not None else None)
-            self.kernel(j, qs[:, :rows], ks[:, :keys], vs[:, :keys], False)
-
-        todo = [j for j in self.jobs.values() if j["out"] is None]
-        return estimate_runs(todo, q.shape, v.shape, self.causal, seq_q, run_slice)
-
-    def run(self, progress: bool | Callable[[int, int], None], workers: int) -> None:
-        """Run the pending jobs, ``workers`` at a time (the kernels release the GIL; every job is independent,
-        so results are the same bits for any number of workers). ``progress``: see :func:`attribute`."""
-        todo = [j for j in self.jobs.values() if j["out"] is None]
-        if not todo:
-            return
-        report, close = _progress(progress, len(todo))
-        try:  # off the main thread (simfloat._interrupt), so that Ctrl-C stops at once
-            report(0, len(todo))
-            run_jobs(self._one, todo[:1])  # the golden run first: it checks the arguments before the others
-            report(1, len(todo))
-            run_jobs(self._one, todo[1:], workers, on_done=lambda _, done: report(done + 1, len(todo)))
-        except KeyboardInterrupt:
-            raise AttributionInterrupted(self.finished(), len(self.jobs)) from None
-        finally:
-            close()
-
-    def finished(self) -> list[dict[str, Any]]:
-        """The runs finished so far, with their deviation from their inputs' golden run once it is done."""
-        out = []
-        for j in self.jobs.values():
-            if "seconds" not in j:
-                continue
-            row: dict[str, Any] = dict(
-                kernel=j["kernel"],
-                plan=j["plan"].name,
-                block_m=j["bm"] if j["kernel"] == "flash" else None,
-                block_n=j["bn"] if j["kernel"] == "flash" else None,
-                traced=j["rows"] is not None,
-                inputs=j["variant"] or "as given",
-                seconds=round(j["seconds"], 3),
-            )
-            gold = self.jobs.get(self.golden.get(j["variant"], ()), {})
-            if "seconds" in gold:
-                ref = gold["out"] if j["rows"] is None else gold["out"][..., j["rows"], :]
-                row.update(deviation(j["out"], ref))
-            out.append(row)
-        return out
-
-    def out(self, key: tuple[object, ...]) -> np.ndarray:
-        return self.jobs[key]["out"]
-
-
-def _progress(progress: object, total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """(report(done, total), close) for :meth:`_Runner.run`."""
-    if callable(progress):
-        return progress, lambda: None
-    if not progress:
-        return (lambda done, total: None), lambda: None
-    from simfloat._compiling import BarClock
-
-    tqdm = need("tqdm", "progress=True").tqdm
-    bar = BarClock(tqdm(total=total, desc="simfloat attribute", unit="run", file=sys.stderr, leave=False))
-
-    def report(done: int, total: int) -> None:
-        bar.update(done - bar.bar.n)
-
-    return report, bar.close
 
 
 def _plans(p: object) -> list[Plan]:
@@ -310,11 +128,11 @@ def _tiles(tiles: object, d: int) -> list[tuple[int, int]]:
             continue
         if isinstance(t, bytes) or not isinstance(t, Sequence) or len(t) != 2:
             raise ValueError(f"each tile must be a (block_m, block_n) pair or a rule such as 'fa1:M=98304', got {t!r}")
-        out.append((_positive_int(t[0], "block_m"), _positive_int(t[1], "block_n")))
+        out.append((positive_count(t[0], "block_m"), positive_count(t[1], "block_n")))
     return list(dict.fromkeys(out))
 
 
-def _inputs(
+def attribute_inputs(
     q: object, k: object, v: object, causal: object, scale: object, call: object, heads: object, layout: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any, float | None, SdpaCall | None]:
     """attribute()'s operands: arrays (in ``layout``), or a recorded call (an :class:`SdpaCall`, or a capture
@@ -479,7 +297,58 @@ def attribute(
         InputFormatWarning: inputs that a plan's input format does not hold (they are rounded, see above).
     """
     pd = need("pandas", "attribute")  # before any work: the tables are DataFrames
-    q, k, v, causal, scale, rec = _inputs(q, k, v, causal, scale, call, heads, layout)
+    req = _request(  # every argument checked before any run
+        q,
+        k,
+        v,
+        plan,
+        baseline,
+        block_m,
+        block_n,
+        causal,
+        scale,
+        ops,
+        tiles,
+        block_ns,
+        rows,
+        trace_rows,
+        progress,
+        layout,
+        call,
+        heads,
+    )
+    rounding = _rounding_note(req.plans, req.q, req.k, req.v)  # plans whose input format does not hold q, k, v
+    run, keys = _schedule(req, rounding, trace)  # every distinct run the tables need
+    est = _estimate(run, estimate, progress, req.seq_q)  # estimate=: predicted before any run
+    run.run(progress, _workers(workers))
+    tables = tabulate(run, req, keys, rounding)  # the rows of every table
+    bound_table = bounds_table(pd, run, req, keys) if bounds else None
+    return frames(pd, tables, _meta(run, req, rounding, trace, layout, est), bound_table)
+
+
+def _request(
+    q: object,
+    k: object,
+    v: object,
+    plan: object,
+    baseline: object,
+    block_m: int,
+    block_n: int,
+    causal: object,
+    scale: object,
+    ops: Sequence[str],
+    tiles: object,
+    block_ns: Sequence[int] | None,
+    rows: int | Sequence[int] | None,
+    trace_rows: int | None,
+    progress: object,
+    layout: str,
+    call: int | None,
+    heads: Sequence[int] | None,
+) -> Request:
+    """Check every argument before any run (in this order: the operands, the plans,
+    progress, ops, tiles, the operands' shapes and values, causal, rows)."""
+    q, k, v, causal, scale, rec = attribute_inputs(q, k, v, causal, scale, call, heads, layout)
     plans = _plans(plan)
     if not (isinstance(progress, bool) or callable(progress)):
         raise TypeError(f"progress must be a bool or a callable progress(done, total), got {type(progress).__name__}")
@@ -489,7 +358,7 @@ def attribute(
     for op in ops:
         if op not in FLASH_OPS:
             raise ValueError(f"unknown op {op!r}; flash ops: {', '.join(FLASH_OPS)}")
-    bm, bn = _positive_int(block_m, "block_m"), _positive_int(block_n, "block_n")
+    bm, bn = positive_count(block_m, "block_m"), positive_count(block_n, "block_n")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.ndim < 2:
             raise TypeError(f"{name} must be a numpy array of shape (..., seq, head_dim)")
@@ -505,196 +374,99 @@ def attribute(
             "depend on its position; use rows=None"
         )
     tile_list = default_tiles(bm, bn) if tiles is None else _tiles(tiles, int(np.shape(q)[-1]))
-    bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
-    bns = list(dict.fromkeys(bns))
+    bns = default_block_ns(seq_k) if block_ns is None else [positive_count(b, "block_n") for b in block_ns]
     pairs = {p.name: baseline_plan_for(p, baseline) for p in plans}
-    n_eval = seq_q if sel is None else len(sel)
-    if trace_rows is not None:
-        trace_rows = _positive_int(trace_rows, "trace_rows")
-    if trace_rows is None or trace_rows >= n_eval:
-        t_sel = np.arange(n_eval)
-    elif causal:  # the first rows (a subset's mask would not be the full run's), enough to reach 4 kv blocks
-        t_sel = np.arange(min(n_eval, max(trace_rows, 4 * bn)))
-    else:
-        t_sel = np.unique(np.linspace(0, n_eval - 1, trace_rows).round().astype(np.int64))
+    t_sel = _traced_rows(seq_q if sel is None else len(sel), trace_rows, bool(causal), bn)
+    return Request(
+        q, k, v, bool(causal), scale, rec, plans, ops, bm, bn, sel, tile_list, list(dict.fromkeys(bns)), pairs, t_sel
+    )
 
-    qs = q if sel is None else q[..., sel, :]
-    rounding = _rounding_note(plans, q, k, v)
-    run = _Runner(qs, k, v, bool(causal), scale)
+
+def _traced_rows(n_eval: int, trace_rows: int | None, causal: bool, bn: int) -> np.ndarray:
+    """The evaluated rows the traced run covers: ``trace_rows`` of them evenly spaced (causal: the first ones, a
+    subset's mask would not be the full run's, enough to reach 4 kv blocks); None: all."""
+    if trace_rows is not None:
+        trace_rows = positive_count(trace_rows, "trace_rows")
+    if trace_rows is None or trace_rows >= n_eval:
+        return np.arange(n_eval)
+    if causal:
+        return np.arange(min(n_eval, max(trace_rows, 4 * bn)))
+    return np.unique(np.linspace(0, n_eval - 1, trace_rows).round().astype(np.int64))
+
+
+def _schedule(req: Request, rounding: dict[str, tuple[str, int]], trace: bool) -> tuple[Runner, dict[str, Any]]:
+    """Every run the tables need, keyed per plan (the runner makes each distinct one once)."""
+    qs = req.q if req.sel is None else req.q[..., req.sel, :]
+    run = Runner(qs, req.k, req.v, req.causal, req.scale)
     run.need_golden()
+    bm, bn = req.bm, req.bn
     keys: dict[str, Any] = {}
-    for p in plans:
+    for p in req.plans:
         var = run.variant(rounding[p.name][0]) if p.name in rounding else None
         if var is not None:
             run.need_golden(var)
         keys[p.name] = dict(
             variant=var,
             main=run.need("flash", p, bm, bn, variant=var),
-            traced=run.need("flash", p, bm, bn, trace_rows=t_sel, variant=var) if trace else None,
+            traced=run.need("flash", p, bm, bn, trace_rows=req.t_sel, variant=var) if trace else None,
             ref=run.need("flash", reference_plan(p), bm, bn, variant=var),
-            base=run.need("baseline", pairs[p.name], variant=var),
-            iso={op: run.need("flash", isolation_plan(p, op), bm, bn, variant=var) for op in ops},
-            abl={op: run.need("flash", ablation_plan(p, op), bm, bn, variant=var) for op in ops},
-            tiles={t: run.need("flash", p, *t, variant=var) for t in tile_list},
-            steps={b: run.need("flash", p, bm, b, variant=var) for b in bns},
+            base=run.need("baseline", req.pairs[p.name], variant=var),
+            iso={op: run.need("flash", isolation_plan(p, op), bm, bn, variant=var) for op in req.ops},
+            abl={op: run.need("flash", ablation_plan(p, op), bm, bn, variant=var) for op in req.ops},
+            tiles={t: run.need("flash", p, *t, variant=var) for t in req.tile_list},
+            steps={b: run.need("flash", p, bm, b, variant=var) for b in req.bns},
         )
-    est = None
-    if estimate:
-        if not (estimate is True or callable(estimate)):
-            raise TypeError(f"estimate must be a bool or a callable estimate(Estimate), got {type(estimate).__name__}")
-        if callable(progress):  # the number of runs first (as run() would), then the estimate, then the runs
-            progress(0, len(run.jobs))
-        est = run.estimate(seq_q)
-        if callable(estimate):
-            estimate(est)
-    run.run(progress, _workers(workers))
+    return run, keys
 
-    def dev(key: tuple[object, ...], variant: str | None) -> dict[str, float]:
-        return deviation(run.out(key), run.out(run.golden[variant]))
 
-    iso_rows: list[dict[str, Any]] = []
-    abl_rows: list[dict[str, Any]] = []
-    tile_rows: list[dict[str, Any]] = []
-    step_rows: list[dict[str, Any]] = []
-    fvb_rows: list[dict[str, Any]] = []
-    inp_rows: list[dict[str, Any]] = []
-    blocks: list[Any] = []
-    states: list[Any] = []
-    for p in plans:
-        kk = keys[p.name]
-        var = kk["variant"]
-        golden = run.out(run.golden[var])
-        full, ref, base = dev(kk["main"], var), dev(kk["ref"], var), dev(kk["base"], var)
+def _estimate(run: Runner, estimate: object, progress: object, seq_q: int) -> Estimate | None:
+    """With ``estimate``: time each kind of run on a slice and predict the job, before any run."""
+    if not estimate:
+        return None
+    if not (estimate is True or callable(estimate)):
+        raise TypeError(f"estimate must be a bool or a callable estimate(Estimate), got {type(estimate).__name__}")
+    if callable(progress):  # the number of runs first (as run() would), then the estimate, then the runs
+        progress(0, len(run.jobs))
+    est = run.estimate(seq_q)
+    if callable(estimate):
+        estimate(est)
+    return est
 
-        def frac(d: dict[str, float], full: dict[str, float] = full) -> dict[str, float]:
-            return {"frac_max": _ratio(d["max_abs"], full["max_abs"]), "frac_rms": _ratio(d["rms"], full["rms"])}
 
-        for op in ops:
-            entry = describe(getattr(p, op))
-            d = dev(kk["iso"][op], var)
-            iso_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
-            d = dev(kk["abl"][op], var)
-            abl_rows.append(dict(plan=p.name, op=op, entry=entry, **d, **frac(d)))
-        iso_rows.append(dict(plan=p.name, op="all", entry="(the plan)", **full, **frac(full)))
-        abl_rows.append(dict(plan=p.name, op="all", entry="(every op fp64)", **ref, **frac(ref)))
-        for what, table, grid, fixed_m in (("tiles", tile_rows, tile_list, None), ("steps", step_rows, bns, bm)):
-            for t in grid:
-                tbm, tbn = t if fixed_m is None else (fixed_m, t)  # type: ignore[misc]
-                d = dev(kk[what][t], var)
-                table.append(
-                    dict(
-                        plan=p.name,
-                        block_m=tbm,
-                        block_n=tbn,
-                        steps=-(-seq_k // tbn),
-                        **d,
-                        ratio_max=_ratio(d["max_abs"], base["max_abs"]),
-                    )
-                )
-        bp = pairs[p.name]
-        for kernel, kplan, d, key in (("flash", p.name, full, kk["main"]), ("baseline", bp.name, base, kk["base"])):
-            is_flash = kernel == "flash"
-            lit = literature(run.out(key), golden)
-            fvb_rows.append(
-                dict(
-                    plan=p.name,
-                    kernel=kernel,
-                    kernel_plan=kplan,
-                    block_m=bm if is_flash else None,
-                    block_n=bn if is_flash else None,
-                    **d,
-                    ratio_max=_ratio(d["max_abs"], base["max_abs"]),
-                    ratio_rms=_ratio(d["rms"], base["rms"]),
-                    **lit,
-                )
-            )
-        if var is not None:
-            given = run.out(run.golden[None])
-            fmt, n_changed = rounding[p.name]
-            for source, out in (
-                ("input rounding", golden),
-                ("kernel", None),
-                ("total", run.out(kk["main"])),
-                ("baseline total", run.out(kk["base"])),
-            ):
-                d = full if out is None else deviation(out, given)
-                inp_rows.append(dict(plan=p.name, source=source, input_format=fmt, values_rounded=n_changed, **d))
-        tr = run.jobs[kk["traced"]].get("tracer") if kk["traced"] is not None else None
-        if tr is not None:
-            blocks.append(_long(tr.by_block, "op", p.name, ("max_abs", "rms", "rel_max")))
-            states.append(_long(tr.state_by_block, "state", p.name, ("max_abs", "rms", "rel_max")))
-
-    def frame(rows: list[dict[str, Any]], cols: Sequence[str]) -> Any:
-        return pd.DataFrame(rows, columns=list(cols))
-
-    bound_table = None
-    if bounds:
-        from simfloat.bounds import attribution_bounds
-
-        parts = []
-        for var in dict.fromkeys(keys[p.name]["variant"] for p in plans):
-            bruns = []
-            for p in plans:
-                kk = keys[p.name]
-                if kk["variant"] != var:
-                    continue
-                bruns += [(p.name, op, "flash", isolation_plan(p, op), run.out(kk["iso"][op])) for op in ops]
-                bruns += [
-                    (p.name, "all", "flash", p, run.out(kk["main"])),
-                    (p.name, "all", "baseline", pairs[p.name], run.out(kk["base"])),
-                ]
-            qv, kv_, vv = run.inputs[var]
-            gold = run.out(run.golden[var])
-            parts.append(
-                attribution_bounds(qv, kv_, vv, bruns, gold, block_m=bm, block_n=bn, causal=bool(causal), scale=scale)
-            )
-        bound_table = pd.concat(parts, ignore_index=True)
-    m = list(METRICS)
-    geo = ["plan", "block_m", "block_n", "steps"]
-    n_rows = seq_q if sel is None else len(sel)
+def _meta(
+    run: Runner,
+    req: Request,
+    rounding: dict[str, tuple[str, int]],
+    trace: bool,
+    layout: str,
+    est: Estimate | None,
+) -> dict[str, Any]:
+    """The attribution's settings and totals (``Attribution.meta``)."""
+    sel, q, k, v = req.sel, req.q, req.k, req.v
     golden0 = run.out(run.golden[None])
-    meta = dict(
+    return dict(
         shape_q=tuple(q.shape),
         shape_k=tuple(k.shape),
         shape_v=tuple(v.shape),
-        seq_q=seq_q,
-        seq_k=seq_k,
-        rows=n_rows,
+        seq_q=req.seq_q,
+        seq_k=req.seq_k,
+        rows=req.seq_q if sel is None else len(sel),
         row_indices=None if sel is None else sel.tolist(),
-        block_m=bm,
-        block_n=bn,
-        trace_rows=len(t_sel) if trace else 0,
-        causal=bool(causal),
-        scale=scale,
-        plans=[p.name for p in plans],
-        baselines={a: b.name for a, b in pairs.items()},
+        block_m=req.bm,
+        block_n=req.bn,
+        trace_rows=len(req.t_sel) if trace else 0,
+        causal=req.causal,
+        scale=req.scale,
+        plans=[p.name for p in req.plans],
+        baselines={a: b.name for a, b in req.pairs.items()},
         runs=len(run.jobs),
         kernel_seconds=sum(j["seconds"] for j in run.jobs.values()),
         golden_rms=float(np.sqrt(np.mean(np.square(golden0)))) if golden0.size else math.nan,
         layout=layout,
-        call=None if rec is None else rec.meta(),
+        call=None if req.rec is None else req.rec.meta(),
         input_rounding={a: f for a, (f, _) in rounding.items()},
         estimate_s=None if est is None else est.seconds,
         **{"pass": "forward"},
-    )
-    return Attribution(
-        isolation=frame(iso_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
-        ablation=frame(abl_rows, ["plan", "op", "entry", *m, "frac_max", "frac_rms"]),
-        tiles=frame(tile_rows, [*geo, *m, "ratio_max"]),
-        steps=frame(step_rows, [*geo, *m, "ratio_max"]),
-        flash_vs_baseline=frame(
-            fvb_rows,
-            ["plan", "kernel", "kernel_plan", "block_m", "block_n", *m, "ratio_max", "ratio_rms", *LITERATURE],
-        ),
-        by_block=pd.concat(blocks, ignore_index=True)
-        if blocks
-        else frame([], ["plan", "kv_block", "op", "max_abs", "rms", "rel_max"]),
-        state_by_block=pd.concat(states, ignore_index=True)
-        if states
-        else frame([], ["plan", "kv_block", "state", "max_abs", "rms", "rel_max"]),
-        meta=meta,
-        bounds=bound_table,
-        input_rounding=frame(inp_rows, ["plan", "source", "input_format", "values_rounded", *m]),
     )
 
 
@@ -703,25 +475,4 @@ def _workers(workers: int | None) -> int:
         import numba
 
         return numba.get_num_threads()
-    return _positive_int(workers, "workers")
-
-
-def _ratio(a: float, b: float) -> float:
-    if b == 0 or not (math.isfinite(a) and math.isfinite(b)):
-        return math.nan if a != 0 or b != 0 else 1.0
-    return a / b
-
-
-def _long(summary: Any, col: str, plan_name: str, stats: Sequence[str]) -> Any:
-    """Melt a Tracer's wide (kv_block x op|state) summaries for several stats into one long table."""
-    df = None
-    for s in stats:
-        wide = summary(s)
-        part = wide.reset_index().melt(id_vars="kv_block", var_name=col, value_name=s)
-        part[col] = part[col].astype(str)
-        df = part if df is None else df.merge(part, on=["kv_block", col])
-    if df is None:
-        raise ValueError("stats must name at least one statistic")
-    df = df.dropna(subset=list(stats), how="all").reset_index(drop=True)  # (block, op) pairs never recorded
-    df.insert(0, "plan", plan_name)
-    return df
+    return positive_count(workers, "workers")

@@ -162,7 +162,7 @@ def _operands(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, float | None, Any]:
     """The backward's operands: arrays (in ``layout``), or a recorded call with its dO (as :func:`attribute`)."""
     from simfloat.attention._inputs import from_layout
-    from simfloat.attribution._core import _inputs
+    from simfloat.attribution._core import attribute_inputs
 
     if isinstance(q, np.ndarray) and isinstance(do, np.ndarray):
         do = from_layout(do, layout, "do")
@@ -174,7 +174,7 @@ def _operands(
             return sel.q, sel.k, sel.v, sel.do, causal, scale, None  # type: ignore[return-value]
     elif do is not None and not isinstance(q, np.ndarray):
         raise TypeError("with a recorded call as q, leave do out: it is the call's")
-    qa, ka, va, causal, scale, rec = _inputs(q, k, v, causal, scale, call, heads, layout)
+    qa, ka, va, causal, scale, rec = attribute_inputs(q, k, v, causal, scale, call, heads, layout)
     if rec is not None:
         if rec.do is None:
             raise ValueError(
@@ -364,15 +364,15 @@ def backward_steps(
         ValueError: an unknown op, a block size that is not a positive int, a length out of range; errors of
             :func:`simfloat.attention.flash_backward`.
     """
-    from simfloat.attribution._core import _positive_int, default_block_ns
+    from simfloat.attribution._core import default_block_ns, positive_count
 
     bp, fp, g64, f64 = _plans(_deprecated_plan(plan, plan_))
     ops = _check_ops(ops)
-    bm, bn = _positive_int(block_m, "block_m"), _positive_int(block_n, "block_n")
+    bm, bn = positive_count(block_m, "block_m"), positive_count(block_n, "block_n")
     seq_q, seq_k = q.shape[-2], k.shape[-2]
-    bns = default_block_ns(seq_k) if block_ns is None else [_positive_int(b, "block_n") for b in block_ns]
+    bns = default_block_ns(seq_k) if block_ns is None else [positive_count(b, "block_n") for b in block_ns]
     longest = min(seq_q, seq_k)
-    ns = default_seqs(longest, bn) if seqs is None else [_positive_int(n, "seq") for n in seqs]
+    ns = default_seqs(longest, bn) if seqs is None else [positive_count(n, "seq") for n in seqs]
     too_long = [n for n in ns if n > longest]
     if too_long:
         raise ValueError(f"seqs {too_long} exceed the inputs' length min(seq_q, seq_k) = {longest}")
@@ -393,7 +393,7 @@ def run_cli(args: Any) -> int:
     (default the forward job's); then the steps study (:func:`backward_steps`: ``--block-ns`` at ``--block-m``,
     ``--seqs`` at ``--block-m`` x ``--block-n``, the :data:`STEPS_TOP_OPS` largest isolated ops of the first tile
     and :data:`STEPS_ACCUMULATING_OPS`); writes the CSVs and PNGs into ``--out`` and prints the tables."""
-    from simfloat.attribution.cli import _out_dir, _pick, captured_call, inputs, steps_block_ns
+    from simfloat.attribution.cli import captured_call, inputs, out_dir, pick_arg, steps_block_ns
 
     rec = captured_call(args)
     if rec is not None:
@@ -404,24 +404,24 @@ def run_cli(args: Any) -> int:
             )
         q, k, v, do = rec.q, rec.k, rec.v, rec.do
         seq, seq_k = q.shape[-2], k.shape[-2]
-        fmt = str(args.format or rec.input_format or _pick(args, "format"))
+        fmt = str(args.format or rec.input_format or pick_arg(args, "format"))
         causal, src = rec.causal, rec.describe()
     else:
-        seq = int(_pick(args, "seq"))
+        seq = int(pick_arg(args, "seq"))
         seq_k = int(args.seq_k) if args.seq_k is not None else seq
-        fmt = str(_pick(args, "format"))
+        fmt = str(pick_arg(args, "format"))
         causal, src = bool(args.causal), ""
     name = (args.plan or [f"triton-{fmt}"])[0]
-    tiles = list(_pick(args, "tiles"))
-    bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
+    tiles = list(pick_arg(args, "tiles"))
+    bm, bn = int(pick_arg(args, "block_m")), int(pick_arg(args, "block_n"))
     block_ns = steps_block_ns(args, seq_k)
     seqs = getattr(args, "seqs", None)
     if seqs is not None and max(seqs) > min(seq, seq_k):
         raise ValueError(f"--seqs {max(seqs)}: longer than the inputs (--seq {seq}, --seq-k {seq_k})")
-    out = _out_dir(args.out)
+    out = out_dir(args.out)
     if rec is None:
-        d = int(_pick(args, "head_dim"))
-        batch, heads = int(_pick(args, "batch")), _pick_heads(args)
+        d = int(pick_arg(args, "head_dim"))
+        batch, heads = int(pick_arg(args, "batch")), _pick_heads(args)
         q, k, v = inputs((batch, heads, seq, d), (batch, heads, seq_k, d), args.dist, fmt, args.seed)
         do = inputs((batch, heads, seq, d), (1,), "normal", fmt, args.seed + 1)[0]
         head = (

@@ -90,7 +90,7 @@ def inputs(
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
 
 
-def _pick(args: argparse.Namespace, name: str) -> Any:
+def pick_arg(args: argparse.Namespace, name: str) -> Any:
     value = getattr(args, name, None)
     if value is not None:
         return value
@@ -154,7 +154,7 @@ def steps_block_ns(args: argparse.Namespace, seq_k: int) -> list[int]:
     defaults up to seq_k and always the single-step point block_n = seq_k."""
     if args.block_ns is not None:
         return list(args.block_ns)
-    block_ns = [b for b in _pick(args, "block_ns") if b <= seq_k] or [seq_k]
+    block_ns = [b for b in pick_arg(args, "block_ns") if b <= seq_k] or [seq_k]
     if max(block_ns) < seq_k:
         block_ns.append(seq_k)  # always include the single-step (one kv block) point
     return block_ns
@@ -208,7 +208,7 @@ def _check_analysis() -> None:
         )
 
 
-def _out_dir(path: str) -> Path:
+def out_dir(path: str) -> Path:
     """The output folder, created and checked writable before any work (:func:`simfloat._args.writable_dir`)."""
     from simfloat._args import writable_dir
 
@@ -328,7 +328,7 @@ def _run(args: argparse.Namespace) -> int:
     rec = captured_call(args)
     seq_k = None
     if rec is None:
-        seq = int(_pick(args, "seq"))
+        seq = int(pick_arg(args, "seq"))
         seq_k = int(args.seq_k) if args.seq_k is not None else seq
     else:
         seq, seq_k = rec.q.shape[-2], rec.k.shape[-2]
@@ -338,10 +338,10 @@ def _run(args: argparse.Namespace) -> int:
         fmt = wanted.pop() if len(wanted) == 1 else None
     if fmt is None and rec is not None and rec.input_format in FORMATS:
         fmt = rec.input_format  # the recorded tensors' dtype
-    fmt = str(fmt if fmt is not None else _pick(args, "format"))
+    fmt = str(fmt if fmt is not None else pick_arg(args, "format"))
     plans = args.plan or [f"triton-{fmt}", f"all-{fmt}"]
     causal = bool(args.causal) if rec is None else rec.causal
-    rows = args.rows if args.rows is not None else (None if causal else _pick(args, "rows"))
+    rows = args.rows if args.rows is not None else (None if causal else pick_arg(args, "rows"))
     if rows == "all":
         rows = None
     if rows is not None and causal:
@@ -350,8 +350,8 @@ def _run(args: argparse.Namespace) -> int:
             + (" (the recorded call is causal)" if rec is not None else "")
             + " (a causal row's keys depend on its position)"
         )
-    bm, bn = int(_pick(args, "block_m")), int(_pick(args, "block_n"))
-    tiles = _pick(args, "tiles")
+    bm, bn = int(pick_arg(args, "block_m")), int(pick_arg(args, "block_n"))
+    tiles = pick_arg(args, "tiles")
     block_ns = steps_block_ns(args, seq_k)
     baseline = _baseline_arg(args.baseline)
     fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and p.startswith(("triton-", "h200-"))}
@@ -367,8 +367,8 @@ def _run(args: argparse.Namespace) -> int:
         run_plans, baseline, pairs = _with_hardware(plans, pairs, baseline, args.hardware)
     shown = [getattr(p, "name", p) for p in run_plans]
     if rec is None:
-        d = int(_pick(args, "head_dim"))
-        batch, heads = int(_pick(args, "batch")), head_count(args)
+        d = int(pick_arg(args, "head_dim"))
+        batch, heads = int(pick_arg(args, "batch")), head_count(args)
         kv_heads = heads if getattr(args, "kv_heads", None) is None else int(args.kv_heads)
         from simfloat.attention._inputs import kv_group
 
@@ -376,7 +376,7 @@ def _run(args: argparse.Namespace) -> int:
             kv_group(heads, kv_heads)
         except ValueError as err:
             raise ValueError(f"--kv-heads {kv_heads} with --heads {heads}: {err}") from None
-    out = _out_dir(args.out)
+    out = out_dir(args.out)
     baselines = ", ".join(f"{a}->{b}" for a, b in pairs.items())
     if rec is None:
         shape_q, shape_kv = (batch, heads, seq, d), (batch, kv_heads, seq_k, d)

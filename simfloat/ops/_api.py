@@ -22,13 +22,13 @@ from simfloat.ops._scalar import (
 )
 from simfloat.rounding import (
     RoundingMode,
-    _fits_float32,
-    _real_input,
-    _resolve_format,
-    _seed,
+    checked_seed,
+    fits_float32,
     mode_code,
     quiet_nan,
     rand_bits,
+    real_input,
+    resolve_format,
 )
 
 __all__ = [
@@ -138,7 +138,7 @@ def _operand(name: str, x: object) -> tuple[np.ndarray, bool | None]:
     """(float64 array, is_float32) -- is_float32 None for Python numbers and lists (they do not vote on the
     dtype). The same inputs as simfloat.round, except that a number float64 cannot hold is a ValueError: the
     ops take their operands exactly, as float64."""
-    arr, inexact, is32 = _real_input(name, x)
+    arr, inexact, is32 = real_input(name, x)
     if inexact:
         v = repr(inexact[0].value)
         v = v if len(v) <= 40 else v[:18] + "..." + v[-18:]
@@ -152,13 +152,13 @@ def _operand(name: str, x: object) -> tuple[np.ndarray, bool | None]:
 
 def _out_dtype(f: FloatFormat, votes: list[bool | None]) -> type:
     cast = [v for v in votes if v is not None]
-    if cast and all(cast) and _fits_float32(f):
+    if cast and all(cast) and fits_float32(f):
         return np.float32
     return np.float64
 
 
 def _elementwise(names: tuple[str, ...], args: tuple[object, ...], fmt: Fmt, mode: Mode, seed: int | None):
-    f = _resolve_format(fmt)
+    f = resolve_format(fmt)
     m = _mode(mode)
     ops = [_operand(nm, x) for nm, x in zip(names, args, strict=True)]
     try:
@@ -168,7 +168,7 @@ def _elementwise(names: tuple[str, ...], args: tuple[object, ...], fmt: Fmt, mod
         raise ValueError(f"operands cannot be broadcast together: {shapes}") from None
     flat = [np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1) for a, _ in ops]
     out = np.empty(shape, dtype=np.float64)
-    return f, m, flat, out, _out_dtype(f, [v for _, v in ops]), _seed(seed)
+    return f, m, flat, out, _out_dtype(f, [v for _, v in ops]), checked_seed(seed)
 
 
 def _finish(out: np.ndarray, dtype: type) -> np.ndarray:
@@ -318,7 +318,7 @@ def sum(  # noqa: A001 - the public name mirrors numpy's
         TypeError: bad ``x``/``axis``/``fan_in``/``chunk``/``seed`` types. ValueError: unknown order, format
             or mode, axis out of range, ``fan_in < 2`` or ``chunk < 1``.
     """
-    f = _resolve_format(fmt)
+    f = resolve_format(fmt)
     m = _mode(mode)
     if not isinstance(order, str) or order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
@@ -328,7 +328,7 @@ def sum(  # noqa: A001 - the public name mirrors numpy's
         if v < lo:
             raise ValueError(f"{nm} must be >= {lo}, got {v}")
     rows, is32, shape = _axis_rows("x", x, axis)
-    useed = _seed(seed)
+    useed = checked_seed(seed)
     out = np.empty(rows.shape[0], dtype=np.float64)
     _sum_driver(rows, out, f.params, m, ORDERS.index(order), int(fan_in), int(chunk), useed)
     return _finish(out.reshape(shape), _out_dtype(f, [is32]))

@@ -22,7 +22,14 @@ triton = pytest.importorskip("triton")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 import triton.language as tl  # noqa: E402
 import triton.runtime.interpreter as ti  # noqa: E402
-from triton_kernels import _cast_kernel, _cast_rounding_kernel, _fma_kernel  # noqa: E402
+from triton_kernels import (  # noqa: E402
+    _cast_kernel,
+    _cast_rounding_kernel,
+    _dot_kernel,
+    _fma_kernel,
+    _neg_lt_kernel,
+    _row_sum_kernel,
+)
 
 import simfloat  # noqa: E402
 import simfloat.ops as sops  # noqa: E402
@@ -45,17 +52,6 @@ pytestmark = pytest.mark.triton
 # ----------------------------------------------------------------------------------------------------
 # kernels (the stock tests' kernels, plus a few variants)
 # ----------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _dot_kernel(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, PRECISION: tl.constexpr):
-    rm = tl.arange(0, M)
-    rn = tl.arange(0, N)
-    rk = tl.arange(0, K)
-    a = tl.load(A + rm[:, None] * K + rk[None, :])
-    b = tl.load(B + rk[:, None] * N + rn[None, :])
-    c = tl.dot(a, b, input_precision=PRECISION)
-    tl.store(C + rm[:, None] * N + rn[None, :], c)
 
 
 @triton.jit
@@ -92,14 +88,6 @@ def _binop_kernel(A, B, Y, N: tl.constexpr, OP: tl.constexpr):
 
 
 @triton.jit
-def _neg_lt_kernel(X, Y, LT, N: tl.constexpr):
-    r = tl.arange(0, N)
-    x = tl.load(X + r)
-    tl.store(Y + r, -x)
-    tl.store(LT + r, (x < 0.5).to(tl.int8))
-
-
-@triton.jit
 def _unary_kernel(X, Y, N: tl.constexpr, OP: tl.constexpr):
     r = tl.arange(0, N)
     x = tl.load(X + r)
@@ -118,14 +106,6 @@ def _unary_kernel(X, Y, N: tl.constexpr, OP: tl.constexpr):
     else:
         y = tl.sin(x)
     tl.store(Y + r, y)
-
-
-@triton.jit
-def _row_sum_kernel(X, Y, R: tl.constexpr, N: tl.constexpr):
-    rr = tl.arange(0, R)
-    rn = tl.arange(0, N)
-    x = tl.load(X + rr[:, None] * N + rn[None, :])
-    tl.store(Y + rr, tl.sum(x, 1))
 
 
 @triton.jit
@@ -569,7 +549,7 @@ def test_log_log2_sqrt_and_division():
             assert yi == _rn32((-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)), xi
     assert lg2[-3:].tolist() == [0.0, -np.inf, np.inf]
     # the slow path taken when float64's log2 lies within 2**-48 of an fp32 rounding boundary (rare)
-    from simfloat_gpu.interpreter._ops import log2_near_boundary
+    from simfloat_gpu.interpreter._math import log2_near_boundary
 
     with mpmath.workprec(200):
         for xi, yi in zip(x[:512:8], lg2[:512:8], strict=True):

@@ -184,11 +184,11 @@ def test_exp_offsets_round_trip():
 
     from simfloat_gpu.campaign import fit, probes
 
-    seg = dict(name="s", fn="exp2", sign=1, lo=probes._f32_bits(0.5), hi=probes._f32_bits(40.0), stride=4099)
+    seg = dict(name="s", fn="exp2", sign=1, lo=probes.exp.f32_bits(0.5), hi=probes.exp.f32_bits(40.0), stride=4099)
     x = probes.segment_inputs(seg)
     y = torch.exp2(torch.from_numpy(x).double()).float()  # a stand-in "device" result
     y = (y.view(torch.int32) - (torch.arange(x.size) % 3 == 0).int()).view(torch.float32)  # some 1-ulp errors
-    off, ai, ay, ci, cy = probes._offsets(torch.from_numpy(x), y, "exp2")
+    off, ai, ay, ci, cy = probes.exp.offsets(torch.from_numpy(x), y, "exp2")
     z = {"s_off": off, "s_amb_idx": ai, "s_amb_y": ay, "s_clip_idx": ci, "s_clip_y": cy}
 
     class Z(dict):

@@ -21,7 +21,14 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 import triton.language as tl  # noqa: E402
-from triton_kernels import _cast_kernel, _cast_rounding_kernel, _fma_kernel  # noqa: E402
+from triton_kernels import (  # noqa: E402
+    _cast_kernel,
+    _cast_rounding_kernel,
+    _dot_kernel,
+    _fma_kernel,
+    _neg_lt_kernel,
+    _row_sum_kernel,
+)
 
 if type(triton.language.standard.sum).__name__ != "InterpretedFunction":
     raise RuntimeError(
@@ -37,28 +44,9 @@ pytestmark = pytest.mark.triton
 
 
 @triton.jit
-def _dot_kernel(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, PRECISION: tl.constexpr):
-    rm = tl.arange(0, M)
-    rn = tl.arange(0, N)
-    rk = tl.arange(0, K)
-    a = tl.load(A + rm[:, None] * K + rk[None, :])
-    b = tl.load(B + rk[:, None] * N + rn[None, :])
-    c = tl.dot(a, b, input_precision=PRECISION)
-    tl.store(C + rm[:, None] * N + rn[None, :], c)
-
-
-@triton.jit
 def _add_kernel(A, B, Y, N: tl.constexpr):
     r = tl.arange(0, N)
     tl.store(Y + r, tl.load(A + r) + tl.load(B + r))
-
-
-@triton.jit
-def _neg_lt_kernel(X, Y, LT, N: tl.constexpr):
-    r = tl.arange(0, N)
-    x = tl.load(X + r)
-    tl.store(Y + r, -x)
-    tl.store(LT + r, (x < 0.5).to(tl.int8))
 
 
 @triton.jit
@@ -72,14 +60,6 @@ def _unary_kernel(X, Y, N: tl.constexpr, OP: tl.constexpr):
     else:
         y = tl.log(x)
     tl.store(Y + r, y)
-
-
-@triton.jit
-def _row_sum_kernel(X, Y, R: tl.constexpr, N: tl.constexpr):
-    rr = tl.arange(0, R)
-    rn = tl.arange(0, N)
-    x = tl.load(X + rr[:, None] * N + rn[None, :])
-    tl.store(Y + rr, tl.sum(x, 1))
 
 
 def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -338,8 +338,9 @@ def _mib(text: str) -> float:
     return positive_number(text, "a positive size in MiB")
 
 
-def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
-    from simfloat_gpu.campaign.arguments import positive_int, positive_seconds, writable_dir
+def _parser(prog: str) -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    from simfloat_gpu.campaign.arguments import positive_int, positive_seconds
 
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
@@ -392,6 +393,81 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
         default=DEFAULT_MAX_TOTAL_MIB,
         help=f"most the job leaves in --out in all, in MiB (default {DEFAULT_MAX_TOTAL_MIB:g})",
     )
+    return p
+
+
+def _pool_tasks(configs: list, bwd_configs: list, skip: set[str], smoke: bool) -> list[tuple[str, Any, Any]]:
+    """The pool's (kind, key, argument) tasks: the all-pairs part of the forward grid first (the first 25 of a
+    grid of more than 40), the backward grid, the dot and sum probes, then the rest of the forward grid."""
+    from simfloat_gpu.campaign import probes
+
+    tasks: list[tuple[str, Any, Any]] = []
+    n_pairs = 25 if len(configs) > 40 else len(configs)
+    if "validate" not in skip:
+        tasks += [("validate", c.id, c.as_dict()) for c in configs[:n_pairs]]
+    if "backward" not in skip:
+        tasks += [("backward", c.id, c.as_dict()) for c in bwd_configs]
+    if "dot" not in skip:
+        tasks += [
+            ("dot", "_".join(map(str, v)), v) for v in (probes.DOT_SMOKE_VARIANTS if smoke else probes.DOT_VARIANTS)
+        ]
+    if "sum" not in skip:
+        tasks += [("sum", f"{v[0]}_{v[1]}", v) for v in (probes.SUM_SMOKE_VARIANTS if smoke else probes.SUM_VARIANTS)]
+    if "validate" not in skip:
+        tasks += [("validate", c.id, c.as_dict()) for c in configs[n_pairs:]]
+    return tasks
+
+
+def _pack_probes(
+    out: Path, by_kind: dict[str, list], smoke: bool, env: dict[str, Any], log: Callable[[str], None]
+) -> None:
+    """probes.npz: the dot and sum probes' arrays (or their errors) and seconds, and the job's meta."""
+    from simfloat_gpu.campaign import probes
+
+    arrays: dict[str, np.ndarray] = {}
+    for kind in ("dot", "sum"):
+        for _, key, res, secs, err in by_kind[kind]:
+            if err:
+                arrays[f"{kind}_{key}__error"] = np.array(err)
+                continue
+            for k, a in res.items():
+                arrays[f"{kind}_{key}__{k}"] = a
+            arrays[f"{kind}_{key}__seconds"] = np.array([secs])
+    arrays["meta"] = np.array(
+        json.dumps({"smoke": smoke, "keep_cols": probes.KEEP_COLS, "sum_m": probes.SUM_M, "env": env}, default=str)
+    )
+    size = _savez(out / "probes.npz", arrays)
+    log(f"probes.npz: {size / 2**20:.2f} MiB")
+
+
+def _isa_wait(
+    isa_proc: Any, work: Path, out: Path, until: float, summary: dict[str, Any], log: Callable[[str], None]
+) -> None:
+    """Wait for the isa subprocess (killed at ``until``, a time.monotonic() value), then pack isa.tar.xz and
+    note the instruction facts in the summary."""
+    if isa_proc is None:
+        return
+    try:
+        isa_proc.wait(timeout=max(1.0, until - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        isa_proc.kill()
+        isa_proc.wait()
+        log("isa: subprocess killed at its time limit")
+    isa_dir = work / "isa"
+    isa_dir.mkdir(exist_ok=True)
+    shutil.copy(work / "isa.log", isa_dir / "isa.log")
+    if (isa_dir / "isa.json").exists():
+        facts = json.loads((isa_dir / "isa.json").read_text())
+        summary["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts.get("kernels", {}).items()}
+        log(f"isa: {json.dumps(summary['isa'])}")
+    size = _tar(out / "isa.tar.xz", isa_dir, "isa", "w:xz")
+    log(f"isa.tar.xz: {size / 2**20:.2f} MiB")
+
+
+def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
+    from simfloat_gpu.campaign.arguments import writable_dir
+
+    p = _parser(prog)
     args = p.parse_args(argv)
     smoke = bool(args.cpu_smoke)
     reserve = 3.0 if smoke else 8.0  # time left for packing and the final check
@@ -490,21 +566,8 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
 
     # 3. pool: validation grid (fixtures), dot and sum probes; the exp probe in this process meanwhile
     configs = grid(args.grid or ("smoke" if smoke else "full"))
-    tasks: list[tuple[str, Any, Any]] = []
-    n_pairs = 25 if len(configs) > 40 else len(configs)  # the all-pairs part of the full grid comes first
     bwd_configs = validate_bwd.backward_grid(args.bwd_grid or ("smoke" if smoke else "ci"))
-    if "validate" not in skip:
-        tasks += [("validate", c.id, c.as_dict()) for c in configs[:n_pairs]]
-    if "backward" not in skip:
-        tasks += [("backward", c.id, c.as_dict()) for c in bwd_configs]
-    if "dot" not in skip:
-        tasks += [
-            ("dot", "_".join(map(str, v)), v) for v in (probes.DOT_SMOKE_VARIANTS if smoke else probes.DOT_VARIANTS)
-        ]
-    if "sum" not in skip:
-        tasks += [("sum", f"{v[0]}_{v[1]}", v) for v in (probes.SUM_SMOKE_VARIANTS if smoke else probes.SUM_VARIANTS)]
-    if "validate" not in skip:
-        tasks += [("validate", c.id, c.as_dict()) for c in configs[n_pairs:]]
+    tasks = _pool_tasks(configs, bwd_configs, skip, smoke)
     exp_arrays: dict[str, np.ndarray] = {}
     pool_deadline = min(end, START + (0.5 if smoke else 0.47) * budget)
 
@@ -562,46 +625,11 @@ def main(argv: list[str] | None = None, prog: str = "simfloat-gpu run") -> int:
     if "validate" not in skip or "backward" not in skip:
         part("fixtures", pack_fixtures)
 
-    def pack_probes() -> None:
-        arrays: dict[str, np.ndarray] = {}
-        for kind in ("dot", "sum"):
-            for _, key, res, secs, err in by_kind[kind]:
-                if err:
-                    arrays[f"{kind}_{key}__error"] = np.array(err)
-                    continue
-                for k, a in res.items():
-                    arrays[f"{kind}_{key}__{k}"] = a
-                arrays[f"{kind}_{key}__seconds"] = np.array([secs])
-        arrays["meta"] = np.array(
-            json.dumps({"smoke": smoke, "keep_cols": probes.KEEP_COLS, "sum_m": probes.SUM_M, "env": env}, default=str)
-        )
-        size = _savez(out / "probes.npz", arrays)
-        log(f"probes.npz: {size / 2**20:.2f} MiB")
-
-    part("probes_pack", pack_probes)
+    part("probes_pack", lambda: _pack_probes(out, by_kind, smoke, env, log))
     if exp_arrays:
         part("exp_pack", lambda: _write_exp(out, exp_arrays, max_file, log))
 
-    def isa_wait() -> None:
-        if isa_proc is None:
-            return
-        try:
-            isa_proc.wait(timeout=max(1.0, min(end, START + 0.6 * budget) - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            isa_proc.kill()
-            isa_proc.wait()
-            log("isa: subprocess killed at its time limit")
-        isa_dir = work / "isa"
-        isa_dir.mkdir(exist_ok=True)
-        shutil.copy(work / "isa.log", isa_dir / "isa.log")
-        if (isa_dir / "isa.json").exists():
-            facts = json.loads((isa_dir / "isa.json").read_text())
-            summary["isa"] = {k: v.get("summary", v.get("error")) for k, v in facts.get("kernels", {}).items()}
-            log(f"isa: {json.dumps(summary['isa'])}")
-        size = _tar(out / "isa.tar.xz", isa_dir, "isa", "w:xz")
-        log(f"isa.tar.xz: {size / 2**20:.2f} MiB")
-
-    part("isa", isa_wait)
+    part("isa", lambda: _isa_wait(isa_proc, work, out, min(end, START + 0.6 * budget), summary, log))
 
     # 5. speed, alone on the GPU
     def speed_part() -> None:

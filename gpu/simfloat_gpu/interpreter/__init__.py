@@ -391,11 +391,12 @@ def _install() -> None:
     import triton.runtime.interpreter as ti
 
     from simfloat_gpu.interpreter import _ops as _interp_ops
+    from simfloat_gpu.interpreter import _state as _interp_state
 
     try:
         for owner, name, fn in _interp_ops.patch_table():
             original = vars(owner).get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
-            _interp_ops.STOCK[(owner, name)] = original
+            _interp_state.STOCK[(owner, name)] = original
             _SAVED.append((owner, name, original))
             setattr(owner, name, fn)
         import numba
@@ -533,9 +534,9 @@ def faithful(
         contract_default=_triton_fp_fusion_default(),
         **fns,
     )
-    from simfloat_gpu.interpreter import _ops as _interp_ops
+    from simfloat_gpu.interpreter import _state as _interp_state
 
-    stack = _interp_ops.STACK
+    stack = _interp_state.STACK
     if not stack:
         _install()
     stack.append(config)
@@ -570,7 +571,7 @@ def faithful_config() -> dict[str, Any] | None:
     """Settings of the innermost active :func:`faithful` block (JSON-friendly), or None outside any block."""
     import sys
 
-    ops = sys.modules.get("simfloat_gpu.interpreter._ops")
+    ops = sys.modules.get("simfloat_gpu.interpreter._state")
     if ops is None or not ops.STACK:
         return None
     return ops.STACK[-1].as_dict()

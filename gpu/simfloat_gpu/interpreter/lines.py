@@ -125,19 +125,19 @@ def site_run(policy: SitePolicy) -> Iterator[SitePolicy]:
     """
     if not isinstance(policy, SitePolicy):
         raise TypeError(f"site_run() takes a SitePolicy, got {type(policy).__name__}")
-    from simfloat_gpu.interpreter import _ops
+    from simfloat_gpu.interpreter import _state
 
-    if not _ops.STACK:
+    if not _state.STACK:
         raise RuntimeError("site_run() must be used inside a simfloat_gpu.interpreter.faithful() block")
-    if _ops.POLICY:
+    if _state.POLICY:
         raise RuntimeError("site_run() blocks do not nest")
-    _ops.SHADOW.clear()
-    _ops.POLICY.append(policy)
+    _state.SHADOW.clear()
+    _state.POLICY.append(policy)
     try:
         yield policy
     finally:
-        _ops.POLICY.pop()
-        _ops.SHADOW.clear()
+        _state.POLICY.pop()
+        _state.SHADOW.clear()
 
 
 def exact_values(tensor: Any) -> np.ndarray:
@@ -154,22 +154,22 @@ def exact_values(tensor: Any) -> np.ndarray:
         RuntimeError: called outside :func:`site_run`.
         TypeError: not a float tensor on the CPU.
     """
-    from simfloat_gpu.interpreter import _ops
+    from simfloat_gpu.interpreter import _state
 
-    if not _ops.POLICY:
+    if not _state.POLICY:
         raise RuntimeError("exact_values() reads the shadow of a site run: call it inside site_run()")
     if not (hasattr(tensor, "data_ptr") and hasattr(tensor, "stride") and tensor.is_floating_point()):
         raise TypeError(f"exact_values() takes a float torch tensor, got {type(tensor).__name__}")
     if tensor.device.type != "cpu":
         raise TypeError(f"exact_values() takes a CPU tensor, got one on {tensor.device}")
     vals = tensor.detach().double().numpy().copy()
-    if not _ops.SHADOW or vals.size == 0:
+    if not _state.SHADOW or vals.size == 0:
         return vals
     offs = np.zeros((), dtype=np.int64)
     for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
         offs = offs[..., None] + np.arange(size, dtype=np.int64) * stride
     addrs = tensor.data_ptr() + offs * tensor.element_size()
-    shadow = _ops.SHADOW
+    shadow = _state.SHADOW
     flat = vals.reshape(-1)
     for i, a in enumerate(np.asarray(addrs).reshape(-1).tolist()):
         v = shadow.get(a)
