@@ -11,7 +11,7 @@ what differs is which optional steps run, and each step is chosen by a field of 
   ``PV_INTO_ACC`` (``tl.dot(p, v, acc)``);
 * float dataflow options (every plan's fields, each at its plan's value): lazy rescaling, the tie shift, FA1's
   per-step normalization, the ``l_ij`` model (sequential, chunked, the H200 ``tl.sum`` tree), the H200 ex2
-  table and ``tl.exp``.
+  table and ``tl.exp``, the running state's form (``lse``) and the key tiles' order (``kv_order``).
 
 The in-tile row sum is ``l_ij`` (a plan with quantizers has ``l_ij = l_i``'s format and mode, its row sum).
 """
@@ -65,6 +65,9 @@ class FlashParams(NamedTuple):
     tie_beta: float
     tie_tol: float
     per_step: bool  # FA1: the accumulator normalized after every key tile
+    lse: bool  # Plan.state "lse": the running state is (m_i, lse_i) (the flash-attention repository's Triton kernel)
+    kv_order: int  # Plan.kv_order: 0 forward, 1 reverse, 2 diagonal first (_kernels.kv_tile)
+    diag_plain: bool  # contract without Plan.contract_diagonal: T6 rounds twice in the causal diagonal tiles
     quantized: bool  # the plan has quantizers (the shadow runs on the unquantized inputs)
     scores_dequant: bool  # quantizers, score_scaling "scores": s = dequant(dequant(s * q_scale) * k_scale)
     folded: bool  # quantizers, score_scaling "folded": s_scale = scale(scale(qk_scale * q_scale) * k_scale)
@@ -112,6 +115,9 @@ def flash_params(pl: Plan, scale: float) -> FlashParams:
         tie_beta=f.tie_beta,
         tie_tol=f.tie_tol,
         per_step=f.per_step,
+        lse=f.lse,
+        kv_order=f.kv_order,
+        diag_plain=f.diag_plain,
     )
     if not pl.quantized:
         pp = pl.params(scale)

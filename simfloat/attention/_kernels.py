@@ -15,11 +15,26 @@ import numpy as np
 
 from simfloat._jit import jit
 from simfloat.hardware import ex2_approx_f32, mma_tree_sum
-from simfloat.ops._elementary import exp2_scalar, exp_scalar
+from simfloat.ops._elementary import exp2_scalar, exp_scalar, log_scalar
 from simfloat.ops._scalar import add_scalar, div_scalar, fma_scalar, mul_scalar, sub_scalar
 from simfloat.rounding import round_exact
 
-__all__ = ["add", "div", "dot64", "exp", "exp2", "exp2_hw", "fma", "fmax", "mul", "rnd", "row_sum", "sub"]
+__all__ = [
+    "add",
+    "div",
+    "dot64",
+    "exp",
+    "exp2",
+    "exp2_hw",
+    "fma",
+    "fmax",
+    "kv_tile",
+    "log",
+    "mul",
+    "rnd",
+    "row_sum",
+    "sub",
+]
 
 _Z = np.uint64(0)
 
@@ -71,6 +86,30 @@ def exp(x, o):
 def exp2(x, o):
     """round(2**x), correctly rounded (as :func:`exp`)."""
     return exp2_scalar(x, o.p, o.mode, _Z)
+
+
+@jit
+def log(x, o):
+    """round(ln x), correctly rounded (``simfloat.ops``' log; log(0) = -inf)."""
+    return log_scalar(x, o.p, o.mode, _Z)
+
+
+@jit
+def kv_tile(pos, n_kv, t, bm, bn, causal, order):
+    """The key tile a q tile ``t`` (rows of ``bm``) walks at step ``pos`` of its ``n_kv`` tiles (``bn`` keys each)
+    in ``order`` (``Plan.kv_order``: 0 forward, 1 reverse, 2 diagonal first: with ``causal``, the tiles some row
+    of the q tile masks in part, i.e. whose last key is past the tile's first row, in forward order, then the
+    rest from tile 0)."""
+    if order == 1:
+        return n_kv - 1 - pos
+    if order == 2 and causal:
+        d0 = n_kv
+        for jt in range(n_kv):
+            if jt * bn + bn - 1 > t * bm:
+                d0 = jt
+                break
+        return d0 + pos if pos < n_kv - d0 else pos - (n_kv - d0)
+    return pos
 
 
 @jit

@@ -23,6 +23,12 @@ bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x r
   FA1: ``acc_d = normalize(acc_d / l_i)``; T14 ``m_i = m_new``;
 * E1 ``o_d = normalize(acc_d / l_safe)`` with ``l_safe = 1`` if ``l_i == 0`` (FA2); E2 ``out(o_d)``.
 
+Options of the walk (plan fields): ``kv_order`` walks the key tiles in reverse or the causal diagonal tiles first
+(the trace's tile index stays the tile's own); ``contract_diagonal=False`` makes T6 two roundings in the causal
+diagonal tiles; ``state="lse"`` keeps ``(m_i, lse_i)`` instead of ``(m_i, l_i)``: T4 takes the max against
+``lse_i``, T10 is ``l_i = l_i(alpha(exp(alpha(lse_i - m_new))) + l_ij)`` and ``lse_i = m_i(m_new +
+l_i(log l_i))``, and E1 ``o_d = normalize(acc_d * normalize(exp(normalize(m_i - lse_i))))`` (see :class:`Plan`).
+
 A row that saw no key ends with out = 0, m = -inf, l = 0 (as the kernel's guards give); with top-left causal
 alignment and seq_k >= 1 no row is ever fully masked.
 
@@ -92,10 +98,10 @@ def flash(
             ``scale_op(scale_op(scale) * scale_op(log2 e))``.
         trace: a :class:`simfloat.Tracer` to record local errors and state drift, or None (no cost).
         return_stats: also return ``m`` and ``l`` ((..., seq_q) each): the final running max (log2 units with
-            exp2) and the softmax denominator relative to it.
+            exp2) and the softmax denominator relative to it (``plan.state="lse"``: the kernel's lse and 1).
         engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention._engine`) or ``"reference"``
             (the scalar loop of :mod:`simfloat.attention.reference`, which also records traces); None: vector,
-            reference when tracing or for ``plan.exp_impl="tl.exp"`` (reference only). Both give the same bits.
+            reference when tracing. Both give the same bits.
         layout: ``"bhsd"`` (q, k, v and the output (..., heads, seq, head_dim), as torch) or ``"bshd"``
             ((..., seq, heads, head_dim), as flash-attn; ``m`` and ``l`` stay (..., heads, seq_q), as its lse).
 
@@ -115,13 +121,6 @@ def flash(
         return _quantized(q, k, v, pl, block_m, block_n, tiles, causal, scale, trace, return_stats, engine, layout)
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
     which = check_engine(engine, x.trace is not None)
-    if x.plan.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet)
-        if engine is not None:
-            raise ValueError(
-                "the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "
-                "engine=None (which runs such plans on the reference engine)"
-            )
-        which = "reference"
     block_m, block_n = pick_tiles(block_m, block_n, tiles, x.q.shape[-1])
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
     fp = flash_params(x.plan, x.scale)

@@ -71,6 +71,10 @@ _MODELS = _DOTS + ("l_ij",)  # ops that take a model rather than an OpSpec
 EXP2_IMPLS = ("correctly_rounded", "h200")  # h200: simfloat.hardware.ex2_approx_f32 (ex2.approx.ftz.f32)
 EXP_IMPLS = ("correctly_rounded", "tl.exp")  # tl.exp: exp2(op(x * op(log2 e))), as Triton lowers tl.exp
 SUM_ORDERS = ("sequential", "h200-mma")  # h200-mma: simfloat.hardware.mma_tree_sum (tl.sum, mma layout)
+#: Plan.state: the running state's form, (m_i, l_i) or a log-sum-exp (the flash-attention repository's Triton kernel)
+STATE_FORMS = ("m_l", "lse")
+#: Plan.kv_order: the order a q tile walks its key tiles
+KV_ORDERS = ("forward", "reverse", "diagonal_first")
 #: Plan.kernel: the kernel a plan is for ("any": flash and baseline)
 KERNELS = ("flash", "baseline", "any")
 
@@ -111,6 +115,9 @@ class Features(NamedTuple):
     tie: bool  # T4's tied-maxima shift (Plan.tie_shift) is on
     tie_beta: float  # its factor, a constant of the m_i format
     tie_tol: float  # its tolerance, a constant of the scale op's format
+    lse: bool = False  # Plan.state == "lse": the running state is (m_i, lse_i)
+    kv_order: int = 0  # Plan.kv_order: KV_ORDERS.index
+    diag_plain: bool = False  # contract without contract_diagonal: T6 rounds twice in the causal diagonal tiles
 
 
 class PlanParams(NamedTuple):
@@ -141,7 +148,7 @@ class PlanParams(NamedTuple):
     l_ij: OpParams  # flash l_ij: each addition of the in-tile row sum (a chunk's, with l_ij_chunk)
     l_ij_out: OpParams  # with l_ij_chunk: the running sum of the chunk sums (one chunk: the one final rounding)
     l_ij_chunk: int  # 0: sequential in l_ij; else chunks of this many keys, each summed from 0 in l_ij
-    exp_tl: bool = False  # flash exp/alpha without exp2: tl.exp's exp2(op(x * op(log2 e))) (reference engine)
+    exp_tl: bool = False  # flash exp/alpha without exp2: tl.exp's exp2(op(x * op(log2 e)))
     tie: bool = False  # flash T4: the tied-maxima shift (Plan.tie_shift) is on
     tie_beta: float = 0.0  # its factor, a constant of the m_i format
     tie_tol: float = 0.0  # its tolerance, a constant of the scale op's format
@@ -199,7 +206,7 @@ class Plan:
         exp_impl: flash without ``exp2``: ``"correctly_rounded"`` (e**x rounded once into the op's format) or
             ``"tl.exp"`` (a kernel calling ``tl.exp``, which Triton lowers to ``ex2(x * log2e)``: the exp and
             alpha ops compute ``op(exp2(op(x * op(log2 e))))``, with ``exp2_impl``'s exp2; the H200's without
-            flushing, as ex2.approx.f32). Plans with it run on the reference engine.
+            flushing, as ex2.approx.f32).
         tie_shift: flash: the fix of Qiu & Yao (arXiv 2510.04212, Sec. 4, and their code) for tied row maxima,
             ``None`` (off) or its factor beta (finite, > 1; the paper's code uses 2). At T4, per key tile: with
             ``mx = scale(max_j s_j * qk_scale)`` the tile's max, if at least two of the tile's visible keys have
@@ -222,6 +229,25 @@ class Plan:
             ``scale(opmath(s * opmath(scale)))`` (two roundings), as ``tensor * scale`` does in torch; without
             it ``scale(s * scale_op(scale))``. The ``pytorch-bf16`` / ``pytorch-fp16`` presets set float32
             (as :class:`~simfloat.attention.BackwardPlan`'s ``opmath``).
+        state: flash: the running state's form. ``"m_l"`` (default): the running max ``m_i`` and row sum
+            ``l_i`` (T4..T10), divided out at the end (E1). ``"lse"``: the flash-attention repository's Triton
+            kernel (``flash_attn/flash_attn_triton.py``), which keeps ``m_i`` and a log-sum-exp ``lse_i``: per key
+            tile ``m_ij = max(lse_i, scale(rowmax(s) * qk_scale))`` (the max against ``lse_i``, not ``m_i``),
+            ``p = exp(fma(s, qk_scale, -m_ij))``, ``alpha = exp(alpha(m_i - m_ij))``, ``acc = acc(acc * alpha)``
+            then the P.V dot, ``l_ij`` the row sum, ``l_i = l_i(alpha(exp(alpha(lse_i - m_ij))) + l_ij)``,
+            ``lse_i = m_i(m_ij + l_i(log(l_i)))``, ``m_i = m_ij``; at the end ``o_scale =
+            normalize(exp(normalize(m_i - lse_i)))`` and ``o = out(normalize(acc * o_scale))`` (a product, not
+            a division). The exponentials are the exp op's form (``exp_impl``); ``log`` is correctly rounded.
+            Natural-log units only (``exp2=False``); no FA1, lazy rescaling or tie shift. ``return_stats``
+            gives ``m = lse`` and ``l = 1`` (the kernel stores only the lse).
+        kv_order: flash: the order a q tile walks its key tiles: ``"forward"`` (default: 0, 1, ...),
+            ``"reverse"`` (last first) or ``"diagonal_first"`` (causal: the key tiles some row of the q tile
+            masks in part, in forward order, then the rest from tile 0; without ``causal`` as forward).
+        contract_diagonal: flash, with ``contract`` and ``causal``: whether T6 is one fma in the diagonal key tiles
+            too (those ``kv_order`` calls diagonal: some row of the q tile masks part of them). ``False``: the
+            Triton tutorial's masked stage, which adds the mask to the scaled scores (``qk * qk_scale + mask``,
+            the fma rounding the product alone) and then subtracts ``m_ij``: ``scale(scale(s * qk_scale) - m)``
+            there, one fma elsewhere. Default True (every tile alike).
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -294,6 +320,9 @@ class Plan:
     score_scaling: str | None = None
     pv_update: str | None = None
     opmath: FloatFormat | None = None
+    state: str = "m_l"
+    kv_order: str = "forward"
+    contract_diagonal: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -327,7 +356,7 @@ class Plan:
             object.__setattr__(self, op, spec)
         lij = (self.l_i.fmt, self.l_i.mode) if self.l_ij is None else self.l_ij
         object.__setattr__(self, "l_ij", _sum_spec("l_ij", lij))
-        for flag in ("exp2", "contract"):
+        for flag in ("exp2", "contract", "contract_diagonal"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"Plan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         if self.normalization not in ("deferred", "per_step"):
@@ -355,6 +384,7 @@ class Plan:
                 raise ValueError(f"Plan.lazy_threshold must be finite and >= 0, got {t}")
             object.__setattr__(self, "lazy_threshold", float(t))
         self._check_tie()
+        self._check_dataflow()
         if self.quantized:
             _qp.check_quantized(self)
 
@@ -370,6 +400,26 @@ class Plan:
         if self.quantized:
             return QUANT_OPS
         return {"flash": FLASH_OPS, "baseline": BASELINE_OPS}.get(self.kernel, _OPS)
+
+    def _check_dataflow(self) -> None:
+        """``state`` and ``kv_order``: known values, and the lse form only with the steps it has a form for."""
+        if self.state not in STATE_FORMS:
+            raise ValueError(f"Plan.state must be one of {STATE_FORMS}, got {self.state!r}")
+        if self.kv_order not in KV_ORDERS:
+            raise ValueError(f"Plan.kv_order must be one of {KV_ORDERS}, got {self.kv_order!r}")
+        if self.state == "lse":
+            clash = [
+                what
+                for what, on in (
+                    ("exp2=True (the lse form keeps natural-log units: exp and log)", self.exp2),
+                    ("normalization='per_step'", self.normalization == "per_step"),
+                    ("lazy_threshold", self.lazy_threshold is not None),
+                    ("tie_shift", self.tie_shift is not None),
+                )
+                if on
+            ]
+            if clash:
+                raise ValueError(f"Plan.state='lse' has no form with {', '.join(clash)}")
 
     def _check_tie(self) -> None:
         b, tol = self.tie_shift, self.tie_tol
@@ -526,6 +576,9 @@ class Plan:
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
             + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
             + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
+            + (f", state={self.state}" if self.state != "m_l" else "")
+            + (f", kv_order={self.kv_order}" if self.kv_order != "forward" else "")
+            + (", contract_diagonal=False" if not self.contract_diagonal else "")
         )
 
     def params(self, scale: float) -> PlanParams:
@@ -604,6 +657,9 @@ class Plan:
             tie,
             tie_beta,
             tie_tol,
+            self.state == "lse",
+            KV_ORDERS.index(self.kv_order),
+            self.contract and not self.contract_diagonal,
         )
 
     def quant_params(self, scale: float) -> QParams:
@@ -674,6 +730,19 @@ def _triton(fmt: str) -> Plan:
     f32: Any = "float32"  # format names: OpSpecs after __post_init__
     ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
     return Plan(f"triton-{fmt}", qk=dot, pv=dot, p=io, out=io, **ops, exp2=True, contract=True, kernel="flash")
+
+
+def _flashattn_triton(fmt: str) -> Plan:
+    # flash_attn/flash_attn_triton.py of the flash-attention repository (forward, no bias): triton-<fmt>'s formats
+    # and dots, tl.exp of the fp32 scores (no log2(e) folded in), FMA contraction of qk * scale - m_ij, and the
+    # running state kept as (m_i, lse_i) (Plan.state)
+    return dataclasses.replace(_triton(fmt), name=f"flashattn-triton-{fmt}", exp2=False, exp_impl="tl.exp", state="lse")
+
+
+def _triton_tutorial(fmt: str) -> Plan:
+    # python/tutorials/06-fused-attention.py of the triton repository (forward): triton-<fmt>, whose T6 is its
+    # contracted qk * qk_scale - m_ij, except in the causal diagonal tiles (Plan.contract_diagonal)
+    return dataclasses.replace(_triton(fmt), name=f"triton-tutorial-{fmt}", contract_diagonal=False)
 
 
 def _pytorch(fmt: str) -> Plan:
@@ -750,6 +819,9 @@ def _build() -> dict[str, Plan]:
         out[f"h200-{fmt}"] = _h200(fmt)
     for fmt in ("bf16", "fp16", "fp32"):
         out[f"pytorch-{fmt}"] = _pytorch(fmt)
+    for fmt in ("bf16", "fp16"):
+        out[f"flashattn-triton-{fmt}"] = _flashattn_triton(fmt)
+    out["triton-tutorial-fp16"] = _triton_tutorial("fp16")
     quantized = _qp.quant_table(_quantized)
     assert not set(out) & set(quantized), "one preset table: float and quantized names must differ"
     out.update(quantized)
@@ -863,6 +935,15 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
             and output fp32).
         ``h200-<fmt>``: ``triton-<fmt>`` with the H200's measured exp2 (ex2.approx.ftz.f32) and l_ij order
             (tl.sum in the mma layout): bit for bit with the GPU's m_i / l_i where the dot model is exact.
+        ``flashattn-triton-<fmt>`` (bf16, fp16): the flash-attention repository's Triton kernel
+            (``flash_attn/flash_attn_triton.py``, forward without bias; it runs with ``block_m = block_n = 128``):
+            ``triton-<fmt>``'s formats and dots, ``tl.exp`` of the fp32 scores (``exp2=False``,
+            ``exp_impl="tl.exp"``), ``qk * scale - m_ij`` contracted, and the running state as a log-sum-exp
+            (``state="lse"``, see :class:`Plan`); ``return_stats`` gives its stored lse as ``m`` (``l`` = 1).
+        ``triton-tutorial-fp16``: the Triton tutorial's fused attention forward
+            (``python/tutorials/06-fused-attention.py``; fp16 only, it casts P to fp16): ``triton-fp16`` with
+            ``contract_diagonal=False`` (its masked stage rounds ``qk * qk_scale`` and the subtraction of
+            ``m_ij`` apart); the same bits as ``triton-fp16`` without ``causal``.
         ``pytorch-<fmt>`` (baseline): each matmul accumulated in fp32 from zero and rounded once into <fmt>,
             scale in <fmt>, softmax in fp32, P read by the P.V matmul as <fmt>, output <fmt>.
         fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
@@ -969,7 +1050,7 @@ def _preset(
         from simfloat.profiles import loaded_profile
 
         hardware = loaded_profile(hardware)
-    if hardware is not None and not (isinstance(name, str) and name.startswith("triton-")):
+    if hardware is not None and not (isinstance(name, str) and re.fullmatch(r"triton-[a-z0-9]+", name)):
         raise ValueError(f"{func}(hardware=...) applies to the triton-<fmt> presets ({kernels}), got {name!r}")
     if isinstance(name, cls):
         return name

@@ -50,6 +50,9 @@ _FLOAT_ONLY = {
     "normalization": "deferred",
     "tie_shift": None,
     "tie_tol": 0.0,
+    "state": "m_l",
+    "kv_order": "forward",
+    "contract_diagonal": True,
 }
 _LOG2E = math.log2(math.e)  # rn32 of it equals rn32(1.44269504), the kernels' constant (H1)
 _F64 = OpSpec("float64")

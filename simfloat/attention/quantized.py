@@ -399,7 +399,7 @@ def quant_flash(
     pl = quant_plan(plan)
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
     which = check_engine(engine, x.trace is not None)
-    if pl.exp_impl == "tl.exp" and which == "vector":  # not modelled by the vector engine (yet), as flash()
+    if pl.exp_impl == "tl.exp" and which == "vector":  # quantized plans: not routed to the vector engine (yet)
         if engine is not None:
             raise ValueError(
                 "the vector engine does not model exp_impl='tl.exp': pass engine='reference' or "

@@ -146,7 +146,7 @@ def test_compare_kernel_checks_the_plan_and_configs():
         plan("triton-bf16").replace(exp_impl="tl.exp")
 
 
-def test_tl_exp_plans_run_on_the_reference_engine():
+def test_tl_exp_plans_run_on_both_engines():
     import numpy as np
 
     import simfloat as sf
@@ -154,13 +154,11 @@ def test_tl_exp_plans_run_on_the_reference_engine():
 
     g = np.random.default_rng(3)
     q, k, v = (sf.round(g.standard_normal((1, 2, 33, 16)), "bf16") for _ in range(3))
-    with pytest.raises(ValueError, match="does not model exp_impl='tl.exp'"):
-        flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, engine="vector")
-    auto = flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, return_stats=True)
+    auto = flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, return_stats=True)  # the vector engine
     ref = flash(q, k, v, plan=TL_EXP, block_m=16, block_n=16, return_stats=True, engine="reference")
     plain = flash(q, k, v, plan=TL_EXP.replace(exp_impl="correctly_rounded"), block_m=16, block_n=16, return_stats=True)
     for a, b in zip(auto, ref, strict=True):
-        assert np.array_equal(a, b)
+        assert np.array_equal(a.view(np.uint64), b.view(np.uint64))
     assert not np.array_equal(auto[2], plain[2])  # the row sums l differ: the option changes the exp
 
 

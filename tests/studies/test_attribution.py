@@ -292,11 +292,14 @@ def test_flags_are_every_plan_field_but_the_ops():
         exp_impl="tl.exp",
         tie_shift=2.0,
         tie_tol=1e-3,
+        state="lse",
+        kv_order="reverse",
+        contract_diagonal=False,
     )
     assert set(alt) == set(FLAGS)  # a new flag needs a value here
     for f, value in alt.items():
         p = plan("h200-bf16")
-        if f == "exp_impl":  # tl.exp is what a kernel without exp2 calls
+        if f in ("exp_impl", "state"):  # tl.exp is what a kernel without exp2 calls; the lse form has no exp2
             p = dataclasses.replace(p, exp2=False)
         if f == "tie_tol":  # the tolerance of the tie_shift rule
             p = dataclasses.replace(p, tie_shift=2.0)

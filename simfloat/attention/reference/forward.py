@@ -22,7 +22,22 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import fma64, jit, ljit
-from simfloat.attention._kernels import add, div, dot64, exp, exp2, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
+from simfloat.attention._kernels import (
+    add,
+    div,
+    dot64,
+    exp,
+    exp2,
+    exp2_hw,
+    fma,
+    fmax,
+    kv_tile,
+    log,
+    mul,
+    rnd,
+    row_sum,
+    sub,
+)
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
     DELTA_SCORES,
@@ -128,6 +143,7 @@ class _Scratch(NamedTuple):
     acc: np.ndarray  # (dv,)
     accs: np.ndarray  # (dv,) the shadow's accumulator
     vs_fin: np.ndarray  # (dv,) the epilogue's V scale (quantized shadow)
+    lse: np.ndarray  # (1,) the lse form's running lse_i (Plan.state="lse")
 
 
 @jit
@@ -347,15 +363,16 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
         sscale = mul(qss, o.ks[b, j0], pp.scale)
         _rec(tr, b, t, jt, R_SCALE, sscale, qss * o.ks[b, j0])
     smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale)
-    m_new = m_i  # T4
+    m_base = w.lse[0] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
+    m_new = m_base  # T4
     tied = False  # T4's tie shift fired (the shadow takes the same decision)
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
         _rec(tr, b, t, jt, R_SCALE, mx, smax * sscale)
         if pp.tie:
             mx, tied = _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt)
-        m_new = fmax(m_i, mx)
-        if m_new != m_i:
+        m_new = fmax(m_base, mx)
+        if m_new != m_base:
             y = rnd(m_new, pp.m_i)
             _rec(tr, b, t, jt, R_M_I, y, m_new)
             m_new = y
@@ -374,9 +391,10 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
         m_x = sub(m_sub, pp.p_shift, pp.scale)
         _rec(tr, b, t, jt, R_SCALE, m_x, m_sub - pp.p_shift)
+    fused = pp.contract and not (pp.diag_plain and causal and j0 + bn - 1 > t * bm)  # T6 in one rounding
     for jj in range(nv):  # T6, T7
         sj = s[jj]
-        if pp.contract:
+        if fused:
             x = fma(sj, sscale, -m_x, pp.scale)
             _rec(tr, b, t, jt, R_SCALE, x, fma64(sj, sscale, -m_x))
         else:
@@ -402,7 +420,9 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
                 _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
     s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
     l_ij = _tile_sum(w, nv, pp, tr, b, t, jt, wn)  # T8
-    if pp.contract:  # T10
+    if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
+        l_new = _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij)
+    elif pp.contract:  # T10
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
         _rec(tr, b, t, jt, R_L_I, l_new, fma64(l_i, alpha, l_ij))
     else:
@@ -431,6 +451,59 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             y = z
         acc[d] = y
     return m_new, l_new, nv, j0, rescale, tied
+
+
+@jit
+def _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij):
+    """T10 of the lse form: ``l_i = l_i(alpha(exp(alpha(lse_i - m_ij))) + l_ij)`` (0 for the exponential while
+    lse_i is -inf), then ``lse_i = m_i(m_ij + l_i(log(l_i)))`` (lse_i stays -inf while no key was seen)."""
+    lse_i = w.lse[0]
+    e = 0.0
+    if lse_i != _NINF:
+        dl = sub(lse_i, m_sub, pp.alpha)
+        e = _exp_op(dl, pp.alpha, pp)
+        _rec(tr, b, t, jt, R_ALPHA, dl, lse_i - m_sub)
+        if tr is not None:
+            _rec(tr, b, t, jt, R_ALPHA, e, math.exp(dl))
+    l_new = add(e, l_ij, pp.l_i)
+    _rec(tr, b, t, jt, R_L_I, l_new, e + l_ij)
+    if m_new != _NINF:
+        lg = log(l_new, pp.l_i)
+        y = add(m_sub, lg, pp.m_i)
+        if tr is not None:
+            _rec(tr, b, t, jt, R_L_I, lg, math.log(l_new))
+        _rec(tr, b, t, jt, R_M_I, y, m_sub + lg)
+        w.lse[0] = y
+    return l_new
+
+
+@jit
+def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
+    """One key tile of the float64 shadow of the lse form (same dataflow in float64), then the state drift
+    (m_i, and l_i relative to m_ij); returns the shadow's (m_i, lse_i)."""
+    ss, ps, accs = w.ss, w.ps, w.accs
+    smax = _NINF
+    for jj in range(nv):
+        smax = fmax(smax, ss[jj])
+    m_new = lses if smax == _NINF else fmax(lses, smax * pp.qk_scale64)
+    m_sub = 0.0 if m_new == _NINF else m_new
+    lij = 0.0
+    for jj in range(nv):
+        ps[jj] = math.exp(ss[jj] * pp.qk_scale64 - m_sub)
+        lij += ps[jj]
+    alpha = 0.0 if ms == _NINF else math.exp(ms - m_sub)
+    l_new = (0.0 if lses == _NINF else math.exp(lses - m_sub)) + lij
+    for d in range(accs.shape[0]):
+        a = accs[d] * alpha
+        for jj in range(nv):
+            a += ps[jj] * o.v64[b, j0 + jj, d]
+        accs[d] = a
+        _srec(tr, b, t, jt, S_ACC, w.acc[d], a)
+    if m_new != _NINF:
+        _srec(tr, b, t, jt, S_M, m_lp, m_new)
+        lses = m_sub + math.log(l_new)
+    _srec(tr, b, t, jt, S_L, l_lp, l_new)
+    return m_new, lses
 
 
 @jit
@@ -525,6 +598,7 @@ def _scratch(bn, dv):
         np.empty(dv),
         np.empty(dv),
         np.ones(dv),
+        np.full(1, _NINF),
     )
 
 
@@ -559,23 +633,41 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
                 qss = mul(pp.qk_scale, o.qs[b, i], pp.scale)
                 _rec(tr, b, t, 0, R_SCALE, qss, pp.qk_scale * o.qs[b, i])
-            m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
+            m_i, l_i, ms, ls = _NINF, 0.0, _NINF, (_NINF if pp.lse else 0.0)  # lse form: ls is the shadow's lse_i
+            w.lse[0] = _NINF
             acc[:] = 0.0
             accs[:] = 0.0
-            for jt in range(n_kv):
+            for pos in range(n_kv):
+                jt = kv_tile(pos, n_kv, t, bm, bn, causal, pp.kv_order)
                 m_i, l_i, nv, j0, rescale, tied = _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss)
                 if tr is not None:
-                    if pp.quantized:
+                    if pp.lse:
+                        ms, ls = _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_i, l_i, ms, ls)
+                    elif pp.quantized:
                         ms, ls = _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_i, l_i / l_unit, ms, ls)
                     else:
                         ms, ls = _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i, ms, ls)
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
+            osc = 1.0  # the lse form's o_scale = exp(m_i - lse_i)
+            if pp.lse:
+                if m_i != _NINF:
+                    dm = sub(m_i, w.lse[0], pp.normalize)
+                    osc = _exp_op(dm, pp.normalize, pp)
+                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, dm, m_i - w.lse[0])
+                    if tr is not None:
+                        _rec(tr, b, t, n_kv_all, R_NORMALIZE, osc, math.exp(dm))
+                ls_div = 1.0 if ms == _NINF else math.exp(ls - ms)  # the shadow's l relative to its m
+                l_i = 0.0 if m_i == _NINF else 1.0  # the stats: m = lse, l = 1
+                m_i = w.lse[0]
             for d in range(dv):
                 a = acc[d]
                 if pp.v_epilogue:
                     a = _epilogue_descale(a, o.vs[b, 0, d], pp, tr, b, t, n_kv_all)
-                if pp.per_step:
+                if pp.lse:
+                    x = mul(a, osc, pp.normalize)
+                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, x, a * osc)
+                elif pp.per_step:
                     x = a
                 else:
                     x = div(a, l_div, pp.normalize)

@@ -17,6 +17,7 @@ K's and V's codes times their block scales and their weights come from the build
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -36,7 +37,7 @@ from simfloat.attention._engine import (
     row_keys,
     tile_span,
 )
-from simfloat.attention._kernels import add, div, exp, exp2_hw, fma, fmax, mul, rnd, row_sum, sub
+from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, kv_tile, log, mul, rnd, row_sum, sub
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
     DELTA_SCORES,
@@ -55,11 +56,12 @@ from simfloat.attention._quant_kernels import (
     R_NEAREST_EVEN,
     block_p_codes,
 )
-from simfloat.hardware import tl_sum_mma_f32
+from simfloat.hardware import ex2_approx_f32, tl_sum_mma_f32
 
 __all__ = ["Engine", "Lanes", "Operands", "units"]
 
 _NINF = -np.inf
+_LOG2E = math.log2(math.e)
 
 
 class Lanes(NamedTuple):
@@ -166,6 +168,21 @@ class _Scratch(NamedTuple):
     rs: Rows
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
+    lse: np.ndarray  # (bm,) the lse form's running lse_i (Plan.state="lse")
+
+
+@ljit
+def _exp1(x, o, pp):
+    """One exponential into op ``o`` as the plan computes it (the reference loop's ``_exp_op``): exp2 (with the
+    ex2 table), ``tl.exp``'s ``o(exp2(o(x * o(log2 e))))`` (``exp_tl``; the H200's ex2.approx not flushed) or e**x."""
+    if pp.exp2:
+        return exp2_hw(x, o, pp.ex2_tab)
+    if pp.exp_tl:
+        t = mul(x, rnd(_LOG2E, o), o)
+        if pp.ex2_tab.size == 0:
+            return exp2(t, o)
+        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
+    return exp(x, o)
 
 
 @ljit
@@ -366,13 +383,14 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     if pp.scores_dequant:
         _dequant_scores(s, nv, b, i, j0, xs, eng)
     smax = _row_max(s, 0, nv)
-    m_new = m_i  # T4
+    m_base = sc.lse[r] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
+    m_new = m_base  # T4
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
         if pp.tie:
             mx = _tie_shifted(mx, s, nv, sscale, pp)
-        m_new = fmax(m_i, mx)
-        if m_new != m_i:
+        m_new = fmax(m_base, mx)
+        if m_new != m_base:
             m_new = rnd(m_new, pp.m_i)
     rescale = True
     if pp.lazy:
@@ -384,8 +402,13 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
             m_new = m_i
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
-    _scaled(p, s, nv, sscale, m_x, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
-    _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+    fused = pp.contract and not (pp.diag_plain and eng.causal and j0 + bn - 1 > i - r)  # T6 in one rounding
+    _scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
+    if pp.exp_tl:
+        for jj in range(nv):
+            p[jj] = _exp1(p[jj], pp.exp, pp)
+    else:
+        _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
     for jj in range(nv, bn):
         p[jj] = 0.0
     alpha = 1.0  # T9
@@ -393,8 +416,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         if m_i == _NINF:
             alpha = 0.0
         else:
-            dm = sub(m_i, m_sub, pp.alpha)
-            alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
+            alpha = _exp1(sub(m_i, m_sub, pp.alpha), pp.alpha, pp)
     if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
         sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
     else:
@@ -413,7 +435,13 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         l_ij = div(isum, pp.p_qmax, pp.l_ij)
     else:
         l_ij = _row_sum_ij(pc if pp.consistent else p, nv, eng)
-    if pp.contract:  # T10
+    if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
+        lse_i = sc.lse[r]
+        e = 0.0 if lse_i == _NINF else _exp1(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp)
+        l_new = add(e, l_ij, pp.l_i)
+        if m_new != _NINF:
+            sc.lse[r] = add(m_sub, log(l_new, pp.l_i), pp.m_i)
+    elif pp.contract:  # T10
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
     else:
         l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
@@ -526,6 +554,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         rows_work(bm, max(bn, dv)),
         np.ones((bm, bn)),
         np.ones(bm),
+        np.full(bm, _NINF),
     )
     for u in range(lo, hi):
         b = u // n_qt
@@ -536,12 +565,13 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         for r in range(r1 - r0):
             sc.m[r] = _NINF
             sc.l[r] = 0.0
+            sc.lse[r] = _NINF
             for d in range(dv):
                 sc.acc[r, d] = 0.0
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale
                 sc.qss[r] = mul(pp.qk_scale, xs.qs[b, r0 + r], pp.scale)
-        for jt in range(n_kv):
-            _tile(b, r0, r1, jt, xs, eng, sc)
+        for pos in range(n_kv):
+            _tile(b, r0, r1, kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order), xs, eng, sc)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
@@ -551,8 +581,14 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
                 _mul_each(o, xs.vs[b, 0], 0, dv, ln.pv_dequant, pp.pv_dequant)
                 if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:  # then P's fixed scale
                     _divide(o, dv, pp.p_qmax, ln.pv_dequant, pp.pv_dequant)
-            if not pp.per_step:  # E1
+            m_i = sc.m[i - r0]
+            if pp.lse:  # E1 of the lse form: o = normalize(acc * o_scale), o_scale = exp(m_i - lse_i)
+                lse_i = sc.lse[i - r0]
+                if m_i != _NINF:
+                    _scale_by(o, dv, _exp1(sub(m_i, lse_i, pp.normalize), pp.normalize, pp), ln.normalize, pp.normalize)
+                m_i, l_i = lse_i, (0.0 if m_i == _NINF else 1.0)  # the stats: m = lse, l = 1
+            elif not pp.per_step:  # E1
                 _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
             _cast(o, 0, dv, ln.out, pp.out)  # E2
-            m_out[b, i] = sc.m[i - r0]
+            m_out[b, i] = m_i
             l_out[b, i] = l_i
