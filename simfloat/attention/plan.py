@@ -222,6 +222,18 @@ class Plan:
             ``scale(opmath(s * opmath(scale)))`` (two roundings), as ``tensor * scale`` does in torch; without
             it ``scale(s * scale_op(scale))``. The ``pytorch-bf16`` / ``pytorch-fp16`` presets set float32
             (as :class:`~simfloat.attention.BackwardPlan`'s ``opmath``).
+        exp2_emu: flash, with ``exp2`` and no quantizers: FlashAttention-4's mix of its software exp2
+            (:func:`simfloat.hardware.ex2_poly_f32`) with the hardware one (``exp2_impl``) for P (T7; alpha
+            stays hardware): ``None`` (off), ``"fa4"`` (the kernel's published tuning table, resolved per call
+            from the head dims, ``causal``, the sequence length and an fp8 ``qk`` input:
+            :func:`simfloat.attention.fa4.ex2_schedule`) or a fixed ``(freq, res, start_frg)``. The key
+            tile's 128 positions form four fragments of 32; in fragment ``j`` the pair of positions starting
+            at even ``k`` takes the polynomial unless ``k % freq < freq - res``, ``j`` is the last fragment or
+            ``j < start_frg`` (``freq`` 0: never). Needs ``block_n`` 128 (the default for such plans).
+        p_offset: flash, with ``exp2`` and no quantizers: FlashAttention-3/4's ``Max_offset`` / ``max_offset``,
+            an integer 0..64: P is ``exp2(x + p_offset)`` (the shift ``scale(m - p_offset)``; P scaled by
+            ``2**p_offset`` before its cast, the fp32 row sum counting the scaled, uncast values); the factor
+            cancels in ``acc / l``. The fp8 presets use 8.
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -294,6 +306,8 @@ class Plan:
     score_scaling: str | None = None
     pv_update: str | None = None
     opmath: FloatFormat | None = None
+    exp2_emu: str | tuple[int, int, int] | None = None
+    p_offset: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -355,8 +369,40 @@ class Plan:
                 raise ValueError(f"Plan.lazy_threshold must be finite and >= 0, got {t}")
             object.__setattr__(self, "lazy_threshold", float(t))
         self._check_tie()
+        self._check_fa4()
         if self.quantized:
             _qp.check_quantized(self)
+
+    def _check_fa4(self) -> None:
+        """exp2_emu and p_offset: values, and the plans they apply to (exp2, no quantizers)."""
+        e, off = self.exp2_emu, self.p_offset
+        if e is not None:
+            if isinstance(e, list):
+                e = tuple(e)
+            ok = e == "fa4" or (
+                isinstance(e, tuple)
+                and len(e) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
+                and e[0] >= 0
+                and 0 <= e[1] <= max(e[0], 0)
+                and e[2] >= 0
+            )
+            if not ok:
+                raise ValueError(
+                    f"Plan.exp2_emu must be None, 'fa4' or (freq, res, start_frg) with freq >= 0, 0 <= res <= freq, "
+                    f"start_frg >= 0; got {self.exp2_emu!r}"
+                )
+            object.__setattr__(self, "exp2_emu", e)
+        if isinstance(off, bool) or not isinstance(off, int):
+            raise TypeError(f"Plan.p_offset must be an int, got {type(off).__name__}")
+        if not 0 <= off <= 64:
+            raise ValueError(f"Plan.p_offset must be in 0..64, got {off}")
+        for what, on in (("exp2_emu", e is not None), ("p_offset", off != 0)):
+            if on and (not self.exp2 or self.quantized):
+                raise ValueError(
+                    f"Plan.{what} models FlashAttention-3/4's exp2 dataflow: it needs exp2=True and a plan without "
+                    "quantizers"
+                )
 
     @property
     def quantized(self) -> bool:
@@ -526,6 +572,8 @@ class Plan:
             + (f", exp2_impl={self.exp2_impl}" if self.exp2_impl != "correctly_rounded" else "")
             + (f", sum_order={self.sum_order}" if self.sum_order != "sequential" else "")
             + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
+            + (f", exp2_emu={self.exp2_emu}" if self.exp2_emu is not None else "")
+            + (f", p_offset={self.p_offset}" if self.p_offset else "")
         )
 
     def params(self, scale: float) -> PlanParams:
@@ -738,6 +786,36 @@ def _h200(fmt: str) -> Plan:
     return dataclasses.replace(_with_hardware(_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
 
 
+def _fa(gen: int, fmt: str) -> Plan:
+    """FlashAttention-3 (``gen`` 3, sm90, ``hopper/``) or -4 (4, sm100, ``flash_attn/cute/``) forward: tensor-core
+    dots of the generation, exp2 with log2(e) folded into an fp32 scale and FMA contraction, the H200's measured
+    ex2.approx.ftz.f32 (FA3 builds with fast math; sm100's is unmeasured, the H200's stands in), fp32 softmax
+    state, P cast to the input format (fp8: scaled by 2**8 first, saturating), bf16 output for fp8 inputs. FA4:
+    its software exp2 mixed in (``exp2_emu="fa4"``) and the row max kept unless it grew by more than 8 (16-bit
+    inputs; fp8: always rescaled)."""
+    f = _format(fmt).name
+    fp8 = fmt == "e4m3"
+    dot = tensor_core("sm90" if gen == 3 else "sm100", f)
+    f32: Any = "float32"  # format names: OpSpecs after __post_init__
+    ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
+    p: Any = _format(f).replace(overflow="saturate", name=f"{f}_satfinite") if fp8 else f  # cvt .satfinite
+    extra: dict[str, Any] = {"exp2_emu": "fa4", "lazy_threshold": None if fp8 else 8.0} if gen == 4 else {}
+    return Plan(
+        f"fa{gen}-{fmt}",
+        qk=dot,
+        pv=dot,
+        p=p,
+        out="bfloat16" if fp8 else f,
+        **ops,
+        exp2=True,
+        contract=True,
+        exp2_impl="h200",
+        p_offset=8 if fp8 else 0,
+        kernel="flash",
+        **extra,
+    )
+
+
 @functools.cache
 def _build() -> dict[str, Plan]:
     out = {"fp64": _uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
@@ -750,6 +828,9 @@ def _build() -> dict[str, Plan]:
         out[f"h200-{fmt}"] = _h200(fmt)
     for fmt in ("bf16", "fp16", "fp32"):
         out[f"pytorch-{fmt}"] = _pytorch(fmt)
+    for gen in (3, 4):
+        for fmt in ("bf16", "fp16", "e4m3"):
+            out[f"fa{gen}-{fmt}"] = _fa(gen, fmt)
     quantized = _qp.quant_table(_quantized)
     assert not set(out) & set(quantized), "one preset table: float and quantized names must differ"
     out.update(quantized)

@@ -40,7 +40,7 @@ from simfloat.attention._quant_kernels import (
     sdot,
     sdot64,
 )
-from simfloat.hardware import ex2_approx_f32
+from simfloat.hardware import ex2_approx_f32, ex2_poly_f32
 from simfloat.trace import STATES, record
 
 __all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "trace_columns", "units", "v_tiles"]
@@ -384,7 +384,10 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             x = sub(y, m_x, pp.scale)
             _rec(tr, b, t, jt, R_SCALE, y, sj * sscale)
             _rec(tr, b, t, jt, R_SCALE, x, y - m_x)
-        pj = _exp_op(x, pp.exp, pp)
+        if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
+            pj = rnd(ex2_poly_f32(x), pp.exp)
+        else:
+            pj = _exp_op(x, pp.exp, pp)
         if tr is not None:
             _rec(tr, b, t, jt, R_EXP, pj, _ex(x, pp))
         p[jj] = pj
@@ -434,9 +437,9 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
 
 
 @jit
-def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls):
+def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls, unit):
     """One key tile of the float64 shadow of a plan without quantizers (same dataflow, same lazy and tie-shift
-    decisions), then the state drift."""
+    decisions), then the state drift (``unit``: the factor ``2**p_offset`` the emulated l and acc carry)."""
     ss, ps, accs = w.ss, w.ps, w.accs
     smax = _NINF
     for jj in range(nv):
@@ -462,7 +465,7 @@ def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, 
         for jj in range(nv):
             a += ps[jj] * o.v64[b, j0 + jj, d]
         accs[d] = a / l_div if pp.per_step else a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d], accs[d])
+        _srec(tr, b, t, jt, S_ACC, w.acc[d] / unit, accs[d])
     if m_new != _NINF:
         _srec(tr, b, t, jt, S_M, m_lp, m_new)
     _srec(tr, b, t, jt, S_L, l_lp, l_new)
@@ -568,7 +571,9 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                     if pp.quantized:
                         ms, ls = _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_i, l_i / l_unit, ms, ls)
                     else:
-                        ms, ls = _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i, ms, ls)
+                        ms, ls = _shadow_float(
+                            o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i / l_unit, ms, ls, l_unit
+                        )
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             for d in range(dv):

@@ -55,7 +55,7 @@ from simfloat.attention._quant_kernels import (
     R_NEAREST_EVEN,
     block_p_codes,
 )
-from simfloat.hardware import tl_sum_mma_f32
+from simfloat.hardware import ex2_poly_f32, tl_sum_mma_f32
 
 __all__ = ["Engine", "Lanes", "Operands", "units"]
 
@@ -166,6 +166,15 @@ class _Scratch(NamedTuple):
     rs: Rows
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
+
+
+@ljit
+def _exp_mixed(p, nv, pp):
+    """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
+    else by the plan's exp2 (``exp2_impl``), as the reference loop."""
+    for jj in range(nv):
+        x = p[jj]
+        p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
 
 
 @ljit
@@ -385,7 +394,10 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     _scaled(p, s, nv, sscale, m_x, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
-    _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+    if pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
+        _exp_mixed(p, nv, pp)
+    else:
+        _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
     for jj in range(nv, bn):
         p[jj] = 0.0
     alpha = 1.0  # T9
