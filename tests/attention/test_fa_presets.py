@@ -108,3 +108,24 @@ def test_checks() -> None:
         plan("triton-bf16").replace(exp2_emu=(4, 5, 0))
     with pytest.raises(TypeError, match="p_offset"):
         plan("triton-bf16").replace(p_offset=8.0)
+
+
+@pytest.mark.parametrize("name", ["fa4-bf16", "fa4-e4m3", "fa3-e4m3"])
+def test_traced_equals_untraced_and_drift_in_units(name: str) -> None:
+    """Tracing changes no bit; the exp op's local error is recorded; the l drift is relative to the shadow's l
+    (the offset's 2**8 taken out: small, not ~255)."""
+    pd = pytest.importorskip("pandas")
+    from simfloat.trace import Tracer
+
+    fmt = name.split("-")[1]
+    q, k, v = _inputs((1, 1, 40, 16), fmt, 3)
+    k2, v2 = _inputs((1, 1, 150, 16), fmt, 4)[:2]
+    tr = Tracer()
+    a = flash(q, k2, v2, plan=name, return_stats=True)
+    b = flash(q, k2, v2, plan=name, return_stats=True, trace=tr)
+    for x, y in zip(a, b, strict=True):
+        assert np.array_equal(x, y)
+    assert tr.by_op().loc["flash"].loc["exp", "max_abs"] > 0
+    drift = tr.state_by_block("rel_max")
+    assert isinstance(drift, pd.DataFrame)
+    assert drift["l_i"].max() < 0.1
