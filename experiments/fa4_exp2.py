@@ -79,21 +79,39 @@ def main() -> None:
         ok = v > 0
         ul = _ulps(u[ok], v[ok])
         f1, f2 = _bf16_diff(u, v)
-        rows.append({"pair": name, "values": int(x.size), "max_ulp_f32": float(ul.max()), "bf16_differ": f1,
-                     "bf16_differ_gt1ulp": f2})
+        rows.append(
+            {
+                "pair": name,
+                "values": int(x.size),
+                "max_ulp_f32": float(ul.max()),
+                "bf16_differ": f1,
+                "bf16_differ_gt1ulp": f2,
+            }
+        )
     pe, he, ce = ex2_poly(every), ex2_approx(every, ftz=True), np.exp2(every.astype(np.float64)).astype(np.float32)
-    for name, (u, v) in {"poly vs hardware (all of [-1,-1/2])": (pe, he),
-                         "poly vs correctly rounded (all of [-1,-1/2])": (pe, ce)}.items():
+    for name, (u, v) in {
+        "poly vs hardware (all of [-1,-1/2])": (pe, he),
+        "poly vs correctly rounded (all of [-1,-1/2])": (pe, ce),
+    }.items():
         f1, f2 = _bf16_diff(u, v)
-        rows.append({"pair": name, "values": int(every.size), "max_ulp_f32": float(_ulps(u, v).max()),
-                     "bf16_differ": f1, "bf16_differ_gt1ulp": f2})
+        rows.append(
+            {
+                "pair": name,
+                "values": int(every.size),
+                "max_ulp_f32": float(_ulps(u, v).max()),
+                "bf16_differ": f1,
+                "bf16_differ_gt1ulp": f2,
+            }
+        )
     with open(a.out / "fa4_exp2.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     for r in rows:
-        print(f"{r['pair']:48s} max {r['max_ulp_f32']:7.0f} ulp  bf16 differ {100 * r['bf16_differ']:.3f}%"
-              f"  (>1 ulp {100 * r['bf16_differ_gt1ulp']:.4f}%)")
+        print(
+            f"{r['pair']:48s} max {r['max_ulp_f32']:7.0f} ulp  bf16 differ {100 * r['bf16_differ']:.3f}%"
+            f"  (>1 ulp {100 * r['bf16_differ_gt1ulp']:.4f}%)"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,11 +120,20 @@ def main() -> None:
     f = np.linspace(0, 1, 4097, endpoint=False).astype(np.float32)
     xs = (f - np.float32(1.0)).astype(np.float32)
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot(xs, _ulps(ex2_poly(xs), np.exp2(xs.astype(np.float64)).astype(np.float32)) *
-            np.sign(ex2_poly(xs).astype(np.float64) - np.exp2(xs.astype(np.float64))), lw=0.8,
-            label="polynomial - correctly rounded")
-    ax.plot(xs, (ex2_approx(xs).astype(np.float64) - np.exp2(xs.astype(np.float64))) /
-            np.spacing(np.exp2(xs).astype(np.float32)), lw=0.8, label="H200 ex2.approx - correctly rounded")
+    ax.plot(
+        xs,
+        _ulps(ex2_poly(xs), np.exp2(xs.astype(np.float64)).astype(np.float32))
+        * np.sign(ex2_poly(xs).astype(np.float64) - np.exp2(xs.astype(np.float64))),
+        lw=0.8,
+        label="polynomial - correctly rounded",
+    )
+    ax.plot(
+        xs,
+        (ex2_approx(xs).astype(np.float64) - np.exp2(xs.astype(np.float64)))
+        / np.spacing(np.exp2(xs).astype(np.float32)),
+        lw=0.8,
+        label="H200 ex2.approx - correctly rounded",
+    )
     ax.axhline(1428, ls=":", c="k", lw=0.6)
     ax.axhline(-1428, ls=":", c="k", lw=0.6)
     ax.set_xlabel("x in [-1, 0)")

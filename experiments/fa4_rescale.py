@@ -58,10 +58,19 @@ def main() -> None:
             for name, pl in variants.items():
                 out = flash(q, k, v, plan=pl, causal=causal)
                 err = np.abs(out - ref)
-                rows.append({"causal": causal, "seq": n, "variant": name, "max_abs": float(err.max()),
-                             "mean_abs": float(err.mean())})
-                print(f"causal={causal!s:5} seq {n:4d} {name:22s} max-abs {err.max():.3e} mean-abs {err.mean():.3e}",
-                      flush=True)
+                rows.append(
+                    {
+                        "causal": causal,
+                        "seq": n,
+                        "variant": name,
+                        "max_abs": float(err.max()),
+                        "mean_abs": float(err.mean()),
+                    }
+                )
+                print(
+                    f"causal={causal!s:5} seq {n:4d} {name:22s} max-abs {err.max():.3e} mean-abs {err.mean():.3e}",
+                    flush=True,
+                )
     with open(a.out / "fa4_rescale.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()

@@ -40,8 +40,8 @@ import numpy as np
 from simfloat._parallel import run_rows
 from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
-from simfloat.attention.fa4 import FA4_TILE_N, ex2_poly_mask, ex2_schedule
 from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
+from simfloat.attention.fa4 import FA4_TILE_N, ex2_poly_mask, ex2_schedule
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
