@@ -799,13 +799,14 @@ def _fa(gen: int, fmt: str) -> Plan:
     f32: Any = "float32"  # format names: OpSpecs after __post_init__
     ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
     p: Any = _format(f).replace(overflow="saturate", name=f"{f}_satfinite") if fp8 else f  # cvt .satfinite
+    out: Any = "bfloat16" if fp8 else f  # FA3/FA4 write fp8 attention's output in bf16
     extra: dict[str, Any] = {"exp2_emu": "fa4", "lazy_threshold": None if fp8 else 8.0} if gen == 4 else {}
     return Plan(
         f"fa{gen}-{fmt}",
         qk=dot,
         pv=dot,
         p=p,
-        out="bfloat16" if fp8 else f,
+        out=out,
         **ops,
         exp2=True,
         contract=True,
