@@ -90,6 +90,7 @@ class FlashParams(NamedTuple):
     p_target: float
     p_scale_zero: float
     ex2_poly: np.ndarray = _NO_POLY  # T7: per key position, 1 = FA4's polynomial exp2 (empty: hardware/exact only)
+    alpha_raw: bool = False  # T4, T9: FA3/4's alpha (and lazy test) from the unscaled maxima
 
 
 def _op(s: OpSpec) -> OpParams:
@@ -149,6 +150,7 @@ def flash_params(pl: Plan, scale: float) -> FlashParams:
             p_elem_op=f64,
             p_target=1.0,
             p_scale_zero=0.0,
+            alpha_raw=pl.alpha_raw,
         )
     qp = pl.quant_params(scale)
     shared = {n: getattr(qp, n) for n in _SHARED}

@@ -234,6 +234,11 @@ class Plan:
             an integer 0..64: P is ``exp2(x + p_offset)`` (the shift ``scale(m - p_offset)``; P scaled by
             ``2**p_offset`` before its cast, the fp32 row sum counting the scaled, uncast values); the factor
             cancels in ``acc / l``. The fp8 presets use 8.
+        alpha_raw: flash, no quantizers, no ``tie_shift``: FlashAttention-3/4's alpha from the unscaled row maxima
+            ``r`` (the scores' max, before the scale): ``d = alpha(alpha(r_old - r_new) * qk_scale)``, alpha
+            ``exp2(d)``, and lazy rescaling keeps the max while ``d >= -lazy_threshold`` (FA4's test); off: alpha
+            ``exp2(alpha(m_old - m_new))`` of the scaled maxima and the test ``m_i(m_new - m_old) > threshold``
+            (the Triton kernels). The same in exact arithmetic; the roundings differ.
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -308,6 +313,7 @@ class Plan:
     opmath: FloatFormat | None = None
     exp2_emu: str | tuple[int, int, int] | None = None
     p_offset: int = 0
+    alpha_raw: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -397,6 +403,10 @@ class Plan:
             raise TypeError(f"Plan.p_offset must be an int, got {type(off).__name__}")
         if not 0 <= off <= 64:
             raise ValueError(f"Plan.p_offset must be in 0..64, got {off}")
+        if not isinstance(self.alpha_raw, bool):
+            raise TypeError(f"Plan.alpha_raw must be a bool, got {type(self.alpha_raw).__name__}")
+        if self.alpha_raw and (self.quantized or self.tie_shift is not None):
+            raise ValueError("Plan.alpha_raw (FA3/FA4's alpha) takes a plan without quantizers and without tie_shift")
         for what, on in (("exp2_emu", e is not None), ("p_offset", off != 0)):
             if on and (not self.exp2 or self.quantized):
                 raise ValueError(
@@ -574,6 +584,7 @@ class Plan:
             + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
             + (f", exp2_emu={self.exp2_emu}" if self.exp2_emu is not None else "")
             + (f", p_offset={self.p_offset}" if self.p_offset else "")
+            + (", alpha_raw=True" if self.alpha_raw else "")
         )
 
     def params(self, scale: float) -> PlanParams:
@@ -790,7 +801,8 @@ def _fa(gen: int, fmt: str) -> Plan:
     """FlashAttention-3 (``gen`` 3, sm90, ``hopper/``) or -4 (4, sm100, ``flash_attn/cute/``) forward: tensor-core
     dots of the generation, exp2 with log2(e) folded into an fp32 scale and FMA contraction, the H200's measured
     ex2.approx.ftz.f32 (FA3 builds with fast math; sm100's is unmeasured, the H200's stands in), fp32 softmax
-    state, P cast to the input format (fp8: scaled by 2**8 first, saturating), bf16 output for fp8 inputs. FA4:
+    state, alpha from the unscaled maxima, P cast to the input format (fp8: scaled by 2**8 first, saturating),
+    bf16 output for fp8 inputs. FA4:
     its software exp2 mixed in (``exp2_emu="fa4"``) and the row max kept unless it grew by more than 8 (16-bit
     inputs; fp8: always rescaled)."""
     f = _format(fmt).name
@@ -812,6 +824,7 @@ def _fa(gen: int, fmt: str) -> Plan:
         contract=True,
         exp2_impl="h200",
         p_offset=8 if fp8 else 0,
+        alpha_raw=True,
         kernel="flash",
         **extra,
     )
@@ -947,6 +960,11 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
             (tl.sum in the mma layout): bit for bit with the GPU's m_i / l_i where the dot model is exact.
         ``pytorch-<fmt>`` (baseline): each matmul accumulated in fp32 from zero and rounded once into <fmt>,
             scale in <fmt>, softmax in fp32, P read by the P.V matmul as <fmt>, output <fmt>.
+        ``fa3-<fmt>`` / ``fa4-<fmt>`` (bf16, fp16, e4m3): FlashAttention-3's (sm90) and -4's (sm100) forward
+            (``_fa``): their tensor-core dots, the H200's exp2 (sm100's is unmeasured), alpha from the unscaled
+            maxima (``alpha_raw``), fp8 P scaled by 2**8 and saturating (``p_offset``); FA4 mixes in its
+            software exp2 (``exp2_emu="fa4"``, block_n 128) and keeps the max unless it grew by more than 8
+            (16-bit inputs). The key tiles run from the first (the kernels walk them from the last).
         fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
 
     Presets with quantizers (:mod:`simfloat.attention.quantized`; all with fp32 arithmetic, exp2 with log2(e) folded

@@ -129,3 +129,42 @@ def test_traced_equals_untraced_and_drift_in_units(name: str) -> None:
     drift = tr.state_by_block("rel_max")
     assert isinstance(drift, pd.DataFrame)
     assert drift["l_i"].max() < 0.1
+
+
+def test_alpha_from_unscaled_maxima_against_numpy() -> None:
+    """alpha_raw: two key tiles, scores exact in float32 (small integers); l equals the float32 replica
+    ``fma(l_1, exp2(rn(rn(r_1 - r_2) * qk_scale)), l_ij)`` with the H200's exp2; the scaled form differs here."""
+    rng = np.random.default_rng(11)
+    d = 16
+    q = rng.integers(-2, 3, (1, 1, 6, d)).astype(np.float64)
+    k = rng.integers(-2, 3, (1, 1, 256, d)).astype(np.float64)
+    k[0, 0, 128:] += 1.0  # the second tile's maxima grow
+    v = np.asarray(sf.round(rng.standard_normal((1, 1, 256, d)), "bf16"))
+    pl = plan("fa3-bf16")
+    assert pl.alpha_raw
+    scale = 0.37
+    _, _, l_emu = flash(q, k, v, plan=pl, scale=scale, block_n=128, return_stats=True)
+    _, _, l_scaled = flash(q, k, v, plan=pl.replace(alpha_raw=False), scale=scale, block_n=128, return_stats=True)
+    sc = np.float32(np.float32(scale) * np.float32(np.log2(np.e)))
+    s = (q[0, 0] @ k[0, 0].T).astype(np.float32)
+    f32 = np.float32
+
+    def tile_sum(x: np.ndarray) -> np.float32:
+        acc = f32(0.0)
+        for pj in ex2_approx(x, ftz=True):
+            acc = f32(acc + pj)
+        return acc
+
+    differs = 0
+    for i in range(6):
+        r1, r2 = s[i, :128].max(), max(s[i, :128].max(), s[i, 128:].max())
+        m1, m2 = f32(r1 * np.float64(sc)), f32(r2 * np.float64(sc))
+        x1 = (s[i, :128].astype(np.float64) * np.float64(sc) - np.float64(m1)).astype(f32)
+        x2 = (s[i, 128:].astype(np.float64) * np.float64(sc) - np.float64(m2)).astype(f32)
+        l1 = tile_sum(x1)
+        d_raw = f32(np.float64(f32(r1 - r2)) * np.float64(sc))
+        alpha = ex2_approx(np.array([d_raw], dtype=f32), ftz=True)[0]
+        l2 = f32(np.float64(l1) * np.float64(alpha) + np.float64(tile_sum(x2)))  # fma: exact product, one rounding
+        assert l_emu[0, 0, i] == l2
+        differs += int(l_scaled[0, 0, i] != l2)
+    assert differs > 0

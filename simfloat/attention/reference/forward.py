@@ -128,6 +128,7 @@ class _Scratch(NamedTuple):
     acc: np.ndarray  # (dv,)
     accs: np.ndarray  # (dv,) the shadow's accumulator
     vs_fin: np.ndarray  # (dv,) the epilogue's V scale (quantized shadow)
+    mr: np.ndarray  # (1,) the row's unscaled running max (Plan.alpha_raw)
 
 
 @jit
@@ -175,6 +176,16 @@ def _dequant_score(o, pp, tr, b, t, i, jt, key, x):
         _rec(tr, b, t, jt, R_DEQUANT, y, z + o.ds[b, t, key])
         return y
     return z
+
+
+@jit
+def _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt):
+    """FA3/4's alpha argument from the unscaled maxima: ``alpha(alpha(r_old - r_new) * sscale)``."""
+    x = sub(r_old, r_new, pp.alpha)
+    y = mul(x, sscale, pp.alpha)
+    _rec(tr, b, t, jt, R_ALPHA, x, r_old - r_new)
+    _rec(tr, b, t, jt, R_ALPHA, y, x * sscale)
+    return y
 
 
 @jit
@@ -349,6 +360,8 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale)
     m_new = m_i  # T4
     tied = False  # T4's tie shift fired (the shadow takes the same decision)
+    r_old = w.mr[0]  # alpha_raw: the unscaled running max
+    r_new = fmax(r_old, smax) if smax != _NINF else r_old
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
         _rec(tr, b, t, jt, R_SCALE, mx, smax * sscale)
@@ -363,12 +376,16 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     if pp.lazy:
         if m_i == _NINF:
             rescale = m_new > _NINF
+        elif pp.alpha_raw:  # FA4: keep the max while d = (r_old - r_new) * scale >= -threshold
+            rescale = not (_raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt) >= -pp.threshold)
         else:
             dm = sub(m_new, m_i, pp.m_i)
             _rec(tr, b, t, jt, R_M_I, dm, m_new - m_i)
             rescale = dm > pp.threshold
         if not rescale:
             m_new = m_i
+            r_new = r_old
+    w.mr[0] = r_new
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub  # the shift in P's exponent
     if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
@@ -398,9 +415,12 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
         if m_i == _NINF:
             alpha = 0.0
         else:
-            dm = sub(m_i, m_sub, pp.alpha)
+            if pp.alpha_raw:  # FA3/4: exp2(alpha(alpha(r_old - r_new) * scale))
+                dm = _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt)
+            else:
+                dm = sub(m_i, m_sub, pp.alpha)
+                _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
             alpha = _exp_op(dm, pp.alpha, pp)
-            _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
             if tr is not None:
                 _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
     s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
@@ -528,6 +548,7 @@ def _scratch(bn, dv):
         np.empty(dv),
         np.empty(dv),
         np.ones(dv),
+        np.full(1, _NINF),
     )
 
 
@@ -563,6 +584,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 qss = mul(pp.qk_scale, o.qs[b, i], pp.scale)
                 _rec(tr, b, t, 0, R_SCALE, qss, pp.qk_scale * o.qs[b, i])
             m_i, l_i, ms, ls = _NINF, 0.0, _NINF, 0.0
+            w.mr[0] = _NINF
             acc[:] = 0.0
             accs[:] = 0.0
             for jt in range(n_kv):

@@ -166,6 +166,7 @@ class _Scratch(NamedTuple):
     rs: Rows
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
+    mr: np.ndarray  # (bm,) the unscaled running maxima (Plan.alpha_raw)
 
 
 @ljit
@@ -376,6 +377,8 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         _dequant_scores(s, nv, b, i, j0, xs, eng)
     smax = _row_max(s, 0, nv)
     m_new = m_i  # T4
+    r_old = sc.mr[r]  # alpha_raw: the unscaled running max
+    r_new = fmax(r_old, smax) if smax != _NINF else r_old
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
         if pp.tie:
@@ -387,10 +390,14 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     if pp.lazy:
         if m_i == _NINF:
             rescale = m_new > _NINF
+        elif pp.alpha_raw:  # FA4: keep the max while d = (r_old - r_new) * scale >= -threshold
+            rescale = not (mul(sub(r_old, r_new, pp.alpha), sscale, pp.alpha) >= -pp.threshold)
         else:
             rescale = sub(m_new, m_i, pp.m_i) > pp.threshold
         if not rescale:
             m_new = m_i
+            r_new = r_old
+    sc.mr[r] = r_new
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     _scaled(p, s, nv, sscale, m_x, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
@@ -405,7 +412,10 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         if m_i == _NINF:
             alpha = 0.0
         else:
-            dm = sub(m_i, m_sub, pp.alpha)
+            if pp.alpha_raw:  # FA3/4: exp2(alpha(alpha(r_old - r_new) * scale))
+                dm = mul(sub(r_old, r_new, pp.alpha), sscale, pp.alpha)
+            else:
+                dm = sub(m_i, m_sub, pp.alpha)
             alpha = exp2_hw(dm, pp.alpha, pp.ex2_tab) if pp.exp2 else exp(dm, pp.alpha)
     if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
         sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
@@ -538,6 +548,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         rows_work(bm, max(bn, dv)),
         np.ones((bm, bn)),
         np.ones(bm),
+        np.empty(bm),
     )
     for u in range(lo, hi):
         b = u // n_qt
@@ -547,6 +558,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         n_kv = (kv_hi + bn - 1) // bn
         for r in range(r1 - r0):
             sc.m[r] = _NINF
+            sc.mr[r] = _NINF
             sc.l[r] = 0.0
             for d in range(dv):
                 sc.acc[r, d] = 0.0
