@@ -9,6 +9,11 @@
   docs/results/h200-validation.md ("Emulator vs the H200"). Positive inputs outside [1, 2) use the same
   construction without probe data (flash attention only feeds x <= 0).
   ``ftz``: subnormal inputs read as 0 (result 1), results below 2^-126 flushed to +0.
+* :func:`ex2_poly_f32` / :func:`ex2_poly`: FlashAttention-4's software exp2 (``ex2_emulation`` of
+  ``flash_attn/cute/utils.py``, sm100): ``x`` clamped at -127 (``max.f32``), split by a round-down add into
+  ``n = floor(x)`` and the fraction ``f = x - n`` (rounded to nearest), ``2^f`` by a degree-3 polynomial in
+  Horner form (three float32 FMAs, coefficients :data:`FA4_EX2_POLY`), then ``n`` added into the exponent field
+  as an integer. An algorithm, not a measurement: exact at integers, about 1.4e3 float32 ulps from 2^x at worst.
 * :func:`exp_approx`: ``tl.exp`` = ``ex2.approx.f32(rn32(x * 1.4426950f))`` (not flushed).
 * :func:`mma_tree_sum`: the order of ``tl.sum(p, axis=1)`` over a tile in the tensor-core (mma / wgmma)
   accumulator layout with 4 warps stacked along M (Triton's layout for the flash kernel's chained dots,
@@ -32,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from simfloat._jit import bits_f32, bits_f64, f32_bits, jit, ljit
+from simfloat._jit import bits_f32, bits_f64, f32_bits, fma32, jit, ljit
 
 __all__ = [
     "H200_EX2_SHA256",
@@ -48,6 +53,9 @@ __all__ = [
     "ex2_approx_f32",
     "ex2_approx",
     "exp_approx",
+    "ex2_poly_f32",
+    "ex2_poly",
+    "FA4_EX2_POLY",
     "add_f32",
     "mma_tree_sum",
     "tl_sum_mma",
@@ -253,6 +261,47 @@ def ex2_approx(x: np.ndarray, ftz: bool = True, table: str | Ex2Table = "h200") 
     out = np.empty(xf.size, dtype=np.float64)
     tab = table.table if isinstance(table, Ex2Table) else ex2_table(table)
     _ex2_array(xf.reshape(-1), out, tab, bool(ftz))
+    return out.astype(np.float32).reshape(xf.shape)
+
+
+#: FlashAttention-4's degree-3 polynomial for 2^f on [0, 1), lowest degree first (float32 values; the published
+#: ``POLY_EX2[3]`` of ``flash_attn/cute/utils.py``)
+FA4_EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
+_P0, _P1, _P2, _P3 = (np.float32(c) for c in FA4_EX2_POLY)
+
+
+@jit
+def ex2_poly_f32(x: float) -> float:
+    """FlashAttention-4's software exp2 of a float32 value ``x`` <= 127 (given as a float), as a float (the float32
+    value of the kernel's bits).
+
+    ``xc = max(x, -127)`` (NaN gives -127, as ``max.f32``); ``n = floor(xc)`` (the kernel's ``add.rm`` of
+    1.5 * 2^23, exact); ``f = rn(xc - n)``; ``p = fma(fma(fma(c3, f, c2), f, c1), f, c0)`` in float32; the result's
+    bits are ``bits(p) + n * 2^23`` (32-bit integer add: ``n`` lands in the exponent field; -127 gives +0 and
+    exponents below -126 give subnormal-pattern values, as the kernel's integer add does)."""
+    xc = x if x > -127.0 else -127.0
+    n = math.floor(xc)
+    f = fma32(np.float32(1.0), np.float32(xc), np.float32(-n))  # xc - n, one rounding
+    p = fma32(fma32(fma32(_P3, f, _P2), f, _P1), f, _P0)
+    v = (np.int64(f32_bits(p)) + np.int64(n) * 8388608) & 0xFFFFFFFF
+    if v >= 2147483648:
+        v -= 4294967296
+    return np.float64(bits_f32(np.int32(v)))
+
+
+@jit
+def _poly_array(x, out):
+    for n in range(x.size):
+        out[n] = ex2_poly_f32(float(x[n]))
+
+
+def ex2_poly(x: np.ndarray) -> np.ndarray:
+    """:func:`ex2_poly_f32` on a float32 array (float32 result; inputs <= 127)."""
+    xf = np.ascontiguousarray(x, dtype=np.float32)
+    if np.any(xf > 127.0):
+        raise ValueError("ex2_poly: FlashAttention-4's software exp2 takes inputs <= 127 (the kernel assumes it)")
+    out = np.empty(xf.size, dtype=np.float64)
+    _poly_array(xf.reshape(-1), out)
     return out.astype(np.float32).reshape(xf.shape)
 
 

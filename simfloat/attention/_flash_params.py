@@ -30,6 +30,9 @@ from simfloat.attention.plan import Plan
 __all__ = ["FlashParams", "flash_params"]
 
 _F64 = OpSpec("float64")
+#: no polynomial exp2 (Plan.exp2_emu None); read-only, as every array numba compiles the loop for
+_NO_POLY = np.zeros(0, dtype=np.int8)
+_NO_POLY.setflags(write=False)
 
 
 class FlashParams(NamedTuple):
@@ -89,6 +92,8 @@ class FlashParams(NamedTuple):
     p_elem_op: OpParams
     p_target: float
     p_scale_zero: float
+    ex2_poly: np.ndarray = _NO_POLY  # T7: per key position, 1 = FA4's polynomial exp2 (empty: hardware/exact only)
+    alpha_raw: bool = False  # T4, T9: FA3/4's alpha (and lazy test) from the unscaled maxima
 
 
 def _op(s: OpSpec) -> OpParams:
@@ -134,7 +139,7 @@ def flash_params(pl: Plan, scale: float) -> FlashParams:
             scores_dequant=False,
             folded=False,
             delta_mode=_qk.DELTA_NONE,
-            p_shift=0.0,
+            p_shift=float(pl.p_offset),  # FA3/4's max offset: P = exp2(x + p_offset)
             v_epilogue=False,
             pv_mode=_qk.PV_INTO_ACC,
             consistent=False,
@@ -143,7 +148,7 @@ def flash_params(pl: Plan, scale: float) -> FlashParams:
             p_pre_op=f64,
             p_arith=f64,
             p_code=pp.p,
-            p_qmax=1.0,
+            p_qmax=float(2**pl.p_offset),  # the factor the offset puts into l and acc (the traces' unit)
             p_rule=0,
             p_two_level=False,
             p_block=1,
@@ -151,6 +156,7 @@ def flash_params(pl: Plan, scale: float) -> FlashParams:
             p_elem_op=f64,
             p_target=1.0,
             p_scale_zero=0.0,
+            alpha_raw=pl.alpha_raw,
         )
     qp = pl.quant_params(scale)
     shared = {n: getattr(qp, n) for n in _SHARED}

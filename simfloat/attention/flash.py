@@ -47,6 +47,7 @@ from simfloat._parallel import run_rows
 from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
+from simfloat.attention.fa4 import FA4_TILE_N, ex2_poly_mask, ex2_schedule
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
@@ -121,12 +122,16 @@ def flash(
         return _quantized(q, k, v, pl, block_m, block_n, tiles, causal, scale, trace, return_stats, engine, layout)
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
     which = check_engine(engine, x.trace is not None)
+    if x.plan.exp2_emu is not None and block_n is None and tiles is None:
+        block_n = FA4_TILE_N  # the kernel's key tile, which its exp2 mix is laid out over
     block_m, block_n = pick_tiles(block_m, block_n, tiles, x.q.shape[-1])
     bm_req, bn_req = block(block_m, "block_m"), block(block_n, "block_n")
     fp = flash_params(x.plan, x.scale)
     n_lead, seq_q = x.q.shape[:2]
     seq_k, dv = x.v.shape[1:]
     bm, bn = clamp_blocks(bm_req, bn_req, seq_q, seq_k, x.plan.pv)
+    if x.plan.exp2_emu is not None:  # FA4: which key positions take the software exp2
+        fp = fp._replace(ex2_poly=ex2_poly_mask(_ex2_schedule(x.plan, x.q.shape[-1], dv, x.causal, seq_q), bn_req, bn))
     n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
@@ -162,6 +167,16 @@ def flash(
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
     return out
+
+
+def _ex2_schedule(pl: Plan, d: int, dv: int, causal: bool, seq_q: int) -> tuple[int, int, int]:
+    """A plan's FA4 exp2 mix ``(freq, res, start_frg)``: fixed, or (``"fa4"``) the kernel's table for the call."""
+    e = pl.exp2_emu
+    if isinstance(e, tuple):
+        return e
+    f = pl.p.fmt  # fp8 inputs: P cast to fp8 for the fp8 P.V
+    fp8 = f.exponent_bits + f.mantissa_bits + 1 <= 8
+    return ex2_schedule(d, dv, causal, seq_q, fp8)
 
 
 def _quantized(

@@ -248,6 +248,23 @@ class Plan:
             Triton tutorial's masked stage, which adds the mask to the scaled scores (``qk * qk_scale + mask``,
             the fma rounding the product alone) and then subtracts ``m_ij``: ``scale(scale(s * qk_scale) - m)``
             there, one fma elsewhere. Default True (every tile alike).
+        exp2_emu: flash, with ``exp2`` and no quantizers: FlashAttention-4's mix of its software exp2
+            (:func:`simfloat.hardware.ex2_poly_f32`) with the hardware one (``exp2_impl``) for P (T7; alpha
+            stays hardware): ``None`` (off), ``"fa4"`` (the kernel's published tuning table, resolved per call
+            from the head dims, ``causal``, the sequence length and an fp8 ``qk`` input:
+            :func:`simfloat.attention.fa4.ex2_schedule`) or a fixed ``(freq, res, start_frg)``. The key
+            tile's 128 positions form four fragments of 32; in fragment ``j`` the pair of positions starting
+            at even ``k`` takes the polynomial unless ``k % freq < freq - res``, ``j`` is the last fragment or
+            ``j < start_frg`` (``freq`` 0: never). Needs ``block_n`` 128 (the default for such plans).
+        p_offset: flash, with ``exp2`` and no quantizers: FlashAttention-3/4's ``Max_offset`` / ``max_offset``,
+            an integer 0..64: P is ``exp2(x + p_offset)`` (the shift ``scale(m - p_offset)``; P scaled by
+            ``2**p_offset`` before its cast, the fp32 row sum counting the scaled, uncast values); the factor
+            cancels in ``acc / l``. The fp8 presets use 8.
+        alpha_raw: flash, no quantizers, no ``tie_shift``: FlashAttention-3/4's alpha from the unscaled row maxima
+            ``r`` (the scores' max, before the scale): ``d = alpha(alpha(r_old - r_new) * qk_scale)``, alpha
+            ``exp2(d)``, and lazy rescaling keeps the max while ``d >= -lazy_threshold`` (FA4's test); off: alpha
+            ``exp2(alpha(m_old - m_new))`` of the scaled maxima and the test ``m_i(m_new - m_old) > threshold``
+            (the Triton kernels). The same in exact arithmetic; the roundings differ.
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -323,6 +340,9 @@ class Plan:
     state: str = "m_l"
     kv_order: str = "forward"
     contract_diagonal: bool = True
+    exp2_emu: str | tuple[int, int, int] | None = None
+    p_offset: int = 0
+    alpha_raw: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -385,8 +405,44 @@ class Plan:
             object.__setattr__(self, "lazy_threshold", float(t))
         self._check_tie()
         self._check_dataflow()
+        self._check_fa4()
         if self.quantized:
             _qp.check_quantized(self)
+
+    def _check_fa4(self) -> None:
+        """exp2_emu and p_offset: values, and the plans they apply to (exp2, no quantizers)."""
+        e, off = self.exp2_emu, self.p_offset
+        if e is not None:
+            if isinstance(e, list):
+                e = tuple(e)
+            ok = e == "fa4" or (
+                isinstance(e, tuple)
+                and len(e) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
+                and e[0] >= 0
+                and 0 <= e[1] <= max(e[0], 0)
+                and e[2] >= 0
+            )
+            if not ok:
+                raise ValueError(
+                    f"Plan.exp2_emu must be None, 'fa4' or (freq, res, start_frg) with freq >= 0, 0 <= res <= freq, "
+                    f"start_frg >= 0; got {self.exp2_emu!r}"
+                )
+            object.__setattr__(self, "exp2_emu", e)
+        if isinstance(off, bool) or not isinstance(off, int):
+            raise TypeError(f"Plan.p_offset must be an int, got {type(off).__name__}")
+        if not 0 <= off <= 64:
+            raise ValueError(f"Plan.p_offset must be in 0..64, got {off}")
+        if not isinstance(self.alpha_raw, bool):
+            raise TypeError(f"Plan.alpha_raw must be a bool, got {type(self.alpha_raw).__name__}")
+        if self.alpha_raw and (self.quantized or self.tie_shift is not None):
+            raise ValueError("Plan.alpha_raw (FA3/FA4's alpha) takes a plan without quantizers and without tie_shift")
+        for what, on in (("exp2_emu", e is not None), ("p_offset", off != 0)):
+            if on and (not self.exp2 or self.quantized):
+                raise ValueError(
+                    f"Plan.{what} models FlashAttention-3/4's exp2 dataflow: it needs exp2=True and a plan without "
+                    "quantizers"
+                )
 
     @property
     def quantized(self) -> bool:
@@ -415,6 +471,7 @@ class Plan:
                     ("normalization='per_step'", self.normalization == "per_step"),
                     ("lazy_threshold", self.lazy_threshold is not None),
                     ("tie_shift", self.tie_shift is not None),
+                    ("alpha_raw=True", self.alpha_raw),
                 )
                 if on
             ]
@@ -579,6 +636,9 @@ class Plan:
             + (f", state={self.state}" if self.state != "m_l" else "")
             + (f", kv_order={self.kv_order}" if self.kv_order != "forward" else "")
             + (", contract_diagonal=False" if not self.contract_diagonal else "")
+            + (f", exp2_emu={self.exp2_emu}" if self.exp2_emu is not None else "")
+            + (f", p_offset={self.p_offset}" if self.p_offset else "")
+            + (", alpha_raw=True" if self.alpha_raw else "")
         )
 
     def params(self, scale: float) -> PlanParams:
@@ -807,6 +867,39 @@ def _h200(fmt: str) -> Plan:
     return dataclasses.replace(_with_hardware(_triton(fmt), fmt, "h200"), name=f"h200-{fmt}")
 
 
+def _fa(gen: int, fmt: str) -> Plan:
+    """FlashAttention-3 (``gen`` 3, sm90, ``hopper/``) or -4 (4, sm100, ``flash_attn/cute/``) forward: tensor-core
+    dots of the generation, exp2 with log2(e) folded into an fp32 scale and FMA contraction, the H200's measured
+    ex2.approx.ftz.f32 (FA3 builds with fast math; sm100's is unmeasured, the H200's stands in), fp32 softmax
+    state, alpha from the unscaled maxima, P cast to the input format (fp8: scaled by 2**8 first, saturating),
+    bf16 output for fp8 inputs. FA4:
+    its software exp2 mixed in (``exp2_emu="fa4"``) and the row max kept unless it grew by more than 8 (16-bit
+    inputs; fp8: always rescaled)."""
+    f = _format(fmt).name
+    fp8 = fmt == "e4m3"
+    dot = tensor_core("sm90" if gen == 3 else "sm100", f)
+    f32: Any = "float32"  # format names: OpSpecs after __post_init__
+    ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
+    p: Any = _format(f).replace(overflow="saturate", name=f"{f}_satfinite") if fp8 else f  # cvt .satfinite
+    out: Any = "bfloat16" if fp8 else f  # FA3/FA4 write fp8 attention's output in bf16
+    extra: dict[str, Any] = {"exp2_emu": "fa4", "lazy_threshold": None if fp8 else 8.0} if gen == 4 else {}
+    return Plan(
+        f"fa{gen}-{fmt}",
+        qk=dot,
+        pv=dot,
+        p=p,
+        out=out,
+        **ops,
+        exp2=True,
+        contract=True,
+        exp2_impl="h200",
+        p_offset=8 if fp8 else 0,
+        alpha_raw=True,
+        kernel="flash",
+        **extra,
+    )
+
+
 @functools.cache
 def _build() -> dict[str, Plan]:
     out = {"fp64": _uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
@@ -822,6 +915,9 @@ def _build() -> dict[str, Plan]:
     for fmt in ("bf16", "fp16"):
         out[f"flashattn-triton-{fmt}"] = _flashattn_triton(fmt)
     out["triton-tutorial-fp16"] = _triton_tutorial("fp16")
+    for gen in (3, 4):
+        for fmt in ("bf16", "fp16", "e4m3"):
+            out[f"fa{gen}-{fmt}"] = _fa(gen, fmt)
     quantized = _qp.quant_table(_quantized)
     assert not set(out) & set(quantized), "one preset table: float and quantized names must differ"
     out.update(quantized)
@@ -946,6 +1042,11 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
             ``m_ij`` apart); the same bits as ``triton-fp16`` without ``causal``.
         ``pytorch-<fmt>`` (baseline): each matmul accumulated in fp32 from zero and rounded once into <fmt>,
             scale in <fmt>, softmax in fp32, P read by the P.V matmul as <fmt>, output <fmt>.
+        ``fa3-<fmt>`` / ``fa4-<fmt>`` (bf16, fp16, e4m3): FlashAttention-3's (sm90) and -4's (sm100) forward
+            (``_fa``): their tensor-core dots, the H200's exp2 (sm100's is unmeasured), alpha from the unscaled
+            maxima (``alpha_raw``), fp8 P scaled by 2**8 and saturating (``p_offset``); FA4 mixes in its
+            software exp2 (``exp2_emu="fa4"``, block_n 128) and keeps the max unless it grew by more than 8
+            (16-bit inputs). The key tiles run from the first (the kernels walk them from the last).
         fmt is one of bf16, fp16, fp32, tf32, e4m3, e5m2 (pytorch: bf16, fp16, fp32).
 
     Presets with quantizers (:mod:`simfloat.attention.quantized`; all with fp32 arithmetic, exp2 with log2(e) folded

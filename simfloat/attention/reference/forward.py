@@ -55,7 +55,7 @@ from simfloat.attention._quant_kernels import (
     sdot,
     sdot64,
 )
-from simfloat.hardware import ex2_approx_f32
+from simfloat.hardware import ex2_approx_f32, ex2_poly_f32
 from simfloat.trace import STATES, record
 
 __all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "trace_columns", "units", "v_tiles"]
@@ -144,6 +144,7 @@ class _Scratch(NamedTuple):
     accs: np.ndarray  # (dv,) the shadow's accumulator
     vs_fin: np.ndarray  # (dv,) the epilogue's V scale (quantized shadow)
     lse: np.ndarray  # (1,) the lse form's running lse_i (Plan.state="lse")
+    mr: np.ndarray  # (1,) the row's unscaled running max (Plan.alpha_raw)
 
 
 @jit
@@ -191,6 +192,16 @@ def _dequant_score(o, pp, tr, b, t, i, jt, key, x):
         _rec(tr, b, t, jt, R_DEQUANT, y, z + o.ds[b, t, key])
         return y
     return z
+
+
+@jit
+def _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt):
+    """FA3/4's alpha argument from the unscaled maxima: ``alpha(alpha(r_old - r_new) * sscale)``."""
+    x = sub(r_old, r_new, pp.alpha)
+    y = mul(x, sscale, pp.alpha)
+    _rec(tr, b, t, jt, R_ALPHA, x, r_old - r_new)
+    _rec(tr, b, t, jt, R_ALPHA, y, x * sscale)
+    return y
 
 
 @jit
@@ -366,6 +377,8 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     m_base = w.lse[0] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
     m_new = m_base  # T4
     tied = False  # T4's tie shift fired (the shadow takes the same decision)
+    r_old = w.mr[0]  # alpha_raw: the unscaled running max
+    r_new = fmax(r_old, smax) if smax != _NINF else r_old
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
         _rec(tr, b, t, jt, R_SCALE, mx, smax * sscale)
@@ -380,12 +393,16 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     if pp.lazy:
         if m_i == _NINF:
             rescale = m_new > _NINF
+        elif pp.alpha_raw:  # FA4: keep the max while d = (r_old - r_new) * scale >= -threshold
+            rescale = not (_raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt) >= -pp.threshold)
         else:
             dm = sub(m_new, m_i, pp.m_i)
             _rec(tr, b, t, jt, R_M_I, dm, m_new - m_i)
             rescale = dm > pp.threshold
         if not rescale:
             m_new = m_i
+            r_new = r_old
+    w.mr[0] = r_new
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub  # the shift in P's exponent
     if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
@@ -402,7 +419,10 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             x = sub(y, m_x, pp.scale)
             _rec(tr, b, t, jt, R_SCALE, y, sj * sscale)
             _rec(tr, b, t, jt, R_SCALE, x, y - m_x)
-        pj = _exp_op(x, pp.exp, pp)
+        if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
+            pj = rnd(ex2_poly_f32(x), pp.exp)
+        else:
+            pj = _exp_op(x, pp.exp, pp)
         if tr is not None:
             _rec(tr, b, t, jt, R_EXP, pj, _ex(x, pp))
         p[jj] = pj
@@ -413,9 +433,12 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
         if m_i == _NINF:
             alpha = 0.0
         else:
-            dm = sub(m_i, m_sub, pp.alpha)
+            if pp.alpha_raw:  # FA3/4: exp2(alpha(alpha(r_old - r_new) * scale))
+                dm = _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt)
+            else:
+                dm = sub(m_i, m_sub, pp.alpha)
+                _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
             alpha = _exp_op(dm, pp.alpha, pp)
-            _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
             if tr is not None:
                 _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
     s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
@@ -507,9 +530,9 @@ def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
 
 
 @jit
-def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls):
+def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls, unit):
     """One key tile of the float64 shadow of a plan without quantizers (same dataflow, same lazy and tie-shift
-    decisions), then the state drift."""
+    decisions), then the state drift (``unit``: the factor ``2**p_offset`` the emulated l and acc carry)."""
     ss, ps, accs = w.ss, w.ps, w.accs
     smax = _NINF
     for jj in range(nv):
@@ -535,7 +558,7 @@ def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, 
         for jj in range(nv):
             a += ps[jj] * o.v64[b, j0 + jj, d]
         accs[d] = a / l_div if pp.per_step else a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d], accs[d])
+        _srec(tr, b, t, jt, S_ACC, w.acc[d] / unit, accs[d])
     if m_new != _NINF:
         _srec(tr, b, t, jt, S_M, m_lp, m_new)
     _srec(tr, b, t, jt, S_L, l_lp, l_new)
@@ -599,6 +622,7 @@ def _scratch(bn, dv):
         np.empty(dv),
         np.ones(dv),
         np.full(1, _NINF),
+        np.empty(1),
     )
 
 
@@ -635,6 +659,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 _rec(tr, b, t, 0, R_SCALE, qss, pp.qk_scale * o.qs[b, i])
             m_i, l_i, ms, ls = _NINF, 0.0, _NINF, (_NINF if pp.lse else 0.0)  # lse form: ls is the shadow's lse_i
             w.lse[0] = _NINF
+            w.mr[0] = _NINF
             acc[:] = 0.0
             accs[:] = 0.0
             for pos in range(n_kv):
@@ -646,7 +671,9 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                     elif pp.quantized:
                         ms, ls = _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_i, l_i / l_unit, ms, ls)
                     else:
-                        ms, ls = _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i, ms, ls)
+                        ms, ls = _shadow_float(
+                            o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i / l_unit, ms, ls, l_unit
+                        )
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             osc = 1.0  # the lse form's o_scale = exp(m_i - lse_i)

@@ -56,7 +56,7 @@ from simfloat.attention._quant_kernels import (
     R_NEAREST_EVEN,
     block_p_codes,
 )
-from simfloat.hardware import ex2_approx_f32, tl_sum_mma_f32
+from simfloat.hardware import ex2_approx_f32, ex2_poly_f32, tl_sum_mma_f32
 
 __all__ = ["Engine", "Lanes", "Operands", "units"]
 
@@ -169,6 +169,7 @@ class _Scratch(NamedTuple):
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
     lse: np.ndarray  # (bm,) the lse form's running lse_i (Plan.state="lse")
+    mr: np.ndarray  # (bm,) the unscaled running maxima (Plan.alpha_raw)
 
 
 @ljit
@@ -183,6 +184,15 @@ def _exp1(x, o, pp):
             return exp2(t, o)
         return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
     return exp(x, o)
+
+
+@ljit
+def _exp_mixed(p, nv, pp):
+    """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
+    else by the plan's exp2 (``exp2_impl``), as the reference loop."""
+    for jj in range(nv):
+        x = p[jj]
+        p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
 
 
 @ljit
@@ -385,6 +395,8 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     smax = _row_max(s, 0, nv)
     m_base = sc.lse[r] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
     m_new = m_base  # T4
+    r_old = sc.mr[r]  # alpha_raw: the unscaled running max
+    r_new = fmax(r_old, smax) if smax != _NINF else r_old
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
         if pp.tie:
@@ -396,10 +408,14 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     if pp.lazy:
         if m_i == _NINF:
             rescale = m_new > _NINF
+        elif pp.alpha_raw:  # FA4: keep the max while d = (r_old - r_new) * scale >= -threshold
+            rescale = not (mul(sub(r_old, r_new, pp.alpha), sscale, pp.alpha) >= -pp.threshold)
         else:
             rescale = sub(m_new, m_i, pp.m_i) > pp.threshold
         if not rescale:
             m_new = m_i
+            r_new = r_old
+    sc.mr[r] = r_new
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     fused = pp.contract and not (pp.diag_plain and eng.causal and j0 + bn - 1 > i - r)  # T6 in one rounding
@@ -407,6 +423,8 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     if pp.exp_tl:
         for jj in range(nv):
             p[jj] = _exp1(p[jj], pp.exp, pp)
+    elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
+        _exp_mixed(p, nv, pp)
     else:
         _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
     for jj in range(nv, bn):
@@ -416,7 +434,11 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         if m_i == _NINF:
             alpha = 0.0
         else:
-            alpha = _exp1(sub(m_i, m_sub, pp.alpha), pp.alpha, pp)
+            if pp.alpha_raw:  # FA3/4: exp2(alpha(alpha(r_old - r_new) * scale))
+                dm = mul(sub(r_old, r_new, pp.alpha), sscale, pp.alpha)
+            else:
+                dm = sub(m_i, m_sub, pp.alpha)
+            alpha = _exp1(dm, pp.alpha, pp)
     if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
         sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
     else:
@@ -555,6 +577,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         np.ones((bm, bn)),
         np.ones(bm),
         np.full(bm, _NINF),
+        np.empty(bm),
     )
     for u in range(lo, hi):
         b = u // n_qt
@@ -564,6 +587,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         n_kv = (kv_hi + bn - 1) // bn
         for r in range(r1 - r0):
             sc.m[r] = _NINF
+            sc.mr[r] = _NINF
             sc.l[r] = 0.0
             sc.lse[r] = _NINF
             for d in range(dv):
