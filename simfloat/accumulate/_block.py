@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._jit import jit, ljit
-from simfloat._lanes import lround, lround_ne, lround_rz, pow2_of, recip_pow2
+from simfloat._lanes import lround, lround_ne, lround_rz, lround_rz_f32, pow2_of, recip_pow2, rz_f32
 from simfloat.rounding import RoundingMode
 
 
@@ -184,7 +184,10 @@ def _normalize(c, n, r, w):
     """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
     dispatched here, outside the loop)."""
     tot, back = w.tot, w.back
-    if r.mode == RoundingMode.TOWARD_ZERO:
+    if rz_f32(r):
+        for j in range(n):
+            c[j] = lround_rz_f32(tot[j] * back[j])
+    elif r.mode == RoundingMode.TOWARD_ZERO:
         for j in range(n):
             c[j] = lround_rz(tot[j] * back[j], r)
     elif r.mode == RoundingMode.NEAREST_EVEN:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, jit, ljit
-from simfloat._lanes import recip_pow2
+from simfloat._lanes import lround_rz_f32, recip_pow2, rz_f32
 from simfloat.accumulate._block import _acc_weight, _normalize
 from simfloat.accumulate._mma import K_BLOCK, MMA, N_FMA32
 
@@ -206,21 +206,54 @@ def _block_step32(a, e, sh, B32, EB32, c, n, lo, hi, mp, w):
     _normalize(c, n, mp.acc, w)
 
 
+@ljit
+def _scales32_2(c, c2, n, mp, w, w2, sh, sh2):
+    """:func:`_scales32` for two rows (shifted by ``sh``, ``sh2``) in one pass over the outputs."""
+    em32, s32, t32, back, tot = w.em32, w.s32, w.t32, w.back, w.tot
+    fm32, f32s, u32, back2, tot2 = w2.em32, w2.s32, w2.t32, w2.back, w2.tot
+    inv, inv2 = 1.0 / (sh * mp.b_shift), 1.0 / (sh2 * mp.b_shift)
+    two_f = mp.two_f
+    inv_f = 1.0 / two_f
+    for j in range(n):
+        e = max(_acc_weight(c[j], mp), np.float64(em32[j]) * inv)
+        s = two_f * recip_pow2(e) if e != 0.0 else 0.0
+        back[j] = e * inv_f
+        tot[j] = np.trunc(c[j] * s) + 0.0
+        v = s * inv
+        s32[j] = np.float32(v if v <= 2.0**126 else 0.0)
+        t32[j] = 0
+        e2 = max(_acc_weight(c2[j], mp), np.float64(fm32[j]) * inv2)
+        s2 = two_f * recip_pow2(e2) if e2 != 0.0 else 0.0
+        back2[j] = e2 * inv_f
+        tot2[j] = np.trunc(c2[j] * s2) + 0.0
+        v2 = s2 * inv2
+        f32s[j] = np.float32(v2 if v2 <= 2.0**126 else 0.0)
+        u32[j] = 0
+
+
 @jit
 def _block_step32_2(a, e, sh, a2, e2, sh2, B32, EB32, c, c2, n, lo, hi, mp, w, w2):
-    """:func:`_block_step32` for two rows, the same bits as two calls."""
+    """:func:`_block_step32` for two rows, the same bits as two calls; an IEEE float32 accumulator rounded toward
+    zero (the tensor cores' own, :func:`simfloat._lanes.rz_f32`) is summed and rounded in one pass over the
+    outputs (:func:`simfloat._lanes.lround_rz_f32`)."""
     em, em2 = w.em32, w2.em32
     for j in range(n):
         em[j] = np.float32(0.0)
         em2[j] = np.float32(0.0)
     _weights32_2(e, e2, EB32, em, em2, lo, hi, n)
-    _scales32(c, n, mp, w, sh)
-    _scales32(c2, n, mp, w2, sh2)
+    _scales32_2(c, c2, n, mp, w, w2, sh, sh2)
     _terms32_2(a, a2, B32, w.s32, w2.s32, w.t32, w2.t32, lo, hi, n)
-    _sum32(n, w)
-    _sum32(n, w2)
-    _normalize(c, n, mp.acc, w)
-    _normalize(c2, n, mp.acc, w2)
+    if rz_f32(mp.acc):
+        tot, t32, back = w.tot, w.t32, w.back
+        tot2, u32, back2 = w2.tot, w2.t32, w2.back
+        for j in range(n):
+            c[j] = lround_rz_f32((tot[j] + np.float64(t32[j])) * back[j])
+            c2[j] = lround_rz_f32((tot2[j] + np.float64(u32[j])) * back2[j])
+    else:
+        _sum32(n, w)
+        _sum32(n, w2)
+        _normalize(c, n, mp.acc, w)
+        _normalize(c2, n, mp.acc, w2)
 
 
 def operand32(mp: MMA, b: np.ndarray, eb: np.ndarray, *, rows: bool = True) -> tuple[MMA, np.ndarray, np.ndarray]:
