@@ -54,6 +54,8 @@ __all__ = [
     "ldiv_ne",
     "lround_ne",
     "lround_rz",
+    "lround_rz_f32",
+    "rz_f32",
     "pow2_of",
     "recip_pow2",
     "ro_fold",
@@ -254,6 +256,43 @@ def lround_rz(x, r):
     big = min(max(pow2_of(x), r.tiny), r.top)
     v = np.trunc(x * (r.two_m * recip_pow2(big))) * (big * r.two_neg_m)
     return _finish(v, x, r)
+
+
+_HIGH35 = np.uint64(((1 << 64) - 1) ^ ((1 << 29) - 1))  # a float64 less its fraction bits below float32's 23
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+@ljit
+def rz_f32(r):
+    """Whether the lane is IEEE float32 (subnormals, inf, -0) rounding toward zero: :func:`lround_rz_f32` gives
+    its bits."""
+    return (
+        r.fast
+        and not r.native
+        and r.mode == RoundingMode.TOWARD_ZERO
+        and r.m == 23
+        and r.emin == -126
+        and r.top == 2.0**128
+        and r.max_value == _F32_MAX
+        and not r.ftz
+        and not r.unsigned_zero
+        and r.ovf_pos == _F32_MAX
+        and r.ovf_neg == -_F32_MAX
+        and r.inf_pos == np.inf
+        and r.inf_neg == -np.inf
+    )
+
+
+@ljit
+def lround_rz_f32(x):
+    """:func:`lround_rz` for a lane of which :func:`rz_f32` holds, in fewer operations: in float32's normal range
+    the rounding clears the float64 fraction bits below float32's 23 (an integer and), below it truncates to a
+    multiple of 2**-149; beyond float32's largest value the largest (toward zero), inf and NaN as they are."""
+    ax = np.abs(x)
+    v = bits_f64(f64_bits(x) & _HIGH35)
+    v = v if ax >= 2.0**-126 else np.trunc(x * 2.0**149) * 2.0**-149
+    v = np.copysign(_F32_MAX, x) if ax > _F32_MAX else v
+    return x if (ax == np.inf) | (x != x) else v
 
 
 @ljit
