@@ -872,7 +872,8 @@ def _fa(gen: int, fmt: str) -> Plan:
     dots of the generation, exp2 with log2(e) folded into an fp32 scale and FMA contraction, the H200's measured
     ex2.approx.ftz.f32 (FA3 builds with fast math; sm100's is unmeasured, the H200's stands in), fp32 softmax
     state, alpha from the unscaled maxima, P cast to the input format (fp8: scaled by 2**8 first, saturating),
-    bf16 output for fp8 inputs. FA4:
+    bf16 output for fp8 inputs, the key tiles walked last first (``kv_order="reverse"``, as both kernels'
+    mainloops). FA4:
     its software exp2 mixed in (``exp2_emu="fa4"``) and the row max kept unless it grew by more than 8 (16-bit
     inputs; fp8: always rescaled)."""
     f = _format(fmt).name
@@ -895,6 +896,7 @@ def _fa(gen: int, fmt: str) -> Plan:
         exp2_impl="h200",
         p_offset=8 if fp8 else 0,
         alpha_raw=True,
+        kv_order="reverse",
         kernel="flash",
         **extra,
     )
