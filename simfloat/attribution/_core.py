@@ -151,9 +151,18 @@ class _Runner:
     output, then runs them once each. ``inputs``: the operands by variant (None: as given; a format name: rounded
     into it, for the plans whose input format does not hold them)."""
 
-    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None) -> None:
+    def __init__(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        causal: bool,
+        scale: float | None,
+        mask: np.ndarray | None = None,
+    ) -> None:
         self.inputs: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {None: (q, k, v)}
         self.causal, self.scale = causal, scale
+        self.mask = mask  # (..., rows of q, seq_k): a masked call's per-row mask (dense), or None
         self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
         self.golden: dict[str | None, tuple[object, ...]] = {}
 
@@ -192,6 +201,8 @@ class _Runner:
         tr = Tracer() if traced else None
         qs = q[..., job["rows"], :] if traced else q
         kw: dict[str, Any] = dict(plan=job["plan"], causal=causal, scale=self.scale, trace=tr)
+        if self.mask is not None and q.shape[-2] == self.mask.shape[-2]:  # (not the estimate's slices)
+            kw["attn_mask"] = self.mask[..., job["rows"], :] if traced else self.mask
         if job["kernel"] == "flash":
             return _flash_kernel(qs, k, v, block_m=job["bm"], block_n=job["bn"], **kw), tr
         return _baseline_kernel(qs, k, v, **kw), tr
@@ -377,6 +388,43 @@ def _rounding_note(plans: list[Plan], q: np.ndarray, k: np.ndarray, v: np.ndarra
     return out
 
 
+def _dense_mask(
+    q: np.ndarray,
+    k: np.ndarray,
+    causal: object,
+    attn_mask: object,
+    key_lengths: object,
+    window: object,
+    causal_align: object,
+) -> np.ndarray | None:
+    """A masked call's mask as one (..., seq_q, seq_k) array every run takes as ``attn_mask``: the visible keys
+    (bool), or with an additive mask its values with -inf where a row sees no key; None without a mask."""
+    from simfloat.attention._masks import DENSE_ADD, resolve_mask
+    from simfloat.rounding import round as _round
+
+    if attn_mask is None and key_lengths is None and window is None and causal_align == "top-left":
+        return None
+    # the kernels' leading dims: q's heads (grouped-query k, v have fewer), broadcast with the batch dims
+    lead = np.broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2] if q.ndim > 2 else ()
+    spec = resolve_mask(
+        lead=lead,
+        seq_q=q.shape[-2],
+        seq_k=k.shape[-2],
+        causal=bool(causal),
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        fmt_round=lambda a: np.asarray(_round(a, "float64"), dtype=np.float64),
+    )
+    if spec is None:
+        return None
+    shape = lead + (q.shape[-2], k.shape[-2])
+    if spec.mask.dense != DENSE_ADD:
+        return spec.visible.reshape(shape).copy()
+    return np.where(spec.visible, spec.mask.bias[spec.mask.bmap], -np.inf).reshape(shape)
+
+
 def attribute(
     q: np.ndarray | SdpaCall | str | os.PathLike[str],
     k: np.ndarray | None = None,
@@ -401,6 +449,10 @@ def attribute(
     call: int | None = None,
     heads: Sequence[int] | None = None,
     estimate: bool | Callable[[Estimate], None] = False,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
 ) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
 
@@ -464,6 +516,10 @@ def attribute(
         estimate: True or a callable ``estimate(Estimate)``: before the first run, time each kind of run on a
             small slice of the inputs and predict the whole job (:class:`Estimate`, kept in
             ``meta["estimate_s"]``); the callable hears it first (and may raise to stop before any run).
+        attn_mask, key_lengths, window, causal_align: a mask, as for :func:`simfloat.attention.flash`, on
+            every run (golden, isolation, ablation, tiles, traced rows); a row that sees no key gives 0. Every
+            run takes it as each row's dense mask (the bits of the structured mask: skipped tiles are exact
+            no-ops), so ``rows`` may be used with it. Not with ``bounds``.
 
     Returns:
         An :class:`Attribution` (DataFrames ``isolation, ablation, tiles, steps, flash_vs_baseline, by_block,
@@ -520,7 +576,12 @@ def attribute(
 
     qs = q if sel is None else q[..., sel, :]
     rounding = _rounding_note(plans, q, k, v)
-    run = _Runner(qs, k, v, bool(causal), scale)
+    dense = _dense_mask(q, k, causal, attn_mask, key_lengths, window, causal_align)
+    if dense is not None and bounds:
+        raise ValueError("bounds=True does not model masks: leave attn_mask, key_lengths and window out")
+    if dense is not None and sel is not None:
+        dense = dense[..., sel, :]
+    run = _Runner(qs, k, v, bool(causal), scale, dense)
     run.need_golden()
     keys: dict[str, Any] = {}
     for p in plans:
