@@ -931,8 +931,10 @@ def flash_backward(
             masked pairs have p = ds = 0 (B3: ``where`` for a bool mask; an additive mask is added to the
             scaled scores as in the forward, then lse is subtracted: ``scale(z - lse)``); the structured masks
             decide the query tiles a key tile walks (dK, dV) and the key tiles a query tile walks (dQ).
-        empty_rows: rows that see no key: ``"zero"`` (they add nothing: the kernels, torch), ``"nan"`` (SDPA's
-            math: dq of the row NaN, and dk, dv of its lead's key/value head NaN) or ``"raise"``.
+        empty_rows: rows that see no key: ``"raise"`` names the first; ``"zero"`` (they add nothing) and
+            ``"nan"`` (dq of the row NaN, and dk, dv of its lead's key/value head NaN) apply only to an lse the
+            caller made finite there: such a row's lse is -inf, which :func:`lse_from_stats` and this function
+            refuse (a ValueError).
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with

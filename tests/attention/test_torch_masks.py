@@ -65,7 +65,7 @@ def test_bf16_masked_flash_is_the_emulator_bit_for_bit():
         for a, b in zip(grads, want, strict=True):
             assert np.array_equal(a.double().numpy(), b)
         ref = F.scaled_dot_product_attention(
-            *(x.double() for x in (q, k, v)), attn_mask=mask.double() if mask.dtype != torch.bool else mask
+            *(x.detach().double() for x in (q, k, v)), attn_mask=mask.double() if mask.dtype != torch.bool else mask
         )
         assert float((out.detach().double() - ref).abs().max()) < 0.05
 
