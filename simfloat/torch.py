@@ -199,11 +199,22 @@ def timings(reset: bool = False) -> dict[str, float]:
     return out
 
 
+def _mask_numpy(m: torch.Tensor | None) -> np.ndarray | None:
+    """An SDPA attn_mask as the emulator takes it: bool stays bool (True keeps), a float mask float64 (exact)."""
+    if m is None:
+        return None
+    m = m.detach().to("cpu")
+    if m.dtype == torch.bool:
+        return m.contiguous().numpy()
+    return m.to(torch.float64).contiguous().numpy()
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cfg):
+    def forward(ctx, q, k, v, cfg, mask=None):
         t0 = time.perf_counter()
         qa, ka, va = _numpy(q), _numpy(k), _numpy(v)
+        ctx.mask = mask
         if cfg.kernel == "flash":
             o, m, l = flash(  # noqa: E741
                 qa,
@@ -215,10 +226,11 @@ class _Attention(torch.autograd.Function):
                 causal=cfg.causal,
                 scale=cfg.scale,
                 return_stats=True,
+                attn_mask=mask,
             )
             ctx.o, ctx.lse = o, lse_from_stats(m, l, plan=cfg.backward_plan)
         else:
-            o = baseline(qa, ka, va, plan=cfg.plan, causal=cfg.causal, scale=cfg.scale)
+            o = baseline(qa, ka, va, plan=cfg.plan, causal=cfg.causal, scale=cfg.scale, attn_mask=mask)
         ctx.arrays, ctx.cfg = (qa, ka, va), cfg
         ctx.like = tuple((x.dtype, x.device) for x in (q, k, v))
         out = _tensor(o, q.dtype, q.device)
@@ -244,13 +256,16 @@ class _Attention(torch.autograd.Function):
                 block_n=cfg.block_n,
                 causal=cfg.causal,
                 scale=cfg.scale,
+                attn_mask=ctx.mask,
             )
         else:
-            dq, dk, dv = baseline_backward(qa, ka, va, do, plan=cfg.backward_plan, causal=cfg.causal, scale=cfg.scale)
+            dq, dk, dv = baseline_backward(
+                qa, ka, va, do, plan=cfg.backward_plan, causal=cfg.causal, scale=cfg.scale, attn_mask=ctx.mask
+            )
         (tq, dq_dev), (tk, dk_dev), (tv, dv_dev) = ctx.like
         grads = _tensor(dq, tq, dq_dev), _tensor(dk, tk, dk_dev), _tensor(dv, tv, dv_dev)
         _count("backward", t0)
-        return grads + (None,)
+        return grads + (None, None)
 
 
 def _check_tensors(q: object, k: object, v: object) -> None:
@@ -284,6 +299,7 @@ def attention(
     block_m: int = 64,
     block_n: int = 64,
     scale: float | None = None,
+    attn_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Emulated attention with an emulated backward, differentiable in q, k, v.
 
@@ -293,6 +309,10 @@ def attention(
             divides heads (grouped-query attention, see the module docstring).
         plan: forward plan or preset name, or an :class:`AttentionConfig` (then the other settings must be left
             at their defaults). backward_plan, kernel, causal, block_m, block_n, scale: see :func:`config`.
+        attn_mask: None, or SDPA's mask: a bool tensor (True keeps) or a float tensor added to the scaled
+            scores, broadcastable to (batch, heads, seq_q, seq_k) (:func:`simfloat.attention.flash`'s
+            ``attn_mask``: how each kernel adds it, and a row that sees no key gives 0, as torch's). Not
+            differentiable (a mask that requires grad is an error).
 
     Returns:
         (batch, heads, seq_q, head_dim_v) tensor of q's dtype and device: the emulator's output cast into it.
@@ -317,7 +337,14 @@ def attention(
             scale=scale,
         )
     _check_tensors(q, k, v)
-    return _Attention.apply(q, k, v, cfg)
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask.requires_grad:
+            raise NotImplementedError("attn_mask requires grad: the emulator has no gradient for the mask")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            raise TypeError(f"attn_mask must be bool (True keeps) or floating (added), got {attn_mask.dtype}")
+    return _Attention.apply(q, k, v, cfg, _mask_numpy(attn_mask))
 
 
 # -- the modules making the calls, torch's fast path, and what bypasses SDPA --------------------------------
@@ -464,12 +491,14 @@ def _routed_sdpa(
         kw = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal, "scale": scale}
         return original(query, key, value, enable_gqa=enable_gqa, **kw)  # type: ignore[operator]
     base: AttentionConfig = stack[-1][0]
-    if attn_mask is not None:
-        raise NotImplementedError("emulate_sdpa: attn_mask is not emulated (only None; use is_causal for a mask)")
+    if attn_mask is not None and is_causal:
+        raise ValueError("emulate_sdpa: pass attn_mask or is_causal=True, not both (as torch requires)")
     if dropout_p != 0.0:
         raise NotImplementedError(f"emulate_sdpa: dropout_p must be 0 (got {dropout_p}): dropout is not emulated")
     if query.dim() == 3:  # (batch, seq, dim): one head
         query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+        if attn_mask is not None and attn_mask.dim() == 3:  # (batch, seq_q, seq_k): the head axis
+            attn_mask = attn_mask.unsqueeze(1)
         squeeze = True
     else:
         squeeze = False
@@ -487,7 +516,7 @@ def _routed_sdpa(
         block_n=base.block_n,
         scale=scale if scale is not None else base.scale,
     )
-    out = attention(query, key, value, plan=cfg)
+    out = attention(query, key, value, plan=cfg, attn_mask=attn_mask)
     _count_call()
     return out.squeeze(1) if squeeze else out
 
@@ -522,7 +551,7 @@ def emulate_sdpa(
     Raises:
         ValueError: on entry, the errors of :func:`config`; inside, differing head counts without ``enable_gqa``.
         TypeError: on entry, the errors of :func:`config`.
-        NotImplementedError: inside, an ``attn_mask`` other than None or a ``dropout_p`` other than 0.
+        NotImplementedError: inside, a ``dropout_p`` other than 0, or an ``attn_mask`` that requires grad.
 
     Warns:
         RoutingWarning: an ``nn.MultiheadAttention`` that computed attention without the function (named), and

@@ -116,3 +116,30 @@ def serial(fn):
 
 def _rel(a, b):
     return np.abs(a - b).max() / np.abs(b).max()
+
+
+def masked_attention(q, k, v, keep=None, bias=None, scale=None):
+    """Float64 SDPA math with a mask (numpy): ``softmax(scale * q @ k^T + bias, masked -inf) @ v``; ``keep``
+    (bool, True keeps) and ``bias`` (additive) broadcast to (..., seq_q, seq_k). A row that keeps no key
+    gives NaN (the softmax of no keys)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ np.swapaxes(k, -1, -2)) * scale
+    if bias is not None:
+        s = s + bias
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        m = s.max(-1, keepdims=True)
+        p = np.exp(s - m)
+        return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def window_keep(seq_q, seq_k, left=-1, right=-1, off=0, kv_len=None):
+    """(seq_q, seq_k) bool: flash-attn's window_size (-1: unbounded) with the diagonal shifted by ``off``
+    (bottom-right: seq_k - seq_q) and keys past ``kv_len`` dropped, written element by element."""
+    keep = np.zeros((seq_q, seq_k), dtype=bool)
+    kv = seq_k if kv_len is None else kv_len
+    for i in range(seq_q):
+        for j in range(kv):
+            keep[i, j] = (right < 0 or j <= i + off + right) and (left < 0 or j >= i + off - left)
+    return keep

@@ -38,6 +38,7 @@ from simfloat._lanes import (
 )
 from simfloat.accumulate._rows import MMA, row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, sub
+from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span
 from simfloat.hardware import ex2_approx_f32
 from simfloat.rounding import RoundingMode
 
@@ -84,6 +85,7 @@ class Operands(NamedTuple):
         v: (L, Sk, Dv) values. ev: their weights.
         kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
             (:func:`simfloat.accumulate._rows.operand32`); else one empty matrix per tile.
+        mk: the call's :class:`~simfloat.attention._masks.KeyMask` (``NO_MASK``: none beyond ``causal``).
     """
 
     q: np.ndarray
@@ -96,6 +98,7 @@ class Operands(NamedTuple):
     ekt32: np.ndarray
     v32: np.ndarray
     ev32: np.ndarray
+    mk: KeyMask = NO_MASK
 
 
 # -- element-wise ops over a row segment ---------------------------------------------------------------------
@@ -288,6 +291,10 @@ def baseline_units(lo, hi, xs, out, eng):
         b = r // seq_q
         i = r - b * seq_q
         jv = min(seq_k, i + 1) if eng.causal else seq_k
+        k_lo = 0
+        if xs.mk.on:
+            k_lo, jv = row_span(xs.mk, eng.causal, b, i, seq_k)
+            jv = max(0, jv)
         for c in range(n_ch):
             lo_c = c * width
             n = min(width, jv - lo_c)
@@ -303,11 +310,24 @@ def baseline_units(lo, hi, xs, out, eng):
             _cast(s, 0, jv, ln.scale, pp.scale)
         else:
             _scale_by(s, jv, pp.sm_scale, ln.scale, pp.scale)
+        mk = xs.mk
+        if mk.dense == DENSE_ADD:  # torch's scores + attn_mask (in the opmath type, then cast)
+            for j in range(jv):
+                bv = mk.bias[mk.bmap[b], i, j]
+                s[j] = rnd(add(s[j], bv, pp.opmath), pp.scale) if pp.opmath_on else add(s[j], bv, pp.scale)
         _cast(s, 0, jv, ln.softmax, pp.softmax)
+        if mk.on:  # masked keys: -inf
+            for j in range(jv):
+                if key_masked(mk, b, i, j, k_lo):
+                    s[j] = _NINF
         m = _row_max(s, 0, jv)
         # softmax(s - m), one rounding; `no` a runtime False, not the literal: the helpers compile once, as flash's
         _scaled(s, s, jv, 1.0, m, no, no, ln.softmax, pp.softmax)
         _exp_of(s, jv, no, ln.softmax, pp.softmax, pp.ex2_tab[:0])
+        if mk.on:  # masked keys: P = 0
+            for j in range(jv):
+                if key_masked(mk, b, i, j, k_lo):
+                    s[j] = 0.0
         tot = _seq_sum(s, jv, ln.softmax, pp.softmax, False)
         _divide(s, jv, 1.0 if tot == 0.0 else tot, ln.softmax, pp.softmax)
         for j in range(jv, seq_k):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from simfloat.attention._masks import MaskSpec
 from simfloat.attention.backward_plan import BackwardPlan
 from simfloat.attention.plan import Plan, plan
 from simfloat.trace import Tracer
@@ -158,6 +159,7 @@ class Inputs:
     ) -> None:
         self.q, self.k, self.v, self.lead = q, k, v, lead
         self.scale, self.causal, self.plan, self.trace = scale, causal, plan, trace
+        self.mask: MaskSpec | None = None  # a masked call's resolved mask
 
     @property
     def n_lead(self) -> int:
@@ -370,6 +372,10 @@ def _overflowed_op(
     index ``b``: that row rerun alone through ``kernel``, traced (its keys: all, or the first i + 1 with a causal
     mask, which is the same dataflow). None if the trace finds none."""
     keys = min(i + 1, x.k.shape[1]) if x.causal else x.k.shape[1]
+    spec = x.mask  # a masked call: the row with its own mask over every key
+    extra = {} if spec is None else {"attn_mask": spec.row_mask(b, i)}
+    if spec is not None:
+        keys = x.k.shape[1]
     q1, k1, v1 = x.q[b : b + 1, i : i + 1], x.k[b : b + 1, :keys], x.v[b : b + 1, :keys]
     tr = Tracer()
     _diagnosing.on = True
@@ -377,9 +383,9 @@ def _overflowed_op(
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             if kernel.__name__ == "flash":
-                kernel(q1, k1, v1, plan=x.plan, block_m=block_m, block_n=block_n, scale=x.scale, trace=tr)
+                kernel(q1, k1, v1, plan=x.plan, block_m=block_m, block_n=block_n, scale=x.scale, trace=tr, **extra)
             else:
-                kernel(q1, k1, v1, plan=x.plan, scale=x.scale, trace=tr)
+                kernel(q1, k1, v1, plan=x.plan, scale=x.scale, trace=tr, **extra)
     finally:
         _diagnosing.on = False
     run = tr.runs[0]

@@ -64,12 +64,24 @@ from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, check_input_format, check_qkv, from_layout, kv_group, operand, to_layout
 from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
+from simfloat.attention._masks import (
+    DENSE_ADD,
+    NO_MASK,
+    KeyMask,
+    key_masked,
+    qtile_range,
+    resolve_mask,
+    row_span,
+    tile_range,
+)
 from simfloat.attention.backward_plan import FLASH_BACKWARD_OPS, BackwardParams, BackwardPlan, backward_plan
 from simfloat.attention.plan import OpSpec
 from simfloat.formats import FloatFormat
 from simfloat.ops import log_dd
 from simfloat.rounding import round as _round
 from simfloat.trace import Tracer, record
+
+_LOG2E = math.log2(math.e)
 
 __all__ = ["BACKWARD_STATES", "TRACED_BACKWARD_OPS", "baseline_backward", "flash_backward", "lse_from_stats"]
 
@@ -109,6 +121,8 @@ class BwdEngine(NamedTuple):
         bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
         dq_order: (L, n_qt, n_kv) int64, with atomic dQ: per query lead and query tile the key tiles it sees in
             the order of their adds (Q4b), then the rest; else empty.
+        mk: the call's :class:`~simfloat.attention._masks.KeyMask` (per query lead; ``NO_MASK``: none beyond
+            ``causal``).
     """
 
     pp: object
@@ -126,6 +140,7 @@ class BwdEngine(NamedTuple):
     seq_k: int
     group: int
     dq_order: np.ndarray
+    mk: KeyMask = NO_MASK
 
 
 class BwdOperands(NamedTuple):
@@ -209,14 +224,33 @@ def _epilogue(x, n, scaled, eng):
 
 
 @jit
+def _mask_scores(s, nv, b, i, j0, lo, pp, mk):
+    """B3: row i's masked keys get -inf; with an additive mask the scores become
+    ``scale(fma(s, qk_scale, bias'))`` (``contract``; else ``scale(scale(s * qk_scale) + bias')``), ``bias' =
+    scale(bias * scale(log2 e))`` under exp2, as the forward's T3."""
+    l2e = rnd(_LOG2E, pp.scale)
+    for jj in range(nv):
+        if key_masked(mk, b, i, j0 + jj, lo):
+            s[jj] = -np.inf
+        elif mk.dense == DENSE_ADD:
+            bv = mk.bias[mk.bmap[b], i, j0 + jj]
+            b2 = mul(bv, l2e, pp.scale) if pp.exp2 else bv
+            if pp.contract:
+                s[jj] = fma(s[jj], pp.qk_scale, b2, pp.scale)
+            else:
+                s[jj] = add(mul(s[jj], pp.qk_scale, pp.scale), b2, pp.scale)
+
+
+@jit
 def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
     """Key/value lead indices [lo, hi): every key tile with the query tiles of every query head of its group
     (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``. With atomic dQ, Q4a's
     contributions go to ``cb`` (L, seq_q, n_kv, d), zeros on entry, and dq is left to :func:`_dq_units`."""
-    pp, ln = eng.pp, eng.ln
+    pp, ln, mk = eng.pp, eng.ln, eng.mk
     bm, bn, seq_q, seq_k, group = eng.bm, eng.bn, eng.seq_q, eng.seq_k, eng.group
     d, dvd = xs.q.shape[2], xs.do.shape[2]
     n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
+    sscale = 1.0 if mk.dense == DENSE_ADD else pp.qk_scale  # an additive mask's scores are scaled already
     s, x, dpr, y = np.zeros(bn), np.zeros(bn), np.zeros(bn), np.zeros(bn)
     yin, ey = np.zeros(bn), np.zeros(bn)
     pt, dst = np.zeros((bn, bm)), np.zeros((bn, bm))
@@ -235,9 +269,12 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
             dka[:, :] = 0.0
             dva[:, :] = 0.0
             t0 = j0 // bm if eng.causal else 0
+            t1 = n_qt
             for g in range(group):  # G1: the group's query heads in order, each over its query tiles
                 b = bk * group + g
-                for t in range(t0, n_qt):
+                if mk.on:  # the query tiles with a row that may see the key tile (the backward's m_block range)
+                    t0, t1 = qtile_range(mk, eng.causal, b, jt, bm, bn, seq_q, seq_k)
+                for t in range(t0, t1):
                     r0 = t * bm
                     nr = min(bm, seq_q - r0)
                     pt[:, :] = 0.0
@@ -247,6 +284,12 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         nv = nk
                         if eng.causal:
                             nv = max(0, min(nk, i + 1 - j0))
+                        k_lo = 0
+                        if mk.on:  # the structured mask: keys [k_lo, hi)
+                            k_lo, k_hi = row_span(mk, eng.causal, b, i, seq_k)
+                            nv = max(0, min(nk, k_hi - j0))
+                            if k_lo >= j0 + nv:
+                                nv = 0
                         if nv == 0:
                             continue
                         for jj in range(nv):  # B2
@@ -255,8 +298,14 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         kt, ekt, kt32, ekt32 = tile_of(xs.kt, ktile)
                         row_mma(xs.q[b, i], xs.eq[b, i], kt, ekt, kt32, ekt32, s, nv, eng.qk, w)
                         lse_i = xs.lse[b, i]
-                        _scaled(x, s, nv, pp.qk_scale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
+                        if mk.on:
+                            _mask_scores(s, nv, b, i, j0, k_lo, pp, mk)
+                        _scaled(x, s, nv, sscale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
                         _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+                        if mk.on:  # masked pairs: p = 0
+                            for jj in range(nv):
+                                if key_masked(mk, b, i, j0 + jj, k_lo):
+                                    x[jj] = 0.0
                         tot = 0.0
                         for jj in range(nv):
                             tot += x[jj]
@@ -264,6 +313,10 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         vt, evt, vt32, evt32 = tile_of(xs.vt, ktile)
                         row_mma(xs.do[b, i], xs.edo[b, i], vt, evt, vt32, evt32, dpr, nv, eng.dp, w)  # B6
                         _ds_of(y, x, dpr, nv, xs.delta[b, i], ln.ds, pp.ds)  # B7
+                        if mk.on:  # masked pairs: ds = 0
+                            for jj in range(nv):
+                                if key_masked(mk, b, i, j0 + jj, k_lo):
+                                    y[jj] = 0.0
                         _cast(y, 0, nv, ln.ds_cast, pp.ds_cast)  # B8
                         _cast(x, 0, nv, ln.p, pp.p)  # B5's cast
                         for jj in range(nv):
@@ -317,7 +370,10 @@ def _dq_units(lo, hi, cb, dq, eng):
             t = i // eng.bm
             for c in range(d):
                 dq[b, i, c] = 0.0
-            for u in range(_tiles_seen(t, eng.bm, eng.bn, eng.seq_k, eng.causal)):
+            n_seen = _tiles_seen(t, eng.bm, eng.bn, eng.seq_k, eng.causal)
+            if eng.mk.on:
+                n_seen = tile_range(eng.mk, eng.causal, b, t, eng.bm, eng.bn, eng.seq_k)[1]
+            for u in range(n_seen):
                 jt = eng.dq_order[b, t, u]
                 if r.fast:
                     for c in range(d):
@@ -329,7 +385,7 @@ def _dq_units(lo, hi, cb, dq, eng):
 
 
 @jit
-def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh, order):
+def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh, order, mk):
     """The scalar reference (test oracle) for key/value lead indices [lo, hi) and the query heads of their
     groups: every value by the scalar ops and ``dot_acc`` per output, the dots over the kernels' zero-padded
     tiles, in the kernels' order (G1: dK and dV of a key/value head over the group's query heads in order, each
@@ -340,7 +396,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
     qk_scale and softmax scale), recording the drift of the dq, dk and dv accumulators from it after every
     tile step; key tile ``n_kv`` (``-1`` in the frames) holds D2 and the epilogue E1..E3. A dK/dV step is
     recorded at the query lead it reads; the dK/dV epilogue at the group's first query lead. ``order``: as
-    :attr:`BwdEngine.dq_order` (atomic dQ: a step is a key tile's contribution and its add)."""
+    :attr:`BwdEngine.dq_order` (atomic dQ: a step is a key tile's contribution and its add). ``mk``: the
+    call's :class:`~simfloat.attention._masks.KeyMask` (masked pairs: p = ds = 0)."""
     bm, bn, causal, group = geo
     seq_q, d = q.shape[1], q.shape[2]
     seq_k, dvd = v.shape[1], v.shape[2]
@@ -375,9 +432,26 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                     d64[i] = s64
             for i in range(seq_q):
                 jv = min(seq_k, i + 1) if causal else seq_k
+                k_lo = 0
+                if mk.on:
+                    k_lo, jv = row_span(mk, causal, b, i, seq_k)
+                    jv = max(0, jv)
                 for j in range(jv):
+                    if mk.on and key_masked(mk, b, i, j, k_lo):
+                        continue
                     sc = dot_acc(q[b, i], k[bk, j], 0.0, pp.qk)  # B2
-                    if pp.contract:  # B4
+                    z, b64 = sc, 0.0
+                    if mk.dense == DENSE_ADD:  # B3: the scores scaled and biased (the forward's T3)
+                        bv = mk.bias[mk.bmap[b], i, j]
+                        b2, b64 = bv, bv
+                        if pp.exp2:
+                            b2, b64 = mul(bv, rnd(_LOG2E, pp.scale), pp.scale), bv * _LOG2E
+                        if pp.contract:
+                            z = fma(sc, pp.qk_scale, b2, pp.scale)
+                        else:
+                            z = add(mul(sc, pp.qk_scale, pp.scale), b2, pp.scale)
+                        x = sub(z, lse[b, i], pp.scale)
+                    elif pp.contract:  # B4
                         x = fma(sc, pp.qk_scale, -lse[b, i], pp.scale)
                     else:
                         x = sub(mul(sc, pp.qk_scale, pp.scale), lse[b, i], pp.scale)
@@ -393,6 +467,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                         s64 = dot64(q[b, i], k[bk, j], 0.0)
                         record(loc, b, t, jt, B_QK, sc - s64, s64)
                         xr = fma64(sc, pp.qk_scale, -lse[b, i]) if pp.contract else sc * pp.qk_scale - lse[b, i]
+                        if mk.dense == DENSE_ADD:
+                            xr = z - lse[b, i]
                         record(loc, b, t, jt, B_SCALE, x - xr, xr)
                         er = math.exp2(x) if pp.exp2 else math.exp(x)
                         record(loc, b, t, jt, B_EXP, pv - er, er)
@@ -403,6 +479,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                         record(loc, b, t, jt, B_DS, ds - dr, dr)
                         record(loc, b, t, jt, B_DS_CAST, dsm[g, i, j] - ds, ds)
                         x64 = fma64(s64, sh[0], -lse[b, i]) if pp.contract else s64 * sh[0] - lse[b, i]
+                        if mk.dense == DENSE_ADD:
+                            x64 = s64 * sh[0] + b64 - lse[b, i]
                         p64 = math.exp2(x64) if pp.exp2 else math.exp(x64)
                         ps[g, i, j] = p64
                         dss[g, i, j] = p64 * (dp64 - d64[i])
@@ -413,7 +491,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
             for c in range(dvd):
                 acc, a64 = 0.0, 0.0
                 for g in range(group):
-                    for t in range(t0, n_qt):
+                    t_lo, t_hi = qtile_range(mk, causal, b0 + g, jt, bm, bn, seq_q, seq_k) if mk.on else (t0, n_qt)
+                    for t in range(t_lo, t_hi):
                         r0, r1 = t * bm, (t + 1) * bm
                         new = dot_acc(pm[g, r0:r1, j], dop[g, r0:r1, c], acc, pp.dv)
                         if tr is not None:
@@ -429,7 +508,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
             for c in range(d):
                 acc, a64 = 0.0, 0.0
                 for g in range(group):
-                    for t in range(t0, n_qt):
+                    t_lo, t_hi = qtile_range(mk, causal, b0 + g, jt, bm, bn, seq_q, seq_k) if mk.on else (t0, n_qt)
+                    for t in range(t_lo, t_hi):
                         r0, r1 = t * bm, (t + 1) * bm
                         new = dot_acc(dsm[g, r0:r1, j], qp[g, r0:r1, c], acc, pp.dk)
                         if tr is not None:
@@ -444,14 +524,17 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
             for i in range(seq_q):  # Q4 over the key tiles; E3
                 t = i // bm
                 hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
+                jt_lo, jt_hi = 0, (hi_k + bn - 1) // bn
+                if mk.on:  # the key tiles the row's query tile walks
+                    jt_lo, jt_hi = tile_range(mk, causal, b, t, bm, bn, seq_k)
                 for c in range(d):
                     acc, a64 = 0.0, 0.0
-                    if pp.atomic:  # Q4a, Q4b
-                        n_t = (hi_k + bn - 1) // bn
+                    if pp.atomic:  # Q4a, Q4b (tiles below jt_lo add zeros: exact)
+                        n_t = jt_hi
                         acc, a64 = _ref_dq_atomic(dsm[g, i], dss[g], kp, c, order[b, t], n_t, bn, pp, tr, b, t, i)
                         dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
                         continue
-                    for jt in range((hi_k + bn - 1) // bn):
+                    for jt in range(jt_lo, jt_hi):
                         k0, k1 = jt * bn, (jt + 1) * bn
                         new = dot_acc(dsm[g, i, k0:k1], kp[k0:k1, c], acc, pp.dq)
                         if tr is not None:
@@ -514,6 +597,17 @@ def _ref_delta(lo, hi, o, do, delta, op):
 # -- Python side ----------------------------------------------------------------------------------------------
 
 
+def _seen_of(mk: KeyMask, causal: bool, b: int, t: int, bm: int, bn: int, seq_k: int) -> int:
+    """The key tiles 0 .. n - 1 query tile t of lead b adds into dQ (atomic): the end of its
+    :func:`~simfloat.attention._masks.tile_range` (the same rule, in Python)."""
+    kv = seq_k if mk.kvlen.size == 0 else min(seq_k, int(mk.kvlen[b]))
+    off = 0 if mk.off.size == 0 else int(mk.off[b])
+    wr = 0 if causal else mk.wr
+    hi = kv if wr < 0 else min(kv, (t + 1) * bm - 1 + off + wr + 1)
+    lo = 0 if mk.wl < 0 else max(0, t * bm + off - mk.wl)
+    return 0 if hi <= lo else -(-hi // bn)
+
+
 def _tiles(x: np.ndarray, width: int) -> np.ndarray:
     """(L, S, C) -> (L * ceil(S / width), width, C), zero-padded past S."""
     n_lead, seq, cols = x.shape
@@ -530,11 +624,20 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
 
 
 def _dq_orders(
-    pl: BackwardPlan, seed: int | None, n_lead: int, seq_q: int, seq_k: int, bm: int, bn: int, causal: bool
+    pl: BackwardPlan,
+    seed: int | None,
+    n_lead: int,
+    seq_q: int,
+    seq_k: int,
+    bm: int,
+    bn: int,
+    causal: bool,
+    seen_lt: np.ndarray | None = None,
 ) -> np.ndarray:
     """The order of the atomic dQ adds (Q4b): (n_lead, n_qt, n_kv) int64, per query lead and query tile t the
     ``_tiles_seen(t)`` key tiles it visits in the plan's ``dq_order``, then the others; (0, 0, 0) with
-    in-MMA dQ.
+    in-MMA dQ. ``seen_lt``: (n_lead, n_qt) a masked call's count per lead and query tile instead (the end
+    of its :func:`~simfloat.attention._masks.tile_range`).
 
     Raises:
         ValueError: a tuple order whose length is not the number of key tiles; a callable's result that is not
@@ -546,6 +649,11 @@ def _dq_orders(
     seen = np.array([n_kv if not causal else min(n_kv, -(-((t + 1) * bm) // bn)) for t in range(n_qt)], dtype=np.int64)
     tiles = np.arange(n_kv)
     hidden = tiles[None, :] >= seen[:, None]  # (n_qt, n_kv): key tiles a query tile does not visit
+    if seen_lt is not None:
+        if callable(pl.dq_order) and np.any(seen_lt != seen_lt[:1]):
+            raise ValueError(f"plan {pl.name!r}: a callable dq_order needs the same key tiles in every lead index")
+        seen = seen_lt[0] if len(seen_lt) else seen
+        hidden = tiles[None, None, :] >= seen_lt[:, :, None]  # (n_lead, n_qt, n_kv)
     order = pl.dq_order
     if order == "seeded":
         keys = np.random.default_rng(seed).random((n_lead, n_qt, n_kv))
@@ -574,7 +682,10 @@ def _dq_orders(
             rank = np.arange(n_kv, dtype=np.float64)
             rank[perm] = np.arange(len(perm))
             keys[:, t] = rank
-    keys[:, hidden] = np.inf
+    if hidden.ndim == 3:
+        keys[hidden] = np.inf
+    else:
+        keys[:, hidden] = np.inf
     return np.ascontiguousarray(np.argsort(keys, axis=-1, kind="stable"), dtype=np.int64)
 
 
@@ -714,6 +825,7 @@ def _vector(
     bn: int,
     causal: bool,
     order: np.ndarray,
+    mk: KeyMask = NO_MASK,
 ) -> None:
     """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P."""
     n_lead, seq_q = qf.shape[:2]
@@ -750,7 +862,9 @@ def _vector(
     xs = BwdOperands(q_qk, _weights(q_qk, m_qk), kt_s, do_dp, _weights(do_dp, m_dp), vt_s, do_s, q_s, k_s, lf, delta)
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     group = n_lead // n_kv_lead if n_kv_lead else 1
-    eng = BwdEngine(pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group, order)
+    eng = BwdEngine(
+        pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group, order, mk
+    )
     # Q4a's contributions per (query lead, row, key tile) with atomic dQ: L * seq_q * n_kv * d float64
     cb = np.zeros((n_lead, seq_q, -(-seq_k // bn), qf.shape[2])) if pp.atomic else np.zeros((0, 0, 0, 0))
     if n_kv_lead:
@@ -777,6 +891,11 @@ def flash_backward(
     trace: Tracer | None = None,
     layout: str = "bhsd",
     seed: int | None = None,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
+    empty_rows: str = "zero",
 ) -> tuple[np.ndarray, ...]:
     """Emulated FA2 backward: (dq, dk, dv) of ``softmax(scale * q @ k^T [mask]) @ v`` under a backward plan.
 
@@ -808,6 +927,14 @@ def flash_backward(
         seed: a plan with ``dq_order="seeded"`` only: the seed of the atomic dQ adds' order (one permutation of
             the key tiles per (lead, query tile), ``numpy.random.default_rng(seed)``; None: 0). Two seeds are
             two runs of a nondeterministic kernel: dQ may differ, dK and dV do not.
+        attn_mask, key_lengths, window, causal_align: the forward's mask (:func:`~simfloat.attention.flash`):
+            masked pairs have p = ds = 0 (B3: ``where`` for a bool mask; an additive mask is added to the
+            scaled scores as in the forward, then lse is subtracted: ``scale(z - lse)``); the structured masks
+            decide the query tiles a key tile walks (dK, dV) and the key tiles a query tile walks (dQ).
+        empty_rows: rows that see no key: ``"raise"`` names the first; ``"zero"`` (they add nothing) and
+            ``"nan"`` (dq of the row NaN, and dk, dv of its lead's key/value head NaN) apply only to an lse the
+            caller made finite there: such a row's lse is -inf, which :func:`lse_from_stats` and this function
+            refuse (a ValueError).
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
@@ -855,7 +982,27 @@ def flash_backward(
     dk = np.zeros((n_kv_lead, seq_k, d))
     dv = np.zeros((n_kv_lead, seq_k, dvd))
     psum = np.zeros((n_lead, seq_q))
-    order = _dq_orders(pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm, bn, bool(causal))
+    spec = resolve_mask(
+        lead=lead,
+        seq_q=seq_q,
+        seq_k=seq_k,
+        causal=bool(causal),
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        empty_rows=empty_rows,
+        fmt_round=lambda a: np.asarray(_round(a, pl.scale.fmt, pl.scale.mode), dtype=np.float64),
+    )
+    mk = NO_MASK if spec is None else spec.mask
+    seen_lt = None
+    if spec is not None and pl.dq_accumulation == "atomic":
+        n_qt_ = -(-seq_q // bm)
+        seen_lt = np.array(
+            [[_seen_of(mk, bool(causal), b, t, bm, bn, seq_k) for t in range(n_qt_)] for b in range(n_lead)],
+            dtype=np.int64,
+        ).reshape(n_lead, n_qt_)
+    order = _dq_orders(pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm, bn, bool(causal), seen_lt)
     if which == "reference":
         if n_lead * seq_q:
             run_rows(_ref_delta, n_lead * seq_q, of, dof, delta, pp.delta)
@@ -879,10 +1026,18 @@ def flash_backward(
         sh = (sc * math.log2(math.e) if pl.exp2 else sc, sc)
         if n_kv_lead:
             geo = (bm, bn, bool(causal), group)
-            run_rows(_ref_units, n_kv_lead, qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh, order)
+            args = (qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh, order, mk)
+            run_rows(_ref_units, n_kv_lead, *args)
     else:
-        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal), order)
+        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal), order, mk)
     bad = ~((psum > 0.5) & (psum < 2.0))
+    if spec is not None:  # a row that sees no key sums no P
+        bad &= ~spec.empty
+        if spec.empty_rows == "nan" and spec.empty.any():
+            dq[spec.empty] = np.nan
+            kv_bad = spec.empty.any(axis=1).reshape(n_kv_lead, group if n_kv_lead else 1).any(axis=1)
+            dk[kv_bad] = np.nan
+            dv[kv_bad] = np.nan
     if seq_q and np.any(bad):
         idx = np.unravel_index(int(np.argmax(bad)), psum.shape)
         raise ValueError(
@@ -906,6 +1061,11 @@ def baseline_backward(
     causal: bool = False,
     scale: float | None = None,
     layout: str = "bhsd",
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
+    empty_rows: str = "zero",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What eager autograd of ``softmax(scale * q @ k^T [mask]) @ v`` computes, under a backward plan.
 
@@ -926,6 +1086,11 @@ def baseline_backward(
             heads than q).
         plan: backward plan or preset name (default ``"pytorch-bf16"``; ``"fp64"``, ...).
         causal, scale: as the forward. layout: ``"bhsd"`` or ``"bshd"``, as :func:`flash_backward`.
+        attn_mask, key_lengths, window, causal_align, empty_rows: the forward's mask, as
+            :func:`~simfloat.attention.baseline`: an additive mask rounded into the scale op's format and
+            added after the scale multiply (``scale(opmath(s + mask))`` with ``plan.opmath``), masked scores
+            -inf before the softmax; a row that sees no key has P = 0 (``"zero"``, torch's safe softmax) or NaN
+            (``"nan"``, SDPA's math).
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes.
@@ -961,15 +1126,42 @@ def baseline_backward(
 
     s = scaled(matmul(qf, kt, acc=pl.qk), pl.scale)
     f, mo = pl.softmax.fmt, pl.softmax.mode
-    s = r(s, pl.softmax)
     seq_q, seq_k = s.shape[-2:]
-    if causal:
+    spec = resolve_mask(
+        lead=s.shape[:-2],
+        seq_q=seq_q,
+        seq_k=seq_k,
+        causal=bool(causal),
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        empty_rows=empty_rows,
+        fmt_round=lambda a: r(a, pl.scale),
+    )
+    if spec is not None and spec.mask.dense == DENSE_ADD:  # torch's scores + attn_mask
+        bias = spec.mask.bias[spec.mask.bmap].reshape(s.shape)
+        with np.errstate(invalid="ignore"):
+            if pl.opmath is None:
+                s = np.asarray(ops.add(s, bias, pl.scale.fmt, pl.scale.mode))
+            else:
+                s = r(np.asarray(ops.add(s, bias, pl.opmath)), pl.scale)
+    s = r(s, pl.softmax)
+    if spec is not None:
+        s = np.where(spec.visible.reshape(s.shape), s, -np.inf)
+    elif causal:
         mask = np.arange(seq_k)[None, :] > np.arange(seq_q)[:, None]
         s = np.where(mask, -np.inf, s)
     mx = s.max(axis=-1, keepdims=True)
-    e = np.asarray(ops.exp(np.asarray(ops.sub(s, mx, f, mo)), f, mo))
-    tot = np.asarray(ops.sum(e, f, mo, axis=-1))[..., None]
-    p = r(np.asarray(ops.div(e, tot, f, mo)), pl.p)
+    empty = None if spec is None else spec.empty.reshape(s.shape[:-1])
+    if empty is not None and spec is not None and spec.empty_rows == "zero":
+        mx = np.where(empty[..., None], 0.0, mx)  # the row's P is 0 (torch's safe softmax)
+    with np.errstate(invalid="ignore"):
+        e = np.asarray(ops.exp(np.asarray(ops.sub(s, mx, f, mo)), f, mo))
+        tot = np.asarray(ops.sum(e, f, mo, axis=-1))[..., None]
+        if empty is not None and spec is not None and spec.empty_rows == "zero":
+            tot = np.where(empty[..., None], 1.0, tot)
+        p = r(np.asarray(ops.div(e, tot, f, mo)), pl.p)
     dv = matmul(np.swapaxes(p, -1, -2), df, acc=pl.dv)
     dp = matmul(df, np.swapaxes(vf, -1, -2), acc=pl.dp)
     prod = np.asarray(ops.mul(dp, p, pl.delta.fmt, pl.delta.mode))

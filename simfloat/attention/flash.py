@@ -6,6 +6,10 @@ row of a q tile of ``block_m`` rows, and per key tile of ``block_n`` keys, left 
 bound (all keys; causal: ``min((tile + 1) * block_m, seq_k)``); ``op(x)`` is x rounded once into op's format:
 
 * T2/T3 ``s_j = qk(q_i . k_j)`` for the keys the row may see (later keys masked; their scores are never used);
+  a mask (:mod:`simfloat.attention._masks`) drops keys by T3's ``where(keep, s_j, -inf)`` (p_j = 0), and an
+  additive one makes the scores ``s_j = scale(fma(s_j, qk_scale, bias_j'))`` (``contract``; else
+  ``scale(scale(s_j * qk_scale) + bias_j')``), with ``bias_j' = scale(bias_j * scale(log2 e))`` under exp2,
+  after which the steps below run with ``qk_scale = 1``;
 * T4 ``m_new = max(m_i, scale(max_j s_j * qk_scale))``, stored as ``m_i``; lazy: keep ``m_i`` unless
   ``m_i(m_new - m_i) > threshold``; with ``tie_shift`` (Qiu & Yao's fix, see :class:`Plan`) a tile max that
   two or more of the tile's scores tie is first shifted (``m_i(beta * max)`` if > 0, 0 if < 0);
@@ -47,6 +51,7 @@ from simfloat._parallel import run_rows
 from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
+from simfloat.attention._masks import NO_MASK, mask_of
 from simfloat.attention.fa4 import FA4_TILE_N, ex2_poly_mask, ex2_schedule
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.plan import plan as _plan
@@ -74,6 +79,11 @@ def flash(
     return_stats: bool = False,
     engine: str | None = None,
     layout: str = "bhsd",
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
+    empty_rows: str = "zero",
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Emulated flash attention ``softmax(scale * q @ k^T [mask]) @ v`` under a precision plan.
 
@@ -105,6 +115,21 @@ def flash(
             reference when tracing. Both give the same bits.
         layout: ``"bhsd"`` (q, k, v and the output (..., heads, seq, head_dim), as torch) or ``"bshd"``
             ((..., seq, heads, head_dim), as flash-attn; ``m`` and ``l`` stay (..., heads, seq_q), as its lse).
+        attn_mask: None, or an array broadcastable to (..., heads, seq_q, seq_k) (either layout), SDPA's
+            meaning: bool, True keeps (T3's ``where(keep, qk, -inf)``); or float, added to the scaled scores:
+            rounded into the ``scale`` op's format, times ``scale(log2 e)`` (rounded) under exp2, then
+            ``scale(fma(qk, qk_scale, bias))`` (``contract``; else ``scale(scale(qk * qk_scale) + bias)``);
+            -inf masks. Never skips a key tile.
+        key_lengths: None, or the valid keys (ints in [0, seq_k]) per leading index, broadcastable to the
+            leading dims (or one per batch: (batch,)); later keys are padding, their tiles never walked.
+        window: None or (left, right), flash-attn's ``window_size``: row i sees keys
+            ``i + off - left <= j <= i + off + right`` (-1: unbounded; ``causal`` sets right to 0).
+        causal_align: where ``causal`` and ``window`` put the diagonal: ``"top-left"`` (``off = 0``, the
+            default, PyTorch's ``is_causal``) or ``"bottom-right"`` (``off = kv_len - seq_q``, flash-attn >=
+            2.1). The structured masks (causal, window, key lengths) decide the key tiles a q tile walks, as
+            FA2's ``n_block_min`` / ``n_block_max``; the keys a walked tile's row cannot see are masked.
+        empty_rows: a row that sees no key: ``"zero"`` (the kernels: out 0, m -inf, l 0, so lse -inf),
+            ``"nan"`` (SDPA's math softmax: out NaN) or ``"raise"`` (ValueError).
 
     Returns:
         (..., seq_q, head_dim_v) float64 array whose values are values of ``plan.out``'s format; with
@@ -118,9 +143,17 @@ def flash(
         KernelOverflowWarning: finite inputs whose outputs are not (naming the op that overflowed).
     """
     pl = _plan(plan)
+    masked = attn_mask is not None or key_lengths is not None or window is not None or causal_align != "top-left"
     if pl.quantized:
+        if masked:
+            raise ValueError(
+                f"plan {pl.name} has quantizers: attn_mask, key_lengths, window and causal_align are not supported "
+                "with quantizers yet (only causal=True)"
+            )
         return _quantized(q, k, v, pl, block_m, block_n, tiles, causal, scale, trace, return_stats, engine, layout)
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
+    x.mask = mask_of(x, attn_mask, key_lengths, window, causal_align, empty_rows)
+    mk = NO_MASK if x.mask is None else x.mask.mask
     which = check_engine(engine, x.trace is not None)
     if x.plan.exp2_emu is not None and block_n is None and tiles is None:
         block_n = FA4_TILE_N  # the kernel's key tile, which its exp2 mix is laid out over
@@ -141,7 +174,7 @@ def flash(
         built = flash_engine(x.plan, fp, qc=x.q, kc=x.k, vc=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
         assert built is not None  # only block-scaled dots can decline
         if n_lead * n_qt > 0:
-            run_rows(vector_units, n_lead * n_qt, built[1], out, m, l, built[0])
+            run_rows(vector_units, n_lead * n_qt, built[1]._replace(mk=mk), out, m, l, built[0])
     else:
         tr = None
         if x.trace is not None:
@@ -160,9 +193,11 @@ def flash(
             )
             tr = Trace(local, state, trace_columns(FLASH_OPS, False))
         if n_lead * n_qt > 0:
-            ops = float_operands(x.q, x.k, x.v, bn)
+            ops = float_operands(x.q, x.k, x.v, bn, mk)
             run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     check_output(out, x, flash, block_m=bm_req, block_n=bn_req)
+    if x.mask is not None:
+        x.mask.finish(out)
     out = to_layout(out.reshape(x.lead + (seq_q, dv)), layout)
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))

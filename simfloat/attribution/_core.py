@@ -195,6 +195,43 @@ def _rounding_note(plans: list[Plan], q: np.ndarray, k: np.ndarray, v: np.ndarra
     return out
 
 
+def _dense_mask(
+    q: np.ndarray,
+    k: np.ndarray,
+    causal: object,
+    attn_mask: object,
+    key_lengths: object,
+    window: object,
+    causal_align: object,
+) -> np.ndarray | None:
+    """A masked call's mask as one (..., seq_q, seq_k) array every run takes as ``attn_mask``: the visible keys
+    (bool), or with an additive mask its values with -inf where a row sees no key; None without a mask."""
+    from simfloat.attention._masks import DENSE_ADD, resolve_mask
+    from simfloat.rounding import round as _round
+
+    if attn_mask is None and key_lengths is None and window is None and causal_align == "top-left":
+        return None
+    # the kernels' leading dims: q's heads (grouped-query k, v have fewer), broadcast with the batch dims
+    lead = np.broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2] if q.ndim > 2 else ()
+    spec = resolve_mask(
+        lead=lead,
+        seq_q=q.shape[-2],
+        seq_k=k.shape[-2],
+        causal=bool(causal),
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        fmt_round=lambda a: np.asarray(_round(a, "float64"), dtype=np.float64),
+    )
+    if spec is None:
+        return None
+    shape = lead + (q.shape[-2], k.shape[-2])
+    if spec.mask.dense != DENSE_ADD:
+        return spec.visible.reshape(shape).copy()
+    return np.where(spec.visible, spec.mask.bias[spec.mask.bmap], -np.inf).reshape(shape)
+
+
 def attribute(
     q: np.ndarray | SdpaCall | str | os.PathLike[str],
     k: np.ndarray | None = None,
@@ -219,6 +256,10 @@ def attribute(
     call: int | None = None,
     heads: Sequence[int] | None = None,
     estimate: bool | Callable[[Estimate], None] = False,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
 ) -> Attribution:
     """Where a flash attention plan's deviation from the float64 golden output comes from.
 
@@ -282,6 +323,10 @@ def attribute(
         estimate: True or a callable ``estimate(Estimate)``: before the first run, time each kind of run on a
             small slice of the inputs and predict the whole job (:class:`Estimate`, kept in
             ``meta["estimate_s"]``); the callable hears it first (and may raise to stop before any run).
+        attn_mask, key_lengths, window, causal_align: a mask, as for :func:`simfloat.attention.flash`, on
+            every run (golden, isolation, ablation, tiles, traced rows); a row that sees no key gives 0. Every
+            run takes it as each row's dense mask (the bits of the structured mask: skipped tiles are exact
+            no-ops), so ``rows`` may be used with it. Not with ``bounds``.
 
     Returns:
         An :class:`Attribution` (DataFrames ``isolation, ablation, tiles, steps, flash_vs_baseline, by_block,
@@ -316,6 +361,8 @@ def attribute(
         layout,
         call,
         heads,
+        (attn_mask, key_lengths, window, causal_align),
+        bounds,
     )
     rounding = _rounding_note(req.plans, req.q, req.k, req.v)  # plans whose input format does not hold q, k, v
     run, keys = _schedule(req, rounding, trace)  # every distinct run the tables need
@@ -345,6 +392,8 @@ def _request(
     layout: str,
     call: int | None,
     heads: Sequence[int] | None,
+    masking: tuple[object, object, object, object] = (None, None, None, "top-left"),
+    bounds: bool = False,
 ) -> Request:
     """Check every argument before any run (in this order: the operands, the plans,
     progress, ops, tiles, the operands' shapes and values, causal, rows)."""
@@ -377,8 +426,28 @@ def _request(
     bns = default_block_ns(seq_k) if block_ns is None else [positive_count(b, "block_n") for b in block_ns]
     pairs = {p.name: baseline_plan_for(p, baseline) for p in plans}
     t_sel = _traced_rows(seq_q if sel is None else len(sel), trace_rows, bool(causal), bn)
+    dense = _dense_mask(q, k, causal, *masking)
+    if dense is not None and bounds:
+        raise ValueError("bounds=True does not model masks: leave attn_mask, key_lengths and window out")
+    if dense is not None and sel is not None:
+        dense = dense[..., sel, :]
     return Request(
-        q, k, v, bool(causal), scale, rec, plans, ops, bm, bn, sel, tile_list, list(dict.fromkeys(bns)), pairs, t_sel
+        q,
+        k,
+        v,
+        bool(causal),
+        scale,
+        rec,
+        plans,
+        ops,
+        bm,
+        bn,
+        sel,
+        tile_list,
+        list(dict.fromkeys(bns)),
+        pairs,
+        t_sel,
+        dense,
     )
 
 
@@ -397,7 +466,7 @@ def _traced_rows(n_eval: int, trace_rows: int | None, causal: bool, bn: int) -> 
 def _schedule(req: Request, rounding: dict[str, tuple[str, int]], trace: bool) -> tuple[Runner, dict[str, Any]]:
     """Every run the tables need, keyed per plan (the runner makes each distinct one once)."""
     qs = req.q if req.sel is None else req.q[..., req.sel, :]
-    run = Runner(qs, req.k, req.v, req.causal, req.scale)
+    run = Runner(qs, req.k, req.v, req.causal, req.scale, req.mask)
     run.need_golden()
     bm, bn = req.bm, req.bn
     keys: dict[str, Any] = {}

@@ -30,6 +30,7 @@ class Request:
     bns: list[int]
     pairs: dict[str, Plan]
     t_sel: np.ndarray
+    mask: np.ndarray | None = None  # (..., evaluated rows, seq_k): a masked call's dense mask, or None
 
     @property
     def seq_q(self) -> int:

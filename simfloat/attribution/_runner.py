@@ -44,9 +44,18 @@ class Runner:
     output, then runs them once each. ``inputs``: the operands by variant (None: as given; a format name: rounded
     into it, for the plans whose input format does not hold them)."""
 
-    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None) -> None:
+    def __init__(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        causal: bool,
+        scale: float | None,
+        mask: np.ndarray | None = None,
+    ) -> None:
         self.inputs: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {None: (q, k, v)}
         self.causal, self.scale = causal, scale
+        self.mask = mask  # (..., rows of q, seq_k): a masked call's per-row mask (dense), or None
         self.jobs: dict[tuple[object, ...], dict[str, Any]] = {}
         self.golden: dict[str | None, tuple[object, ...]] = {}
 
@@ -85,6 +94,8 @@ class Runner:
         tr = Tracer() if traced else None
         qs = q[..., job["rows"], :] if traced else q
         kw: dict[str, Any] = dict(plan=job["plan"], causal=causal, scale=self.scale, trace=tr)
+        if self.mask is not None and q.shape[-2] == self.mask.shape[-2]:  # (not the estimate's slices)
+            kw["attn_mask"] = self.mask[..., job["rows"], :] if traced else self.mask
         if job["kernel"] == "flash":
             return _flash_kernel(qs, k, v, block_m=job["bm"], block_n=job["bn"], **kw), tr
         return _baseline_kernel(qs, k, v, **kw), tr

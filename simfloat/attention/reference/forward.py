@@ -38,6 +38,7 @@ from simfloat.attention._kernels import (
     row_sum,
     sub,
 )
+from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span, tile_range
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
     DELTA_SCORES,
@@ -106,6 +107,7 @@ class Operands(NamedTuple):
             key tile and channel; vb: as qb (laid out as vt).
         ds: (lead, n_q_tiles, n_kv * block_n) Q smoothing's correction delta_s per q tile and key.
         q64, k64, v64: (lead, seq, d) the unquantized inputs (the quantized plans' float64 shadow).
+        mk: the call's :class:`~simfloat.attention._masks.KeyMask` (``NO_MASK``: none beyond ``causal``).
     """
 
     qc: np.ndarray
@@ -121,6 +123,7 @@ class Operands(NamedTuple):
     q64: np.ndarray
     k64: np.ndarray
     v64: np.ndarray
+    mk: KeyMask = NO_MASK
 
 
 class Trace(NamedTuple):
@@ -210,6 +213,8 @@ def _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt):
     thr = sub(mx, pp.tie_tol, pp.scale)
     n_tied = 0
     for jj in range(nv):
+        if s[jj] == _NINF:  # a masked key (it could not tie a finite max)
+            continue
         y = mul(s[jj], sscale, pp.scale)
         _rec(tr, b, t, jt, R_SCALE, y, s[jj] * sscale)
         if y >= thr:
@@ -337,11 +342,39 @@ def _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1):
     return a
 
 
+@ljit
+def _biased(o, pp, tr, b, t, i, jt, key, x, ex, sscale):
+    """T3 with an additive mask: ``scale(fma(qk, qk_scale, bias'))`` (``contract``), else
+    ``scale(scale(qk * qk_scale) + bias')``, with ``bias' = scale(bias * scale(log2 e))`` under exp2 (else the
+    bias), the bias a value of the scale op's format; returns it and its float64 value."""
+    bv = o.mk.bias[o.mk.bmap[b], i, key]
+    b2, b64 = bv, bv
+    if pp.exp2:
+        b2 = mul(bv, rnd(_LOG2E, pp.scale), pp.scale)
+        b64 = bv * _LOG2E
+        _rec(tr, b, t, jt, R_SCALE, b2, bv * rnd(_LOG2E, pp.scale))
+    if pp.contract:
+        y = fma(x, sscale, b2, pp.scale)
+        _rec(tr, b, t, jt, R_SCALE, y, fma64(x, sscale, b2))
+    else:
+        z = mul(x, sscale, pp.scale)
+        y = add(z, b2, pp.scale)
+        _rec(tr, b, t, jt, R_SCALE, z, x * sscale)
+        _rec(tr, b, t, jt, R_SCALE, y, z + b2)
+    return y, ex * pp.qk_scale64 + b64
+
+
 @jit
-def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale):
-    """T2, T3: the tile's scores into ``w.s`` (the exact ones into ``w.ss`` when tracing); their max."""
+def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo):
+    """T2, T3: the tile's scores into ``w.s`` (the exact ones into ``w.ss`` when tracing); their max. Keys
+    the mask drops (``lo``: the row's first visible key) get -inf (T3's ``where``); an additive mask's scores
+    are the scaled and biased ones (:func:`_biased`)."""
     smax = _NINF
     for jj in range(nv):
+        if o.mk.on and key_masked(o.mk, b, i, j0 + jj, lo):
+            w.s[jj] = _NINF
+            w.ss[jj] = _NINF
+            continue
         c0 = o.ds[b, t, j0 + jj] if pp.delta_mode == DELTA_MMA else 0.0  # SageAttention3: delta_s into the MMA
         x = sdot(o.qc, b, i, o.qb, o.kc, b, j0 + jj, o.kb, c0, pp.qk, pp.qk_kind)
         if tr is not None:
@@ -352,6 +385,8 @@ def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale):
             _rec(tr, b, t, jt, R_QK, x, ex)
         if pp.scores_dequant:
             x = _dequant_score(o, pp, tr, b, t, i, jt, j0 + jj, x)
+        if o.mk.dense == DENSE_ADD:
+            x, w.ss[jj] = _biased(o, pp, tr, b, t, i, jt, j0 + jj, x, w.ss[jj], sscale)
         w.s[jj] = x
         smax = fmax(smax, x)
     return smax
@@ -365,7 +400,11 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     vrow = b * ((seq_k + bn - 1) // bn) + jt
     j0 = jt * bn
     jv = min(j0 + bn, seq_k)
-    if causal:
+    lo = 0
+    if o.mk.on:  # the structured mask: keys [lo, hi) (keys < lo are masked in _scores)
+        lo, hi = row_span(o.mk, causal, b, i, seq_k)
+        jv = min(jv, hi)
+    elif causal:
         jv = min(jv, i + 1)
     nv = max(0, jv - j0)
     s, p, acc = w.s, w.p, w.acc
@@ -373,7 +412,9 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(qss, o.ks[b, j0], pp.scale)
         _rec(tr, b, t, jt, R_SCALE, sscale, qss * o.ks[b, j0])
-    smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale)
+    smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo)
+    if o.mk.dense == DENSE_ADD:  # the scores are scaled already
+        sscale = 1.0
     m_base = w.lse[0] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
     m_new = m_base  # T4
     tied = False  # T4's tie shift fired (the shadow takes the same decision)
@@ -411,6 +452,9 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     fused = pp.contract and not (pp.diag_plain and causal and j0 + bn - 1 > t * bm)  # T6 in one rounding
     for jj in range(nv):  # T6, T7
         sj = s[jj]
+        if o.mk.on and sj == _NINF and key_masked(o.mk, b, i, j0 + jj, lo):  # p = 0 (exp2(-inf))
+            p[jj] = 0.0
+            continue
         if fused:
             x = fma(sj, sscale, -m_x, pp.scale)
             _rec(tr, b, t, jt, R_SCALE, x, fma64(sj, sscale, -m_x))
@@ -505,14 +549,15 @@ def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
     """One key tile of the float64 shadow of the lse form (same dataflow in float64), then the state drift
     (m_i, and l_i relative to m_ij); returns the shadow's (m_i, lse_i)."""
     ss, ps, accs = w.ss, w.ps, w.accs
+    sc64 = 1.0 if o.mk.dense == DENSE_ADD else pp.qk_scale64  # an additive mask's scores are scaled
     smax = _NINF
     for jj in range(nv):
         smax = fmax(smax, ss[jj])
-    m_new = lses if smax == _NINF else fmax(lses, smax * pp.qk_scale64)
+    m_new = lses if smax == _NINF else fmax(lses, smax * sc64)
     m_sub = 0.0 if m_new == _NINF else m_new
     lij = 0.0
     for jj in range(nv):
-        ps[jj] = math.exp(ss[jj] * pp.qk_scale64 - m_sub)
+        ps[jj] = math.exp(ss[jj] * sc64 - m_sub)
         lij += ps[jj]
     alpha = 0.0 if ms == _NINF else math.exp(ms - m_sub)
     l_new = (0.0 if lses == _NINF else math.exp(lses - m_sub)) + lij
@@ -532,19 +577,21 @@ def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
 @jit
 def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls, unit):
     """One key tile of the float64 shadow of a plan without quantizers (same dataflow, same lazy and tie-shift
-    decisions), then the state drift (``unit``: the factor ``2**p_offset`` the emulated l and acc carry)."""
+    decisions), then the state drift (``unit``: the factor ``2**p_offset`` the emulated l and acc carry;
+    masked keys: score -inf; an additive mask's scores are scaled)."""
     ss, ps, accs = w.ss, w.ps, w.accs
+    sc64 = 1.0 if o.mk.dense == DENSE_ADD else pp.qk_scale64
     smax = _NINF
     for jj in range(nv):
         smax = fmax(smax, ss[jj])
-    mx = smax * pp.qk_scale64
+    mx = smax * sc64
     if tied:
         mx = mx * pp.tie_beta if mx > 0.0 else (0.0 if mx < 0.0 else mx)
     m_new = fmax(ms, mx) if rescale else ms
     m_sub = 0.0 if m_new == _NINF else m_new
     lij = 0.0
     for jj in range(nv):
-        x = fma64(ss[jj], pp.qk_scale64, -m_sub) if pp.contract else ss[jj] * pp.qk_scale64 - m_sub
+        x = fma64(ss[jj], sc64, -m_sub) if pp.contract else ss[jj] * sc64 - m_sub
         ps[jj] = _ex(x, pp)
         lij += ps[jj]
     alpha = 1.0
@@ -648,7 +695,9 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
         b = u // n_qt
         t = u - b * n_qt
         kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
-        n_kv = (kv_hi + bn - 1) // bn
+        jt_lo, n_kv = 0, (kv_hi + bn - 1) // bn
+        if o.mk.on:  # the key tiles some row of the q tile may see (FA2's n_block_min / max)
+            jt_lo, n_kv = tile_range(o.mk, causal, b, t, bm, bn, seq_k)
         if pp.v_epilogue:
             for d in range(dv):
                 w.vs_fin[d] = o.vs[b, 0, d] / pp.p_qmax if p_fixed or pp.p_shift != 0.0 else o.vs[b, 0, d]
@@ -664,6 +713,8 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             accs[:] = 0.0
             for pos in range(n_kv):
                 jt = kv_tile(pos, n_kv, t, bm, bn, causal, pp.kv_order)
+                if jt < jt_lo:  # a tile no row of the q tile sees (masks: FA2's n_block_min)
+                    continue
                 m_i, l_i, nv, j0, rescale, tied = _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss)
                 if tr is not None:
                     if pp.lse:
@@ -725,11 +776,12 @@ def v_tiles(a: np.ndarray, n_kv: int, bn: int) -> np.ndarray:
     return t.reshape(n_lead * n_kv, dv, bn)
 
 
-def float_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, bn: int) -> Operands:
+def float_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, bn: int, mk: KeyMask = NO_MASK) -> Operands:
     """The :class:`Operands` of a plan without quantizers: the values are the codes, no scales.
 
     Args:
-        q: (lead, seq_q, d); k: (lead, seq_k, d); v: (lead, seq_k, dv), float64; bn: keys per tile.
+        q: (lead, seq_q, d); k: (lead, seq_k, d); v: (lead, seq_k, dv), float64; bn: keys per tile;
+            mk: the call's mask.
     """
     n_kv = -(-k.shape[1] // bn)
     return Operands(
@@ -746,4 +798,5 @@ def float_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, bn: int) -> Oper
         q,
         k,
         v,
+        mk,
     )

@@ -38,6 +38,7 @@ from simfloat.attention._engine import (
     tile_span,
 )
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, kv_tile, log, mul, rnd, row_sum, sub
+from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span, tile_range
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
     DELTA_SCORES,
@@ -134,6 +135,7 @@ class Operands(NamedTuple):
         ds: (L, n_q_tiles, n_tiles * bn) Q smoothing's correction delta_s per q tile and key (unused without).
         kt32, ekt32, v32, ev32: ``kt``, ``v`` and their weights in the float32 forms of their dots
             (:func:`simfloat.accumulate._rows.operand32`); else one empty matrix per tile.
+        mk: the call's :class:`~simfloat.attention._masks.KeyMask` (``NO_MASK``: none beyond ``causal``).
     """
 
     q: np.ndarray
@@ -150,6 +152,7 @@ class Operands(NamedTuple):
     ekt32: np.ndarray
     v32: np.ndarray
     ev32: np.ndarray
+    mk: KeyMask = NO_MASK
 
 
 class _Scratch(NamedTuple):
@@ -376,6 +379,30 @@ def _dequant_scores(s, nv, b, i, j0, xs, eng):
             s[jj] = add(s[jj], ds[j0 + jj], pp.dequant)
 
 
+_LOG2E = 1.4426950408889634
+
+
+@ljit
+def _mask_scores(s, nv, b, i, j0, sscale, xs, eng):
+    """T3's mask on row i's scores s[:nv]: keys the mask drops get -inf; an additive mask's scores become
+    ``scale(fma(s, sscale, bias'))`` (``contract``; else ``scale(scale(s * sscale) + bias')``), ``bias' =
+    scale(bias * scale(log2 e))`` under exp2 (the reference's ``_biased``)."""
+    pp, mk = eng.pp, xs.mk
+    lo = row_span(mk, eng.causal, b, i, eng.seq_k)[0]
+    l2e = rnd(_LOG2E, pp.scale)
+    for jj in range(nv):
+        if key_masked(mk, b, i, j0 + jj, lo):
+            s[jj] = _NINF
+        elif mk.dense == DENSE_ADD:
+            bv = mk.bias[mk.bmap[b], i, j0 + jj]
+            b2 = mul(bv, l2e, pp.scale) if pp.exp2 else bv
+            if pp.contract:
+                s[jj] = fma(s[jj], sscale, b2, pp.scale)
+            else:
+                s[jj] = add(mul(s[jj], sscale, pp.scale), b2, pp.scale)
+    return lo
+
+
 @ljit
 def _row(b, i, r, nv, jt, xs, eng, sc):
     """T4..T12 for row r (query i) of the q tile against key tile jt, up to its P.V dot: the scores sc.s[r, :nv]
@@ -392,6 +419,11 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         sscale = mul(sc.qss[r], xs.ks[b, j0], pp.scale)
     if pp.scores_dequant:
         _dequant_scores(s, nv, b, i, j0, xs, eng)
+    lo = 0
+    if xs.mk.on:
+        lo = _mask_scores(s, nv, b, i, j0, sscale, xs, eng)
+        if xs.mk.dense == DENSE_ADD:  # the scores are scaled already
+            sscale = 1.0
     smax = _row_max(s, 0, nv)
     m_base = sc.lse[r] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
     m_new = m_base  # T4
@@ -427,6 +459,10 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         _exp_mixed(p, nv, pp)
     else:
         _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+    if xs.mk.on:  # masked keys: p = 0
+        for jj in range(nv):
+            if s[jj] == _NINF and key_masked(xs.mk, b, i, j0 + jj, lo):
+                p[jj] = 0.0
     for jj in range(nv, bn):
         p[jj] = 0.0
     alpha = 1.0  # T9
@@ -514,6 +550,8 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
     g = r1 - r0
     tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
     j0, jv, n_top = tile_span(jt, r1, bn, seq_k, eng.causal)
+    if xs.mk.on:  # the widest row is the last one (the structured mask's end grows with the row)
+        n_top = max(0, min(jv, row_span(xs.mk, eng.causal, b, r1 - 1, seq_k)[1]) - j0)
     s = sc.s
     if pp.delta_mode == DELTA_MMA:  # SageAttention3: Q smoothing's correction is the MMA's initial accumulator
         ds = xs.ds[b, r0 // eng.bm]
@@ -528,7 +566,10 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
     rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
     for r in range(g):
         i = r0 + r
-        _row(b, i, r, row_keys(i, j0, jv, eng.causal), jt, xs, eng, sc)
+        nv = row_keys(i, j0, jv, eng.causal)
+        if xs.mk.on:
+            nv = max(0, min(jv, row_span(xs.mk, eng.causal, b, i, seq_k)[1]) - j0)
+        _row(b, i, r, nv, jt, xs, eng, sc)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
         rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
@@ -584,7 +625,9 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         t = u - b * n_qt
         r0, r1 = t * bm, min(seq_q, (t + 1) * bm)
         kv_hi = min((t + 1) * bm, seq_k) if eng.causal else seq_k
-        n_kv = (kv_hi + bn - 1) // bn
+        jt_lo, n_kv = 0, (kv_hi + bn - 1) // bn
+        if xs.mk.on:  # the key tiles some row of the q tile may see (FA2's n_block_min / max)
+            jt_lo, n_kv = tile_range(xs.mk, eng.causal, b, t, bm, bn, seq_k)
         for r in range(r1 - r0):
             sc.m[r] = _NINF
             sc.mr[r] = _NINF
@@ -595,7 +638,9 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale
                 sc.qss[r] = mul(pp.qk_scale, xs.qs[b, r0 + r], pp.scale)
         for pos in range(n_kv):
-            _tile(b, r0, r1, kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order), xs, eng, sc)
+            jt = kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order)
+            if jt >= jt_lo:  # (masks: the tiles before FA2's n_block_min are skipped)
+                _tile(b, r0, r1, jt, xs, eng, sc)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
