@@ -104,9 +104,9 @@ def flash_varlen(
             :func:`check_cu_seqlens`).
         max_seqlen_q, max_seqlen_k: optional bounds on the lengths, checked (flash-attn's grid size).
         plan, block_m, block_n, tiles, scale, engine: as :func:`~simfloat.attention.flash`.
-        causal: top-left aligned causal mask within each sequence; a causal sequence must have as many queries
-            as keys (flash-attn aligns causal masks bottom-right when the lengths differ, which
-            :func:`~simfloat.attention.flash` does not model yet).
+        causal: a causal mask within each sequence, aligned bottom-right as flash-attn's (query i of a
+            sequence with n_q queries and n_k keys sees keys j <= i + n_k - n_q; with equal lengths the usual
+            mask); rows that see no key give 0, m -inf and l 0.
         return_stats: also return m and l, (heads, total_q) each (flash-attn's varlen lse layout).
 
     Returns:
@@ -115,7 +115,7 @@ def flash_varlen(
 
     Raises:
         TypeError, ValueError: bad offsets (see :func:`check_cu_seqlens`), operands that are not 3-D or whose
-            head counts or dims disagree, causal with unequal lengths; and what :func:`~simfloat.attention.flash`
+            head counts or dims disagree; and what :func:`~simfloat.attention.flash`
             raises for a sequence.
     """
     qa, ka, va = _packed(q, "q"), _packed(k, "k"), _packed(v, "v")
@@ -137,11 +137,6 @@ def flash_varlen(
     l = np.zeros((heads, qa.shape[0]))  # noqa: E741
     for i in range(cq.size - 1):
         q0, q1, k0, k1 = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
-        if causal and q1 - q0 != k1 - k0:
-            raise ValueError(
-                f"causal varlen needs equal query and key lengths per sequence (flash-attn aligns the mask "
-                f"bottom-right otherwise, not modelled): sequence {i} has {q1 - q0} queries and {k1 - k0} keys"
-            )
         if q1 == q0 or k1 == k0:
             continue  # no rows, or rows that see no key: out 0, m -inf, l 0
         res = flash(
@@ -153,6 +148,7 @@ def flash_varlen(
             block_n=block_n,
             tiles=tiles,
             causal=causal,
+            causal_align="bottom-right" if causal and q1 - q0 != k1 - k0 else "top-left",
             scale=scale,
             return_stats=True,
             engine=engine,

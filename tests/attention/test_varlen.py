@@ -97,12 +97,42 @@ def test_bad_offsets(cu, total, max_seqlen, err, match):
         check_cu_seqlens(cu, total, "cu_seqlens_q", max_seqlen)
 
 
+@pytest.mark.parametrize("engine", ["vector", "reference"])
+def test_causal_aligns_bottom_right_as_flash_attn(engine):
+    """Unequal lengths: query i of a sequence with n_q queries and n_k keys sees keys j <= i + n_k - n_q (the
+    fp64 plan against a float64 oracle with that mask); the bits are flash()'s bottom-right mask on the sequence."""
+    q, k, v = _packed(seed=2)
+    out = flash_varlen(q, k, v, CU_Q, CU_K, plan="fp64", causal=True, block_m=16, block_n=32, engine=engine)
+    bf = flash_varlen(q, k, v, CU_Q, CU_K, causal=True, block_m=16, block_n=32, engine=engine)
+    for i in range(len(CU_Q) - 1):
+        q0, q1, k0, k1 = CU_Q[i], CU_Q[i + 1], CU_K[i], CU_K[i + 1]
+        if q1 == q0:
+            continue
+        nq, nk = q1 - q0, k1 - k0
+        g = q.shape[1] // k.shape[1]
+        kk, vv = np.repeat(k[k0:k1], g, axis=1), np.repeat(v[k0:k1], g, axis=1)
+        s = np.einsum("qhd,khd->hqk", q[q0:q1], kk) / math.sqrt(q.shape[-1])
+        s = np.where(np.arange(nk)[None, :] <= np.arange(nq)[:, None] + nk - nq, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), vv)
+        np.testing.assert_allclose(out[q0:q1], ref, rtol=0, atol=1e-12)
+        one = flash(
+            q[q0:q1],
+            k[k0:k1],
+            v[k0:k1],
+            causal=True,
+            causal_align="bottom-right",
+            block_m=16,
+            block_n=32,
+            layout="bshd",
+        )
+        np.testing.assert_array_equal(bf[q0:q1], one)
+
+
 def test_bad_calls():
     q, k, v = _packed()
     with pytest.raises(ValueError, match="one batch"):
         flash_varlen(q, k, v, CU_Q, [0, 373])
-    with pytest.raises(ValueError, match="bottom-right"):
-        flash_varlen(q, k, v, CU_Q, CU_K, causal=True)
     with pytest.raises(ValueError, match="total_tokens"):
         flash_varlen(q[None], k, v, CU_Q, CU_K)
     with pytest.raises(ValueError, match="max_seqlen"):
