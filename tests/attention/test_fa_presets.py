@@ -86,8 +86,9 @@ def test_fp8_offset_scales_l_and_saturation_shrinks_output() -> None:
     q[..., 0] = 1.0
     k = np.zeros((1, 1, 256, d))
     k[..., 0] = -20.0  # P ~ 2**-12 before the offset
-    k[0, 0, 0, 0] = 0.0  # the first tile's max
-    k[0, 0, 200, 0] = 3.0  # second tile: score 3 (log2 units with the scale below)
+    # the preset walks the key tiles last first (kv_order="reverse"): keys 128..255, then 0..127
+    k[0, 0, 200, 0] = 0.0  # the first walked tile's max
+    k[0, 0, 0, 0] = 3.0  # the second walked tile: score 3 (log2 units with the scale below)
     v = np.ones((1, 1, 256, d))
     scale = float(np.log(2.0))  # qk_scale = scale * log2(e) ~ 1
     base = plan("fa4-e4m3")
