@@ -25,8 +25,7 @@ simfloat's own):
   so a float64 plan's split run is float64 up to the float32 partials.
 
 What is not modelled: appending new keys to the cache (flash-attn's ``k``/``v`` arguments), rotary embedding,
-causal masks with more than one query row (flash-attn aligns them bottom-right, which the forward loop does
-not model yet; with one query row causal changes nothing and is accepted), the GPU's ``lg2.approx`` /
+the GPU's ``lg2.approx`` /
 ``__logf`` (the logs here are correctly rounded) and ``__expf`` in the combine (the plan's exp2 model is used:
 the H200's ``ex2.approx`` table for ``h200-*`` plans, else correctly rounded).
 """
@@ -323,8 +322,9 @@ def flash_decode(
         plan, block_m, block_n, scale, engine: as :func:`~simfloat.attention.flash` (block_n: the key tile;
             flash-attn's split kernel uses block_m 64 and block_n 256 for head dim <= 64, 128 for <= 128, else
             64).
-        causal: accepted with seqlen_q == 1 (nothing to mask); with more query rows it needs flash-attn's
-            bottom-right alignment, not modelled: an error.
+        causal: flash-attn's bottom-right aligned mask: query row i of a sequence with n keys sees keys
+            j <= n - seqlen_q + i (with seqlen_q == 1 nothing is masked). In a split a row may see no key: its
+            partial output is 0 and its lse -inf, as the split kernel writes them.
         num_splits: >= 1, or 0 for flash-attn's heuristic (:func:`num_splits_heuristic` with its block_n rule
             and ``num_sms``). 1 runs the one-pass kernel: :func:`~simfloat.attention.flash` on the keys.
         split_bounds: explicit interior split offsets (increasing ints > 0, the same for every sequence;
@@ -349,10 +349,10 @@ def flash_decode(
     kc, vc, lens, table, page, capacity = _check_cache(k_cache, v_cache, cache_seqlens, block_table, batch)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if causal and seqlen_q > 1:
+    if causal and seqlen_q > 1 and np.any((lens > 0) & (lens < seqlen_q)):
         raise ValueError(
-            "causal decode with seqlen_q > 1 needs flash-attn's bottom-right aligned mask, which is not modelled "
-            "yet; with seqlen_q == 1 causal changes nothing"
+            f"causal decode with seqlen_q={seqlen_q} needs at least seqlen_q cached keys per sequence (a row "
+            f"would see no key), got cache_seqlens {[int(x) for x in lens]}"
         )
     if combine not in COMBINES:
         raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got {combine!r}")
@@ -388,6 +388,9 @@ def flash_decode(
         for s, (k0, k1) in enumerate(ranges):
             if k1 == k0:
                 continue
+            mask = None  # causal, seqlen_q > 1: row i sees the keys j <= n - seqlen_q + i (bottom-right)
+            if causal and seqlen_q > 1:
+                mask = np.arange(k0, k1)[None, :] <= (n - seqlen_q + np.arange(seqlen_q))[:, None]
             res = flash(
                 q[b],
                 kb[k0:k1],
@@ -399,10 +402,13 @@ def flash_decode(
                 return_stats=True,
                 engine=engine,
                 layout="bshd",
+                attn_mask=mask,
             )
             assert isinstance(res, tuple)
             o_parts[s, b], m, lsum = res
-            logs = _log(lsum, pl)
+            logs = np.full(lsum.shape, -np.inf)  # a row that sees no key in the split: lse -inf
+            seen = lsum > 0
+            logs[seen] = _log(lsum[seen], pl)
             lse_parts[s, b] = np.asarray(_ops.add(m, logs, "fp32"), dtype=np.float64)
     if n_split == 1:
         out, lse = o_parts[0], np.where(lse_parts[0] == -np.inf, np.inf, lse_parts[0])

@@ -251,8 +251,8 @@ def test_decode_errors():
         flash_decode(q, kc, vc, [97, 40], block_table=table.astype(float))
     with pytest.raises(ValueError, match=r"\(batch,\)"):
         flash_decode(q, kc, vc, [97], block_table=table)
-    with pytest.raises(ValueError, match="bottom-right"):
-        flash_decode(np.concatenate([q, q], axis=1), kc, vc, [97, 40], block_table=table, causal=True)
+    with pytest.raises(ValueError, match="a row would see no key"):
+        flash_decode(np.concatenate([q, q, q], axis=1), kc, vc, [97, 2], block_table=table, causal=True)
     with pytest.raises(ValueError, match="combine"):
         flash_decode(q, kc, vc, [97, 40], block_table=table, num_splits=2, combine="tree")
     with pytest.raises(ValueError, match="split_bounds"):
@@ -266,6 +266,40 @@ def test_decode_errors():
         flash_decode(q, kc, vc, [97, 40], block_table=table, causal=True),
         flash_decode(q, kc, vc, [97, 40], block_table=table),
     )
+
+
+@pytest.mark.parametrize("engine", ["vector", "reference"])
+def test_causal_decode_aligns_bottom_right(engine):
+    """Speculative decode (3 query rows): row i of a sequence with n keys sees keys j <= n - 3 + i. One pass: the
+    bits of flash() with the bottom-right mask; the fp64 plan against a float64 oracle with that mask, with and
+    without splits (a split past a row's last key gives that row 0 and lse -inf)."""
+    lens = [97, 40]
+    q, kc, vc, table, kcont, vcont = _cache(2, 4, 2, lens, 16, seqlen_q=3, seed=7)
+    for b, n in enumerate(lens):
+        one = flash_decode(q[b : b + 1], kc, vc, [n], block_table=table[b : b + 1], causal=True, engine=engine)
+        ref = flash(
+            q[b], kcont[b, :n], vcont[b, :n], causal=True, causal_align="bottom-right", block_n=64, layout="bshd"
+        )
+        np.testing.assert_array_equal(one[0], ref)
+        keep = np.arange(n)[None, :] <= (n - 3 + np.arange(3))[:, None]
+        g = q.shape[2] // kc.shape[2]
+        kk, vv = np.repeat(kcont[b, :n], g, axis=1), np.repeat(vcont[b, :n], g, axis=1)
+        s = np.where(keep, np.einsum("qhd,khd->hqk", q[b], kk) / math.sqrt(D), -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), vv)
+        for bounds in (None, [n - 2], [32, n - 1]):
+            got = flash_decode(
+                q[b : b + 1],
+                kc,
+                vc,
+                [n],
+                block_table=table[b : b + 1],
+                plan="fp64",
+                causal=True,
+                split_bounds=bounds,
+                engine=engine,
+            )
+            np.testing.assert_allclose(got[0], want, rtol=0, atol=1e-6 if bounds else 1e-12)  # float32 partials
 
 
 @pytest.mark.parametrize("combine", ["flash-attn", "divide"])

@@ -139,7 +139,7 @@ def test_alpha_from_unscaled_maxima_against_numpy() -> None:
     d = 16
     q = rng.integers(-2, 3, (1, 1, 6, d)).astype(np.float64)
     k = rng.integers(-2, 3, (1, 1, 256, d)).astype(np.float64)
-    k[0, 0, 128:] += 1.0  # the second tile's maxima grow
+    k[0, 0, :128] += 1.0  # the second walked tile's maxima grow (the presets walk the key tiles last first)
     v = np.asarray(sf.round(rng.standard_normal((1, 1, 256, d)), "bf16"))
     pl = plan("fa3-bf16")
     assert pl.alpha_raw
@@ -158,10 +158,11 @@ def test_alpha_from_unscaled_maxima_against_numpy() -> None:
 
     differs = 0
     for i in range(6):
-        r1, r2 = s[i, :128].max(), max(s[i, :128].max(), s[i, 128:].max())
+        first, second = s[i, 128:], s[i, :128]  # kv_order="reverse"
+        r1, r2 = first.max(), max(first.max(), second.max())
         m1, m2 = f32(r1 * np.float64(sc)), f32(r2 * np.float64(sc))
-        x1 = (s[i, :128].astype(np.float64) * np.float64(sc) - np.float64(m1)).astype(f32)
-        x2 = (s[i, 128:].astype(np.float64) * np.float64(sc) - np.float64(m2)).astype(f32)
+        x1 = (first.astype(np.float64) * np.float64(sc) - np.float64(m1)).astype(f32)
+        x2 = (second.astype(np.float64) * np.float64(sc) - np.float64(m2)).astype(f32)
         l1 = tile_sum(x1)
         d_raw = f32(np.float64(f32(r1 - r2)) * np.float64(sc))
         alpha = ex2_approx(np.array([d_raw], dtype=f32), ftz=True)[0]

@@ -295,6 +295,9 @@ def test_flags_are_every_plan_field_but_the_ops():
         state="lse",
         kv_order="reverse",
         contract_diagonal=False,
+        exp2_emu="fa4",
+        p_offset=4,
+        alpha_raw=True,
     )
     assert set(alt) == set(FLAGS)  # a new flag needs a value here
     for f, value in alt.items():
