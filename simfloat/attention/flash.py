@@ -104,7 +104,8 @@ def flash(
         tiles: a tile rule instead of block_m/block_n: ``"fa1:M=<elements>"``, FlashAttention-1's
             ``block_n = ceil(M / (4 d))``, ``block_m = min(block_n, d)`` for head dim d
             (:func:`~simfloat.attention.tiling.fa1_tiles`).
-        causal: top-left aligned mask: query i sees keys j <= i.
+        causal: a causal mask, its diagonal placed by ``causal_align`` (default top-left: query i sees keys
+            j <= i).
         scale: softmax scale, finite and > 0 (default 1/sqrt(head_dim)); with ``plan.exp2`` the kernel uses
             ``scale_op(scale_op(scale) * scale_op(log2 e))``.
         trace: a :class:`simfloat.Tracer` to record local errors and state drift, or None (no cost).
