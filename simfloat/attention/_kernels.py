@@ -11,9 +11,11 @@ kernels treat it as the "no key seen yet" sentinel.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from simfloat._jit import jit
+from simfloat._jit import jit, ljit
 from simfloat.hardware import ex2_approx_f32, mma_tree_sum
 from simfloat.ops._elementary import exp2_scalar, exp_scalar, log_scalar
 from simfloat.ops._scalar import add_scalar, div_scalar, fma_scalar, mul_scalar, sub_scalar
@@ -119,6 +121,24 @@ def exp2_hw(x, o, tab):
     if tab.size == 0:
         return exp2(x, o)
     return rnd(ex2_approx_f32(x, tab, True), o)
+
+
+_LOG2E = math.log2(math.e)
+
+
+@ljit
+def exp_op(x, o, pp):
+    """T7 / T9's exponential into op ``o`` as the plan computes it: exp2 (``pp.exp2``; ex2.approx.ftz with
+    ``pp.ex2_tab``), tl.exp (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed),
+    else ``o(e**x)``. ``pp``: a FlashParams (both engines' loops call it)."""
+    if pp.exp2:
+        return exp2_hw(x, o, pp.ex2_tab)
+    if pp.exp_tl:
+        t = mul(x, rnd(_LOG2E, o), o)
+        if pp.ex2_tab.size == 0:
+            return exp2(t, o)
+        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
+    return exp(x, o)
 
 
 @jit

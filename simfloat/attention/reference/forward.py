@@ -26,9 +26,7 @@ from simfloat.attention._kernels import (
     add,
     div,
     dot64,
-    exp,
-    exp2,
-    exp2_hw,
+    exp_op,
     fma,
     fmax,
     kv_tile,
@@ -56,7 +54,7 @@ from simfloat.attention._quant_kernels import (
     sdot,
     sdot64,
 )
-from simfloat.hardware import ex2_approx_f32, ex2_poly_f32
+from simfloat.hardware import ex2_poly_f32
 from simfloat.trace import STATES, record
 
 __all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "trace_columns", "units", "v_tiles"]
@@ -167,20 +165,6 @@ def _srec(tr, b, t, jt, st, y, ex):
 @jit
 def _ex(x, pp):
     return math.exp2(x) if pp.exp2 else math.exp(x)
-
-
-@ljit
-def _exp_op(x, o, pp):
-    """T7 / T9's exponential into op ``o``: exp2 (``pp.exp2``; ex2.approx.ftz with ``pp.ex2_tab``), tl.exp
-    (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed), else ``o(e**x)``."""
-    if pp.exp2:
-        return exp2_hw(x, o, pp.ex2_tab)
-    if pp.exp_tl:
-        t = mul(x, rnd(_LOG2E, o), o)
-        if pp.ex2_tab.size == 0:
-            return exp2(t, o)
-        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
-    return exp(x, o)
 
 
 @ljit
@@ -466,7 +450,7 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
         if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
             pj = rnd(ex2_poly_f32(x), pp.exp)
         else:
-            pj = _exp_op(x, pp.exp, pp)
+            pj = exp_op(x, pp.exp, pp)
         if tr is not None:
             _rec(tr, b, t, jt, R_EXP, pj, _ex(x, pp))
         p[jj] = pj
@@ -482,7 +466,7 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
                 _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
-            alpha = _exp_op(dm, pp.alpha, pp)
+            alpha = exp_op(dm, pp.alpha, pp)
             if tr is not None:
                 _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
     s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
@@ -528,7 +512,7 @@ def _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij):
     e = 0.0
     if lse_i != _NINF:
         dl = sub(lse_i, m_sub, pp.alpha)
-        e = _exp_op(dl, pp.alpha, pp)
+        e = exp_op(dl, pp.alpha, pp)
         _rec(tr, b, t, jt, R_ALPHA, dl, lse_i - m_sub)
         if tr is not None:
             _rec(tr, b, t, jt, R_ALPHA, e, math.exp(dl))
@@ -731,7 +715,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             if pp.lse:
                 if m_i != _NINF:
                     dm = sub(m_i, w.lse[0], pp.normalize)
-                    osc = _exp_op(dm, pp.normalize, pp)
+                    osc = exp_op(dm, pp.normalize, pp)
                     _rec(tr, b, t, n_kv_all, R_NORMALIZE, dm, m_i - w.lse[0])
                     if tr is not None:
                         _rec(tr, b, t, n_kv_all, R_NORMALIZE, osc, math.exp(dm))

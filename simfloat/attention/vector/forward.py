@@ -37,7 +37,20 @@ from simfloat.attention._engine import (
     row_keys,
     tile_span,
 )
-from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, kv_tile, log, mul, rnd, row_sum, sub
+from simfloat.attention._kernels import (
+    add,
+    div,
+    exp2_hw,
+    exp_op,
+    fma,
+    fmax,
+    kv_tile,
+    log,
+    mul,
+    rnd,
+    row_sum,
+    sub,
+)
 from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span, tile_range
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
@@ -57,7 +70,7 @@ from simfloat.attention._quant_kernels import (
     R_NEAREST_EVEN,
     block_p_codes,
 )
-from simfloat.hardware import ex2_approx_f32, ex2_poly_f32, tl_sum_mma_f32
+from simfloat.hardware import ex2_poly_f32, tl_sum_mma_f32
 
 __all__ = ["Engine", "Lanes", "Operands", "units"]
 
@@ -173,20 +186,6 @@ class _Scratch(NamedTuple):
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
     lse: np.ndarray  # (bm,) the lse form's running lse_i (Plan.state="lse")
     mr: np.ndarray  # (bm,) the unscaled running maxima (Plan.alpha_raw)
-
-
-@ljit
-def _exp1(x, o, pp):
-    """One exponential into op ``o`` as the plan computes it (the reference loop's ``_exp_op``): exp2 (with the
-    ex2 table), ``tl.exp``'s ``o(exp2(o(x * o(log2 e))))`` (``exp_tl``; the H200's ex2.approx not flushed) or e**x."""
-    if pp.exp2:
-        return exp2_hw(x, o, pp.ex2_tab)
-    if pp.exp_tl:
-        t = mul(x, rnd(_LOG2E, o), o)
-        if pp.ex2_tab.size == 0:
-            return exp2(t, o)
-        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
-    return exp(x, o)
 
 
 @ljit
@@ -454,7 +453,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     _scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
     if pp.exp_tl:
         for jj in range(nv):
-            p[jj] = _exp1(p[jj], pp.exp, pp)
+            p[jj] = exp_op(p[jj], pp.exp, pp)
     elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
         _exp_mixed(p, nv, pp)
     else:
@@ -474,7 +473,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
                 dm = mul(sub(r_old, r_new, pp.alpha), sscale, pp.alpha)
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
-            alpha = _exp1(dm, pp.alpha, pp)
+            alpha = exp_op(dm, pp.alpha, pp)
     if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
         sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
     else:
@@ -495,7 +494,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         l_ij = _row_sum_ij(pc if pp.consistent else p, nv, eng)
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
         lse_i = sc.lse[r]
-        e = 0.0 if lse_i == _NINF else _exp1(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp)
+        e = 0.0 if lse_i == _NINF else exp_op(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp)
         l_new = add(e, l_ij, pp.l_i)
         if m_new != _NINF:
             sc.lse[r] = add(m_sub, log(l_new, pp.l_i), pp.m_i)
@@ -654,7 +653,9 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
             if pp.lse:  # E1 of the lse form: o = normalize(acc * o_scale), o_scale = exp(m_i - lse_i)
                 lse_i = sc.lse[i - r0]
                 if m_i != _NINF:
-                    _scale_by(o, dv, _exp1(sub(m_i, lse_i, pp.normalize), pp.normalize, pp), ln.normalize, pp.normalize)
+                    _scale_by(
+                        o, dv, exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp), ln.normalize, pp.normalize
+                    )
                 m_i, l_i = lse_i, (0.0 if m_i == _NINF else 1.0)  # the stats: m = lse, l = 1
             elif not pp.per_step:  # E1
                 _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
