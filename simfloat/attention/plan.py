@@ -26,7 +26,8 @@ import warnings
 from simfloat.accumulate import Model
 from simfloat.attention import _presets
 
-# re-exported: the public path of these names (tests and docs read them here, backward_plan the private ones)
+# re-exported: the public path of these names (tests and docs read them here; backward_plan.py the private ones,
+# until it imports them from their modules)
 from simfloat.attention._plan_params import (  # noqa: F401
     BASELINE_OPS,
     EXP2_IMPLS,
