@@ -43,7 +43,10 @@ __all__ = [
     "H200_EX2_SHA256",
     "Ex2Table",
     "ex2_table_value",
+    "h200_ex2",
     "mma_sum_warps",
+    "SUM_RULES",
+    "SumOrder",
     "ex2_table",
     "ex2_table_names",
     "ex2_table_sha256",
@@ -141,20 +144,72 @@ class Ex2Table:
     def __str__(self) -> str:
         return self.name
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # the shipped H200 table travels as a reference (every process has the file), any other as its bytes
+        if self.sha256 == H200_EX2_SHA256 and self.name == "h200":
+            return (h200_ex2, ())
+        return (Ex2Table, (self.name, self.sha256, self.table))
 
-def ex2_table_value(table: np.ndarray) -> str | Ex2Table:
-    """An ex2 table as a plan's ``exp2_impl`` value: ``"h200"`` for the shipped H200 table (every process has
-    it), else an :class:`Ex2Table`.
+
+@lru_cache(maxsize=1)
+def h200_ex2() -> Ex2Table:
+    """The shipped H200 table (``simfloat/data/ex2_h200.bin.xz``, ex2.approx.ftz.f32 of an H200) as a value,
+    named ``"h200"``: what the h200 profile's plans and a plan's ``exp2_impl="h200"`` carry."""
+    return Ex2Table("h200", H200_EX2_SHA256, _h200_table())
+
+
+def ex2_table_value(table: np.ndarray) -> Ex2Table:
+    """An ex2 table as a plan's ``exp2_impl`` value: :func:`h200_ex2` for the shipped H200 table, else an
+    :class:`Ex2Table` named ``"table-<first 16 hex digits of its sha256>"``.
 
     Raises:
         ValueError: wrong shape or dtype, or an offset outside -2..+1.
     """
     sha = ex2_table_sha256(table)
     if sha == H200_EX2_SHA256:
-        return "h200"
+        return h200_ex2()
     t = np.array(table, dtype=np.int8)
     t.setflags(write=False)
     return Ex2Table(f"table-{sha[:16]}", sha, t)
+
+
+#: the tl.sum orders of a P tile the kernels model: ``"sequential"`` (left to right) and ``"h200-mma"`` (the H200's
+#: order in the tensor-core accumulator layout, :func:`mma_tree_sum`); :attr:`SumOrder.code` is the index
+SUM_RULES = ("sequential", "h200-mma")
+
+
+@dataclass(frozen=True)
+class SumOrder:
+    """The order of ``tl.sum`` over a flash kernel's P tile (the row sum l_ij) as a value: what a plan carries in
+    ``sum_order`` (a hardware profile's tl.sum part of the mma layout, or the sequential default), with the
+    layout rule that says how many warps share a row (:meth:`warps_n`).
+
+    Attributes:
+        rule: one of :data:`SUM_RULES`.
+    """
+
+    rule: str = "sequential"
+
+    def __post_init__(self) -> None:
+        if self.rule not in SUM_RULES:
+            raise ValueError(f"sum order must be one of {SUM_RULES}, got {self.rule!r}")
+
+    def __str__(self) -> str:
+        return self.rule
+
+    def __repr__(self) -> str:
+        return repr(self.rule)
+
+    @property
+    def code(self) -> int:
+        """The order as the compiled kernels read it: its index in :data:`SUM_RULES` (0 sequential)."""
+        return SUM_RULES.index(self.rule)
+
+    def warps_n(self, block_m: int, head_dim_v: int) -> int:
+        """The warps along the keys that the order reduces a row over, for a kernel's requested q tile of
+        ``block_m`` rows and value head dim ``head_dim_v``: the mma layout's rule (:func:`mma_sum_warps`) for
+        ``"h200-mma"``; 1 for ``"sequential"`` (no layout: one pass left to right)."""
+        return mma_sum_warps(block_m, head_dim_v) if self.rule == "h200-mma" else 1
 
 
 def mma_sum_warps(block_m: int, head_dim_v: int) -> int:

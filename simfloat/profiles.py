@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from simfloat.accumulate import BlockFMA, Chunked, Interleaved, Sequential
 from simfloat.formats import FloatFormat
+from simfloat.hardware import SUM_RULES as _SUM_RULES
+from simfloat.hardware import SumOrder
 from simfloat.rounding import RoundingMode
 
 if TYPE_CHECKING:
@@ -288,6 +290,17 @@ class SumPart:
         object.__setattr__(self, "shapes", tuple(str(s) for s in self.shapes))
         _check_status(self.status, "SumPart")
 
+    def order(self) -> SumOrder:
+        """The part's rule as a plan's ``sum_order`` value (:class:`simfloat.hardware.SumOrder`: the order and
+        its warp-layout rule).
+
+        Raises:
+            ValueError: the part has no rule (no known rule reproduces the probes).
+        """
+        if self.rule is None:
+            raise ValueError(f"the tl.sum part of the {self.layout} layout has no rule ({self.status})")
+        return SumOrder(self.rule)
+
 
 @dataclass(frozen=True)
 class IsaPart:
@@ -369,9 +382,10 @@ class HardwareProfile:
         return next((s for s in self.sums if s.layout == layout), None)
 
     def exp2_impl(self) -> str | Ex2Table:
-        """The ``Plan.exp2_impl`` value of the exp2 part: ``"correctly_rounded"`` (no part, or that model),
-        ``"h200"`` (the shipped H200 table) or the table itself as a :class:`simfloat.hardware.Ex2Table` value
-        (read and checked against its sha256), which a plan carries to any process.
+        """The ``Plan.exp2_impl`` value of the exp2 part: ``"correctly_rounded"`` (no part, or that model), else
+        the table as a :class:`simfloat.hardware.Ex2Table` value (the shipped H200 table:
+        :func:`simfloat.hardware.h200_ex2`; another: read and checked against its sha256), which a plan
+        carries to any process.
 
         Raises:
             ValueError: the table file is missing or its sha256 differs from the profile's.
@@ -382,7 +396,7 @@ class HardwareProfile:
         from simfloat import hardware
 
         if part.sha256 == hardware.H200_EX2_SHA256:
-            return "h200"
+            return hardware.h200_ex2()
         return hardware.ex2_table_value(self.ex2_table())
 
     def ex2_table(self) -> Any:
@@ -545,7 +559,7 @@ def model_label(m: object) -> str:
 # -- the tl.sum rules ------------------------------------------------------------------------------------------
 
 #: the tl.sum order rules a :class:`SumPart` can name (``Plan.sum_order`` takes the same values)
-SUM_RULES = ("sequential", "h200-mma")
+SUM_RULES = _SUM_RULES
 
 
 def tl_sum(x: Any, rule: str, warps_n: int = 1) -> Any:

@@ -36,8 +36,9 @@ l_i(log l_i))``, and E1 ``o_d = normalize(acc_d * normalize(exp(normalize(m_i - 
 A row that saw no key ends with out = 0, m = -inf, l = 0 (as the kernel's guards give); with top-left causal
 alignment and seq_k >= 1 no row is ever fully masked.
 
-The GPU's own exp2 (``ex2.approx.ftz.f32``) and row-sum order are plan options (``exp2_impl="h200"``,
-``sum_order="h200-mma"``; the ``h200-<fmt>`` presets); docs/results/h200-validation.md reports what they
+The GPU's own exp2 (``ex2.approx.ftz.f32``) and row-sum order are values a plan carries (``exp2_impl``, an
+ex2 table; ``sum_order``, the tl.sum order with its warp-layout rule; the ``h200-<fmt>`` presets: the shipped
+h200 profile's); docs/results/h200-validation.md reports what they
 reproduce. The scalar reference engine (the test oracle, and the traced path) is the one forward loop of
 :mod:`simfloat.attention.reference`, which also runs the plans with quantizers; the default engine is
 :mod:`simfloat.attention._engine`, bit for bit the same.
@@ -59,7 +60,6 @@ from simfloat.attention.quantized import quant_flash
 from simfloat.attention.reference.forward import Trace, float_operands, trace_columns, units
 from simfloat.attention.tiling import pick_tiles
 from simfloat.attention.vector.forward import units as vector_units
-from simfloat.hardware import mma_sum_warps
 
 __all__ = ["flash"]
 
@@ -170,7 +170,7 @@ def flash(
     out = np.zeros((n_lead, seq_q, dv))
     m = np.empty((n_lead, seq_q))
     l = np.empty((n_lead, seq_q))  # noqa: E741
-    wn = mma_sum_warps(bm_req, dv)  # tl.sum layout of the requested tile (see row_sum)
+    wn = x.plan.sum_order.warps_n(bm_req, dv)  # the plan's tl.sum layout rule, of the requested tile
     if which == "vector":
         built = flash_engine(x.plan, fp, qc=x.q, kc=x.k, vc=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
         assert built is not None  # only block-scaled dots can decline

@@ -86,7 +86,6 @@ from simfloat.attention.reference.forward import Operands, Trace, key_rows, trac
 from simfloat.attention.vector.forward import units as vector_units
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
-from simfloat.hardware import mma_sum_warps
 from simfloat.rounding import round as _round
 from simfloat.trace import Tracer
 
@@ -407,7 +406,7 @@ def quant_flash(
             )
         which = "reference"
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
-    wn = mma_sum_warps(bm, x.v.shape[-1])  # the tl.sum layout of the requested tile
+    wn = pl.sum_order.warps_n(bm, x.v.shape[-1])  # the plan's tl.sum layout rule, of the requested tile
     pv_sb = pl.pv.scale_block if isinstance(pl.pv, BlockFMA) else 0
     if pv_sb and bn % pv_sb:
         raise ValueError(f"block_n must be a multiple of the pv MMA's scale block {pv_sb}, got {bn}")

@@ -22,10 +22,13 @@ __all__ = [
     "reference_plan",
 ]
 
-#: Every :class:`Plan` field but the name, the kernel the plan is for (not how it computes) and the quantizer ops
-#: (None in the float plans attribution studies; plans with quantizers derive their own, ``Plan.isolate``).
+#: Every :class:`Plan` field but the name, which kernel the plan is for and the profile its models came from (not
+#: how it computes: ``kernel``, ``gpu_kernel``, ``profile``) and the quantizer ops (None in the float plans
+#: attribution studies; plans with quantizers derive their own, ``Plan.isolate``).
 _FIELDS = tuple(
-    f.name for f in dataclasses.fields(Plan) if f.name not in ("name", "kernel") and f.name not in QUANT_FIELDS
+    f.name
+    for f in dataclasses.fields(Plan)
+    if f.name not in ("name", "kernel", "gpu_kernel", "profile") and f.name not in QUANT_FIELDS
 )
 #: The algorithm flags a plan carries besides its ops (every field of :data:`_FIELDS` that is not an op, so a
 #: new flag cannot be left out; ``opmath``, a baseline plan's working precision, is no algorithm flag);

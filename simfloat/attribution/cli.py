@@ -281,6 +281,19 @@ def _interrupted(stop: Any, out: Path, head: str, elapsed: float) -> int:
     return 130
 
 
+def _triton_plan(name: str, unprofiled: bool = False) -> bool:
+    """Whether the plan ``name`` models the Triton flash kernel (its ``gpu_kernel`` field), with ``unprofiled``
+    without a hardware profile yet (its ``profile`` field): the plans ``--hardware`` applies to. An unknown name
+    is none (it stops later, with its own message)."""
+    from simfloat.attention import plan
+
+    try:
+        pl = plan(name)
+    except ValueError:
+        return False
+    return pl.gpu_kernel == "triton" and not (unprofiled and pl.profile is not None)
+
+
 def _with_hardware(
     plans: list[str], pairs: dict[str, str], baseline: Any, hardware: str
 ) -> tuple[list[Any], Any, dict]:
@@ -291,12 +304,12 @@ def _with_hardware(
 
     source = Path(hardware) if Path(hardware).is_file() else hardware
     prof = load_profile(source)  # a bad profile stops here, naming it
-    if not any(p.startswith("triton-") and "@" not in p for p in plans):
+    if not any(_triton_plan(p, unprofiled=True) for p in plans):
         raise ValueError(f"--hardware {hardware}: no triton-<format> plan among {', '.join(plans)} to apply it to")
     run_plans: list[Any] = []
     new_pairs: dict[str, str] = {}
     for p in plans:
-        if p.startswith("triton-") and "@" not in p:
+        if _triton_plan(p, unprofiled=True):
             hp = plan(p, hardware=prof)
             run_plans.append(hp)
             new_pairs[hp.name] = pairs[p]
@@ -354,7 +367,7 @@ def _run(args: argparse.Namespace) -> int:
     tiles = pick_arg(args, "tiles")
     block_ns = steps_block_ns(args, seq_k)
     baseline = _baseline_arg(args.baseline)
-    fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and p.startswith(("triton-", "h200-"))}
+    fp8 = {p: FP8_BASELINE for p in plans if input_format(p) in ("e4m3", "e5m2") and _triton_plan(p)}
     if fp8 and baseline is None:
         baseline = fp8
     elif fp8 and isinstance(baseline, dict):

@@ -95,10 +95,63 @@ def test_h200_plan_flag():
     import simfloat.attention as A
 
     pl = A.plan("h200-bf16")
-    assert pl.exp2_impl == "h200" and pl.sum_order == "h200-mma"
+    assert pl.exp2_impl == H.h200_ex2() and pl.sum_order == H.SumOrder("h200-mma")
     assert A.plan("triton-bf16").replace(exp2_impl="h200").params(0.125).ex2_tab.size == 2**24
     with pytest.raises(ValueError):
         A.plan("triton-bf16").replace(sum_order="nope")
+
+
+def test_plans_carry_the_hardware_models_as_values():
+    """exp2_impl and sum_order are values (an ex2 table, a tl.sum order with its layout rule), however given: the
+    name "h200" and the profile give the same value, which pickles as a reference to the shipped table."""
+    import pickle
+
+    import simfloat.attention as A
+
+    by_name = A.plan("triton-bf16").replace(exp2_impl="h200", sum_order="h200-mma")
+    by_profile = A.plan("triton-bf16", hardware="h200")
+    assert by_name.exp2_impl is by_profile.exp2_impl is H.h200_ex2()
+    assert by_name.sum_order == by_profile.sum_order == H.SumOrder("h200-mma")
+    assert by_name.exp2_impl.table is H.ex2_table("h200")  # the very array the kernels read (one compile)
+    assert A.plan("triton-bf16").sum_order == H.SumOrder() and A.plan("triton-bf16").exp2_impl == "correctly_rounded"
+    assert len(pickle.dumps(by_profile)) < 100_000 and pickle.loads(pickle.dumps(by_profile)) == by_profile
+    # the warp-layout rule of the order is the order's: the mma layout's rule for h200-mma, none for sequential
+    for bm, dv in ((16, 64), (64, 64), (32, 16), (128, 128)):
+        assert by_profile.sum_order.warps_n(bm, dv) == H.mma_sum_warps(bm, dv)
+        assert H.SumOrder().warps_n(bm, dv) == 1
+    assert H.SumOrder("h200-mma").code == 1 and H.SumOrder().code == 0
+    with pytest.raises(ValueError, match="sum order must be one of"):
+        H.SumOrder("tree")
+
+
+def test_which_kernel_a_plan_models_is_a_field():
+    """Plan.gpu_kernel and Plan.profile say what the name prefixes said: a hardware profile applies to the
+    Triton kernel's plans without one, whatever their name."""
+    import dataclasses
+
+    import simfloat.attention as A
+    from simfloat.attribution.cli import _triton_plan
+
+    assert (A.plan("triton-bf16").gpu_kernel, A.plan("triton-bf16").profile) == ("triton", None)
+    assert (A.plan("h200-bf16").gpu_kernel, A.plan("h200-bf16").profile) == ("triton", "h200")
+    assert A.plan("fa3-bf16").gpu_kernel == "fa3" and A.plan("pytorch-bf16").gpu_kernel == "pytorch"
+    assert A.plan("fp64").gpu_kernel is None and A.plan("int8-reference").gpu_kernel is None
+    assert [_triton_plan(n) for n in ("triton-e4m3", "h200-e4m3", "triton-e4m3@h200", "fa3-e4m3", "nope")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert [_triton_plan(n, unprofiled=True) for n in ("triton-bf16", "h200-bf16", "triton-bf16@h200")] == [
+        True,
+        False,
+        False,
+    ]
+    with pytest.raises(ValueError, match="gpu_kernel must be None or one of"):
+        dataclasses.replace(A.plan("triton-bf16"), gpu_kernel="cuda")
+    with pytest.raises(ValueError, match="applies to the triton-<fmt> presets"):
+        A.plan("h200-bf16", hardware="h200")
 
 
 # -- the tl.sum order: the one model against a plain re-statement -------------------------------------------------

@@ -60,7 +60,7 @@ def test_h200_preset_is_triton_with_the_shipped_profile(fmt):
     assert dataclasses.replace(got, name=want.name) == want
     # what the profile holds: the measured sm90 model, the H200 ex2 table, the mma-layout tl.sum order
     assert got.qk == got.pv == tensor_core("sm90", fmt)
-    assert (got.exp2_impl, got.sum_order, got.contract) == ("h200", "h200-mma", True)
+    assert (got.exp2_impl, got.sum_order, got.contract) == (hardware.h200_ex2(), hardware.SumOrder("h200-mma"), True)
     assert plan(f"triton-{fmt}", hardware="h200") == got  # by shipped name too
     assert plan(got.name) == got and got.kernels() == ("flash",)  # the name parses back
 
@@ -68,8 +68,9 @@ def test_h200_preset_is_triton_with_the_shipped_profile(fmt):
 @pytest.mark.parametrize("fmt", ("bf16", "fp16", "tf32"))
 def test_h200_backward_preset_is_triton_with_the_shipped_profile(fmt):
     """The backward h200-<fmt> comes from the shipped profile now: field for field the plan it was built as
-    before (the backward triton-<fmt> with exp2_impl "h200"), and triton-<fmt>@h200 under its historic name."""
-    old = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl="h200")
+    before (the backward triton-<fmt> with the H200 ex2 table, now the value hardware.h200_ex2(), the forward
+    plans' too), and triton-<fmt>@h200 under its historic name."""
+    old = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl=hardware.h200_ex2())
     new = backward_plan(f"h200-{fmt}")
     for f in dataclasses.fields(BackwardPlan):
         assert getattr(new, f.name) == getattr(old, f.name), f.name
@@ -122,7 +123,7 @@ def test_published_profiles():
         assert prof.exp2 is None and prof.exp is None and not prof.sums
         p = plan("triton-bf16", hardware=prof)
         assert p.name == f"triton-bf16@{name}" and p.qk == p.pv == tensor_core(arch, "bf16")
-        assert (p.exp2_impl, p.sum_order) == ("correctly_rounded", "sequential")  # absent parts: triton defaults
+        assert (p.exp2_impl, p.sum_order) == ("correctly_rounded", hardware.SumOrder())  # absent parts: triton defaults
     assert [d.input_format for d in load_profile("a100").tensor_cores] == ["bf16", "fp16", "tf32"]  # no fp8
     with pytest.raises(ValueError, match="no published profile"):
         published_profile("h200")
@@ -402,7 +403,7 @@ def test_profile_plan_names_round_trip(tmp_path):
     path = save_profile(mine, tmp_path / "mine.json")
     by_file = plan(f"triton-fp16@{path}")  # a file: loaded, named by the profile's own name
     assert by_file.name == "triton-fp16@mineplans" and plan("triton-fp16@mineplans") == by_file
-    assert by_file.qk == tensor_core("sm90", "fp16") and by_file.sum_order == "h200-mma"
+    assert by_file.qk == tensor_core("sm90", "fp16") and by_file.sum_order.rule == "h200-mma"
     assert by_file.kernels() == ("flash",) and input_format(by_file.name) == "fp16"
     assert baseline_plan_for(by_file).name == "pytorch-fp16"
     assert baseline_plan_for("triton-bf16@h200").name == "pytorch-bf16"

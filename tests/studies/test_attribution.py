@@ -280,7 +280,8 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
 def test_flags_are_every_plan_field_but_the_ops():
     ops = set(FLASH_OPS) | {"softmax", "name"}
     # which kernel; the quantizer ops (None in the float plans); a baseline plan's working precision (opmath)
-    not_flags = {"kernel", "opmath", *QUANT_FIELDS}
+    # which kernel and which hardware profile (gpu_kernel, profile: what the plan models, not how it computes)
+    not_flags = {"kernel", "gpu_kernel", "profile", "opmath", *QUANT_FIELDS}
     assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops - not_flags
     alt = dict(
         exp2=False,
@@ -308,6 +309,7 @@ def test_flags_are_every_plan_field_but_the_ops():
             p = dataclasses.replace(p, tie_shift=2.0)
         q = dataclasses.replace(p, **{f: value})
         assert cache_key("flash", q) != cache_key("flash", p), f
+        value = getattr(q, f)  # as the plan holds it (sum_order "sequential": a hardware.SumOrder value)
         assert getattr(reference_plan(q), f) == value and getattr(isolation_plan(q, "p"), f) == value, f
         assert getattr(ablation_plan(q, "p"), f) == value, f
 
