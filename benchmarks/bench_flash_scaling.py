@@ -4,13 +4,16 @@ Time: for each seq of ``--seqs``, one head, one thread, process CPU time (best o
 first ``--rows`` query rows (0: all) against all seq keys, not causal, so every query row costs the same; printed
 with the time per score and scaled to all seq rows (the time a full call would take at that cost per score).
 
-Memory (``--memory``): one fresh process per seq (a child of this one) runs flash on all seq rows with a
-sliding window of ``--window`` keys to the left (``window=(w, 0)``: the loop skips the key tiles outside it, so the
-call is short, while every buffer is that of the dense call: the operands, their tiles, the scratch and the
-outputs), and prints its peak resident memory (``getrusage``) before and after the call.
+Memory (``--memory``): flash's buffers are per query row (Q's codes and weights, the output, the row
+statistics) or per key (K's and V's tiles in their forms), none seq x seq, so a dense call's peak at seq N is
+measured in two parts, each in a fresh process (a child of this one) without the N^2 time of the call: N query
+rows against ``--rows`` keys, and ``--rows`` query rows against N keys; printed: the peak resident memory
+(``getrusage``) before and after each call, its growth per query row or per key, and their sum over the
+process before the call, the estimate of the dense call's peak. (A structured mask, e.g. ``window``, is no way
+around the N^2 time: ``_masks.mask_of`` builds a dense seq x seq visibility array.)
 
     python benchmarks/bench_flash_scaling.py [--plans triton-bf16,h200-bf16] [--seqs 1024,2048,...] [--rows 512]
-    python benchmarks/bench_flash_scaling.py --memory [--seqs 65536,131072] [--window 128]
+    python benchmarks/bench_flash_scaling.py --memory [--seqs 65536,131072] [--rows 512]
 """
 
 from __future__ import annotations
@@ -43,20 +46,25 @@ def _inputs(rows: int, n: int, d: int):
     return q, k, v
 
 
-def _memory_child(plan: str, n: int, d: int, w: int) -> None:
+def _memory_child(plan: str, rows: int, n: int, d: int) -> None:
     import numba
 
     from simfloat.attention import flash
 
     numba.set_num_threads(1)
     q, k, v = _inputs(64, 256, d)
-    flash(q, k, v, plan=plan, window=(w, 0))  # compile (or load) outside the figure
-    q, k, v = _inputs(n, n, d)
+    flash(q, k, v, plan=plan)  # compile (or load) outside the figure
+    q, k, v = _inputs(rows, n, d)
     before = _peak_mib()
-    t = time.process_time()
-    flash(q, k, v, plan=plan, window=(w, 0))
-    t = time.process_time() - t
-    print(f"  {plan} seq {n}: peak resident {before:.0f} MiB before the call, {_peak_mib():.0f} MiB after ({t:.1f} s)")
+    flash(q, k, v, plan=plan)
+    print(f"{before} {_peak_mib()}")
+
+
+def _child(plan: str, rows: int, n: int, d: int) -> tuple[float, float]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", plan, str(rows), str(n), "--head-dim", str(d)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout.split()
+    return float(out[-2]), float(out[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,26 +75,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--memory", action="store_true", help="peak resident memory per seq instead of the time")
-    ap.add_argument("--window", type=int, default=128, help="--memory: keys to the left of each row")
-    ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     seqs = [int(s) for s in args.seqs.split(",")]
     plans = args.plans.split(",")
     d = args.head_dim
     if args.child:
-        _memory_child(args.child[0], int(args.child[1]), d, args.window)
+        _memory_child(args.child[0], int(args.child[1]), int(args.child[2]), d)
         return
     if args.memory:
-        print(f"peak resident memory, head dim {d}, one head, window ({args.window}, 0), one process per line")
+        m = args.rows
+        print(f"peak resident memory, head dim {d}, one head, one thread; a fresh process per call")
         for plan in plans:
             for n in seqs:
-                cmd = [sys.executable, os.path.abspath(__file__), "--child", plan, str(n)]
-                cmd += ["--head-dim", str(d), "--window", str(args.window)]
-                subprocess.run(
-                    cmd,
-                    check=True,
-                    env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])},
+                b_q, a_q = _child(plan, n, m, d)  # n query rows, m keys
+                b_k, a_k = _child(plan, m, n, d)  # m query rows, n keys
+                print(
+                    f"  {plan} seq {n}: {n} rows x {m} keys {b_q:.0f} -> {a_q:.0f} MiB "
+                    f"({(a_q - b_q) * 2**20 / n:.0f} B per query row); {m} rows x {n} keys {b_k:.0f} -> {a_k:.0f} MiB "
+                    f"({(a_k - b_k) * 2**20 / n:.0f} B per key); dense estimate {a_q + a_k - b_k:.0f} MiB",
+                    flush=True,
                 )
+        print(f"load average {os.getloadavg()}")
         return
 
     import numba
