@@ -55,6 +55,8 @@ __all__ = [
     "unpack_ex2_table",
     "ex2_approx_f32",
     "ex2_approx",
+    "ex2_values",
+    "ex2_ftz_neg",
     "exp_approx",
     "ex2_poly_f32",
     "ex2_poly",
@@ -64,6 +66,7 @@ __all__ = [
     "tl_sum_mma",
     "tl_sum_mma_f32",
     "tl_sum_mma_array",
+    "tl_sum_mma_rows_f32",
     "TWO23",
 ]
 
@@ -303,6 +306,62 @@ def ex2_approx_f32(x: float, tab: np.ndarray, ftz: bool) -> float:
     return y
 
 
+# -- the ex2 of flash's scores as a value table: x <= 0 is one table load and an exact power-of-two scale ------
+
+# the value tables of the tables in use, by id (each entry keeps its table alive, so an id is never reused)
+_VALUES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def ex2_values(tab: np.ndarray) -> np.ndarray:
+    """The table ``T-`` of :func:`ex2_approx_f32` as values: float32[2^23], entry f = the float32 2^(-f 2^-23)
+    moved by the measured offset ``tab[f]`` (what :func:`ex2_approx_f32` computes per call with libm's exp2);
+    built once per table and process (32 MiB; about 0.1 s). An empty ``tab`` gives an empty array.
+
+    Args:
+        tab: an ex2 table, int8[2^24] (:func:`ex2_table`'s layout), or empty.
+    """
+    if tab.size == 0:
+        return np.empty(0, dtype=np.float32)
+    hit = _VALUES.get(id(tab))
+    if hit is None or hit[0] is not tab:
+        vals = np.empty(TWO23, dtype=np.float32)
+        _fill_ex2_values(_checked_table(tab, "ex2_values(tab)"), vals)
+        vals.setflags(write=False)
+        if len(_VALUES) >= 4:  # a few tables per process at most; the oldest goes
+            _VALUES.pop(next(iter(_VALUES)))
+        hit = _VALUES[id(tab)] = (tab, vals)
+    return hit[1]
+
+
+@jit
+def _fill_ex2_values(tab, vals):
+    for f in range(TWO23):
+        base = float(np.float32(math.exp2(-f * 1.1920928955078125e-07)))  # as ex2_approx_f32 (x < 0)
+        vals[f] = np.float32(_step_ulps(base, tab[f]))
+
+
+@jit
+def ex2_ftz_neg(x: np.ndarray, n: int, vals: np.ndarray, tab: np.ndarray) -> None:
+    """x[:n] = :func:`ex2_approx_f32` (x[:n], tab, ftz=True), float32 values held as floats, by the value table
+    ``vals = ex2_values(tab)``: for x <= 0, ``|x| = i + f`` (f truncated to 23 bits), ``vals[f] * 2^-i``, flushed
+    below 2^-126, 1 for |x| < 2^-126. Branch free (a table load per value) when every x[:n] is <= 0 (flash's
+    scores minus their maximum); otherwise (x > 0, NaN) each value goes through :func:`ex2_approx_f32`."""
+    for j in range(n):  # the rare inputs the loop below does not handle
+        xj = x[j]
+        if not xj <= 0.0:
+            for jj in range(n):
+                x[jj] = ex2_approx_f32(x[jj], tab, True)
+            return
+    for j in range(n):
+        a = -x[j]  # >= 0
+        a = a if a < 200.0 else 200.0  # x < -160 gives 0, as any x whose result is below 2^-126
+        i = math.floor(a)
+        f = np.int64((a - i) * 8388608.0)  # exact product; truncation
+        y = np.float64(vals[f]) * bits_f64(np.uint64(1023 - np.int64(i)) << np.uint64(52))  # exact: 2^-i, i <= 200
+        y = y if y >= 1.1754943508222875e-38 else 0.0  # ftz results
+        x[j] = y if a >= 1.1754943508222875e-38 else 1.0  # ftz inputs, and 0
+
+
 @jit
 def _ex2_array(x, out, tab, ftz):
     for n in range(x.size):
@@ -480,3 +539,51 @@ def tl_sum_mma_array(p: np.ndarray, warps_n: int = 1) -> np.ndarray:
 def _sum_rows(x, warps_n, out):
     for r in range(x.shape[0]):
         out[r] = mma_tree_sum(x[r], x.shape[1], warps_n, add_f32, 0)
+
+
+@jit
+def tl_sum_mma_rows_f32(pt: np.ndarray, g: int, n: int, warps_n: int, work: np.ndarray, out: np.ndarray) -> None:
+    """out[r] = :func:`tl_sum_mma_f32` (pt[:n, r], n, warps_n) for the rows r < g at once: the same tree of fp32
+    additions, each step a loop over the rows (independent sums, contiguous loads, no branches) that LLVM
+    vectorizes.
+
+    Args:
+        pt: float32 (>= n, >= g): the values transposed, a row's values in a column.
+        g, n: rows and values per row. warps_n: 1, 2 or 4.
+        work: float32 scratch (>= 16, >= g): the lanes' partial sums.
+        out: float64 (>= g), written.
+    """
+    nw = max(1, min(warps_n, (n + 7) // 8))
+    period = 8 * warps_n
+    for w in range(nw):
+        for t in range(4):  # lane t of warp w: columns c0 + period k and + 1, left to right from the first as it is
+            s = work[4 * w + t]
+            c0 = 8 * w + 2 * t
+            if c0 >= n:
+                for r in range(g):
+                    s[r] = np.float32(0.0)
+                continue
+            col = pt[c0]
+            for r in range(g):
+                s[r] = col[r]
+            for k in range(1, 2 * ((n - c0 + period - 1) // period)):
+                c = c0 + (k >> 1) * period + (k & 1)
+                if c >= n:
+                    break
+                col = pt[c]
+                for r in range(g):
+                    s[r] = s[r] + col[r]
+        for r in range(g):  # the lane butterfly: (s0 + s2) + (s1 + s3), into lane 0
+            work[4 * w, r] = (work[4 * w, r] + work[4 * w + 2, r]) + (work[4 * w + 1, r] + work[4 * w + 3, r])
+    if nw == 1:
+        for r in range(g):
+            out[r] = np.float64(work[0, r])
+    elif nw == 2:
+        for r in range(g):
+            out[r] = np.float64(work[0, r] + work[4, r])
+    else:  # 3 warps (17..24 values over 4): w3 = 0
+        if nw == 3:
+            for r in range(g):
+                work[12, r] = np.float32(0.0)
+        for r in range(g):
+            out[r] = np.float64((work[0, r] + work[8, r]) + (work[4, r] + work[12, r]))

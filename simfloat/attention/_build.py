@@ -32,6 +32,7 @@ from simfloat.attention.vector.forward import Engine, Lanes, Operands
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
+from simfloat.hardware import ex2_values
 from simfloat.rounding import mode_code
 
 __all__ = [
@@ -350,10 +351,12 @@ def flash_engine(
         pv_scaled,
         pv_lo,
         pv_elems,
+        ex2_values(fp.ex2_tab) if fp.exp2 else _NO_VALUES,
     )
     return eng, xs
 
 
+_NO_VALUES = np.empty(0, dtype=np.float32)
 _ONES2 = np.ones((1, 1))
 _ONES3 = np.ones((1, 1, 1))
 

@@ -70,7 +70,7 @@ from simfloat.attention._quant_kernels import (
     R_NEAREST_EVEN,
     block_p_codes,
 )
-from simfloat.hardware import ex2_poly_f32, tl_sum_mma_f32
+from simfloat.hardware import ex2_ftz_neg, ex2_poly_f32, tl_sum_mma_f32, tl_sum_mma_rows_f32
 
 __all__ = ["Engine", "Lanes", "Operands", "units"]
 
@@ -113,6 +113,8 @@ class Engine(NamedTuple):
         pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its ``scaled_mma`` record): P's operand is its
             codes times their block scales, with ``scaled_powers`` weights.
         pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
+        ex2_val: the measured ex2 table's values (:func:`simfloat.hardware.ex2_values` of ``pp.ex2_tab``; empty
+            without one): T7's ex2.approx.ftz as a table load per score.
     """
 
     pp: object
@@ -132,6 +134,7 @@ class Engine(NamedTuple):
     pv_scaled: bool
     pv_scale_lo: float
     pv_elems: bool
+    ex2_val: np.ndarray
 
 
 class Operands(NamedTuple):
@@ -186,6 +189,9 @@ class _Scratch(NamedTuple):
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
     lse: np.ndarray  # (bm,) the lse form's running lse_i (Plan.state="lse")
     mr: np.ndarray  # (bm,) the unscaled running maxima (Plan.alpha_raw)
+    pt: np.ndarray  # (bn, bm) float32: P transposed, for the rows' tl.sum trees at once
+    tw: np.ndarray  # (16, bm) float32: the trees' lane sums
+    lij: np.ndarray  # (bm,) l_ij of each row
 
 
 @ljit
@@ -404,14 +410,13 @@ def _mask_scores(s, nv, b, i, j0, sscale, xs, eng):
 
 @ljit
 def _row(b, i, r, nv, jt, xs, eng, sc):
-    """T4..T12 for row r (query i) of the q tile against key tile jt, up to its P.V dot: the scores sc.s[r, :nv]
-    (dequantized), the running max, P, its cast or quantizer (sc.pc[r], the dot's operand sc.pin[r] / weights
-    sc.ep[r]), the row sum, alpha; acc[r] rescaled first for the ``into_acc`` form; sc.m/l/alpha/l_new[r]."""
+    """T4..T7, T9 and T12's codes for row r (query i) of the q tile against key tile jt: the scores
+    sc.s[r, :nv] (dequantized), the running max, P (sc.p[r], 0 past nv), its cast or quantizer (sc.pc[r]),
+    alpha; sc.m/alpha[r]. Its row sum (T8, :func:`_l_ij` or :func:`_tree_rows`) and :func:`_row_end` follow."""
     pp, ln = eng.pp, eng.ln
     bn = eng.bn
-    dv = sc.acc.shape[1]
-    s, p, pc, pin, ep = sc.s[r], sc.p[r], sc.pc[r], sc.pin[r], sc.ep[r]
-    m_i, l_i = sc.m[r], sc.l[r]
+    s, p, pc = sc.s[r], sc.p[r], sc.pc[r]
+    m_i = sc.m[r]
     j0 = jt * bn
     sscale = pp.qk_scale
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
@@ -456,6 +461,9 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
             p[jj] = exp_op(p[jj], pp.exp, pp)
     elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
         _exp_mixed(p, nv, pp)
+    elif pp.exp2 and eng.ex2_val.size > 0 and ln.exp.fast:  # the measured ex2.approx.ftz: a table load per score
+        ex2_ftz_neg(p, nv, eng.ex2_val, pp.ex2_tab)
+        _cast(p, 0, nv, ln.exp, pp.exp)  # as _exp_of rounds
     else:
         _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
     if xs.mk.on:  # masked keys: p = 0
@@ -485,13 +493,51 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
             _p_codes(p, pc, nv, eng)
         for jj in range(nv, bn):
             pc[jj] = 0.0
-    if pp.consistent and pp.p_kind == K_INT:  # T8
+    sc.alpha[r] = alpha
+    sc.m[r] = m_new  # T14 (T10..T13 read m_new and alpha from here, l_i from sc.l)
+
+
+@ljit
+def _l_ij(r, nv, eng, sc):
+    """T8: row r's in-tile row sum l_ij (of its P, or of its codes under a consistent quantizer)."""
+    pp = eng.pp
+    if pp.consistent and pp.p_kind == K_INT:
         isum = 0.0
         for jj in range(nv):
-            isum += pc[jj]  # exact: integers < 2**53
-        l_ij = div(isum, pp.p_qmax, pp.l_ij)
-    else:
-        l_ij = _row_sum_ij(pc if pp.consistent else p, nv, eng)
+            isum += sc.pc[r, jj]  # exact: integers < 2**53
+        return div(isum, pp.p_qmax, pp.l_ij)
+    return _row_sum_ij(sc.pc[r] if pp.consistent else sc.p[r], nv, eng)
+
+
+@ljit
+def _tree_rows(g, n, eng, sc):
+    """T8 for the rows [0, g) at once (:func:`_rows_tree`): sc.lij[:g] = the tl.sum tree of each row's P over the
+    tile's first n keys (P = 0 past a row's keys: fp32 additions of fp32 values >= 0, so the zeros change no
+    bit), by :func:`simfloat.hardware.tl_sum_mma_rows_f32` on P transposed."""
+    p, pt = sc.p, sc.pt
+    for r in range(g):
+        for jj in range(n):
+            pt[jj, r] = np.float32(p[r, jj])  # exact: float32 values
+    tl_sum_mma_rows_f32(pt, g, n, eng.wn, sc.tw, sc.lij)
+
+
+@ljit
+def _rows_tree(eng):
+    """T8 is the measured tl.sum tree in fp32 additions of P (the H200 plans): done for all rows at once."""
+    pp = eng.pp
+    return pp.sum_order != 0 and eng.l_native32 and not pp.consistent
+
+
+@ljit
+def _row_end(r, l_ij, eng, sc):
+    """T10..T12 of row r after its row sum l_ij: the running l_i (or lse_i), P's dot operand, acc rescaled
+    first for the ``into_acc`` form; sc.l/l_new[r]."""
+    pp, ln = eng.pp, eng.ln
+    bn = eng.bn
+    dv = sc.acc.shape[1]
+    pc, pin, ep = sc.pc[r], sc.pin[r], sc.ep[r]
+    l_i, alpha, m_new = sc.l[r], sc.alpha[r], sc.m[r]
+    m_sub = 0.0 if m_new == _NINF else m_new
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
         lse_i = sc.lse[r]
         e = 0.0 if lse_i == _NINF else exp_op(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp)
@@ -509,8 +555,6 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     if pp.pv_mode == PV_INTO_ACC:  # T11: acc(acc * alpha) before the dot adds into it; FA1: acc * acc(l * alpha)
         wgt = mul(l_i, alpha, pp.acc) if pp.per_step else alpha
         _scale_by(sc.acc[r], dv, wgt, ln.acc, pp.acc)
-    sc.alpha[r] = alpha
-    sc.m[r] = m_new  # T14 (the P.V dot, T13, does not read them)
     sc.l[r] = l_new
     sc.l_new[r] = l_new
 
@@ -563,12 +607,19 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
                 s[r, jj] = 0.0
     kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
     rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
+    tree = _rows_tree(eng)
     for r in range(g):
         i = r0 + r
         nv = row_keys(i, j0, jv, eng.causal)
         if xs.mk.on:
             nv = max(0, min(jv, row_span(xs.mk, eng.causal, b, i, seq_k)[1]) - j0)
         _row(b, i, r, nv, jt, xs, eng, sc)
+        if not tree:
+            _row_end(r, _l_ij(r, nv, eng, sc), eng, sc)
+    if tree:  # T8 for all rows at once (every row's P is zero past its keys), then T10..T12
+        _tree_rows(g, n_top, eng, sc)
+        for r in range(g):
+            _row_end(r, sc.lij[r], eng, sc)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
         rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
@@ -618,6 +669,9 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         np.ones(bm),
         np.full(bm, _NINF),
         np.empty(bm),
+        np.zeros((bn, bm), dtype=np.float32),
+        np.zeros((16, bm), dtype=np.float32),
+        np.zeros(bm),
     )
     for u in range(lo, hi):
         b = u // n_qt
