@@ -20,11 +20,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numba
 import numpy as np
+from numba import types
 
-from simfloat._jit import jit, ljit
+from simfloat._jit import Kernel, jit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
-from simfloat.accumulate._rows import MMA, Rows, rows_mma, rows_work, scaled_powers
+from simfloat._parallel import run_rows
+from simfloat.accumulate._rows import MMA, Rows, rows_work, scaled_powers
 from simfloat.attention._engine import (
     _cast,
     _divide,
@@ -72,7 +75,7 @@ from simfloat.attention._quant_kernels import (
 )
 from simfloat.hardware import ex2_poly_f32, tl_sum_mma_f32
 
-__all__ = ["Engine", "Lanes", "Operands", "units"]
+__all__ = ["Engine", "Lanes", "Operands", "run", "units"]
 
 _NINF = -np.inf
 _LOG2E = math.log2(math.e)
@@ -113,6 +116,8 @@ class Engine(NamedTuple):
         pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its ``scaled_mma`` record): P's operand is its
             codes times their block scales, with ``scaled_powers`` weights.
         pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
+        qk_rows, pv_rows: the two dots' row kernels (:func:`~simfloat.accumulate._rows.rows_kernel` of ``qk``,
+            ``pv``): called through a pointer, so the loop compiles once for every form of dot.
     """
 
     pp: object
@@ -132,6 +137,8 @@ class Engine(NamedTuple):
     pv_scaled: bool
     pv_scale_lo: float
     pv_elems: bool
+    qk_rows: object  # rows_mma's form for qk / pv: a Kernel (simfloat.accumulate._rows.rows_kernel)
+    pv_rows: object
 
 
 class Operands(NamedTuple):
@@ -186,6 +193,30 @@ class _Scratch(NamedTuple):
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
     lse: np.ndarray  # (bm,) the lse form's running lse_i (Plan.state="lse")
     mr: np.ndarray  # (bm,) the unscaled running maxima (Plan.alpha_raw)
+
+
+@jit
+def _scratch(bm, bn, dv):
+    """One thread's :class:`_Scratch` for q tiles of ``bm`` rows, key tiles of ``bn`` and ``dv`` channels."""
+    return _Scratch(
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, dv)),
+        np.zeros((bm, dv)),
+        np.empty(bm),
+        np.empty(bm),
+        np.empty(bm),
+        np.zeros(bm),
+        np.empty(bm),
+        rows_work(bm, max(bn, dv)),
+        np.ones((bm, bn)),
+        np.ones(bm),
+        np.full(bm, _NINF),
+        np.empty(bm),
+    )
 
 
 @ljit
@@ -562,7 +593,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
             for jj in range(n_top):
                 s[r, jj] = 0.0
     kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
-    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
+    eng.qk_rows(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
     for r in range(g):
         i = r0 + r
         nv = row_keys(i, j0, jv, eng.causal)
@@ -571,7 +602,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
         _row(b, i, r, nv, jt, xs, eng, sc)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
-        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
+        eng.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
         if pp.per_step:
             for r in range(g):
                 l_new = sc.l_new[r]
@@ -581,13 +612,13 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
     for r in range(g):
         for d in range(dv):
             y[r, d] = 0.0
-    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
+    eng.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
     for r in range(g):
         _update(b, r, jt, xs, eng, sc)
 
 
 @jit
-def units(lo, hi, xs, out, m_out, l_out, eng):
+def units(lo, hi, xs, out, m_out, l_out, eng, tile):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles); a q tile's rows
     meet the key tiles one at a time (the tile's K^T and V stay in cache for all its rows), then the epilogue
     (quantizers' into_acc / two_level: V's descale; E1 ``normalize(acc / l)``, unless FA1; E2 ``out``).
@@ -595,30 +626,14 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
     Args:
         xs: the :class:`Operands`; eng: the :class:`Engine`.
         out: (L, Sq, Dv); m_out, l_out: (L, Sq), written.
+        tile: :func:`_tile` as a :class:`~simfloat._jit.Kernel` (:func:`run`): this driver's machine code does
+            not hold the tile's, which is compiled once.
     """
     pp, ln = eng.pp, eng.ln
     bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
     seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
-    sc = _Scratch(
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, dv)),
-        np.zeros((bm, dv)),
-        np.empty(bm),
-        np.empty(bm),
-        np.empty(bm),
-        np.zeros(bm),
-        np.empty(bm),
-        rows_work(bm, max(bn, dv)),
-        np.ones((bm, bn)),
-        np.ones(bm),
-        np.full(bm, _NINF),
-        np.empty(bm),
-    )
+    sc = _scratch(bm, bn, dv)
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
@@ -639,7 +654,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         for pos in range(n_kv):
             jt = kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order)
             if jt >= jt_lo:  # (masks: the tiles before FA2's n_block_min are skipped)
-                _tile(b, r0, r1, jt, xs, eng, sc)
+                tile(b, r0, r1, jt, xs, eng, sc)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
@@ -662,3 +677,22 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
             _cast(o, 0, dv, ln.out, pp.out)  # E2
             m_out[b, i] = m_i
             l_out[b, i] = l_i
+
+
+def run(xs: Operands, out: np.ndarray, m_out: np.ndarray, l_out: np.ndarray, eng: Engine) -> None:
+    """Every work unit of a call (:func:`units`, on the threads of :func:`simfloat._parallel.run_rows`).
+
+    Args:
+        xs: the :class:`Operands`; eng: the :class:`Engine`.
+        out: (L, Sq, Dv); m_out, l_out: (L, Sq), written.
+    """
+    n_units = out.shape[0] * (-(-out.shape[1] // eng.bm))
+    if n_units > 0:
+        run_rows(units, n_units, xs, out, m_out, l_out, eng, _tile_kernel(xs, eng))
+
+
+def _tile_kernel(xs: Operands, eng: Engine) -> Kernel:
+    """:func:`_tile` as a :class:`~simfloat._jit.Kernel` for these records' types."""
+    scratch = numba.typeof(_scratch(1, 1, 1))
+    sig = types.void(types.int64, types.int64, types.int64, types.int64, numba.typeof(xs), numba.typeof(eng), scratch)
+    return Kernel(_tile, sig)
