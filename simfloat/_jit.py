@@ -25,7 +25,7 @@ from numba.extending import intrinsic
 
 from simfloat import _compiling
 
-__all__ = ["Kernel", "jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
+__all__ = ["Kernel", "kernel", "jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
 
 
 # A source file can hold compiled code only if it names a decorator or an intrinsic; the others (the CLI, the
@@ -103,6 +103,18 @@ class Kernel(WrapperAddressProtocol):
 
     def __repr__(self) -> str:
         return f"Kernel({self.fn.py_func.__qualname__})"
+
+
+_KERNELS: dict[tuple[int, Any], Kernel] = {}
+
+
+def kernel(fn: Any, sig: Any) -> Kernel:
+    """The :class:`Kernel` of ``fn`` for ``sig``, one per process (its address looked up once)."""
+    key = (id(fn), sig)
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = Kernel(fn, sig)
+    return k
 
 
 @intrinsic

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 from numba import types
 
-from simfloat._jit import Kernel, jit, ljit
+from simfloat._jit import Kernel, jit, kernel, ljit
 from simfloat._lanes import ladd
 from simfloat._parallel import run_rows
 from simfloat.accumulate._block import _block_row, _block_step, _block_step2
@@ -338,7 +338,7 @@ def rows_kernel(mp: MMA) -> Kernel:
         fn = _rows_fma32
     else:
         fn = _rows_each
-    return Kernel(fn, _rows_signature(numba.typeof(mp)))
+    return kernel(fn, _rows_signature(numba.typeof(mp)))
 
 
 _ROWS_TYPE: list[object] = []

@@ -19,7 +19,6 @@ from simfloat.accumulate._rows import (
     operand32,
     operand_powers,
     round_operands,
-    rows_kernel,
     scaled_mma,
     scaled_ok,
     scaled_weights,
@@ -351,8 +350,6 @@ def flash_engine(
         pv_scaled,
         pv_lo,
         pv_elems,
-        rows_kernel(mqk),
-        rows_kernel(mpv),
     )
     return eng, xs
 

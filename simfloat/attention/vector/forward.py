@@ -18,16 +18,16 @@ K's and V's codes times their block scales and their weights come from the build
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
 from numba import types
 
-from simfloat._jit import Kernel, jit, ljit
+from simfloat._jit import jit, kernel, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
 from simfloat._parallel import run_rows
-from simfloat.accumulate._rows import MMA, Rows, rows_work, scaled_powers
+from simfloat.accumulate._rows import MMA, Rows, rows_kernel, rows_work, scaled_powers
 from simfloat.attention._engine import (
     _cast,
     _divide,
@@ -116,8 +116,6 @@ class Engine(NamedTuple):
         pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its ``scaled_mma`` record): P's operand is its
             codes times their block scales, with ``scaled_powers`` weights.
         pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
-        qk_rows, pv_rows: the two dots' row kernels (:func:`~simfloat.accumulate._rows.rows_kernel` of ``qk``,
-            ``pv``): called through a pointer, so the loop compiles once for every form of dot.
     """
 
     pp: object
@@ -137,8 +135,6 @@ class Engine(NamedTuple):
     pv_scaled: bool
     pv_scale_lo: float
     pv_elems: bool
-    qk_rows: object  # rows_mma's form for qk / pv: a Kernel (simfloat.accumulate._rows.rows_kernel)
-    pv_rows: object
 
 
 class Operands(NamedTuple):
@@ -219,26 +215,49 @@ def _scratch(bm, bn, dv):
     )
 
 
-@ljit
-def _exp_mixed(p, nv, pp):
+# -- the plan's optional steps, one kernel per variant (see Steps) ------------------------------------------------
+
+
+@jit
+def _exp_lib(p, nv, eng):
+    """T7: p[:nv] = exp(p) or exp2(p) of the plan's exp op (libm's value rounded, or the measured ex2 table)."""
+    pp = eng.pp
+    _exp_of(p, nv, pp.exp2, eng.ln.exp, pp.exp, pp.ex2_tab)
+
+
+@jit
+def _exp_tl(p, nv, eng):
+    """T7 of ``exp_impl="tl.exp"``: p[:nv] = tl.exp(p), one op each."""
+    pp = eng.pp
+    for jj in range(nv):
+        p[jj] = exp_op(p[jj], pp.exp, pp)
+
+
+@jit
+def _exp_mixed(p, nv, eng):
     """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
     else by the plan's exp2 (``exp2_impl``), as the reference loop."""
+    pp = eng.pp
     for jj in range(nv):
         x = p[jj]
         p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
 
 
-@ljit
-def _row_sum_ij(p, nv, eng):
-    """T8: the in-tile row sum of p[:nv] under the plan's l_ij model and sum order."""
-    pp, ln = eng.pp, eng.ln
+@jit
+def _sum_tree(p, nv, eng):
+    """T8 in the kernel's tl.sum tree (``sum_order`` measured): the in-tile row sum of p over the whole tile."""
     # the kernel's tree runs over the whole tile (p = 0 past nv: set by the caller), as the reference's: a lane
     # whose first value is p_j and whose next is a padding zero rounds p_j into l_ij's format. Over nv alone the
     # bits are the same only when that rounding is exact: float32 additions of float32 values
-    if pp.sum_order != 0:
-        if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition, zeros change nothing
-            return tl_sum_mma_f32(p, nv, eng.wn)
-        return row_sum(p, eng.bn, pp.l_ij, 1, eng.wn)
+    if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition, zeros change nothing
+        return tl_sum_mma_f32(p, nv, eng.wn)
+    return row_sum(p, eng.bn, eng.pp.l_ij, 1, eng.wn)
+
+
+@jit
+def _sum_seq(p, nv, eng):
+    """T8: the in-tile row sum of p[:nv] left to right under the plan's l_ij model (chunked: per chunk)."""
+    pp, ln = eng.pp, eng.ln
     c = pp.l_ij_chunk
     if c == 0:
         return _seq_sum(p, nv, ln.l_ij, pp.l_ij, eng.l_native32)
@@ -350,6 +369,39 @@ def _p_codes(p, pc, nv, eng):
             pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
 
 
+@jit
+def _pc_cast(p, pc, psc, nv, eng):
+    """T12 of the float plans: pc[:nv] = p(p), zeros past nv."""
+    for jj in range(nv):
+        pc[jj] = p[jj]
+    _cast(pc, 0, nv, eng.ln.p_code, eng.pp.p_code)
+    for jj in range(nv, eng.bn):
+        pc[jj] = 0.0
+    return 1.0
+
+
+@jit
+def _pc_quant(p, pc, psc, nv, eng):
+    """T12 of a scalar quantizer (:func:`_p_codes`), zeros past nv."""
+    _p_codes(p, pc, nv, eng)
+    for jj in range(nv, eng.bn):
+        pc[jj] = 0.0
+    return 1.0
+
+
+@jit
+def _pc_block(p, pc, psc, nv, eng):
+    """T12 of a block quantizer: pc its codes (keys nv.. get 0), psc each key's block scale; the row's
+    first-level scale returned."""
+    return block_p_codes(p, nv, pc, psc, eng.pp)
+
+
+@jit
+def _pin_plain(pc, psc, pin, ep, bn, eng):
+    """P's codes as the P.V dot reads them (:func:`_p_operand`)."""
+    _p_operand(pc, pin, ep, bn, eng)
+
+
 @ljit
 def _p_operand(pc, pin, ep, bn, eng):
     """P's codes pc[:bn] as the P.V dot reads them: rounded into its input format (pin) where it has one, and
@@ -364,7 +416,7 @@ def _p_operand(pc, pin, ep, bn, eng):
 
 
 @jit
-def _block_p_operand(pc, psc, pin, ep, bn, eng):
+def _pin_block(pc, psc, pin, ep, bn, eng):
     """A block P quantizer's codes pc[:bn] with their block scales psc: a block-scaled P.V MMA reads the scaled
     codes pin = pc * psc with ``scaled_powers`` weights; any other dot the values (pc
     becomes pc * psc, exact, as in the reference) as :func:`_p_operand` prepares them."""
@@ -396,7 +448,12 @@ def _tie_shifted(mx, s, nv, sscale, pp):
     return 0.0 if mx < 0.0 else mx
 
 
-@ljit
+@jit
+def _no_dequant(s, nv, b, i, j0, xs, eng):
+    """T4 of the plans whose scores need no dequantization: nothing."""
+
+
+@jit
 def _dequant_scores(s, nv, b, i, j0, xs, eng):
     """Quantizers, ``score_scaling="scores"`` (INT8 T4, T5): the scores dequantized by the row's and each key's
     scale (then Q smoothing's correction)."""
@@ -434,7 +491,7 @@ def _mask_scores(s, nv, b, i, j0, sscale, xs, eng):
 
 
 @ljit
-def _row(b, i, r, nv, jt, xs, eng, sc):
+def _row(b, i, r, nv, jt, xs, eng, sc, st):
     """T4..T12 for row r (query i) of the q tile against key tile jt, up to its P.V dot: the scores sc.s[r, :nv]
     (dequantized), the running max, P, its cast or quantizer (sc.pc[r], the dot's operand sc.pin[r] / weights
     sc.ep[r]), the row sum, alpha; acc[r] rescaled first for the ``into_acc`` form; sc.m/l/alpha/l_new[r]."""
@@ -447,8 +504,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     sscale = pp.qk_scale
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(sc.qss[r], xs.ks[b, j0], pp.scale)
-    if pp.scores_dequant:
-        _dequant_scores(s, nv, b, i, j0, xs, eng)
+    st.dequant(s, nv, b, i, j0, xs, eng)
     lo = 0
     if xs.mk.on:
         lo = _mask_scores(s, nv, b, i, j0, sscale, xs, eng)
@@ -482,13 +538,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     fused = pp.contract and not (pp.diag_plain and eng.causal and j0 + bn - 1 > i - r)  # T6 in one rounding
     _scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
-    if pp.exp_tl:
-        for jj in range(nv):
-            p[jj] = exp_op(p[jj], pp.exp, pp)
-    elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
-        _exp_mixed(p, nv, pp)
-    else:
-        _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+    st.exp(p, nv, eng)
     if xs.mk.on:  # masked keys: p = 0
         for jj in range(nv):
             if s[jj] == _NINF and key_masked(xs.mk, b, i, j0 + jj, lo):
@@ -505,24 +555,16 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
             alpha = exp_op(dm, pp.alpha, pp)
-    if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
-        sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
-    else:
-        if pp.p_kind == K_FLOAT and not pp.p_pre:  # a cast (the float plans' p), as _p_codes makes it
-            for jj in range(nv):
-                pc[jj] = p[jj]
-            _cast(pc, 0, nv, ln.p_code, pp.p_code)
-        else:
-            _p_codes(p, pc, nv, eng)
-        for jj in range(nv, bn):
-            pc[jj] = 0.0
+    s1 = st.p_codes(p, pc, sc.psc[r], nv, eng)  # T12: P's cast or quantizer (keys nv.. get 0)
+    if pp.p_kind == K_BLOCK:  # a block quantizer's first-level scale
+        sc.s1[r] = s1
     if pp.consistent and pp.p_kind == K_INT:  # T8
         isum = 0.0
         for jj in range(nv):
             isum += pc[jj]  # exact: integers < 2**53
         l_ij = div(isum, pp.p_qmax, pp.l_ij)
     else:
-        l_ij = _row_sum_ij(pc if pp.consistent else p, nv, eng)
+        l_ij = st.row_sum(pc if pp.consistent else p, nv, eng)
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
         lse_i = sc.lse[r]
         e = 0.0 if lse_i == _NINF else exp_op(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp)
@@ -533,10 +575,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
     else:
         l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
-    if pp.p_kind == K_BLOCK:
-        _block_p_operand(pc, sc.psc[r], pin, ep, bn, eng)
-    else:
-        _p_operand(pc, pin, ep, bn, eng)
+    st.p_operand(pc, sc.psc[r], pin, ep, bn, eng)
     if pp.pv_mode == PV_INTO_ACC:  # T11: acc(acc * alpha) before the dot adds into it; FA1: acc * acc(l * alpha)
         wgt = mul(l_i, alpha, pp.acc) if pp.per_step else alpha
         _scale_by(sc.acc[r], dv, wgt, ln.acc, pp.acc)
@@ -546,7 +585,12 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     sc.l_new[r] = l_new
 
 
-@ljit
+@jit
+def _no_update(b, r, jt, xs, eng, sc):
+    """The ``into_acc`` form's update: none (its dot added into acc)."""
+
+
+@jit
 def _update(b, r, jt, xs, eng, sc):
     """Row r's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
     acc itself)."""
@@ -569,7 +613,7 @@ def _update(b, r, jt, xs, eng, sc):
 
 
 @jit
-def _tile(b, r0, r1, jt, xs, eng, sc):
+def _tile(b, r0, r1, jt, xs, eng, sc, st):
     """The rows [r0, r1) of a q tile of lead b against key tile jt (T2..T14): the codes' dot for all rows in
     one multi-row call, the steps up to P.V row by row, the P.V dot for all rows, then each row's update (or
     FA1's division). Every row's bits are those of a row-at-a-time walk (a row's outputs depend only on its own
@@ -593,16 +637,16 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
             for jj in range(n_top):
                 s[r, jj] = 0.0
     kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
-    eng.qk_rows(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
+    st.qk_rows(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
     for r in range(g):
         i = r0 + r
         nv = row_keys(i, j0, jv, eng.causal)
         if xs.mk.on:
             nv = max(0, min(jv, row_span(xs.mk, eng.causal, b, i, seq_k)[1]) - j0)
-        _row(b, i, r, nv, jt, xs, eng, sc)
+        _row(b, i, r, nv, jt, xs, eng, sc, st)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
-        eng.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
+        st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
         if pp.per_step:
             for r in range(g):
                 l_new = sc.l_new[r]
@@ -612,13 +656,13 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
     for r in range(g):
         for d in range(dv):
             y[r, d] = 0.0
-    eng.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
+    st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
     for r in range(g):
-        _update(b, r, jt, xs, eng, sc)
+        st.update(b, r, jt, xs, eng, sc)
 
 
 @jit
-def units(lo, hi, xs, out, m_out, l_out, eng, tile):
+def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles); a q tile's rows
     meet the key tiles one at a time (the tile's K^T and V stay in cache for all its rows), then the epilogue
     (quantizers' into_acc / two_level: V's descale; E1 ``normalize(acc / l)``, unless FA1; E2 ``out``).
@@ -626,8 +670,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng, tile):
     Args:
         xs: the :class:`Operands`; eng: the :class:`Engine`.
         out: (L, Sq, Dv); m_out, l_out: (L, Sq), written.
-        tile: :func:`_tile` as a :class:`~simfloat._jit.Kernel` (:func:`run`): this driver's machine code does
-            not hold the tile's, which is compiled once.
+        st: the plan's :class:`Steps`; tile: :func:`_tile` as a :class:`~simfloat._jit.Kernel` (:func:`run`).
     """
     pp, ln = eng.pp, eng.ln
     bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
@@ -654,7 +697,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng, tile):
         for pos in range(n_kv):
             jt = kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order)
             if jt >= jt_lo:  # (masks: the tiles before FA2's n_block_min are skipped)
-                tile(b, r0, r1, jt, xs, eng, sc)
+                tile(b, r0, r1, jt, xs, eng, sc, st)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
@@ -679,6 +722,54 @@ def units(lo, hi, xs, out, m_out, l_out, eng, tile):
             l_out[b, i] = l_i
 
 
+class Steps(NamedTuple):
+    """The steps that differ between plans as kernels (:class:`~simfloat._jit.Kernel` values, the variant each
+    plan needs chosen by :func:`steps`): the loop is compiled once for every plan, and a variant only when a
+    plan first uses it (a float plan never compiles the quantizers)."""
+
+    qk_rows: object  # T2, T3: the scores' dot (simfloat.accumulate._rows.rows_kernel of eng.qk)
+    pv_rows: object  # T13: the P.V dot (of eng.pv)
+    dequant: object  # T4: the scores' dequantization (quantizers with score_scaling="scores"), or nothing
+    exp: object  # T7: libm / the measured ex2 table, tl.exp, or FA4's mix
+    p_codes: object  # T12: P's cast, scalar quantizer or block quantizer
+    row_sum: object  # T8: l_ij in the tl.sum tree or left to right
+    p_operand: object  # P's codes as the P.V dot reads them (plain or block-scaled)
+    update: object  # T14: the acc update of the two-level, separate and scaled P.V forms (into_acc: none)
+
+
+def steps(xs: Operands, eng: Engine) -> Steps:
+    """The :class:`Steps` of a call: each step's variant for the plan ``eng.pp``, typed for these records."""
+    pp: Any = eng.pp
+    f64, i64 = types.float64[::1], types.int64
+    xs_t, eng_t, sc_t = numba.typeof(xs), numba.typeof(eng), _scratch_type()
+    void, f = types.void, types.float64
+    exp = _exp_tl if pp.exp_tl else _exp_mixed if pp.ex2_poly.size > 0 else _exp_lib
+    if pp.p_kind == K_BLOCK:
+        p_codes, p_operand = _pc_block, _pin_block
+    else:
+        p_codes = _pc_cast if pp.p_kind == K_FLOAT and not pp.p_pre else _pc_quant
+        p_operand = _pin_plain
+    return Steps(
+        rows_kernel(eng.qk),
+        rows_kernel(eng.pv),
+        kernel(_dequant_scores if pp.scores_dequant else _no_dequant, void(f64, i64, i64, i64, i64, xs_t, eng_t)),
+        kernel(exp, void(f64, i64, eng_t)),
+        kernel(p_codes, f(f64, f64, f64, i64, eng_t)),
+        kernel(_sum_tree if pp.sum_order != 0 else _sum_seq, f(f64, i64, eng_t)),
+        kernel(p_operand, void(f64, f64, f64, f64, i64, eng_t)),
+        kernel(_no_update if pp.pv_mode == PV_INTO_ACC else _update, void(i64, i64, i64, xs_t, eng_t, sc_t)),
+    )
+
+
+_SCRATCH_TYPE: list[object] = []
+
+
+def _scratch_type() -> object:
+    if not _SCRATCH_TYPE:
+        _SCRATCH_TYPE.append(numba.typeof(_scratch(1, 1, 1)))
+    return _SCRATCH_TYPE[0]
+
+
 def run(xs: Operands, out: np.ndarray, m_out: np.ndarray, l_out: np.ndarray, eng: Engine) -> None:
     """Every work unit of a call (:func:`units`, on the threads of :func:`simfloat._parallel.run_rows`).
 
@@ -688,11 +779,7 @@ def run(xs: Operands, out: np.ndarray, m_out: np.ndarray, l_out: np.ndarray, eng
     """
     n_units = out.shape[0] * (-(-out.shape[1] // eng.bm))
     if n_units > 0:
-        run_rows(units, n_units, xs, out, m_out, l_out, eng, _tile_kernel(xs, eng))
-
-
-def _tile_kernel(xs: Operands, eng: Engine) -> Kernel:
-    """:func:`_tile` as a :class:`~simfloat._jit.Kernel` for these records' types."""
-    scratch = numba.typeof(_scratch(1, 1, 1))
-    sig = types.void(types.int64, types.int64, types.int64, types.int64, numba.typeof(xs), numba.typeof(eng), scratch)
-    return Kernel(_tile, sig)
+        st = steps(xs, eng)
+        i64 = types.int64
+        sig = types.void(i64, i64, i64, i64, numba.typeof(xs), numba.typeof(eng), _scratch_type(), numba.typeof(st))
+        run_rows(units, n_units, xs, out, m_out, l_out, eng, st, kernel(_tile, sig))
