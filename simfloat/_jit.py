@@ -25,7 +25,20 @@ from numba.extending import intrinsic
 
 from simfloat import _compiling
 
-__all__ = ["Kernel", "kernel", "jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
+__all__ = [
+    "Kernel",
+    "kernel",
+    "jit",
+    "kjit",
+    "ljit",
+    "pjit",
+    "f64_bits",
+    "bits_f64",
+    "f32_bits",
+    "bits_f32",
+    "fma64",
+    "fma32",
+]
 
 
 # A source file can hold compiled code only if it names a decorator or an intrinsic; the others (the CLI, the
@@ -66,6 +79,9 @@ _compiling.install()  # the notice on the first compilation, and the compile clo
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 # Small branch-free helpers inlined into the caller's loops (numba IR inlining), so LLVM can vectorize the loop.
 ljit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", inline="always")
+# Kernels called only through a Kernel value (a pointer) from compiled code: no CPython wrapper, whose unboxing of
+# the loop's records costs seconds of compiling per function. Not callable from Python (numba would crash).
+kjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", no_cpython_wrapper=True)
 # Drivers that loop over independent elements or rows with prange.
 pjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", parallel=True)
 

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 from numba import types
 
-from simfloat._jit import Kernel, jit, kernel, ljit
+from simfloat._jit import Kernel, jit, kernel, kjit, ljit
 from simfloat._lanes import ladd
 from simfloat._parallel import run_rows
 from simfloat.accumulate._block import _block_row, _block_step, _block_step2
@@ -269,13 +269,13 @@ def _block_rows(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
                     out[i, j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
 
 
-@jit
+@kjit
 def _rows_block(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
     """:func:`rows_mma` of an unchunked fast block-FMA model (:func:`_block_rows`)."""
     _block_rows(a[:g], ea[:g], B, EB, B32, EB32, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
 
 
-@jit
+@kjit
 def _rows_f64(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
     """:func:`rows_mma` of an unchunked fast float64 FMA or multiply-add loop, four rows at a time."""
     _f64_rows(a, B, c, g, n, mp, rs.w)
@@ -288,7 +288,7 @@ def _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
         row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
 
 
-@jit
+@kjit
 def _rows_fma32(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
     """:func:`rows_mma` of an unchunked fast float32 FMA loop, four rows at a time on ``B32`` (rows it cannot
     take, and a B without its float32 form, go row by row)."""

@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from numba import types
 
-from simfloat._jit import jit, kernel, ljit
+from simfloat._jit import jit, kernel, kjit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
 from simfloat._parallel import run_rows
 from simfloat.accumulate._rows import MMA, Rows, rows_kernel, rows_work, scaled_powers
@@ -218,14 +218,14 @@ def _scratch(bm, bn, dv):
 # -- the plan's optional steps, one kernel per variant (see Steps) ------------------------------------------------
 
 
-@jit
+@kjit
 def _exp_lib(p, nv, eng):
     """T7: p[:nv] = exp(p) or exp2(p) of the plan's exp op (libm's value rounded, or the measured ex2 table)."""
     pp = eng.pp
     _exp_of(p, nv, pp.exp2, eng.ln.exp, pp.exp, pp.ex2_tab)
 
 
-@jit
+@kjit
 def _exp_tl(p, nv, eng):
     """T7 of ``exp_impl="tl.exp"``: p[:nv] = tl.exp(p), one op each."""
     pp = eng.pp
@@ -233,7 +233,7 @@ def _exp_tl(p, nv, eng):
         p[jj] = exp_op(p[jj], pp.exp, pp)
 
 
-@jit
+@kjit
 def _exp_mixed(p, nv, eng):
     """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
     else by the plan's exp2 (``exp2_impl``), as the reference loop."""
@@ -243,7 +243,7 @@ def _exp_mixed(p, nv, eng):
         p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
 
 
-@jit
+@kjit
 def _sum_tree(p, nv, eng):
     """T8 in the kernel's tl.sum tree (``sum_order`` measured): the in-tile row sum of p over the whole tile."""
     # the kernel's tree runs over the whole tile (p = 0 past nv: set by the caller), as the reference's: a lane
@@ -254,7 +254,7 @@ def _sum_tree(p, nv, eng):
     return row_sum(p, eng.bn, eng.pp.l_ij, 1, eng.wn)
 
 
-@jit
+@kjit
 def _sum_seq(p, nv, eng):
     """T8: the in-tile row sum of p[:nv] left to right under the plan's l_ij model (chunked: per chunk)."""
     pp, ln = eng.pp, eng.ln
@@ -369,7 +369,7 @@ def _p_codes(p, pc, nv, eng):
             pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
 
 
-@jit
+@kjit
 def _pc_cast(p, pc, psc, nv, eng):
     """T12 of the float plans: pc[:nv] = p(p), zeros past nv."""
     for jj in range(nv):
@@ -380,7 +380,7 @@ def _pc_cast(p, pc, psc, nv, eng):
     return 1.0
 
 
-@jit
+@kjit
 def _pc_quant(p, pc, psc, nv, eng):
     """T12 of a scalar quantizer (:func:`_p_codes`), zeros past nv."""
     _p_codes(p, pc, nv, eng)
@@ -389,14 +389,14 @@ def _pc_quant(p, pc, psc, nv, eng):
     return 1.0
 
 
-@jit
+@kjit
 def _pc_block(p, pc, psc, nv, eng):
     """T12 of a block quantizer: pc its codes (keys nv.. get 0), psc each key's block scale; the row's
     first-level scale returned."""
     return block_p_codes(p, nv, pc, psc, eng.pp)
 
 
-@jit
+@kjit
 def _pin_plain(pc, psc, pin, ep, bn, eng):
     """P's codes as the P.V dot reads them (:func:`_p_operand`)."""
     _p_operand(pc, pin, ep, bn, eng)
@@ -415,7 +415,7 @@ def _p_operand(pc, pin, ep, bn, eng):
         _weights_of(src, ep, bn, eng.pv.opnd_emin)
 
 
-@jit
+@kjit
 def _pin_block(pc, psc, pin, ep, bn, eng):
     """A block P quantizer's codes pc[:bn] with their block scales psc: a block-scaled P.V MMA reads the scaled
     codes pin = pc * psc with ``scaled_powers`` weights; any other dot the values (pc
@@ -448,12 +448,12 @@ def _tie_shifted(mx, s, nv, sscale, pp):
     return 0.0 if mx < 0.0 else mx
 
 
-@jit
+@kjit
 def _no_dequant(s, nv, b, i, j0, xs, eng):
     """T4 of the plans whose scores need no dequantization: nothing."""
 
 
-@jit
+@kjit
 def _dequant_scores(s, nv, b, i, j0, xs, eng):
     """Quantizers, ``score_scaling="scores"`` (INT8 T4, T5): the scores dequantized by the row's and each key's
     scale (then Q smoothing's correction)."""
@@ -585,12 +585,12 @@ def _row(b, i, r, nv, jt, xs, eng, sc, st):
     sc.l_new[r] = l_new
 
 
-@jit
+@kjit
 def _no_update(b, r, jt, xs, eng, sc):
     """The ``into_acc`` form's update: none (its dot added into acc)."""
 
 
-@jit
+@kjit
 def _update(b, r, jt, xs, eng, sc):
     """Row r's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
     acc itself)."""
@@ -612,7 +612,7 @@ def _update(b, r, jt, xs, eng, sc):
         _fma_scaled(acc, y, vs, dv, eng.pvd_exact, ln.pv_dequant, pp.pv_dequant)
 
 
-@jit
+@kjit
 def _tile(b, r0, r1, jt, xs, eng, sc, st):
     """The rows [r0, r1) of a q tile of lead b against key tile jt (T2..T14): the codes' dot for all rows in
     one multi-row call, the steps up to P.V row by row, the P.V dot for all rows, then each row's update (or
