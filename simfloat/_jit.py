@@ -20,11 +20,25 @@ import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.types.function_type import WrapperAddressProtocol
 from numba.extending import intrinsic
 
 from simfloat import _compiling
 
-__all__ = ["jit", "ljit", "pjit", "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma64", "fma32"]
+__all__ = [
+    "Kernel",
+    "kernel",
+    "jit",
+    "kjit",
+    "ljit",
+    "pjit",
+    "f64_bits",
+    "bits_f64",
+    "f32_bits",
+    "bits_f32",
+    "fma64",
+    "fma32",
+]
 
 
 # A source file can hold compiled code only if it names a decorator or an intrinsic; the others (the CLI, the
@@ -65,8 +79,58 @@ _compiling.install()  # the notice on the first compilation, and the compile clo
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 # Small branch-free helpers inlined into the caller's loops (numba IR inlining), so LLVM can vectorize the loop.
 ljit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", inline="always")
+# Kernels called only through a Kernel value (a pointer) from compiled code: no CPython wrapper, whose unboxing of
+# the loop's records costs seconds of compiling per function. Not callable from Python (numba would crash).
+kjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", no_cpython_wrapper=True)
 # Drivers that loop over independent elements or rows with prange.
 pjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", parallel=True)
+
+
+class Kernel(WrapperAddressProtocol):
+    """A compiled function as a value of numba's first-class function type, for callers that pick one of several
+    kernels of one signature at run time (the forms of a dot: block FMA, sequential, float64 loops).
+
+    A caller that takes a Kernel is compiled once for every kernel of that signature, and the kernel it calls is
+    compiled (or loaded from the cache) only when a Kernel of it is first passed: a plan compiles the forms it
+    uses, and the callers' machine code never holds the callees' (numba would otherwise link and optimize the
+    whole callee tree again into every caller). The call goes through a pointer: for kernels that do a row's or a
+    tile's work per call, not for per-element helpers.
+
+    Args:
+        fn: a :data:`jit` function. sig: its numba signature, with the argument types exactly as the callers
+            pass them (an array's layout, dtype and mutability included).
+    """
+
+    def __init__(self, fn: Any, sig: Any) -> None:
+        self.fn, self.sig = fn, sig
+        self._addr: int | None = None
+
+    def __wrapper_address__(self) -> int:
+        if self._addr is None:
+            cres = self.fn.get_compile_result(self.sig)
+            self._addr = int(cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name))
+        return self._addr
+
+    def signature(self) -> Any:
+        return self.sig
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the address is this process's: another one looks it up anew
+        return (Kernel, (self.fn, self.sig))
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.fn.py_func.__qualname__})"
+
+
+_KERNELS: dict[tuple[int, Any], Kernel] = {}
+
+
+def kernel(fn: Any, sig: Any) -> Kernel:
+    """The :class:`Kernel` of ``fn`` for ``sig``, one per process (its address looked up once)."""
+    key = (id(fn), sig)
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = Kernel(fn, sig)
+    return k
 
 
 @intrinsic

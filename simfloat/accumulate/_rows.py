@@ -24,9 +24,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
+import numba
 import numpy as np
+from numba import types
 
-from simfloat._jit import jit, ljit
+from simfloat._jit import Kernel, jit, kernel, kjit, ljit
 from simfloat._lanes import ladd
 from simfloat._parallel import run_rows
 from simfloat.accumulate._block import _block_row, _block_step, _block_step2
@@ -80,6 +82,7 @@ __all__ = [
     "operand_powers",
     "round_operands",
     "row_mma",
+    "rows_kernel",
     "rows_mma",
     "rows_work",
     "scaled_mma",
@@ -266,13 +269,46 @@ def _block_rows(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
                     out[i, j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
 
 
+@kjit
+def _rows_block(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
+    """:func:`rows_mma` of an unchunked fast block-FMA model (:func:`_block_rows`)."""
+    _block_rows(a[:g], ea[:g], B, EB, B32, EB32, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
+
+
+@kjit
+def _rows_f64(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
+    """:func:`rows_mma` of an unchunked fast float64 FMA or multiply-add loop, four rows at a time."""
+    _f64_rows(a, B, c, g, n, mp, rs.w)
+
+
+@jit
+def _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
+    """:func:`rows_mma` row by row (:func:`row_mma`): chunked and reference models."""
+    for i in range(g):
+        row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
+
+
+@kjit
+def _rows_fma32(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
+    """:func:`rows_mma` of an unchunked fast float32 FMA loop, four rows at a time on ``B32`` (rows it cannot
+    take, and a B without its float32 form, go row by row)."""
+    if B32.shape[0] != B.shape[0]:
+        _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+        return
+    _fma32_rows(a, B32, c, g, n, rs)
+    for i in range(g):
+        if not rs.live[i]:
+            row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
+
+
 @jit
 def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
     """:func:`row_mma` for the rows ``a[:g]`` into ``c[:g]`` (the same bits, row by row), with each load of ``B``
     serving several rows: unchunked fast block FMA rows meet each block of k in turn (:func:`_block_rows`, in
     the float32 form where ``B32``, ``EB32`` hold it: :func:`block32`); the float64 loops run four rows at a
     time; so does the float32 FMA loop, on ``B32``, ``B``'s values as float32 (:func:`operand32`). Pass
-    empty arrays for a B that was not converted: the rows then take the float64 forms.
+    empty arrays for a B that was not converted: the rows then take the float64 forms. :func:`rows_kernel` is
+    the same choice made once per record, as a :class:`~simfloat._jit.Kernel`.
 
     Args:
         a: (>= g, K) operand rows; ea: their weights. B: (K, >= n), EB: its weights; B32, EB32: (K, >= n)
@@ -280,19 +316,39 @@ def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
             rs: :class:`Rows` of at least g rows and n outputs.
     """
     if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
-        _block_rows(a[:g], ea[:g], B, EB, B32, EB32, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
-        return
-    if mp.fast and (mp.native == N_FMA64 or mp.native == N_MULADD64) and mp.chunk == 0:
-        _f64_rows(a, B, c, g, n, mp, rs.w)
-        return
-    if mp.fast and mp.native == N_FMA32 and mp.chunk == 0 and B32.shape[0] == B.shape[0]:
-        _fma32_rows(a, B32, c, g, n, rs)
-        for i in range(g):
-            if not rs.live[i]:
-                row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
-        return
-    for i in range(g):
-        row_mma(a[i], ea[i], B, EB, B32, EB32, c[i], n, mp, rs.w)
+        _rows_block(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+    elif mp.fast and (mp.native == N_FMA64 or mp.native == N_MULADD64) and mp.chunk == 0:
+        _rows_f64(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+    elif mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
+        _rows_fma32(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+    else:
+        _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+
+
+def rows_kernel(mp: MMA) -> Kernel:
+    """:func:`rows_mma`'s choice of form for the record ``mp``, made once: the form's kernel as a
+    :class:`~simfloat._jit.Kernel` of the signature ``rows_mma`` is called with from the attention loops (every
+    array C-contiguous and writable, float64 but ``B32``, ``EB32`` float32). A loop that takes it compiles only
+    the forms its plans use."""
+    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
+        fn = _rows_block
+    elif mp.fast and mp.native in (N_FMA64, N_MULADD64) and mp.chunk == 0:
+        fn = _rows_f64
+    elif mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
+        fn = _rows_fma32
+    else:
+        fn = _rows_each
+    return kernel(fn, _rows_signature(numba.typeof(mp)))
+
+
+_ROWS_TYPE: list[object] = []
+
+
+def _rows_signature(mp_type: object) -> object:
+    if not _ROWS_TYPE:
+        _ROWS_TYPE.append(numba.typeof(rows_work(1, 1)))
+    f64, f32 = types.float64[:, ::1], types.float32[:, ::1]
+    return types.void(f64, f64, f64, f64, f32, f32, f64, types.int64, types.int64, mp_type, _ROWS_TYPE[0])
 
 
 @jit

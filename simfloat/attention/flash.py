@@ -59,7 +59,7 @@ from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
 from simfloat.attention.reference.forward import Trace, float_operands, trace_columns, units
 from simfloat.attention.tiling import pick_tiles
-from simfloat.attention.vector.forward import units as vector_units
+from simfloat.attention.vector.forward import run as run_vector
 
 __all__ = ["flash"]
 
@@ -174,8 +174,7 @@ def flash(
     if which == "vector":
         built = flash_engine(x.plan, fp, qc=x.q, kc=x.k, vc=x.v, bm=bm, bn=bn, causal=x.causal, wn=wn)
         assert built is not None  # only block-scaled dots can decline
-        if n_lead * n_qt > 0:
-            run_rows(vector_units, n_lead * n_qt, built[1]._replace(mk=mk), out, m, l, built[0])
+        run_vector(built[1]._replace(mk=mk), out, m, l, built[0])
     else:
         tr = None
         if x.trace is not None:

@@ -83,7 +83,7 @@ from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
 from simfloat.attention.quant import EXACT, INT_RULES, QUANTIZERS, Quant, checked_choice
 from simfloat.attention.quant_plan import FP8_NAMES, QUANT_OPS
 from simfloat.attention.reference.forward import Operands, Trace, key_rows, trace_columns, units, v_tiles
-from simfloat.attention.vector.forward import units as vector_units
+from simfloat.attention.vector.forward import run as run_vector
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
 from simfloat.rounding import round as _round
@@ -503,8 +503,7 @@ def quant_flash(
             qb=qb, kb=kb, vb=vb, ds=ds,
         )  # fmt: skip
     if built is not None:
-        if n_lead * n_qt > 0:
-            run_rows(vector_units, n_lead * n_qt, built[1], out, m, l, built[0])
+        run_vector(built[1], out, m, l, built[0])
     elif n_lead * n_qt > 0:
         none = np.ones((1, 1, 1))
         ops = Operands(

@@ -18,13 +18,16 @@ K's and V's codes times their block scales and their weights come from the build
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import numba
 import numpy as np
+from numba import types
 
-from simfloat._jit import jit, ljit
+from simfloat._jit import jit, kernel, kjit, ljit
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
-from simfloat.accumulate._rows import MMA, Rows, rows_mma, rows_work, scaled_powers
+from simfloat._parallel import run_rows
+from simfloat.accumulate._rows import MMA, Rows, rows_kernel, rows_work, scaled_powers
 from simfloat.attention._engine import (
     _cast,
     _divide,
@@ -72,7 +75,7 @@ from simfloat.attention._quant_kernels import (
 )
 from simfloat.hardware import ex2_ftz_neg, ex2_poly_f32, tl_sum_mma_f32, tl_sum_mma_rows_f32
 
-__all__ = ["Engine", "Lanes", "Operands", "units"]
+__all__ = ["Engine", "Lanes", "Operands", "run", "units"]
 
 _NINF = -np.inf
 _LOG2E = math.log2(math.e)
@@ -194,26 +197,85 @@ class _Scratch(NamedTuple):
     lij: np.ndarray  # (bm,) l_ij of each row
 
 
-@ljit
-def _exp_mixed(p, nv, pp):
+@jit
+def _scratch(bm, bn, dv):
+    """One thread's :class:`_Scratch` for q tiles of ``bm`` rows, key tiles of ``bn`` and ``dv`` channels."""
+    return _Scratch(
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, bn)),
+        np.zeros((bm, dv)),
+        np.zeros((bm, dv)),
+        np.empty(bm),
+        np.empty(bm),
+        np.empty(bm),
+        np.zeros(bm),
+        np.empty(bm),
+        rows_work(bm, max(bn, dv)),
+        np.ones((bm, bn)),
+        np.ones(bm),
+        np.full(bm, _NINF),
+        np.empty(bm),
+        np.zeros((bn, bm), dtype=np.float32),
+        np.zeros((16, bm), dtype=np.float32),
+        np.zeros(bm),
+    )
+
+
+# -- the plan's optional steps, one kernel per variant (see Steps) ------------------------------------------------
+
+
+@kjit
+def _exp_lib(p, nv, eng):
+    """T7: p[:nv] = exp(p) or exp2(p) of the plan's exp op (libm's value rounded, or the measured ex2 table)."""
+    pp = eng.pp
+    _exp_of(p, nv, pp.exp2, eng.ln.exp, pp.exp, pp.ex2_tab)
+
+
+@kjit
+def _exp_tl(p, nv, eng):
+    """T7 of ``exp_impl="tl.exp"``: p[:nv] = tl.exp(p), one op each."""
+    pp = eng.pp
+    for jj in range(nv):
+        p[jj] = exp_op(p[jj], pp.exp, pp)
+
+
+@kjit
+def _exp_table(p, nv, eng):
+    """T7 of the measured ex2.approx.ftz by its value table (:func:`simfloat.hardware.ex2_ftz_neg`, a table load
+    per score; ``Engine.ex2_val``), rounded into the exp op's format as :func:`_exp_lib` rounds."""
+    pp, ln = eng.pp, eng.ln
+    ex2_ftz_neg(p, nv, eng.ex2_val, pp.ex2_tab)
+    _cast(p, 0, nv, ln.exp, pp.exp)
+
+
+@kjit
+def _exp_mixed(p, nv, eng):
     """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
     else by the plan's exp2 (``exp2_impl``), as the reference loop."""
+    pp = eng.pp
     for jj in range(nv):
         x = p[jj]
         p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
 
 
-@ljit
-def _row_sum_ij(p, nv, eng):
-    """T8: the in-tile row sum of p[:nv] under the plan's l_ij model and sum order."""
-    pp, ln = eng.pp, eng.ln
+@kjit
+def _sum_tree(p, nv, eng):
+    """T8 in the kernel's tl.sum tree (``sum_order`` measured): the in-tile row sum of p over the whole tile."""
     # the kernel's tree runs over the whole tile (p = 0 past nv: set by the caller), as the reference's: a lane
     # whose first value is p_j and whose next is a padding zero rounds p_j into l_ij's format. Over nv alone the
     # bits are the same only when that rounding is exact: float32 additions of float32 values
-    if pp.sum_order != 0:
-        if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition, zeros change nothing
-            return tl_sum_mma_f32(p, nv, eng.wn)
-        return row_sum(p, eng.bn, pp.l_ij, 1, eng.wn)
+    if eng.l_native32:  # fp32 nearest-even on fp32 values: the native addition, zeros change nothing
+        return tl_sum_mma_f32(p, nv, eng.wn)
+    return row_sum(p, eng.bn, eng.pp.l_ij, 1, eng.wn)
+
+
+@kjit
+def _sum_seq(p, nv, eng):
+    """T8: the in-tile row sum of p[:nv] left to right under the plan's l_ij model (chunked: per chunk)."""
+    pp, ln = eng.pp, eng.ln
     c = pp.l_ij_chunk
     if c == 0:
         return _seq_sum(p, nv, ln.l_ij, pp.l_ij, eng.l_native32)
@@ -325,6 +387,39 @@ def _p_codes(p, pc, nv, eng):
             pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
 
 
+@kjit
+def _pc_cast(p, pc, psc, nv, eng):
+    """T12 of the float plans: pc[:nv] = p(p), zeros past nv."""
+    for jj in range(nv):
+        pc[jj] = p[jj]
+    _cast(pc, 0, nv, eng.ln.p_code, eng.pp.p_code)
+    for jj in range(nv, eng.bn):
+        pc[jj] = 0.0
+    return 1.0
+
+
+@kjit
+def _pc_quant(p, pc, psc, nv, eng):
+    """T12 of a scalar quantizer (:func:`_p_codes`), zeros past nv."""
+    _p_codes(p, pc, nv, eng)
+    for jj in range(nv, eng.bn):
+        pc[jj] = 0.0
+    return 1.0
+
+
+@kjit
+def _pc_block(p, pc, psc, nv, eng):
+    """T12 of a block quantizer: pc its codes (keys nv.. get 0), psc each key's block scale; the row's
+    first-level scale returned."""
+    return block_p_codes(p, nv, pc, psc, eng.pp)
+
+
+@kjit
+def _pin_plain(pc, psc, pin, ep, bn, eng):
+    """P's codes as the P.V dot reads them (:func:`_p_operand`)."""
+    _p_operand(pc, pin, ep, bn, eng)
+
+
 @ljit
 def _p_operand(pc, pin, ep, bn, eng):
     """P's codes pc[:bn] as the P.V dot reads them: rounded into its input format (pin) where it has one, and
@@ -338,8 +433,8 @@ def _p_operand(pc, pin, ep, bn, eng):
         _weights_of(src, ep, bn, eng.pv.opnd_emin)
 
 
-@jit
-def _block_p_operand(pc, psc, pin, ep, bn, eng):
+@kjit
+def _pin_block(pc, psc, pin, ep, bn, eng):
     """A block P quantizer's codes pc[:bn] with their block scales psc: a block-scaled P.V MMA reads the scaled
     codes pin = pc * psc with ``scaled_powers`` weights; any other dot the values (pc
     becomes pc * psc, exact, as in the reference) as :func:`_p_operand` prepares them."""
@@ -371,7 +466,12 @@ def _tie_shifted(mx, s, nv, sscale, pp):
     return 0.0 if mx < 0.0 else mx
 
 
-@ljit
+@kjit
+def _no_dequant(s, nv, b, i, j0, xs, eng):
+    """T4 of the plans whose scores need no dequantization: nothing."""
+
+
+@kjit
 def _dequant_scores(s, nv, b, i, j0, xs, eng):
     """Quantizers, ``score_scaling="scores"`` (INT8 T4, T5): the scores dequantized by the row's and each key's
     scale (then Q smoothing's correction)."""
@@ -409,7 +509,7 @@ def _mask_scores(s, nv, b, i, j0, sscale, xs, eng):
 
 
 @ljit
-def _row(b, i, r, nv, jt, xs, eng, sc):
+def _row(b, i, r, nv, jt, xs, eng, sc, st):
     """T4..T7, T9 and T12's codes for row r (query i) of the q tile against key tile jt: the scores
     sc.s[r, :nv] (dequantized), the running max, P (sc.p[r], 0 past nv), its cast or quantizer (sc.pc[r]),
     alpha; sc.m/alpha[r]. Its row sum (T8, :func:`_l_ij` or :func:`_tree_rows`) and :func:`_row_end` follow."""
@@ -421,8 +521,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     sscale = pp.qk_scale
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(sc.qss[r], xs.ks[b, j0], pp.scale)
-    if pp.scores_dequant:
-        _dequant_scores(s, nv, b, i, j0, xs, eng)
+    st.dequant(s, nv, b, i, j0, xs, eng)
     lo = 0
     if xs.mk.on:
         lo = _mask_scores(s, nv, b, i, j0, sscale, xs, eng)
@@ -456,16 +555,7 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     fused = pp.contract and not (pp.diag_plain and eng.causal and j0 + bn - 1 > i - r)  # T6 in one rounding
     _scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6, T7
-    if pp.exp_tl:
-        for jj in range(nv):
-            p[jj] = exp_op(p[jj], pp.exp, pp)
-    elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
-        _exp_mixed(p, nv, pp)
-    elif pp.exp2 and eng.ex2_val.size > 0 and ln.exp.fast:  # the measured ex2.approx.ftz: a table load per score
-        ex2_ftz_neg(p, nv, eng.ex2_val, pp.ex2_tab)
-        _cast(p, 0, nv, ln.exp, pp.exp)  # as _exp_of rounds
-    else:
-        _exp_of(p, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+    st.exp(p, nv, eng)
     if xs.mk.on:  # masked keys: p = 0
         for jj in range(nv):
             if s[jj] == _NINF and key_masked(xs.mk, b, i, j0 + jj, lo):
@@ -482,23 +572,15 @@ def _row(b, i, r, nv, jt, xs, eng, sc):
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
             alpha = exp_op(dm, pp.alpha, pp)
-    if pp.p_kind == K_BLOCK:  # T12: block-scaled codes (keys nv.. get 0) and each key's block scale
-        sc.s1[r] = block_p_codes(p, nv, pc, sc.psc[r], pp)
-    else:
-        if pp.p_kind == K_FLOAT and not pp.p_pre:  # a cast (the float plans' p), as _p_codes makes it
-            for jj in range(nv):
-                pc[jj] = p[jj]
-            _cast(pc, 0, nv, ln.p_code, pp.p_code)
-        else:
-            _p_codes(p, pc, nv, eng)
-        for jj in range(nv, bn):
-            pc[jj] = 0.0
+    s1 = st.p_codes(p, pc, sc.psc[r], nv, eng)  # T12: P's cast or quantizer (keys nv.. get 0)
+    if pp.p_kind == K_BLOCK:  # a block quantizer's first-level scale
+        sc.s1[r] = s1
     sc.alpha[r] = alpha
     sc.m[r] = m_new  # T14 (T10..T13 read m_new and alpha from here, l_i from sc.l)
 
 
 @ljit
-def _l_ij(r, nv, eng, sc):
+def _l_ij(r, nv, eng, sc, st):
     """T8: row r's in-tile row sum l_ij (of its P, or of its codes under a consistent quantizer)."""
     pp = eng.pp
     if pp.consistent and pp.p_kind == K_INT:
@@ -506,7 +588,7 @@ def _l_ij(r, nv, eng, sc):
         for jj in range(nv):
             isum += sc.pc[r, jj]  # exact: integers < 2**53
         return div(isum, pp.p_qmax, pp.l_ij)
-    return _row_sum_ij(sc.pc[r] if pp.consistent else sc.p[r], nv, eng)
+    return st.row_sum(sc.pc[r] if pp.consistent else sc.p[r], nv, eng)
 
 
 @ljit
@@ -529,7 +611,7 @@ def _rows_tree(eng):
 
 
 @ljit
-def _row_end(r, l_ij, eng, sc):
+def _row_end(r, l_ij, eng, sc, st):
     """T10..T12 of row r after its row sum l_ij: the running l_i (or lse_i), P's dot operand, acc rescaled
     first for the ``into_acc`` form; sc.l/l_new[r]."""
     pp, ln = eng.pp, eng.ln
@@ -548,10 +630,7 @@ def _row_end(r, l_ij, eng, sc):
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
     else:
         l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
-    if pp.p_kind == K_BLOCK:
-        _block_p_operand(pc, sc.psc[r], pin, ep, bn, eng)
-    else:
-        _p_operand(pc, pin, ep, bn, eng)
+    st.p_operand(pc, sc.psc[r], pin, ep, bn, eng)
     if pp.pv_mode == PV_INTO_ACC:  # T11: acc(acc * alpha) before the dot adds into it; FA1: acc * acc(l * alpha)
         wgt = mul(l_i, alpha, pp.acc) if pp.per_step else alpha
         _scale_by(sc.acc[r], dv, wgt, ln.acc, pp.acc)
@@ -559,7 +638,12 @@ def _row_end(r, l_ij, eng, sc):
     sc.l_new[r] = l_new
 
 
-@ljit
+@kjit
+def _no_update(b, r, jt, xs, eng, sc):
+    """The ``into_acc`` form's update: none (its dot added into acc)."""
+
+
+@kjit
 def _update(b, r, jt, xs, eng, sc):
     """Row r's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
     acc itself)."""
@@ -581,8 +665,8 @@ def _update(b, r, jt, xs, eng, sc):
         _fma_scaled(acc, y, vs, dv, eng.pvd_exact, ln.pv_dequant, pp.pv_dequant)
 
 
-@jit
-def _tile(b, r0, r1, jt, xs, eng, sc):
+@kjit
+def _tile(b, r0, r1, jt, xs, eng, sc, st):
     """The rows [r0, r1) of a q tile of lead b against key tile jt (T2..T14): the codes' dot for all rows in
     one multi-row call, the steps up to P.V row by row, the P.V dot for all rows, then each row's update (or
     FA1's division). Every row's bits are those of a row-at-a-time walk (a row's outputs depend only on its own
@@ -606,23 +690,23 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
             for jj in range(n_top):
                 s[r, jj] = 0.0
     kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
-    rows_mma(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
+    st.qk_rows(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
     tree = _rows_tree(eng)
     for r in range(g):
         i = r0 + r
         nv = row_keys(i, j0, jv, eng.causal)
         if xs.mk.on:
             nv = max(0, min(jv, row_span(xs.mk, eng.causal, b, i, seq_k)[1]) - j0)
-        _row(b, i, r, nv, jt, xs, eng, sc)
+        _row(b, i, r, nv, jt, xs, eng, sc, st)
         if not tree:
-            _row_end(r, _l_ij(r, nv, eng, sc), eng, sc)
+            _row_end(r, _l_ij(r, nv, eng, sc, st), eng, sc, st)
     if tree:  # T8 for all rows at once (every row's P is zero past its keys), then T10..T12
         _tree_rows(g, n_top, eng, sc)
         for r in range(g):
-            _row_end(r, sc.lij[r], eng, sc)
+            _row_end(r, sc.lij[r], eng, sc, st)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
-        rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
+        st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
         if pp.per_step:
             for r in range(g):
                 l_new = sc.l_new[r]
@@ -632,13 +716,13 @@ def _tile(b, r0, r1, jt, xs, eng, sc):
     for r in range(g):
         for d in range(dv):
             y[r, d] = 0.0
-    rows_mma(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
+    st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
     for r in range(g):
-        _update(b, r, jt, xs, eng, sc)
+        st.update(b, r, jt, xs, eng, sc)
 
 
 @jit
-def units(lo, hi, xs, out, m_out, l_out, eng):
+def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles); a q tile's rows
     meet the key tiles one at a time (the tile's K^T and V stay in cache for all its rows), then the epilogue
     (quantizers' into_acc / two_level: V's descale; E1 ``normalize(acc / l)``, unless FA1; E2 ``out``).
@@ -646,33 +730,13 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
     Args:
         xs: the :class:`Operands`; eng: the :class:`Engine`.
         out: (L, Sq, Dv); m_out, l_out: (L, Sq), written.
+        st: the plan's :class:`Steps`; tile: :func:`_tile` as a :class:`~simfloat._jit.Kernel` (:func:`run`).
     """
     pp, ln = eng.pp, eng.ln
     bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
     seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
-    sc = _Scratch(
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, bn)),
-        np.zeros((bm, dv)),
-        np.zeros((bm, dv)),
-        np.empty(bm),
-        np.empty(bm),
-        np.empty(bm),
-        np.zeros(bm),
-        np.empty(bm),
-        rows_work(bm, max(bn, dv)),
-        np.ones((bm, bn)),
-        np.ones(bm),
-        np.full(bm, _NINF),
-        np.empty(bm),
-        np.zeros((bn, bm), dtype=np.float32),
-        np.zeros((16, bm), dtype=np.float32),
-        np.zeros(bm),
-    )
+    sc = _scratch(bm, bn, dv)
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
@@ -693,7 +757,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
         for pos in range(n_kv):
             jt = kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order)
             if jt >= jt_lo:  # (masks: the tiles before FA2's n_block_min are skipped)
-                _tile(b, r0, r1, jt, xs, eng, sc)
+                tile(b, r0, r1, jt, xs, eng, sc, st)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
@@ -716,3 +780,73 @@ def units(lo, hi, xs, out, m_out, l_out, eng):
             _cast(o, 0, dv, ln.out, pp.out)  # E2
             m_out[b, i] = m_i
             l_out[b, i] = l_i
+
+
+class Steps(NamedTuple):
+    """The steps that differ between plans as kernels (:class:`~simfloat._jit.Kernel` values, the variant each
+    plan needs chosen by :func:`steps`): the loop is compiled once for every plan, and a variant only when a
+    plan first uses it (a float plan never compiles the quantizers)."""
+
+    qk_rows: object  # T2, T3: the scores' dot (simfloat.accumulate._rows.rows_kernel of eng.qk)
+    pv_rows: object  # T13: the P.V dot (of eng.pv)
+    dequant: object  # T4: the scores' dequantization (quantizers with score_scaling="scores"), or nothing
+    exp: object  # T7: libm (or the measured ex2 table's interval search), its value table, tl.exp, or FA4's mix
+    p_codes: object  # T12: P's cast, scalar quantizer or block quantizer
+    row_sum: object  # T8: l_ij in the tl.sum tree or left to right
+    p_operand: object  # P's codes as the P.V dot reads them (plain or block-scaled)
+    update: object  # T14: the acc update of the two-level, separate and scaled P.V forms (into_acc: none)
+
+
+def steps(xs: Operands, eng: Engine) -> Steps:
+    """The :class:`Steps` of a call: each step's variant for the plan ``eng.pp``, typed for these records."""
+    pp: Any = eng.pp
+    f64, i64 = types.float64[::1], types.int64
+    xs_t, eng_t, sc_t = numba.typeof(xs), numba.typeof(eng), _scratch_type()
+    void, f = types.void, types.float64
+    if pp.exp_tl:
+        exp = _exp_tl
+    elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
+        exp = _exp_mixed
+    elif pp.exp2 and eng.ex2_val.size > 0 and eng.ln.exp.fast:  # the measured ex2.approx.ftz: a table load
+        exp = _exp_table
+    else:
+        exp = _exp_lib
+    if pp.p_kind == K_BLOCK:
+        p_codes, p_operand = _pc_block, _pin_block
+    else:
+        p_codes = _pc_cast if pp.p_kind == K_FLOAT and not pp.p_pre else _pc_quant
+        p_operand = _pin_plain
+    return Steps(
+        rows_kernel(eng.qk),
+        rows_kernel(eng.pv),
+        kernel(_dequant_scores if pp.scores_dequant else _no_dequant, void(f64, i64, i64, i64, i64, xs_t, eng_t)),
+        kernel(exp, void(f64, i64, eng_t)),
+        kernel(p_codes, f(f64, f64, f64, i64, eng_t)),
+        kernel(_sum_tree if pp.sum_order != 0 else _sum_seq, f(f64, i64, eng_t)),
+        kernel(p_operand, void(f64, f64, f64, f64, i64, eng_t)),
+        kernel(_no_update if pp.pv_mode == PV_INTO_ACC else _update, void(i64, i64, i64, xs_t, eng_t, sc_t)),
+    )
+
+
+_SCRATCH_TYPE: list[object] = []
+
+
+def _scratch_type() -> object:
+    if not _SCRATCH_TYPE:
+        _SCRATCH_TYPE.append(numba.typeof(_scratch(1, 1, 1)))
+    return _SCRATCH_TYPE[0]
+
+
+def run(xs: Operands, out: np.ndarray, m_out: np.ndarray, l_out: np.ndarray, eng: Engine) -> None:
+    """Every work unit of a call (:func:`units`, on the threads of :func:`simfloat._parallel.run_rows`).
+
+    Args:
+        xs: the :class:`Operands`; eng: the :class:`Engine`.
+        out: (L, Sq, Dv); m_out, l_out: (L, Sq), written.
+    """
+    n_units = out.shape[0] * (-(-out.shape[1] // eng.bm))
+    if n_units > 0:
+        st = steps(xs, eng)
+        i64 = types.int64
+        sig = types.void(i64, i64, i64, i64, numba.typeof(xs), numba.typeof(eng), _scratch_type(), numba.typeof(st))
+        run_rows(units, n_units, xs, out, m_out, l_out, eng, st, kernel(_tile, sig))

@@ -1,0 +1,78 @@
+"""The vector loop's plan-dependent steps as kernel values (simfloat.attention.vector.forward.Steps): each plan
+gets the variants its dataflow names, the loop's records have one type for plans of different forms (so the loop
+compiles once for all of them), and a Kernel survives pickling. The bits of every variant are checked against
+the reference loop by the vector == reference suites (test_engine.py, test_engine_quant.py, test_fa_presets.py)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numba
+import numpy as np
+import pytest
+
+import simfloat as sf
+from simfloat._jit import Kernel
+from simfloat.attention import flash
+from simfloat.attention.vector import forward as fwd
+
+
+def _run(
+    plan: str, monkeypatch: pytest.MonkeyPatch, block_n: int = 16
+) -> tuple[fwd.Steps, tuple[object, object, object]]:
+    seen: list[tuple[fwd.Steps, tuple[object, object, object]]] = []
+    choose = fwd.steps
+
+    def spy(xs: fwd.Operands, eng: fwd.Engine) -> fwd.Steps:
+        st = choose(xs, eng)
+        seen.append((st, (numba.typeof(xs), numba.typeof(eng), numba.typeof(st))))
+        return st
+
+    monkeypatch.setattr(fwd, "steps", spy)
+    g = np.random.default_rng(5)
+    q, k, v = (sf.round(g.standard_normal((1, 1, 37, 16)), "bf16") for _ in range(3))
+    flash(q, k, v, plan=plan, block_m=16, block_n=block_n)
+    assert len(seen) == 1
+    return seen[0]
+
+
+def _names(st: fwd.Steps) -> dict[str, str]:
+    return {f: getattr(st, f).fn.py_func.__name__ for f in fwd.Steps._fields}
+
+
+@pytest.mark.parametrize(
+    ("plan", "want"),
+    [
+        (
+            "triton-bf16",
+            dict(qk_rows="_rows_block", pv_rows="_rows_block", dequant="_no_dequant", exp="_exp_lib",
+                 p_codes="_pc_cast", row_sum="_sum_seq", p_operand="_pin_plain", update="_no_update"),
+        ),
+        ("h200-bf16", dict(row_sum="_sum_tree", exp="_exp_table", p_codes="_pc_cast")),
+        ("fa4-bf16", dict(exp="_exp_mixed")),  # its exp2 mix is laid out over a 128-key tile
+        ("int8-reference", dict(dequant="_dequant_scores", p_codes="_pc_quant", update="_update")),
+        ("sage3-fp4", dict(p_codes="_pc_block", p_operand="_pin_block", update="_update")),
+    ],
+)  # fmt: skip
+def test_each_plan_gets_the_variants_its_dataflow_names(plan, want, monkeypatch):
+    st, _ = _run(plan, monkeypatch, block_n=128 if "exp" in want and want["exp"] == "_exp_mixed" else 16)
+    assert all(isinstance(getattr(st, f), Kernel) for f in fwd.Steps._fields)
+    got = _names(st)
+    assert {f: got[f] for f in want} == want
+
+
+def test_float_plans_of_different_forms_share_the_loop_records_types(monkeypatch):
+    """triton-bf16 (block FMA dots, libm exp) and h200-bf16 (its ex2 value table and tl.sum tree) differ only in
+    the kernels their Steps hold: the loop's argument types are the same, so it compiles once for both."""
+    a = _run("triton-bf16", monkeypatch)
+    b = _run("h200-bf16", monkeypatch)
+    assert _names(a[0]) != _names(b[0])
+    assert a[1] == b[1]
+
+
+def test_a_kernel_pickles_without_its_address(monkeypatch):
+    st, _ = _run("triton-bf16", monkeypatch)
+    k = st.exp
+    k2 = pickle.loads(pickle.dumps(k))
+    assert k2.fn is k.fn and k2.sig == k.sig
+    assert k2.__wrapper_address__() == k.__wrapper_address__()
