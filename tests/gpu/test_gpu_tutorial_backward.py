@@ -134,10 +134,12 @@ def _f64(x):
 TILES = dict(block_m=32, block_n=64, block_m2=64, block_n2=32)
 
 
-@pytest.mark.parametrize("seq", [97, 70])
-def test_the_triton_tutorial_backward_matches_its_preset_bit_for_bit(seq):
+# seed 11 at seq 97: inputs where walking dQ's key tiles forward changes some stored fp16 bits of dq (most
+# inputs at these sizes hide the order's fp32 differences in the store)
+@pytest.mark.parametrize(("seq", "seed"), [(97, 11), (70, 70)])
+def test_the_triton_tutorial_backward_matches_its_preset_bit_for_bit(seq, seed):
     d, sm_scale = 16, 0.3  # not a power of two: where the scale is applied shows in the bits
-    g = torch.Generator().manual_seed(seq)
+    g = torch.Generator().manual_seed(seed)
     q, k, v, do = (torch.randn(2, seq, d, generator=g).to(torch.float16) for _ in range(4))
     qn, kn, vn, don = (_f64(x) for x in (q, k, v, do))
     # the forward's o and M (m + log2 l) from the emulated tutorial forward: inputs to both backwards
@@ -162,7 +164,7 @@ def test_the_triton_tutorial_backward_matches_its_preset_bit_for_bit(seq):
         for name, x, y in zip(("dq", "dk", "dv", "delta"), got, want, strict=True):
             assert np.array_equal(_bits(x), _bits(y)), (engine, name, np.mean(x == y))
     # the closest plans before scale_at and the dQ order: triton-fp16 (the scale on the scores, dQ forward)
-    # do not reproduce dq, dk; the tutorial's plan with dQ walked forward does not reproduce dq at seq 97
+    # do not reproduce dq, dk; the tutorial's plan with dQ walked forward does not reproduce dq (seed 11)
     near = flash_backward(*args, plan="triton-fp16", **kw)
     agree = [float(np.mean(x == y)) for x, y in zip(near[:2], want[:2], strict=True)]
     print(f"triton-fp16: dq, dk agree {agree}")
@@ -170,5 +172,5 @@ def test_the_triton_tutorial_backward_matches_its_preset_bit_for_bit(seq):
     fwd = backward_plan("triton-tutorial-fp16").replace(dq_order="forward")
     same = float(np.mean(flash_backward(*args, plan=fwd, **kw)[0] == want[0]))
     print(f"dq_order='forward': dq agrees {same}")
-    if seq == 97:  # at 70 the fp16 store hides the order's fp32 differences in these inputs
+    if seed == 11:
         assert same < 1.0, same
