@@ -63,7 +63,7 @@ from simfloat.accumulate._rows import (
 from simfloat.attention._build import check_engine, dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
 from simfloat.attention._inputs import block, check_input_format, check_qkv, from_layout, kv_group, operand, to_layout
-from simfloat.attention._kernels import add, dot64, exp, exp2_hw, fma, mul, rnd, sub
+from simfloat.attention._kernels import add, dot64, exp_op, fma, mul, rnd, sub
 from simfloat.attention._masks import (
     DENSE_ADD,
     NO_MASK,
@@ -119,10 +119,14 @@ class BwdEngine(NamedTuple):
         qk, dv, dp, dk, dq: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
         bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
-        dq_order: (L, n_qt, n_kv) int64, with atomic dQ: per query lead and query tile the key tiles it sees in
-            the order of their adds (Q4b), then the rest; else empty.
+        dq_order: (L, n_qt2, n_kv2) int64, when dQ walks its own tiles (``walk``): per query lead and dQ query
+            tile the dQ key tiles it sees in the order of their MMAs (or atomic adds, Q4b), then the rest; else
+            empty.
         mk: the call's :class:`~simfloat.attention._masks.KeyMask` (per query lead; ``NO_MASK``: none beyond
             ``causal``).
+        walk: Q4 is a pass of its own over the stored dS (:func:`_dq_walk_units`): atomic dQ, a dQ order other
+            than forward or dQ tiles (bm2, bn2) other than (bm, bn); else Q4 runs in the dK/dV pass.
+        bm2, bn2: the dQ kernel's query / key tiles.
     """
 
     pp: object
@@ -141,6 +145,9 @@ class BwdEngine(NamedTuple):
     group: int
     dq_order: np.ndarray
     mk: KeyMask = NO_MASK
+    walk: bool = False
+    bm2: int = 64
+    bn2: int = 64
 
 
 class BwdOperands(NamedTuple):
@@ -152,7 +159,7 @@ class BwdOperands(NamedTuple):
         q: (L, Sq, D) rows for B2. kt: (Lk * n_kv, D, bn) K^T tiles for B2.
         do: (L, Sq, Dv) rows for B6. vt: (Lk * n_kv, Dv, bn) V^T tiles for B6.
         do_t: (L * n_qt, bm, Dv) dO tiles for B5. q_t: (L * n_qt, bm, D) Q tiles for B9.
-        k_t: (Lk * n_kv, bn, D) K tiles for Q4.
+        k_t: (Lk * n_kv2, bn2, D) K tiles for Q4 (the dQ kernel's key tiles).
         lse, delta: (L, Sq). L = Lk * group query leads, Lk key/value leads.
     """
 
@@ -215,11 +222,11 @@ def _operand_row(x, n, mp, xin, ex):
 
 
 @jit
-def _epilogue(x, n, scaled, eng):
-    """E1..E3: x[:n] = grad(grad_scale(x * sm_scale)) (``scaled``), else grad(x)."""
+def _epilogue(x, n, w, eng):
+    """E1..E3: x[:n] = grad(grad_scale(x * w)) (w > 0: sm_scale or dq_scale), else (w = 0) grad(x)."""
     pp, ln = eng.pp, eng.ln
-    if scaled:
-        _scale_by(x, n, pp.sm_scale, ln.grad_scale, pp.grad_scale)
+    if w > 0.0:
+        _scale_by(x, n, w, ln.grad_scale, pp.grad_scale)
     _cast(x, 0, n, ln.grad, pp.grad)
 
 
@@ -242,10 +249,10 @@ def _mask_scores(s, nv, b, i, j0, lo, pp, mk):
 
 
 @jit
-def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
+def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, dsf):
     """Key/value lead indices [lo, hi): every key tile with the query tiles of every query head of its group
-    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``. With atomic dQ, Q4a's
-    contributions go to ``cb`` (L, seq_q, n_kv, d), zeros on entry, and dq is left to :func:`_dq_units`."""
+    (see the module docstring); query head ``bk * group + g`` reads key/value head ``bk``. With ``eng.walk``
+    B8's dS goes to ``dsf`` (L, seq_q, seq_k), zeros on entry, and dq is left to :func:`_dq_walk_units`."""
     pp, ln, mk = eng.pp, eng.ln, eng.mk
     bm, bn, seq_q, seq_k, group = eng.bm, eng.bn, eng.seq_q, eng.seq_k, eng.group
     d, dvd = xs.q.shape[2], xs.do.shape[2]
@@ -301,7 +308,11 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         if mk.on:
                             _mask_scores(s, nv, b, i, j0, k_lo, pp, mk)
                         _scaled(x, s, nv, sscale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
-                        _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+                        if pp.exp_tl:  # tl.exp: exp2 of the product with log2 e
+                            for jj in range(nv):
+                                x[jj] = exp_op(x[jj], pp.exp, pp)
+                        else:
+                            _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
                         if mk.on:  # masked pairs: p = 0
                             for jj in range(nv):
                                 if key_masked(mk, b, i, j0 + jj, k_lo):
@@ -313,6 +324,8 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         vt, evt, vt32, evt32 = tile_of(xs.vt, ktile)
                         row_mma(xs.do[b, i], xs.edo[b, i], vt, evt, vt32, evt32, dpr, nv, eng.dp, w)  # B6
                         _ds_of(y, x, dpr, nv, xs.delta[b, i], ln.ds, pp.ds)  # B7
+                        if pp.scale_ds:  # B7': dS * scale before the cast
+                            _scale_by(y, nv, pp.sm_scale, ln.ds, pp.ds)
                         if mk.on:  # masked pairs: ds = 0
                             for jj in range(nv):
                                 if key_masked(mk, b, i, j0 + jj, k_lo):
@@ -322,11 +335,15 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         for jj in range(nv):
                             pt[jj, r] = x[jj]
                             dst[jj, r] = y[jj]
+                        if eng.walk:  # Q4 in its own pass, over the dQ kernel's tiles
+                            for jj in range(nv):
+                                dsf[b, i, j0 + jj] = y[jj]
+                            continue
                         for jj in range(nv, bn):
                             y[jj] = 0.0
-                        a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4 (Q4a: from zero into the tile's slot)
+                        a = _operand_row(y, bn, eng.dq, yin, ey)  # Q4
                         k_t, ek_t, k_t32, ek_t32 = tile_of(xs.k_t, ktile)
-                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, cb[b, i, jt] if pp.atomic else dq[b, i], d, eng.dq, w)
+                        row_mma(a, ey, k_t, ek_t, k_t32, ek_t32, dq[b, i], d, eng.dq, w)
                     qtile = b * n_qt + t
                     do_t, edo_t, do_t32, edo_t32 = tile_of(xs.do_t, qtile)
                     q_t, eq_t, q_t32, eq_t32 = tile_of(xs.q_t, qtile)
@@ -336,17 +353,17 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, cb):
                         a = _operand_row(dst[jj], bm, eng.dk, rin, er)
                         row_mma(a, er, q_t, eq_t, q_t32, eq_t32, dka[jj], d, eng.dk, w)
             for jj in range(nk):  # E1, E2
-                _epilogue(dka[jj], d, True, eng)
-                _epilogue(dva[jj], dvd, False, eng)
+                _epilogue(dka[jj], d, 0.0 if pp.scale_ds else pp.sm_scale, eng)
+                _epilogue(dva[jj], dvd, 0.0, eng)
                 for c in range(d):
                     dk[bk, j0 + jj, c] = dka[jj, c]
                 for c in range(dvd):
                     dv[bk, j0 + jj, c] = dva[jj, c]
-        if pp.atomic:  # Q4b and E3 in _dq_units
+        if eng.walk:  # Q4 and E3 in _dq_walk_units
             continue
         for g in range(group):
             for i in range(seq_q):  # E3
-                _epilogue(dq[bk * group + g, i], d, True, eng)
+                _epilogue(dq[bk * group + g, i], d, 0.0 if pp.scale_ds else pp.dq_scale, eng)
 
 
 @jit
@@ -359,29 +376,52 @@ def _tiles_seen(t, bm, bn, seq_k, causal):
 
 
 @jit
-def _dq_units(lo, hi, cb, dq, eng):
-    """Atomic dQ for query leads [lo, hi): Q4b ``dq[b, i] = dq_atomic(... dq_atomic(0 + c_i,t0) ... + c_i,tn)``
-    over the key tiles in the row's query tile's order (``cb`` (L, seq_q, n_kv, d): the contributions ``c``),
-    then E3. A pass of its own after :func:`_bwd_units`, compiled only when a plan uses it."""
-    pp, r = eng.pp, eng.ln.dq_atomic
-    seq_q, d = cb.shape[1], cb.shape[3]
+def _dq_walk_units(lo, hi, dsf, k_t, dq, eng):
+    """Q4 as a pass of its own for query leads [lo, hi), over the dQ kernel's tiles (bm2, bn2): row i of dQ
+    query tile t walks the key tiles ``eng.dq_order[b, t, :n]`` (n: the tiles it sees), each an MMA of its dS
+    row (``dsf`` (L, seq_q, seq_k)) with the K tile (``k_t``): in-MMA ``dq_i = dq(dq_i + sum_j ds_ij k_j)``
+    (tiles before the first the query tile walks are skipped), or atomic Q4a ``c = dq(sum_j ds_ij k_j)`` from
+    zero then Q4b ``dq_i = dq_atomic(dq_i + c)``; then E3. Compiled only when a call uses it."""
+    pp, r, mk = eng.pp, eng.ln.dq_atomic, eng.mk
+    bm2, bn2, seq_k = eng.bm2, eng.bn2, eng.seq_k
+    seq_q, d = dq.shape[1], dq.shape[2]
+    n_kv2 = (seq_k + bn2 - 1) // bn2
+    y, yin, ey, part = np.zeros(bn2), np.zeros(bn2), np.zeros(bn2), np.zeros(d)
+    w = work(max(bn2, d))
     for b in range(lo, hi):
+        bk = b // eng.group
         for i in range(seq_q):
-            t = i // eng.bm
+            t = i // bm2
             for c in range(d):
                 dq[b, i, c] = 0.0
-            n_seen = _tiles_seen(t, eng.bm, eng.bn, eng.seq_k, eng.causal)
-            if eng.mk.on:
-                n_seen = tile_range(eng.mk, eng.causal, b, t, eng.bm, eng.bn, eng.seq_k)[1]
+            jt_lo, n_seen = 0, _tiles_seen(t, bm2, bn2, seq_k, eng.causal)
+            if mk.on:
+                jt_lo, n_seen = tile_range(mk, eng.causal, b, t, bm2, bn2, seq_k)
             for u in range(n_seen):
                 jt = eng.dq_order[b, t, u]
-                if r.fast:
+                if jt < jt_lo and not pp.atomic:
+                    continue
+                j0 = jt * bn2
+                nk = min(bn2, seq_k - j0)
+                for jj in range(nk):
+                    y[jj] = dsf[b, i, j0 + jj]
+                for jj in range(nk, bn2):
+                    y[jj] = 0.0
+                a = _operand_row(y, bn2, eng.dq, yin, ey)
+                kt, ekt, kt32, ekt32 = tile_of(k_t, bk * n_kv2 + jt)
+                if not pp.atomic:
+                    row_mma(a, ey, kt, ekt, kt32, ekt32, dq[b, i], d, eng.dq, w)
+                    continue
+                for c in range(d):
+                    part[c] = 0.0
+                row_mma(a, ey, kt, ekt, kt32, ekt32, part, d, eng.dq, w)  # Q4a
+                if r.fast:  # Q4b
                     for c in range(d):
-                        dq[b, i, c] = ladd(dq[b, i, c], cb[b, i, jt, c], r)
+                        dq[b, i, c] = ladd(dq[b, i, c], part[c], r)
                 else:
                     for c in range(d):
-                        dq[b, i, c] = add(dq[b, i, c], cb[b, i, jt, c], pp.dq_atomic)
-            _epilogue(dq[b, i], d, True, eng)
+                        dq[b, i, c] = add(dq[b, i, c], part[c], pp.dq_atomic)
+            _epilogue(dq[b, i], d, 0.0 if pp.scale_ds else pp.dq_scale, eng)
 
 
 @jit
@@ -397,16 +437,19 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
     tile step; key tile ``n_kv`` (``-1`` in the frames) holds D2 and the epilogue E1..E3. A dK/dV step is
     recorded at the query lead it reads; the dK/dV epilogue at the group's first query lead. ``order``: as
     :attr:`BwdEngine.dq_order` (atomic dQ: a step is a key tile's contribution and its add). ``mk``: the
-    call's :class:`~simfloat.attention._masks.KeyMask` (masked pairs: p = ds = 0)."""
-    bm, bn, causal, group = geo
+    call's :class:`~simfloat.attention._masks.KeyMask` (masked pairs: p = ds = 0). ``geo``: (bm, bn, causal,
+    group, bm2, bn2, walk), bm2 and bn2 the dQ kernel's tiles, ``walk`` as :attr:`BwdEngine.walk` (a dQ step is
+    recorded at the tile of the (bm, bn) grid that holds its first row and key)."""
+    bm, bn, causal, group, bm2, bn2, walk = geo
     seq_q, d = q.shape[1], q.shape[2]
     seq_k, dvd = v.shape[1], v.shape[2]
     n_qt, n_kv = (seq_q + bm - 1) // bm, (seq_k + bn - 1) // bn
-    pm, dsm = np.zeros((group, n_qt * bm, n_kv * bn)), np.zeros((group, n_qt * bm, n_kv * bn))
+    wk = max(n_kv * bn, ((seq_k + bn2 - 1) // bn2) * bn2)  # the keys padded to both kernels' tiles
+    pm, dsm = np.zeros((group, n_qt * bm, wk)), np.zeros((group, n_qt * bm, wk))
     qp, dop = np.zeros((group, n_qt * bm, d)), np.zeros((group, n_qt * bm, dvd))
-    kp = np.zeros((n_kv * bn, d))
+    kp = np.zeros((wk, d))
     ns = n_qt * bm if tr is not None else 1
-    ps, dss, d64 = np.zeros((group, ns, n_kv * bn)), np.zeros((group, ns, n_kv * bn)), np.zeros(ns)
+    ps, dss, d64 = np.zeros((group, ns, wk)), np.zeros((group, ns, wk)), np.zeros(ns)
     for bk in range(lo, hi):
         pm[:, :, :] = 0.0
         dsm[:, :, :] = 0.0
@@ -455,10 +498,12 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                         x = fma(sc, pp.qk_scale, -lse[b, i], pp.scale)
                     else:
                         x = sub(mul(sc, pp.qk_scale, pp.scale), lse[b, i], pp.scale)
-                    pv = exp2_hw(x, pp.exp, pp.ex2_tab) if pp.exp2 else exp(x, pp.exp)
+                    pv = exp_op(x, pp.exp, pp)
                     psum[b, i] += pv
                     dp = dot_acc(do[b, i], v[bk, j], 0.0, pp.dp)  # B6
                     ds = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds)  # B7
+                    if pp.scale_ds:  # B7': dS * scale before the cast
+                        ds = mul(ds, pp.sm_scale, pp.ds)
                     dsm[g, i, j] = rnd(ds, pp.ds_cast)  # B8
                     pm[g, i, j] = rnd(pv, pp.p)
                     if tr is not None:
@@ -476,6 +521,8 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                         dp64 = dot64(do[b, i], v[bk, j], 0.0)
                         record(loc, b, t, jt, B_DP, dp - dp64, dp64)
                         dr = pv * (dp - delta[b, i])
+                        if pp.scale_ds:
+                            dr = mul(pv, sub(dp, delta[b, i], pp.ds), pp.ds) * pp.sm_scale
                         record(loc, b, t, jt, B_DS, ds - dr, dr)
                         record(loc, b, t, jt, B_DS_CAST, dsm[g, i, j] - ds, ds)
                         x64 = fma64(s64, sh[0], -lse[b, i]) if pp.contract else s64 * sh[0] - lse[b, i]
@@ -483,7 +530,7 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                             x64 = s64 * sh[0] + b64 - lse[b, i]
                         p64 = math.exp2(x64) if pp.exp2 else math.exp(x64)
                         ps[g, i, j] = p64
-                        dss[g, i, j] = p64 * (dp64 - d64[i])
+                        dss[g, i, j] = p64 * (dp64 - d64[i]) * sh[3]
         b0 = bk * group
         for j in range(seq_k):  # B5, B9 over the group's query heads (G1) and their query tiles; E1, E2
             jt = j // bn
@@ -518,21 +565,23 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                             a64 = dot64(dss[g, r0:r1, j], qp[g, r0:r1, c], a64)
                             record(tr[1], b0 + g, t, jt, S_DK, new - a64, a64)
                         acc = new
-                dk[bk, j, c] = _ref_epilogue(acc, a64, pp, tr, b0, 0, n_kv, S_DK, sh[1])
+                w = 0.0 if pp.scale_ds else pp.sm_scale
+                dk[bk, j, c] = _ref_epilogue(acc, a64, w, pp, tr, b0, 0, n_kv, S_DK, sh[1])  # sh: see flash_backward
+        wq = 0.0 if pp.scale_ds else pp.dq_scale
         for g in range(group):
             b = b0 + g
             for i in range(seq_q):  # Q4 over the key tiles; E3
-                t = i // bm
-                hi_k = min((t + 1) * bm, seq_k) if causal else seq_k
-                jt_lo, jt_hi = 0, (hi_k + bn - 1) // bn
-                if mk.on:  # the key tiles the row's query tile walks
-                    jt_lo, jt_hi = tile_range(mk, causal, b, t, bm, bn, seq_k)
+                t, t2 = i // bm, i // bm2
+                hi_k = min((t2 + 1) * bm2, seq_k) if causal else seq_k
+                jt_lo, jt_hi = 0, (hi_k + bn2 - 1) // bn2
+                if mk.on:  # the key tiles the row's dQ query tile walks
+                    jt_lo, jt_hi = tile_range(mk, causal, b, t2, bm2, bn2, seq_k)
                 for c in range(d):
                     acc, a64 = 0.0, 0.0
-                    if pp.atomic:  # Q4a, Q4b (tiles below jt_lo add zeros: exact)
-                        n_t = jt_hi
-                        acc, a64 = _ref_dq_atomic(dsm[g, i], dss[g], kp, c, order[b, t], n_t, bn, pp, tr, b, t, i)
-                        dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
+                    if walk:  # the dQ kernel's tiles in its order (atomic: tiles below jt_lo add zeros: exact)
+                        tiles = (order[b, t2], jt_lo, jt_hi, bn2, bn)
+                        acc, a64 = _ref_dq_walk(dsm[g, i], dss[g], kp, c, tiles, pp, tr, b, t, i)
+                        dq[b, i, c] = _ref_epilogue(acc, a64, wq, pp, tr, b, t, n_kv, S_DQ, sh[2])
                         continue
                     for jt in range(jt_lo, jt_hi):
                         k0, k1 = jt * bn, (jt + 1) * bn
@@ -543,39 +592,49 @@ def _ref_units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr
                             a64 = dot64(dss[g, i, k0:k1], kp[k0:k1, c], a64)
                             record(tr[1], b, t, jt, S_DQ, new - a64, a64)
                         acc = new
-                    dq[b, i, c] = _ref_epilogue(acc, a64, pp, tr, b, t, n_kv, S_DQ, sh[1])
+                    dq[b, i, c] = _ref_epilogue(acc, a64, wq, pp, tr, b, t, n_kv, S_DQ, sh[2])
 
 
 @jit
-def _ref_dq_atomic(ds, dss, kp, c, order, n_t, bn, pp, tr, b, t, i):
-    """Q4a/Q4b for one value ``dq[b, i, c]`` (row i of query tile t) by the scalar ops: each key tile's
-    contribution from zero (``dot_acc`` over the row ``ds`` and column c of the padded K ``kp``), added in
-    ``order[:n_t]`` into ``dq_atomic`` from 0. Traced: a step's local error is the contribution's and the add's
-    together (against the float64 dot from the same accumulator), and the shadow (``dss[i]``, the float64 dS)
+def _ref_dq_walk(ds, dss, kp, c, tiles, pp, tr, b, t, i):
+    """Q4 for one value ``dq[b, i, c]`` by the scalar ops over the dQ kernel's key tiles: ``tiles`` = (order,
+    jt_lo, n_t, bn2, bn): the tiles ``order[:n_t]`` of width bn2, each a ``dot_acc`` over the row ``ds`` and
+    column c of the padded K ``kp``: in-MMA from the accumulator (tiles below jt_lo skipped, as the kernel's
+    walk starts there), or atomic (Q4a from zero, then Q4b: added into ``dq_atomic`` from 0). Traced: a step's
+    local error (the contribution's and the add's together, against the float64 dot from the same
+    accumulator) at (b, t, the bn-wide key tile of its first key), and the shadow (``dss[i]``, the float64 dS)
     accumulates in the same order. Returns (the sum, the shadow's)."""
+    order, jt_lo, n_t, bn2, bn = tiles
     acc, a64 = 0.0, 0.0
     for u in range(n_t):
         jt = order[u]
-        k0, k1 = jt * bn, (jt + 1) * bn
-        part = dot_acc(ds[k0:k1], kp[k0:k1, c], 0.0, pp.dq)
-        new = add(acc, part, pp.dq_atomic)
+        if jt < jt_lo and not pp.atomic:
+            continue
+        k0, k1 = jt * bn2, (jt + 1) * bn2
+        if pp.atomic:
+            part = dot_acc(ds[k0:k1], kp[k0:k1, c], 0.0, pp.dq)
+            new = add(acc, part, pp.dq_atomic)
+        else:
+            new = dot_acc(ds[k0:k1], kp[k0:k1, c], acc, pp.dq)
         if tr is not None:
             ex = dot64(ds[k0:k1], kp[k0:k1, c], acc)
-            record(tr[0], b, t, jt, B_DQ, new - ex, ex)
+            record(tr[0], b, t, k0 // bn, B_DQ, new - ex, ex)
             a64 = dot64(dss[i, k0:k1], kp[k0:k1, c], a64)
-            record(tr[1], b, t, jt, S_DQ, new - a64, a64)
+            record(tr[1], b, t, k0 // bn, S_DQ, new - a64, a64)
         acc = new
     return acc, a64
 
 
 @jit
-def _ref_epilogue(acc, a64, pp, tr, b, t, kv, state, sm64):
-    """E1/E3 for one value: ``grad(grad_scale(acc * sm_scale))``, recording the two ops' local errors and the
-    final gradient's drift from the shadow's ``a64 * sm64`` at (b, t, kv) when tracing."""
-    x = mul(acc, pp.sm_scale, pp.grad_scale)
+def _ref_epilogue(acc, a64, w, pp, tr, b, t, kv, state, sm64):
+    """E1/E3 for one value: ``grad(grad_scale(acc * w))`` (w = 0: ``grad(acc)``, the scale applied to dS),
+    recording the ops' local errors and the final gradient's drift from the shadow's ``a64 * sm64`` at
+    (b, t, kv) when tracing."""
+    x = mul(acc, w, pp.grad_scale) if w > 0.0 else acc
     g = rnd(x, pp.grad)
     if tr is not None:
-        record(tr[0], b, t, kv, B_GRAD_SCALE, x - acc * pp.sm_scale, acc * pp.sm_scale)
+        if w > 0.0:
+            record(tr[0], b, t, kv, B_GRAD_SCALE, x - acc * w, acc * w)
         record(tr[0], b, t, kv, B_GRAD, g - x, x)
         record(tr[1], b, t, kv, state, g - a64 * sm64, a64 * sm64)
     return g
@@ -633,17 +692,19 @@ def _dq_orders(
     bn: int,
     causal: bool,
     seen_lt: np.ndarray | None = None,
+    walk: bool = True,
 ) -> np.ndarray:
-    """The order of the atomic dQ adds (Q4b): (n_lead, n_qt, n_kv) int64, per query lead and query tile t the
-    ``_tiles_seen(t)`` key tiles it visits in the plan's ``dq_order``, then the others; (0, 0, 0) with
-    in-MMA dQ. ``seen_lt``: (n_lead, n_qt) a masked call's count per lead and query tile instead (the end
-    of its :func:`~simfloat.attention._masks.tile_range`).
+    """The order of dQ's key tiles (Q4's MMAs, or the atomic adds Q4b), bm and bn the dQ kernel's tiles:
+    (n_lead, n_qt, n_kv) int64, per query lead and query tile t the ``_tiles_seen(t)`` key tiles it visits in
+    the plan's ``dq_order``, then the others; (0, 0, 0) when dQ does not walk on its own (``walk`` False).
+    ``seen_lt``: (n_lead, n_qt) a masked call's count per lead and query tile instead (the end of its
+    :func:`~simfloat.attention._masks.tile_range`).
 
     Raises:
         ValueError: a tuple order whose length is not the number of key tiles; a callable's result that is not
             a permutation of the tiles a query tile sees.
     """
-    if pl.dq_accumulation != "atomic":
+    if not walk:
         return np.zeros((0, 0, 0), dtype=np.int64)
     n_qt, n_kv = -(-seq_q // bm), -(-seq_k // bn)
     seen = np.array([n_kv if not causal else min(n_kv, -(-((t + 1) * bm) // bn)) for t in range(n_qt)], dtype=np.int64)
@@ -661,6 +722,10 @@ def _dq_orders(
         keys = np.broadcast_to(tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
     elif order == "reverse":
         keys = np.broadcast_to(-tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
+    elif order == "diagonal_first":  # causal: from the first key tile row t * bm masks in part, then from 0
+        diag = np.array([(t * bm + 1) // bn if causal else 0 for t in range(n_qt)])
+        rank = np.where(tiles[None, :] >= diag[:, None], tiles[None, :] - n_kv, tiles[None, :])
+        keys = np.broadcast_to(rank.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
     elif isinstance(order, tuple):
         if len(order) != n_kv:
             raise ValueError(
@@ -687,6 +752,18 @@ def _dq_orders(
     else:
         keys[:, hidden] = np.inf
     return np.ascontiguousarray(np.argsort(keys, axis=-1, kind="stable"), dtype=np.int64)
+
+
+def _prescaled_k(k: np.ndarray, scale: float, pl: BackwardPlan) -> np.ndarray:
+    """``k_scaled(opmath(k * opmath(scale / ln 2)))`` (the product rounded once into k_scaled without opmath):
+    the Triton tutorial's ``arg_k = k * (sm_scale * RCP_LN2)``, a torch multiply by a Python float."""
+    c = scale * (1.0 / math.log(2.0))
+    ks = pl.k_scaled
+    if pl.opmath is None:
+        y = _ops.mul(k, float(_round(c, ks.fmt, ks.mode)), ks.fmt, ks.mode)
+    else:
+        y = _round(np.asarray(_ops.mul(k, float(_round(c, pl.opmath)), pl.opmath)), ks.fmt, ks.mode)
+    return np.ascontiguousarray(y, dtype=np.float64)
 
 
 def _tame(f: FloatFormat) -> bool:
@@ -724,20 +801,21 @@ def _check(q: object, k: object, v: object, o: object, do: object, lse: object |
             raise ValueError(f"{name} must have shape (..., seq_q, head_dim_v) = {want}, got {x.shape}")
     if lse is None:
         return qa, ka, va, oa, da, group
-    la = operand_stats(lse, "lse")
+    la = operand_stats(lse, "lse", neg_inf=True)  # -inf: a row that sees no key (checked by the caller)
     if la.shape != qa.shape[:-1]:
         raise ValueError(f"lse must have shape (..., seq_q) = {qa.shape[:-1]}, got {la.shape}")
     return qa, ka, va, oa, da, group, la
 
 
-def operand_stats(x: object, name: str) -> np.ndarray:
-    """A per-row statistic (lse, m, l): a finite float32/float64 numpy array."""
+def operand_stats(x: object, name: str, neg_inf: bool = False) -> np.ndarray:
+    """A per-row statistic (lse, m, l): a finite float32/float64 numpy array (-inf allowed with ``neg_inf``:
+    the forward's m and lse of a row that sees no key)."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} has non-finite values (the forward of a fully masked row?)")
+    if not np.all(np.isfinite(x) | (neg_inf & (x == -np.inf))):
+        raise ValueError(f"{name} has non-finite values" + ("" if neg_inf else " (the forward of a fully masked row?)"))
     return x
 
 
@@ -783,7 +861,8 @@ def lse_from_stats(m: np.ndarray, l: np.ndarray, *, plan: BackwardPlan | str) ->
 
     Args:
         m, l: (..., seq_q) the forward's stats (``flash(..., return_stats=True)``): the running maximum (log2
-            units with exp2) and the row sum relative to it, l > 0.
+            units with exp2) and the row sum relative to it, l > 0; or m -inf and l 0 (a row that saw no key:
+            its lse is -inf, as the kernels store it).
         plan: the backward plan (its ``lse`` op and ``exp2`` flag).
 
     Returns:
@@ -793,13 +872,17 @@ def lse_from_stats(m: np.ndarray, l: np.ndarray, *, plan: BackwardPlan | str) ->
         TypeError, ValueError: non-arrays, other dtypes, shapes that differ, non-finite m or l <= 0.
     """
     pl = backward_plan(plan)
-    ma, la = operand_stats(m, "m"), operand_stats(l, "l")
+    ma, la = operand_stats(m, "m", neg_inf=True), operand_stats(l, "l")
     if ma.shape != la.shape:
         raise ValueError(f"m and l must have one shape, got {ma.shape} and {la.shape}")
-    if np.any(la <= 0):
-        raise ValueError("l must be > 0 (the row sum of a row that saw a key)")
-    logs = _log_rounded(la.astype(np.float64), pl.lse, pl.exp2)
-    return np.asarray(_ops.add(ma.astype(np.float64), logs, pl.lse.fmt, pl.lse.mode), dtype=np.float64)
+    empty = (ma == -np.inf) & (la == 0)  # a row that saw no key: the forward's m -inf, l 0
+    if np.any((la <= 0) & ~empty) or np.any((ma == -np.inf) & ~empty):
+        raise ValueError(
+            "l must be > 0 and m finite (the stats of a row that saw a key), or m -inf with l 0 (a row that saw none)"
+        )
+    logs = _log_rounded(np.where(empty, 1.0, la.astype(np.float64)), pl.lse, pl.exp2)
+    out = np.asarray(_ops.add(np.where(empty, 0.0, ma.astype(np.float64)), logs, pl.lse.fmt, pl.lse.mode))
+    return np.where(empty, -np.inf, out).astype(np.float64)
 
 
 def _lanes(pl: BackwardPlan) -> BwdLanes:
@@ -821,13 +904,14 @@ def _vector(
     dk: np.ndarray,
     dv: np.ndarray,
     psum: np.ndarray,
-    bm: int,
-    bn: int,
+    tiles: tuple[int, int, int, int, bool],
     causal: bool,
     order: np.ndarray,
     mk: KeyMask = NO_MASK,
 ) -> None:
-    """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P."""
+    """The vector engine's run: delta, then dq, dk, dv (filled in place) and the row sums of P. ``tiles``:
+    (bm, bn, bm2, bn2, walk) as :class:`BwdEngine`'s."""
+    bm, bn, bm2, bn2, walk = tiles
     n_lead, seq_q = qf.shape[:2]
     n_kv_lead, seq_k = kf.shape[:2]
     if n_lead * seq_q:
@@ -853,7 +937,7 @@ def _vector(
     )
     kt = np.ascontiguousarray(_tiles(k_qk, bn).transpose(0, 2, 1))
     vt = np.ascontiguousarray(_tiles(v_dp, bn).transpose(0, 2, 1))
-    do_t, q_t, k_t = _tiles(do_dv, bm), _tiles(q_dk, bm), _tiles(k_dq, bn)
+    do_t, q_t, k_t = _tiles(do_dv, bm), _tiles(q_dk, bm), _tiles(k_dq, bn2)
     m_qk, kt_s = b_stack(m_qk, kt, _weights(kt, m_qk))
     m_dp, vt_s = b_stack(m_dp, vt, _weights(vt, m_dp))
     m_dv, do_s = b_stack(m_dv, do_t, _weights(do_t, m_dv))
@@ -863,14 +947,32 @@ def _vector(
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     group = n_lead // n_kv_lead if n_kv_lead else 1
     eng = BwdEngine(
-        pp, ln, m_qk, m_dv, m_dp, m_dk, m_dq, bool(fma_exact), bm, bn, causal, seq_q, seq_k, group, order, mk
+        pp,
+        ln,
+        m_qk,
+        m_dv,
+        m_dp,
+        m_dk,
+        m_dq,
+        bool(fma_exact),
+        bm,
+        bn,
+        causal,
+        seq_q,
+        seq_k,
+        group,
+        order,
+        mk,
+        walk,
+        bm2,
+        bn2,
     )
-    # Q4a's contributions per (query lead, row, key tile) with atomic dQ: L * seq_q * n_kv * d float64
-    cb = np.zeros((n_lead, seq_q, -(-seq_k // bn), qf.shape[2])) if pp.atomic else np.zeros((0, 0, 0, 0))
+    # B8's dS per (query lead, row, key) when dQ walks on its own: L * seq_q * seq_k float64
+    dsf = np.zeros((n_lead, seq_q, seq_k)) if walk else np.zeros((0, 0, 0))
     if n_kv_lead:
-        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng, cb)
-        if pp.atomic and n_lead * seq_q:
-            run_rows(_dq_units, n_lead, cb, dq, eng)
+        run_rows(_bwd_units, n_kv_lead, xs, dq, dk, dv, psum, eng, dsf)
+        if walk and n_lead * seq_q:
+            run_rows(_dq_walk_units, n_lead, dsf, xs.k_t, dq, eng)
 
 
 def flash_backward(
@@ -884,6 +986,8 @@ def flash_backward(
     plan: BackwardPlan | str = "triton-bf16",
     block_m: int = 64,
     block_n: int = 64,
+    block_m2: int | None = None,
+    block_n2: int | None = None,
     causal: bool = False,
     scale: float | None = None,
     return_delta: bool = False,
@@ -909,7 +1013,11 @@ def flash_backward(
         lse: (..., seq_q) the forward's log-sum-exp (log2 units with ``plan.exp2``): :func:`lse_from_stats` of
             the forward's (m, l).
         plan: a :class:`~simfloat.attention.backward_plan.BackwardPlan` or preset name (default ``"triton-bf16"``).
-        block_m, block_n: the kernels' query / key tiles (any positive ints).
+        block_m, block_n: the kernels' query / key tiles (any positive ints): the dK/dV kernel's (the Triton
+            tutorial's BLOCK_M1, BLOCK_N1), and the dQ kernel's unless given below.
+        block_m2, block_n2: the dQ kernel's query / key tiles (the tutorial's BLOCK_M2, BLOCK_N2); None: block_m,
+            block_n. They decide the key tiles of Q4's MMAs, the causal query tile's last key tile and, with
+            ``plan.dq_order``, the order of those tiles.
         causal: top-left aligned mask. scale: softmax scale (default 1/sqrt(head_dim)).
         return_delta: also return delta = rowsum(dO * O) ((..., seq_q)).
         engine: ``"vector"`` (default: the row kernels) or ``"reference"`` (the scalar ops and ``dot_acc`` per
@@ -931,10 +1039,10 @@ def flash_backward(
             masked pairs have p = ds = 0 (B3: ``where`` for a bool mask; an additive mask is added to the
             scaled scores as in the forward, then lse is subtracted: ``scale(z - lse)``); the structured masks
             decide the query tiles a key tile walks (dK, dV) and the key tiles a query tile walks (dQ).
-        empty_rows: rows that see no key: ``"raise"`` names the first; ``"zero"`` (they add nothing) and
-            ``"nan"`` (dq of the row NaN, and dk, dv of its lead's key/value head NaN) apply only to an lse the
-            caller made finite there: such a row's lse is -inf, which :func:`lse_from_stats` and this function
-            refuse (a ValueError).
+        empty_rows: rows that see no key: ``"raise"`` names the first; ``"zero"`` (they add nothing: dq of the
+            row 0, as baseline_backward's and SDPA's safe softmax) or ``"nan"`` (dq of the row NaN, and dk, dv of
+            its lead's key/value head NaN, SDPA's math). Their lse may be -inf (the forward's, through
+            :func:`lse_from_stats`) or any finite value; a row that sees a key must have a finite lse.
 
     Returns:
         (dq, dk, dv) float64 arrays of q's, k's, v's shapes holding values of ``plan.grad``'s format; with
@@ -965,6 +1073,9 @@ def flash_backward(
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     bm, bn = block(block_m, "block_m"), block(block_n, "block_n")
+    bm2 = bm if block_m2 is None else block(block_m2, "block_m2")
+    bn2 = bn if block_n2 is None else block(block_n2, "block_n2")
+    walk = pl.dq_accumulation == "atomic" or pl.dq_order != "forward" or (bm2, bn2) != (bm, bn)
     if trace is not None and not isinstance(trace, Tracer):
         raise TypeError(f"trace must be a simfloat.Tracer or None, got {type(trace).__name__}")
     which = check_engine(engine, trace is not None)
@@ -976,6 +1087,8 @@ def flash_backward(
     n_lead, seq_q, d = qf.shape
     n_kv_lead, seq_k, dvd = vf.shape
     ln = _lanes(pl)
+    if pl.scale_at == "k":  # the host's K pre-scaled by scale / ln 2 (the Triton tutorial's arg_k)
+        kf = _prescaled_k(kf, sc, pl)
 
     delta = np.zeros((n_lead, seq_q))
     dq = np.zeros((n_lead, seq_q, d))
@@ -995,14 +1108,31 @@ def flash_backward(
         fmt_round=lambda a: np.asarray(_round(a, pl.scale.fmt, pl.scale.mode), dtype=np.float64),
     )
     mk = NO_MASK if spec is None else spec.mask
+    inf_rows = lf == -np.inf
+    if np.any(inf_rows):  # the forward's lse of a row that sees no key: it adds nothing, its lse is unused
+        seen = ~inf_rows if spec is None else ~inf_rows | spec.empty
+        if not seen.all():
+            idx = np.unravel_index(int(np.argmin(seen)), lf.shape)
+            raise ValueError(
+                f"lse is -inf at row {tuple(map(int, idx))}, which sees keys: only a row that sees no key "
+                "(under causal and the masks) may have lse -inf"
+            )
+        lf = np.where(inf_rows, 0.0, lf)
     seen_lt = None
-    if spec is not None and pl.dq_accumulation == "atomic":
-        n_qt_ = -(-seq_q // bm)
+    if spec is not None and walk:
+        if pl.dq_order == "diagonal_first":
+            raise ValueError(
+                f"plan {pl.name!r}: dq_order='diagonal_first' is for causal or unmasked calls (no attn_mask, "
+                "key_lengths, window or bottom-right causal_align)"
+            )
+        n_qt_ = -(-seq_q // bm2)
         seen_lt = np.array(
-            [[_seen_of(mk, bool(causal), b, t, bm, bn, seq_k) for t in range(n_qt_)] for b in range(n_lead)],
+            [[_seen_of(mk, bool(causal), b, t, bm2, bn2, seq_k) for t in range(n_qt_)] for b in range(n_lead)],
             dtype=np.int64,
         ).reshape(n_lead, n_qt_)
-    order = _dq_orders(pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm, bn, bool(causal), seen_lt)
+    order = _dq_orders(
+        pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm2, bn2, bool(causal), seen_lt, walk
+    )
     if which == "reference":
         if n_lead * seq_q:
             run_rows(_ref_delta, n_lead * seq_q, of, dof, delta, pp.delta)
@@ -1023,13 +1153,19 @@ def flash_backward(
                 causal=bool(causal),
                 scale=sc,
             )
-        sh = (sc * math.log2(math.e) if pl.exp2 else sc, sc)
+        # the float64 shadow's multipliers: B4's qk_scale, E1's, E3's, B7's
+        sh = {
+            "scores": (sc * math.log2(math.e) if pl.exp2 else sc, sc, sc, 1.0),
+            "ds": (sc * math.log2(math.e) if pl.exp2 else sc, 1.0, 1.0, sc),
+            "k": (1.0, sc, math.log(2.0), 1.0),
+        }[pl.scale_at]
         if n_kv_lead:
-            geo = (bm, bn, bool(causal), group)
+            geo = (bm, bn, bool(causal), group, bm2, bn2, walk)
             args = (qf, kf, vf, dof, of, lf, delta, dq, dk, dv, psum, pp, geo, tr, sh, order, mk)
             run_rows(_ref_units, n_kv_lead, *args)
     else:
-        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, bm, bn, bool(causal), order, mk)
+        tiles = (bm, bn, bm2, bn2, walk)
+        _vector(pl, pp, ln, qf, kf, vf, of, dof, lf, delta, dq, dk, dv, psum, tiles, bool(causal), order, mk)
     bad = ~((psum > 0.5) & (psum < 2.0))
     if spec is not None:  # a row that sees no key sums no P
         bad &= ~spec.empty
@@ -1101,6 +1237,11 @@ def baseline_backward(
     from simfloat.accumulate import matmul
 
     pl = backward_plan(plan)
+    if pl.scale_at != "scores":
+        raise ValueError(
+            f"baseline_backward models torch's eager autograd (the scale on the scores); plan {pl.name!r} has "
+            f"scale_at={pl.scale_at!r}, a flash_backward plan"
+        )
     q, k, v, do = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do")))
     qa, ka, va, _, da, group = _check(q, k, v, do, do, None)
     check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl.name, stacklevel=3)

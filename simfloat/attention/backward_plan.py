@@ -17,6 +17,7 @@ import numpy as np
 from simfloat.accumulate import AccParams, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention._specs import _BIG_CHUNK, OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
 from simfloat.attention.plan import (
+    EXP_IMPLS,
     _check_exp2_impl,
     _ex2_tab,
     _op_params,
@@ -33,6 +34,7 @@ __all__ = [
     "BACKWARD_OPS",
     "DQ_ACCUMULATIONS",
     "DQ_ORDERS",
+    "SCALE_AT",
     "BASELINE_BACKWARD_OPS",
     "FLASH_BACKWARD_OPS",
     "BackwardParams",
@@ -62,9 +64,11 @@ _BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
 #: how Q4 accumulates dQ over the key tiles (:attr:`BackwardPlan.dq_accumulation`)
 DQ_ACCUMULATIONS = ("in_mma", "atomic")
 #: the named orders of the key tiles' dQ contributions (:attr:`BackwardPlan.dq_order`)
-DQ_ORDERS = ("forward", "reverse", "seeded")
+DQ_ORDERS = ("forward", "reverse", "diagonal_first", "seeded")
 #: an explicit order: a permutation of the key tiles, or ``f(q_tile, n_tiles)`` returning one per query tile
 DqOrder = str | tuple[int, ...] | Callable[[int, int], Sequence[int]]
+#: where the softmax scale enters the backward (:attr:`BackwardPlan.scale_at`)
+SCALE_AT = ("scores", "ds", "k")
 #: the ops :func:`simfloat.attention.flash_backward` uses (``softmax`` is baseline_backward's only)
 FLASH_BACKWARD_OPS = BACKWARD_OPS[:-1]
 #: the ops :func:`simfloat.attention.baseline_backward` uses
@@ -110,6 +114,9 @@ class BackwardParams(NamedTuple):
     ex2_tab: np.ndarray  # empty = correctly rounded exp2, else simfloat.hardware.ex2_table()
     atomic: bool  # Q4 by per-key-tile contributions added into dq_atomic (else the accumulator enters the MMA)
     dq_atomic: OpParams  # the atomic adds' format and rounding
+    scale_ds: bool  # B7': dS multiplied by sm_scale in the ds op before B8's cast (no E1/E3 multiply)
+    dq_scale: float  # E3's multiplier of dQ (sm_scale; ln 2 rounded into grad_scale with scale_at="k")
+    exp_tl: bool  # B4 without exp2: tl.exp, exp(op(x * op(log2 e))) as Triton lowers it
 
 
 @dataclass(frozen=True)
@@ -143,20 +150,35 @@ class BackwardPlan:
             (FlashAttention-2/3's CUDA backward): each key tile's contribution ``c_t = dq(sum_j ds_ij k_j)`` an
             MMA from zero, added into a global accumulator, ``dq_i = dq_atomic(dq_i + c_t)`` (atomicAdd), the
             key tiles in the order ``dq_order`` gives; the epilogue E3 as before.
-        dq_order: the order of the key tiles' atomic adds per query tile (``"atomic"`` only): ``"forward"``
-            (increasing key tile: FA2/3's ``deterministic=True``), ``"reverse"``, ``"seeded"`` (a random
+        dq_order: the order in which a dQ query tile walks its key tiles (Q4; with ``"atomic"``, the order of
+            their adds): ``"forward"`` (increasing key tile: the default, and FA2/3's ``deterministic=True``),
+            ``"reverse"``, ``"diagonal_first"`` (causal: the key tiles some row of the query tile masks in part,
+            in increasing order, then the rest from tile 0, as the Triton tutorial's dQ kernel; without
+            ``causal`` as forward), ``"seeded"`` (``"atomic"`` only: a random
             permutation per (lead, query tile) drawn from ``flash_backward``'s ``seed``: the arrival order of
             the thread blocks, which differs from run to run on a GPU), a tuple (a permutation of the key tiles
             ``0..n-1``, the same for every query tile; a causal query tile sees a prefix of the key tiles and
             takes them in the tuple's relative order) or a callable ``f(q_tile, n_tiles)`` returning a
             permutation of ``range(n_tiles)`` (the key tiles that query tile sees): any deterministic schedule.
+            The tiles are the dQ kernel's (``flash_backward``'s ``block_m2``, ``block_n2``).
         dq_atomic: the format and rounding of the atomic adds (default float32, round to nearest: atomicAdd on
             an fp32 buffer).
-        opmath: baseline_backward only: ``None``, or the format torch's eager element-wise kernels compute in
-            (their "opmath" type, float32 for bf16/fp16 tensors): the softmax scale multiplies (``scale``,
-            ``grad_scale``) then take the Python-float scale rounded into it, round the product into it and
-            that into the op's format, as ``tensor * scale`` does. ``None``: the scale rounded into the op's
-            format and the product rounded once. The ``pytorch-<fmt>`` presets set float32.
+        scale_at: where the softmax scale enters: ``"scores"`` (default: B4's ``fma(s, qk_scale, -lse)``, then
+            E1/E3 ``dK * scale``, ``dQ * scale``); ``"ds"`` (the flash-attention repository's Triton backward:
+            B7' ``ds = ds(ds * scale)`` before B8's cast, no E1/E3 multiply); ``"k"`` (the Triton tutorial: the
+            host pre-scales K, ``k' = k_scaled(opmath(k * opmath(scale / ln 2)))`` (the product rounded once
+            into k_scaled without ``opmath``), B2 and Q4 read k', B4 is ``scale(s - lse)``, E1 ``dK * scale``,
+            E3 ``dQ * grad_scale(ln 2)``; needs ``exp2``).
+        k_scaled: the format of the pre-scaled K (``scale_at="k"``; default float16, the tutorial's).
+        exp_impl: B4 without ``exp2``: ``"correctly_rounded"`` (e**x rounded once into the exp op) or
+            ``"tl.exp"`` (Triton's lowering: ``exp(exp2(exp(x * exp(log2 e))))``, the exp2 as ``exp2_impl``), as
+            the forward's :attr:`~simfloat.attention.Plan.exp_impl`.
+        opmath: baseline_backward, and flash_backward's K pre-scale (``scale_at="k"``): ``None``, or the
+            format torch's eager element-wise kernels compute in (their "opmath" type, float32 for bf16/fp16
+            tensors): the softmax scale multiplies (``scale``, ``grad_scale``; the K pre-scale) then take the
+            Python-float scale rounded into it, round the product into it and that into the op's format, as
+            ``tensor * scale`` does. ``None``: the scale rounded into the op's format and the product rounded
+            once. The ``pytorch-<fmt>`` presets set float32.
     """
 
     name: str
@@ -182,6 +204,9 @@ class BackwardPlan:
     dq_accumulation: str = "in_mma"
     dq_order: DqOrder = "forward"
     dq_atomic: OpSpec = "float32"  # type: ignore[assignment]  # a format name -> an OpSpec in __post_init__
+    scale_at: str = "scores"
+    exp_impl: str = "correctly_rounded"
+    k_scaled: OpSpec = "float16"  # type: ignore[assignment]  # a format name -> an OpSpec in __post_init__
 
     def __post_init__(self) -> None:
         if self.opmath is not None:
@@ -197,6 +222,15 @@ class BackwardPlan:
                 raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         _check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
         object.__setattr__(self, "dq_atomic", _scalar_spec("dq_atomic", self.dq_atomic))
+        object.__setattr__(self, "k_scaled", _scalar_spec("k_scaled", self.k_scaled))
+        if self.scale_at not in SCALE_AT:
+            raise ValueError(f"BackwardPlan.scale_at must be one of {', '.join(SCALE_AT)}, got {self.scale_at!r}")
+        if self.exp_impl not in EXP_IMPLS:
+            raise ValueError(f"BackwardPlan.exp_impl must be one of {', '.join(EXP_IMPLS)}, got {self.exp_impl!r}")
+        if self.exp_impl == "tl.exp" and self.exp2:
+            raise ValueError("BackwardPlan.exp_impl='tl.exp' models tl.exp, which a plan with exp2=True never calls")
+        if self.scale_at == "k" and not self.exp2:
+            raise ValueError("BackwardPlan.scale_at='k' needs exp2=True (K is pre-scaled by scale / ln 2)")
         if self.dq_accumulation not in DQ_ACCUMULATIONS:
             raise ValueError(
                 f"BackwardPlan.dq_accumulation must be one of {', '.join(DQ_ACCUMULATIONS)}, "
@@ -218,10 +252,10 @@ class BackwardPlan:
             object.__setattr__(self, "dq_order", tuple(int(t) for t in tiles))
         elif not callable(order):
             raise TypeError(f"BackwardPlan.dq_order must be a name, a tuple or a callable, got {type(order).__name__}")
-        if self.dq_accumulation == "in_mma" and order != "forward":
+        if self.dq_accumulation == "in_mma" and order == "seeded":
             raise ValueError(
-                "BackwardPlan.dq_order applies to dq_accumulation='atomic' only (in_mma accumulates the key "
-                "tiles in increasing order)"
+                "BackwardPlan.dq_order='seeded' needs dq_accumulation='atomic' (an in-MMA dQ walks its key tiles "
+                "in one program order)"
             )
 
     def replace(self, **changes: object) -> BackwardPlan:
@@ -231,7 +265,18 @@ class BackwardPlan:
             ValueError: an unknown op or flag (the message lists the valid ones).
             TypeError: a value of the wrong type.
         """
-        flags = ("exp2", "contract", "exp2_impl", "opmath", "dq_accumulation", "dq_order", "dq_atomic")
+        flags = (
+            "exp2",
+            "contract",
+            "exp2_impl",
+            "opmath",
+            "dq_accumulation",
+            "dq_order",
+            "dq_atomic",
+            "scale_at",
+            "k_scaled",
+            "exp_impl",
+        )
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
             raise ValueError(
@@ -253,15 +298,19 @@ class BackwardPlan:
             + (
                 f", dq_accumulation=atomic, dq_order={self.dq_order!r}, dq_atomic={self.dq_atomic}"
                 if self.dq_accumulation == "atomic"
-                else ""
+                else (f", dq_order={self.dq_order!r}" if self.dq_order != "forward" else "")
             )
+            + (f", scale_at={self.scale_at}" if self.scale_at != "scores" else "")
+            + (f", k_scaled={self.k_scaled}" if self.scale_at == "k" else "")
+            + (f", exp_impl={self.exp_impl}" if self.exp_impl != "correctly_rounded" else "")
             + ")"
         )
 
     def params(self, scale: float) -> BackwardParams:
         """The plan for the compiled kernels, with the softmax ``scale`` rounded as the kernels use it:
         ``qk_scale = scale_op(scale_op(scale) * scale_op(log2 e))`` with ``exp2``, else ``scale_op(scale)``;
-        ``sm_scale = grad_scale_op(scale)``.
+        ``sm_scale = grad_scale_op(scale)``. With ``scale_at="k"`` qk_scale is 1 (K carries the scale) and
+        E3's ``dq_scale = grad_scale_op(ln 2)``, else sm_scale.
 
         Raises:
             ValueError: a rounded scale is not finite and > 0.
@@ -269,8 +318,9 @@ class BackwardPlan:
         from simfloat.attention._kernels import rnd
 
         op = functools.partial(_op_params, self)
-        qk_scale = _qk_scale(self, scale)[1]
+        qk_scale = 1.0 if self.scale_at == "k" else _qk_scale(self, scale)[1]
         sm_scale = rnd(float(scale), op("grad_scale"))
+        dq_scale = rnd(math.log(2.0), op("grad_scale")) if self.scale_at == "k" else sm_scale
         for v in (qk_scale, sm_scale):
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")
@@ -284,6 +334,9 @@ class BackwardPlan:
             _ex2_tab(self.exp2_impl),
             self.dq_accumulation == "atomic",
             op("dq_atomic"),
+            self.scale_at == "ds",
+            dq_scale,
+            self.exp_impl == "tl.exp",
         )
 
 
@@ -365,7 +418,35 @@ def _build_backward() -> dict[str, BackwardPlan]:
         out[f"h200-{fmt}"] = _bwd_h200(fmt)
     for fmt in ("bf16", "fp16", "fp32"):
         out[f"pytorch-{fmt}"] = _bwd_pytorch(fmt)
+    out["triton-tutorial-fp16"] = _bwd_tutorial()
+    for fmt in ("bf16", "fp16"):
+        out[f"flashattn-triton-{fmt}"] = _bwd_flashattn(fmt)
     return out
+
+
+def _bwd_flashattn(fmt: str) -> BackwardPlan:
+    # the flash-attention repository's Triton backward (flash_attn/flash_attn_triton.py, _bwd_kernel, one
+    # program over the key tiles): triton-<fmt>'s ops with tl.exp of the contracted qk * scale - lse (natural
+    # log units), the scale applied to dS before its cast and no dK/dQ epilogue multiply
+    return dataclasses.replace(
+        _bwd_triton(fmt), name=f"flashattn-triton-{fmt}", exp2=False, exp_impl="tl.exp", scale_at="ds"
+    )
+
+
+def _bwd_tutorial() -> BackwardPlan:
+    # the Triton tutorial's backward (python/tutorials/06-fused-attention.py, causal): triton-fp16's ops with K
+    # pre-scaled by the host (torch's fp16 * Python float: the product in fp32, then fp16), P = exp2(qk - M),
+    # dK * sm_scale and dQ * fp32(ln 2) on store, and the dQ kernel's diagonal key tiles first. Its tiles are
+    # call data: flash_backward(block_m=BLOCK_M1, block_n=BLOCK_N1, block_m2=BLOCK_M2, block_n2=BLOCK_N2)
+    fp32: Any = "float32"
+    return dataclasses.replace(
+        _bwd_triton("fp16"),
+        name="triton-tutorial-fp16",
+        scale_at="k",
+        k_scaled="float16",  # type: ignore[arg-type]  # a format name -> an OpSpec in __post_init__
+        opmath=fp32,
+        dq_order="diagonal_first",
+    )
 
 
 def backward_presets() -> dict[str, BackwardPlan]:
@@ -390,6 +471,12 @@ def backward_plan(name: str | BackwardPlan, hardware: object = None) -> Backward
         exp2 with an fp32 qk_scale, the B4 shift fused, fp32 delta/lse/P/dS arithmetic, P and dS cast to <fmt>,
         gradients stored in <fmt>. ``h200-<fmt>``: with the shipped H200 profile (its measured exp2).
         ``pytorch-<fmt>``: torch's eager autograd (:func:`simfloat.attention.baseline_backward`).
+        ``triton-tutorial-fp16``: the Triton tutorial's backward (``06-fused-attention.py``, causal): K
+        pre-scaled by ``scale / ln 2`` on the host (``scale_at="k"``), ``dQ * ln 2`` on store, dQ's diagonal key
+        tiles first; run it with the tutorial's tiles, ``block_m=32, block_n=128, block_m2=128, block_n2=32``
+        (its masked sub-tiles of 16 give the same bits under sm90's 16-wide MMA steps).
+        ``flashattn-triton-<fmt>`` (bf16, fp16): the flash-attention repository's Triton backward: tl.exp of the
+        contracted ``qk * scale - lse``, dS scaled before its cast (``scale_at="ds"``), one tile shape.
 
     Raises:
         ValueError: unknown name (the message lists the presets); ``hardware`` with a plan other than a

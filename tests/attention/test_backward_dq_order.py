@@ -174,8 +174,9 @@ def test_plan_and_call_errors():
         base.replace(dq_accumulation="atomic", dq_order=(0, 2))
     with pytest.raises(TypeError, match="dq_order must be a name"):
         base.replace(dq_accumulation="atomic", dq_order=3)
-    with pytest.raises(ValueError, match="applies to dq_accumulation='atomic' only"):
-        base.replace(dq_order="reverse")
+    with pytest.raises(ValueError, match="dq_order='seeded' needs dq_accumulation='atomic'"):
+        base.replace(dq_order="seeded")
+    assert base.replace(dq_order="reverse").dq_order == "reverse"  # in-MMA dQ walks its key tiles in any order
     with pytest.raises(ValueError, match="unknown backward plan entries"):
         base.replace(dq_seed=1)
     pl = _atomic("seeded")

@@ -123,20 +123,41 @@ def test_masked_gradients_against_float64(mask):
 
 
 def test_empty_rows_backward():
-    """flash_backward reads a finite lse: the forward's rows that see no key (m = -inf, l = 0) are refused by
-    lse_from_stats with an error naming them; baseline_backward recomputes P: such a row adds nothing
-    ("zero", torch's safe softmax) or makes the gradients NaN ("nan", SDPA's math)."""
+    """Rows that see no key: the forward's m = -inf, l = 0 give lse -inf (lse_from_stats); flash_backward then
+    gives what baseline_backward recomputes: such a row adds nothing ("zero", torch's safe softmax; both engines
+    bit for bit, bottom-right causal and a bool mask with an empty row) or makes the gradients NaN ("nan",
+    SDPA's math); an lse of -inf at a row that sees keys is refused, naming it."""
     sq, sk = 40, 25  # bottom-right causal: the first 15 rows see no key
     q, k, v, do = _data(sq, sk)
     kw = {"causal": True, "causal_align": "bottom-right"}
     o, m, l = flash(q, k, v, plan="fp64", return_stats=True, **TILES, **kw)  # noqa: E741
     assert np.all(m[..., : sq - sk] == -np.inf) and np.all(l[..., : sq - sk] == 0)
-    with pytest.raises(ValueError, match="fully masked row"):
-        lse_from_stats(m, l, plan="fp64")
+    lse = lse_from_stats(m, l, plan="fp64")
+    assert np.all(lse[..., : sq - sk] == -np.inf) and np.all(np.isfinite(lse[..., sq - sk :]))
     want = _grads64(q, k, v, do, keep=window_keep(sq, sk, -1, 0, off=sk - sq))
     got = baseline_backward(q, k, v, do, plan="fp64", **kw)
     assert not got[0][..., : sq - sk, :].any()
-    for a, b in zip(got, want, strict=True):
+    flash_got = _both(q, k, v, do, plan="fp64", **kw)
+    assert not flash_got[0][..., : sq - sk, :].any()
+    for a, b, c in zip(got, want, flash_got, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-11)
+        np.testing.assert_allclose(c, b, rtol=0, atol=1e-11)
     nan = baseline_backward(q, k, v, do, plan="fp64", empty_rows="nan", **kw)
     assert np.isnan(nan[0][..., : sq - sk, :]).all() and np.isnan(nan[1]).all()
+    fnan = flash_backward(q, k, v, o, do, lse, plan="fp64", empty_rows="nan", **TILES, **kw)
+    assert np.isnan(fnan[0][..., : sq - sk, :]).all() and np.isnan(fnan[1]).all() and np.isnan(fnan[2]).all()
+    assert not np.isnan(fnan[0][..., sq - sk :, :]).any()
+    bad = lse.copy()
+    bad[0, 1, sq - 1] = -np.inf  # named by its flattened (lead, row) index, as the other lse errors
+    with pytest.raises(ValueError, match=r"lse is -inf at row \(1, 39\), which sees keys"):
+        flash_backward(q, k, v, o, do, bad, plan="fp64", **TILES, **kw)
+    # a bool mask with an empty row (the dense path), under triton-bf16 too (both engines bit for bit)
+    keep = np.ones((sq, sk), dtype=bool)
+    keep[5] = False
+    want = _grads64(q, k, v, do, keep=keep)
+    for plan in ("fp64", "triton-bf16"):
+        flash_got = _both(q, k, v, do, plan=plan, attn_mask=keep)
+        assert not flash_got[0][..., 5, :].any()
+        if plan == "fp64":
+            for c, b in zip(flash_got, want, strict=True):
+                np.testing.assert_allclose(c, b, rtol=0, atol=1e-11)
