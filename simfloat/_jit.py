@@ -81,7 +81,7 @@ jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 ljit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", inline="always")
 # Kernels called only through a Kernel value (a pointer) from compiled code: no CPython wrapper, whose unboxing of
 # the loop's records costs seconds of compiling per function. Not callable from Python (numba would crash).
-kjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", no_cpython_wrapper=True)
+kjit = cast(Any, numba.njit)(cache=True, fastmath=False, nogil=True, error_model="numpy", no_cpython_wrapper=True)
 # Drivers that loop over independent elements or rows with prange.
 pjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", parallel=True)
 

@@ -22,7 +22,7 @@ Chunked models: each chunk from zero with the inner model, then ``round(c + part
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -341,14 +341,15 @@ def rows_kernel(mp: MMA) -> Kernel:
     return kernel(fn, _rows_signature(numba.typeof(mp)))
 
 
-_ROWS_TYPE: list[object] = []
+_ROWS_TYPE: list[Any] = []
 
 
-def _rows_signature(mp_type: object) -> object:
+def _rows_signature(mp_type: Any) -> Any:
     if not _ROWS_TYPE:
         _ROWS_TYPE.append(numba.typeof(rows_work(1, 1)))
     f64, f32 = types.float64[:, ::1], types.float32[:, ::1]
-    return types.void(f64, f64, f64, f64, f32, f32, f64, types.int64, types.int64, mp_type, _ROWS_TYPE[0])
+    void: Any = types.void
+    return void(f64, f64, f64, f64, f32, f32, f64, types.int64, types.int64, mp_type, _ROWS_TYPE[0])
 
 
 @jit

@@ -802,7 +802,8 @@ def steps(xs: Operands, eng: Engine) -> Steps:
     pp: Any = eng.pp
     f64, i64 = types.float64[::1], types.int64
     xs_t, eng_t, sc_t = numba.typeof(xs), numba.typeof(eng), _scratch_type()
-    void, f = types.void, types.float64
+    void: Any = types.void
+    f: Any = types.float64
     if pp.exp_tl:
         exp = _exp_tl
     elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
@@ -828,10 +829,10 @@ def steps(xs: Operands, eng: Engine) -> Steps:
     )
 
 
-_SCRATCH_TYPE: list[object] = []
+_SCRATCH_TYPE: list[Any] = []
 
 
-def _scratch_type() -> object:
+def _scratch_type() -> Any:
     if not _SCRATCH_TYPE:
         _SCRATCH_TYPE.append(numba.typeof(_scratch(1, 1, 1)))
     return _SCRATCH_TYPE[0]
@@ -848,5 +849,6 @@ def run(xs: Operands, out: np.ndarray, m_out: np.ndarray, l_out: np.ndarray, eng
     if n_units > 0:
         st = steps(xs, eng)
         i64 = types.int64
-        sig = types.void(i64, i64, i64, i64, numba.typeof(xs), numba.typeof(eng), _scratch_type(), numba.typeof(st))
+        void: Any = types.void
+        sig = void(i64, i64, i64, i64, numba.typeof(xs), numba.typeof(eng), _scratch_type(), numba.typeof(st))
         run_rows(units, n_units, xs, out, m_out, l_out, eng, st, kernel(_tile, sig))
