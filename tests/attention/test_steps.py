@@ -46,9 +46,10 @@ def _names(st: fwd.Steps) -> dict[str, str]:
         (
             "triton-bf16",
             dict(qk_rows="_rows_block", pv_rows="_rows_block", dequant="_no_dequant", exp="_exp_lib",
-                 p_codes="_pc_cast", row_sum="_sum_seq", p_operand="_pin_plain", update="_no_update"),
+                 p_codes="_pc_cast", row_sum="_sum_seq", p_operand="_pin_plain", update="_no_update",
+                 tree_rows="_no_tree"),
         ),
-        ("h200-bf16", dict(row_sum="_sum_tree", exp="_exp_table", p_codes="_pc_cast")),
+        ("h200-bf16", dict(row_sum="_sum_tree", exp="_exp_table", p_codes="_pc_cast", tree_rows="_tree_rows")),
         ("fa4-bf16", dict(exp="_exp_mixed")),  # its exp2 mix is laid out over a 128-key tile
         ("int8-reference", dict(dequant="_dequant_scores", p_codes="_pc_quant", update="_update")),
         ("sage3-fp4", dict(p_codes="_pc_block", p_operand="_pin_block", update="_update")),

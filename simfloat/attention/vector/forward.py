@@ -591,7 +591,12 @@ def _l_ij(r, nv, eng, sc, st):
     return st.row_sum(sc.pc[r] if pp.consistent else sc.p[r], nv, eng)
 
 
-@ljit
+@kjit
+def _no_tree(g, n, eng, sc):
+    """T8 of the plans whose row sums are taken row by row: nothing here."""
+
+
+@kjit
 def _tree_rows(g, n, eng, sc):
     """T8 for the rows [0, g) at once (:func:`_rows_tree`): sc.lij[:g] = the tl.sum tree of each row's P over the
     tile's first n keys (P = 0 past a row's keys: fp32 additions of fp32 values >= 0, so the zeros change no
@@ -701,7 +706,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc, st):
         if not tree:
             _row_end(r, _l_ij(r, nv, eng, sc, st), eng, sc, st)
     if tree:  # T8 for all rows at once (every row's P is zero past its keys), then T10..T12
-        _tree_rows(g, n_top, eng, sc)
+        st.tree_rows(g, n_top, eng, sc)
         for r in range(g):
             _row_end(r, sc.lij[r], eng, sc, st)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
@@ -795,6 +800,7 @@ class Steps(NamedTuple):
     row_sum: object  # T8: l_ij in the tl.sum tree or left to right
     p_operand: object  # P's codes as the P.V dot reads them (plain or block-scaled)
     update: object  # T14: the acc update of the two-level, separate and scaled P.V forms (into_acc: none)
+    tree_rows: object  # T8 of every row at once (the H200 plans' fp32 tl.sum tree), or nothing
 
 
 def steps(xs: Operands, eng: Engine) -> Steps:
@@ -826,6 +832,7 @@ def steps(xs: Operands, eng: Engine) -> Steps:
         kernel(_sum_tree if pp.sum_order != 0 else _sum_seq, f(f64, i64, eng_t)),
         kernel(p_operand, void(f64, f64, f64, f64, i64, eng_t)),
         kernel(_no_update if pp.pv_mode == PV_INTO_ACC else _update, void(i64, i64, i64, xs_t, eng_t, sc_t)),
+        kernel(_tree_rows if _rows_tree.py_func(eng) else _no_tree, void(i64, i64, eng_t, sc_t)),
     )
 
 
