@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -137,13 +138,20 @@ class MaskSpec:
     Attributes:
         mask: the loops' :class:`KeyMask`.
         empty: (L, seq_q) bool, the rows that see no key. empty_rows: the rule for them (:data:`EMPTY_ROWS`).
-        visible: (L, seq_q, seq_k) bool, every row's visible keys (structured and dense together).
+        seq_k: the keys.
     """
 
     mask: KeyMask
     empty: np.ndarray
     empty_rows: str
-    visible: np.ndarray
+    seq_k: int
+
+    @cached_property
+    def visible(self) -> np.ndarray:
+        """(L, seq_q, seq_k) bool, every row's visible keys (structured and dense together), built when first
+        asked for (the dense forms ask; the flash loops read the :class:`KeyMask`, never this)."""
+        n_lead, seq_q = self.empty.shape
+        return _visible(self.mask, n_lead, seq_q, self.seq_k)
 
     def finish(self, out: np.ndarray) -> None:
         """Apply the empty-row rule to the (L, seq_q, dv) output in place ("zero": the kernel's 0 stays)."""
@@ -282,25 +290,39 @@ def resolve_mask(
     kv_all = np.full(n_lead, seq_k, dtype=np.int64) if kvlen.size == 0 else kvlen
     off = (kv_all - seq_q) if br else _I0
     mk = KeyMask(True, np.ascontiguousarray(off, dtype=np.int64), wl, wr, kvlen, kind, bias, bmap)
-    i = np.arange(seq_q)[None, :, None]
-    j = np.arange(seq_k)[None, None, :]
-    o = (off if off.size else np.zeros(n_lead, dtype=np.int64))[:, None, None]
-    vis = j < kv_all[:, None, None]
-    if wr >= 0:
-        vis = vis & (j <= i + o + wr)
-    if wl >= 0:
-        vis = vis & (j >= i + o - wl)
-    if kind != DENSE_NONE:
-        vis = vis & (bias[bmap] != -np.inf)
-    vis = np.broadcast_to(vis, (n_lead, seq_q, seq_k))
-    empty = np.asarray(~vis.any(axis=-1), dtype=bool)
+    if kind == DENSE_NONE:  # each row's keys are one range [lo, hi): no (seq_q, seq_k) array
+        i = np.arange(seq_q)[None, :]
+        o = (off if off.size else np.zeros(n_lead, dtype=np.int64))[:, None]
+        hi = np.broadcast_to(kv_all[:, None], (n_lead, seq_q))
+        if wr >= 0:
+            hi = np.minimum(hi, i + o + wr + 1)
+        lo = np.maximum(0, i + o - wl) if wl >= 0 else np.zeros((1, 1), dtype=np.int64)
+        empty = np.ascontiguousarray(np.broadcast_to(hi <= lo, (n_lead, seq_q)))
+    else:
+        empty = np.asarray(~_visible(mk, n_lead, seq_q, seq_k).any(axis=-1), dtype=bool)
     if empty_rows == "raise" and empty.any():
         b, r = (int(x) for x in np.argwhere(empty)[0])
         raise ValueError(
             f"{int(empty.sum())} query row(s) see no key (the first: row {r} of lead index {b}): softmax over no "
             "keys is undefined; pass empty_rows='zero' (flash-attn: out 0, lse -inf) or 'nan' (SDPA's math)"
         )
-    return MaskSpec(mk, empty, str(empty_rows), vis)
+    return MaskSpec(mk, empty, str(empty_rows), seq_k)
+
+
+def _visible(mk: KeyMask, n_lead: int, seq_q: int, seq_k: int) -> np.ndarray:
+    """(n_lead, seq_q, seq_k) bool: the keys each row sees under the resolved mask ``mk``."""
+    i = np.arange(seq_q)[None, :, None]
+    j = np.arange(seq_k)[None, None, :]
+    o = (mk.off if mk.off.size else np.zeros(n_lead, dtype=np.int64))[:, None, None]
+    kv_all = mk.kvlen if mk.kvlen.size else np.full(n_lead, seq_k, dtype=np.int64)
+    vis = j < kv_all[:, None, None]
+    if mk.wr >= 0:
+        vis = vis & (j <= i + o + mk.wr)
+    if mk.wl >= 0:
+        vis = vis & (j >= i + o - mk.wl)
+    if mk.dense != DENSE_NONE:
+        vis = vis & (mk.bias[mk.bmap] != -np.inf)
+    return np.broadcast_to(vis, (n_lead, seq_q, seq_k))
 
 
 def mask_of(

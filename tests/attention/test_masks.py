@@ -201,3 +201,25 @@ def test_bad_masks():
         flash(q, k, v, empty_rows="ignore")
     with pytest.raises(ValueError, match="quantizers"):
         flash(q, k, v, plan="int8-reference", attn_mask=np.ones((9, 7), dtype=bool))
+
+
+@pytest.mark.parametrize("align", ["top-left", "bottom-right"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_structured_masks_find_empty_rows_without_a_dense_array(align, causal):
+    """A structured mask's empty rows come from each row's key range (no (seq_q, seq_k) array: at seq 65536 that
+    array took 8 GiB); they equal the dense visibility's, which is built only when asked for."""
+    from simfloat.attention._masks import resolve_mask
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        sq, sk = (int(x) for x in rng.integers(1, 40, size=2))
+        wl, wr = (int(x) for x in rng.integers(-1, 6, size=2))
+        wr = min(wr, 0) if causal else wr  # causal: the window's right edge is the diagonal
+        lengths = rng.integers(0, sk + 1, size=(2, 3))
+        spec = resolve_mask(
+            lead=(2, 3), seq_q=sq, seq_k=sk, causal=causal, key_lengths=lengths, window=(wl, wr),
+            causal_align=align,
+        )  # fmt: skip
+        assert spec is not None and "visible" not in spec.__dict__
+        assert spec.empty.shape == (6, sq)
+        np.testing.assert_array_equal(spec.empty, ~spec.visible.any(axis=-1))
