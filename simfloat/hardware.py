@@ -310,6 +310,9 @@ def ex2_approx_f32(x: float, tab: np.ndarray, ftz: bool) -> float:
 
 # the value tables of the tables in use, by id (each entry keeps its table alive, so an id is never reused)
 _VALUES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+# none: read-only as the tables are, so that plans with and without one share one compiled loop
+_NO_VALUES = np.empty(0, dtype=np.float32)
+_NO_VALUES.setflags(write=False)
 
 
 def ex2_values(tab: np.ndarray) -> np.ndarray:
@@ -321,7 +324,7 @@ def ex2_values(tab: np.ndarray) -> np.ndarray:
         tab: an ex2 table, int8[2^24] (:func:`ex2_table`'s layout), or empty.
     """
     if tab.size == 0:
-        return np.empty(0, dtype=np.float32)
+        return _NO_VALUES
     hit = _VALUES.get(id(tab))
     if hit is None or hit[0] is not tab:
         vals = np.empty(TWO23, dtype=np.float32)

@@ -356,7 +356,7 @@ def flash_engine(
     return eng, xs
 
 
-_NO_VALUES = np.empty(0, dtype=np.float32)
+_NO_VALUES = ex2_values(np.empty(0, dtype=np.int8))  # read-only, as a table's values
 _ONES2 = np.ones((1, 1))
 _ONES3 = np.ones((1, 1, 1))
 
