@@ -76,11 +76,13 @@ compiled = compile_seconds() - c0
 t = time.perf_counter()
 call()
 warm = time.perf_counter() - t
-print("RESULT " + json.dumps(dict(import_s=t_import, first_s=first, warm_s=warm, compile_s=compiled)))
+res = dict(import_s=t_import, first_s=first, warm_s=warm, compile_s=compiled, simfloat=sf.__file__)
+print("RESULT " + json.dumps(res))
 """
 
 _IMPORT_ONLY = """
-print('RESULT ' + json.dumps(dict(import_s=t_import, first_s=t_import, warm_s=None, compile_s=0.0)))
+res = dict(import_s=t_import, first_s=t_import, warm_s=None, compile_s=0.0, simfloat=sf.__file__)
+print('RESULT ' + json.dumps(res))
 """
 
 
@@ -98,12 +100,19 @@ def run_one(name: str, cpu: int | None, src: str = ROOT) -> dict[str, float | No
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         pre = ["taskset", "-c", str(cpu)] if cpu is not None else []
         t = time.perf_counter()
-        proc = subprocess.run([*pre, sys.executable, "-c", _script(name)], env=env, capture_output=True, text=True)
+        # run from the empty cache folder: `python -c` puts the working directory first on sys.path, so a run
+        # started inside a checkout would import that checkout's simfloat whatever ``src`` says
+        proc = subprocess.run(
+            [*pre, sys.executable, "-c", _script(name)], env=env, capture_output=True, text=True, cwd=cache
+        )
         wall = time.perf_counter() - t
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(lines[-1][len("RESULT ") :])
+    where = out.pop("simfloat", None)
+    if where is not None and not os.path.realpath(where).startswith(os.path.realpath(src) + os.sep):
+        raise RuntimeError(f"{name} imported simfloat from {where}, not from --src {src}")
     out["process_s"] = wall
     return out
 
