@@ -19,15 +19,18 @@ from typing import Any, cast
 import numba
 from llvmlite import ir
 from numba import types
+from numba._dispatcher import compute_fingerprint
 from numba.core import cgutils
 from numba.core.types.function_type import WrapperAddressProtocol
-from numba.extending import intrinsic
+from numba.extending import intrinsic, typeof_impl
 
 from simfloat import _compiling
 
 __all__ = [
     "Kernel",
     "kernel",
+    "fingerprint",
+    "type_of",
     "jit",
     "kjit",
     "ljit",
@@ -117,11 +120,42 @@ class Kernel(WrapperAddressProtocol):
     def __reduce__(self) -> tuple[Any, ...]:  # the address is this process's: another one looks it up anew
         return (Kernel, (self.fn, self.sig))
 
+
+@typeof_impl.register(Kernel)
+def _typeof_kernel(val: Kernel, c: Any) -> Any:
+    """A Kernel's numba type, made once (numba's own typeof of a first-class function builds it per call, which
+    the dispatcher does for every call taking one: milliseconds per flash call)."""
+    t = val.__dict__.get("_type")
+    if t is None:
+        t = val.__dict__["_type"] = types.FunctionType(val.sig)
+    return t
+
     def __repr__(self) -> str:
         return f"Kernel({self.fn.py_func.__qualname__})"
 
 
 _KERNELS: dict[tuple[int, Any], Kernel] = {}
+_TYPES: dict[tuple[type, bytes], Any] = {}
+
+
+def fingerprint(x: Any) -> tuple[type, bytes] | None:
+    """A key of ``x``'s numba type, cheap to compute (numba's dispatcher's own: records of arrays and numbers
+    in microseconds, where :func:`numba.typeof` takes milliseconds); None for a value it does not cover."""
+    try:
+        return type(x), compute_fingerprint(x)
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+
+
+def type_of(x: Any) -> Any:
+    """:func:`numba.typeof` of ``x``, remembered per :func:`fingerprint`."""
+    key = fingerprint(x)
+    if key is None:
+        return numba.typeof(x)
+    t = _TYPES.get(key)
+    if t is None:
+        t = _TYPES[key] = numba.typeof(x)
+    return t
 
 
 def kernel(fn: Any, sig: Any) -> Kernel:

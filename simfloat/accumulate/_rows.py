@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 from numba import types
 
-from simfloat._jit import Kernel, jit, kernel, kjit, ljit
+from simfloat._jit import Kernel, jit, kernel, kjit, ljit, type_of
 from simfloat._lanes import ladd
 from simfloat._parallel import run_rows
 from simfloat.accumulate._block import _block_row, _block_step, _block_step2
@@ -82,6 +81,7 @@ __all__ = [
     "operand_powers",
     "round_operands",
     "row_mma",
+    "rows_form",
     "rows_kernel",
     "rows_mma",
     "rows_work",
@@ -325,20 +325,23 @@ def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
         _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
 
 
+def rows_form(mp: MMA) -> Any:
+    """:func:`rows_mma`'s choice of form for the record ``mp`` (the compiled function of that form)."""
+    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
+        return _rows_block
+    if mp.fast and mp.native in (N_FMA64, N_MULADD64) and mp.chunk == 0:
+        return _rows_f64
+    if mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
+        return _rows_fma32
+    return _rows_each
+
+
 def rows_kernel(mp: MMA) -> Kernel:
     """:func:`rows_mma`'s choice of form for the record ``mp``, made once: the form's kernel as a
     :class:`~simfloat._jit.Kernel` of the signature ``rows_mma`` is called with from the attention loops (every
     array C-contiguous and writable, float64 but ``B32``, ``EB32`` float32). A loop that takes it compiles only
     the forms its plans use."""
-    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
-        fn = _rows_block
-    elif mp.fast and mp.native in (N_FMA64, N_MULADD64) and mp.chunk == 0:
-        fn = _rows_f64
-    elif mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
-        fn = _rows_fma32
-    else:
-        fn = _rows_each
-    return kernel(fn, _rows_signature(numba.typeof(mp)))
+    return kernel(rows_form(mp), _rows_signature(type_of(mp)))
 
 
 _ROWS_TYPE: list[Any] = []
@@ -346,7 +349,7 @@ _ROWS_TYPE: list[Any] = []
 
 def _rows_signature(mp_type: Any) -> Any:
     if not _ROWS_TYPE:
-        _ROWS_TYPE.append(numba.typeof(rows_work(1, 1)))
+        _ROWS_TYPE.append(type_of(rows_work(1, 1)))
     f64, f32 = types.float64[:, ::1], types.float32[:, ::1]
     void: Any = types.void
     return void(f64, f64, f64, f64, f32, f32, f64, types.int64, types.int64, mp_type, _ROWS_TYPE[0])

@@ -20,14 +20,13 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 from numba import types
 
-from simfloat._jit import jit, kernel, kjit, ljit
+from simfloat._jit import Kernel, fingerprint, jit, kernel, kjit, ljit, type_of
 from simfloat._lanes import Lane, ladd, lfma, lmul, lround
 from simfloat._parallel import run_rows
-from simfloat.accumulate._rows import MMA, Rows, rows_kernel, rows_work, scaled_powers
+from simfloat.accumulate._rows import MMA, Rows, rows_form, rows_kernel, rows_work, scaled_powers
 from simfloat.attention._engine import (
     _cast,
     _divide,
@@ -803,13 +802,9 @@ class Steps(NamedTuple):
     tree_rows: object  # T8 of every row at once (the H200 plans' fp32 tl.sum tree), or nothing
 
 
-def steps(xs: Operands, eng: Engine) -> Steps:
-    """The :class:`Steps` of a call: each step's variant for the plan ``eng.pp``, typed for these records."""
+def _variants(eng: Engine) -> tuple[Any, ...]:
+    """The variant of each of :class:`Steps` the plan ``eng.pp`` takes (compiled functions, in Steps' order)."""
     pp: Any = eng.pp
-    f64, i64 = types.float64[::1], types.int64
-    xs_t, eng_t, sc_t = numba.typeof(xs), numba.typeof(eng), _scratch_type()
-    void: Any = types.void
-    f: Any = types.float64
     if pp.exp_tl:
         exp = _exp_tl
     elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
@@ -823,17 +818,56 @@ def steps(xs: Operands, eng: Engine) -> Steps:
     else:
         p_codes = _pc_cast if pp.p_kind == K_FLOAT and not pp.p_pre else _pc_quant
         p_operand = _pin_plain
+    return (
+        rows_form(eng.qk),
+        rows_form(eng.pv),
+        _dequant_scores if pp.scores_dequant else _no_dequant,
+        exp,
+        p_codes,
+        _sum_tree if pp.sum_order != 0 else _sum_seq,
+        p_operand,
+        _no_update if pp.pv_mode == PV_INTO_ACC else _update,
+        _tree_rows if _rows_tree.py_func(eng) else _no_tree,
+    )
+
+
+def steps(xs: Operands, eng: Engine) -> Steps:
+    """The :class:`Steps` of a call: each step's variant for the plan ``eng.pp``, typed for these records."""
+    f64, i64 = types.float64[::1], types.int64
+    xs_t, eng_t, sc_t = type_of(xs), type_of(eng), _scratch_type()
+    void: Any = types.void
+    f: Any = types.float64
+    _, _, dequant, exp, p_codes, row_sum, p_operand, update, tree_rows = _variants(eng)
     return Steps(
         rows_kernel(eng.qk),
         rows_kernel(eng.pv),
-        kernel(_dequant_scores if pp.scores_dequant else _no_dequant, void(f64, i64, i64, i64, i64, xs_t, eng_t)),
+        kernel(dequant, void(f64, i64, i64, i64, i64, xs_t, eng_t)),
         kernel(exp, void(f64, i64, eng_t)),
         kernel(p_codes, f(f64, f64, f64, i64, eng_t)),
-        kernel(_sum_tree if pp.sum_order != 0 else _sum_seq, f(f64, i64, eng_t)),
+        kernel(row_sum, f(f64, i64, eng_t)),
         kernel(p_operand, void(f64, f64, f64, f64, i64, eng_t)),
-        kernel(_no_update if pp.pv_mode == PV_INTO_ACC else _update, void(i64, i64, i64, xs_t, eng_t, sc_t)),
-        kernel(_tree_rows if _rows_tree.py_func(eng) else _no_tree, void(i64, i64, eng_t, sc_t)),
+        kernel(update, void(i64, i64, i64, xs_t, eng_t, sc_t)),
+        kernel(tree_rows, void(i64, i64, eng_t, sc_t)),
     )
+
+
+# (Steps, the tile kernel) per (operands' type, engine's type, variants): a call's kernels found in microseconds
+_CALLS: dict[tuple[Any, ...], tuple[Steps, Kernel]] = {}
+
+
+def _kernels(xs: Operands, eng: Engine) -> tuple[Steps, Kernel]:
+    fx, fe = fingerprint(xs), fingerprint(eng)
+    key = (fx, fe, _variants(eng)) if fx is not None and fe is not None else None
+    hit = _CALLS.get(key) if key is not None else None
+    if hit is None:
+        st = steps(xs, eng)
+        i64 = types.int64
+        void: Any = types.void
+        sig = void(i64, i64, i64, i64, type_of(xs), type_of(eng), _scratch_type(), type_of(st))
+        hit = (st, kernel(_tile, sig))
+        if key is not None:
+            _CALLS[key] = hit
+    return hit
 
 
 _SCRATCH_TYPE: list[Any] = []
@@ -841,7 +875,7 @@ _SCRATCH_TYPE: list[Any] = []
 
 def _scratch_type() -> Any:
     if not _SCRATCH_TYPE:
-        _SCRATCH_TYPE.append(numba.typeof(_scratch(1, 1, 1)))
+        _SCRATCH_TYPE.append(type_of(_scratch(1, 1, 1)))
     return _SCRATCH_TYPE[0]
 
 
@@ -854,8 +888,5 @@ def run(xs: Operands, out: np.ndarray, m_out: np.ndarray, l_out: np.ndarray, eng
     """
     n_units = out.shape[0] * (-(-out.shape[1] // eng.bm))
     if n_units > 0:
-        st = steps(xs, eng)
-        i64 = types.int64
-        void: Any = types.void
-        sig = void(i64, i64, i64, i64, numba.typeof(xs), numba.typeof(eng), _scratch_type(), numba.typeof(st))
-        run_rows(units, n_units, xs, out, m_out, l_out, eng, st, kernel(_tile, sig))
+        st, tile = _kernels(xs, eng)
+        run_rows(units, n_units, xs, out, m_out, l_out, eng, st, tile)
