@@ -20,20 +20,24 @@ from simfloat.attention.vector import forward as fwd
 def _run(
     plan: str, monkeypatch: pytest.MonkeyPatch, block_n: int = 16
 ) -> tuple[fwd.Steps, tuple[object, object, object]]:
-    seen: list[tuple[fwd.Steps, tuple[object, object, object]]] = []
-    choose = fwd.steps
+    """The Steps a flash call of ``plan`` takes (chosen anew from its records: the call itself may find them in
+    the per-process cache) and the numba types of the loop's records."""
+    seen: list[tuple[fwd.Operands, fwd.Engine]] = []
+    find = fwd._kernels
 
-    def spy(xs: fwd.Operands, eng: fwd.Engine) -> fwd.Steps:
-        st = choose(xs, eng)
-        seen.append((st, (numba.typeof(xs), numba.typeof(eng), numba.typeof(st))))
-        return st
+    def spy(xs: fwd.Operands, eng: fwd.Engine) -> tuple[fwd.Steps, object]:
+        seen.append((xs, eng))
+        return find(xs, eng)
 
-    monkeypatch.setattr(fwd, "steps", spy)
+    monkeypatch.setattr(fwd, "_kernels", spy)
     g = np.random.default_rng(5)
     q, k, v = (sf.round(g.standard_normal((1, 1, 37, 16)), "bf16") for _ in range(3))
     flash(q, k, v, plan=plan, block_m=16, block_n=block_n)
     assert len(seen) == 1
-    return seen[0]
+    xs, eng = seen[0]
+    st = fwd.steps(xs, eng)
+    assert find(xs, eng)[0] == st  # the cached Steps are these
+    return st, (numba.typeof(xs), numba.typeof(eng), numba.typeof(st))
 
 
 def _names(st: fwd.Steps) -> dict[str, str]:

@@ -113,7 +113,8 @@ def test_notice_in_a_fresh_process_then_not_from_the_cache(tmp_path):
 def test_plans_with_and_without_an_ex2_table_share_the_compiled_engine(monkeypatch):
     """numba compiles a kernel per type of its arguments, read-only flags included: the H200's ex2 table is
     read-only, so the empty table of the other plans is too, and one compiled flash engine serves both (the
-    numba types of the vector loop's arguments are compared, whatever else this process compiled before)."""
+    numba types of the vector loop's arguments, its kernel values included, are compared, whatever else this
+    process compiled before)."""
     import importlib
 
     import numba
@@ -122,16 +123,16 @@ def test_plans_with_and_without_an_ex2_table_share_the_compiled_engine(monkeypat
     import simfloat as sf
     from simfloat.attention import flash
 
-    flash_module = importlib.import_module("simfloat.attention.flash")  # the module (the package exports the function)
+    loop = importlib.import_module("simfloat.attention.vector.forward")  # the vector loop's driver calls run_rows
 
-    real = flash_module.run_rows
+    real = loop.run_rows
     types = []
 
     def spy(fn, n, *args):
         types.append(tuple(numba.typeof(a) for a in args))
         return real(fn, n, *args)
 
-    monkeypatch.setattr(flash_module, "run_rows", spy)
+    monkeypatch.setattr(loop, "run_rows", spy)
     g = np.random.default_rng(0)
     q, k, v = (sf.round(g.standard_normal((1, 1, 40, 16)), "bf16") for _ in range(3))
     for name in ("triton-bf16", "h200-bf16"):
