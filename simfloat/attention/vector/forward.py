@@ -1,10 +1,10 @@
 """The forward flash loop of the vector engine: one loop for every plan, bit for bit the reference loop
 (:mod:`simfloat.attention.reference.forward`; steps listed in :mod:`simfloat.attention.flash` and
-:mod:`simfloat.attention.quantized`), each optional step chosen by a field of the plan's
-:class:`~simfloat.attention._flash_params.FlashParams`.
+:mod:`simfloat.attention.quantized`). The steps that differ between plans (the dots' forms among them) are
+:class:`Steps`, kernel values chosen per call from the plan's FlashParams (:func:`steps`).
 
 Shaped so that the work vectorizes: a q tile's rows go together, their scores against a key tile are one call
-of the multi-row kernel ``rows_mma`` (the innermost loop runs over keys) and their P.V one call over the head
+of the multi-row kernel ``Steps.qk_rows`` (the innermost loop runs over keys) and their P.V one call over the head
 dimension; the element-wise ops (scale, exp, the casts and quantizers, rescaling, normalization) are loops of
 the branch-free lane functions of :mod:`simfloat._lanes` (the reference's scalar ops where an op's format or
 mode has no lane form). Running state (m_i, l_i, alpha) and the sequential row sum stay scalar, as in the
