@@ -667,6 +667,16 @@ def _seen_of(mk: KeyMask, causal: bool, b: int, t: int, bm: int, bn: int, seq_k:
     return 0 if hi <= lo else -(-hi // bn)
 
 
+def _diag_of(mk: KeyMask, causal: bool, b: int, t: int, bm: int, bn: int) -> int:
+    """``dq_order="diagonal_first"`` under a mask: the first key tile that the right edge of query tile t's first
+    row (the causal diagonal or the window's right bound, shifted by the alignment) masks in part, key
+    ``t * bm + off + right + 1``; 0 without a right edge (all tiles in forward order). A dense mask and key
+    padding have no diagonal."""
+    wr = 0 if causal else mk.wr
+    off = 0 if mk.off.size == 0 else int(mk.off[b])
+    return 0 if wr < 0 else max(0, t * bm + off + wr + 1) // bn
+
+
 def _tiles(x: np.ndarray, width: int) -> np.ndarray:
     """(L, S, C) -> (L * ceil(S / width), width, C), zero-padded past S."""
     n_lead, seq, cols = x.shape
@@ -693,12 +703,14 @@ def _dq_orders(
     causal: bool,
     seen_lt: np.ndarray | None = None,
     walk: bool = True,
+    diag_lt: np.ndarray | None = None,
 ) -> np.ndarray:
     """The order of dQ's key tiles (Q4's MMAs, or the atomic adds Q4b), bm and bn the dQ kernel's tiles:
     (n_lead, n_qt, n_kv) int64, per query lead and query tile t the ``_tiles_seen(t)`` key tiles it visits in
     the plan's ``dq_order``, then the others; (0, 0, 0) when dQ does not walk on its own (``walk`` False).
     ``seen_lt``: (n_lead, n_qt) a masked call's count per lead and query tile instead (the end of its
-    :func:`~simfloat.attention._masks.tile_range`).
+    :func:`~simfloat.attention._masks.tile_range`); ``diag_lt``: its first diagonal key tile per lead and query
+    tile (:func:`_diag_of`, for ``"diagonal_first"``).
 
     Raises:
         ValueError: a tuple order whose length is not the number of key tiles; a callable's result that is not
@@ -724,8 +736,8 @@ def _dq_orders(
         keys = np.broadcast_to(-tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
     elif order == "diagonal_first":  # causal: from the first key tile row t * bm masks in part, then from 0
         diag = np.array([(t * bm + 1) // bn if causal else 0 for t in range(n_qt)])
-        rank = np.where(tiles[None, :] >= diag[:, None], tiles[None, :] - n_kv, tiles[None, :])
-        keys = np.broadcast_to(rank.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
+        dg = np.broadcast_to(diag if diag_lt is None else diag_lt, (n_lead, n_qt))[:, :, None]
+        keys = np.where(tiles >= dg, tiles - n_kv, tiles).astype(np.float64)
     elif isinstance(order, tuple):
         if len(order) != n_kv:
             raise ValueError(
@@ -1119,19 +1131,15 @@ def flash_backward(
             )
         lf = np.where(inf_rows, 0.0, lf)
     seen_lt = None
+    seen_lt = diag_lt = None
     if spec is not None and walk:
-        if pl.dq_order == "diagonal_first":
-            raise ValueError(
-                f"plan {pl.name!r}: dq_order='diagonal_first' is for causal or unmasked calls (no attn_mask, "
-                "key_lengths, window or bottom-right causal_align)"
-            )
         n_qt_ = -(-seq_q // bm2)
-        seen_lt = np.array(
-            [[_seen_of(mk, bool(causal), b, t, bm2, bn2, seq_k) for t in range(n_qt_)] for b in range(n_lead)],
-            dtype=np.int64,
-        ).reshape(n_lead, n_qt_)
+        grid = [(b, t) for b in range(n_lead) for t in range(n_qt_)]
+        seen_lt = np.array([_seen_of(mk, bool(causal), b, t, bm2, bn2, seq_k) for b, t in grid], dtype=np.int64)
+        diag_lt = np.array([_diag_of(mk, bool(causal), b, t, bm2, bn2) for b, t in grid], dtype=np.int64)
+        seen_lt, diag_lt = seen_lt.reshape(n_lead, n_qt_), diag_lt.reshape(n_lead, n_qt_)
     order = _dq_orders(
-        pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm2, bn2, bool(causal), seen_lt, walk
+        pl, 0 if seed is None else int(seed), n_lead, seq_q, seq_k, bm2, bn2, bool(causal), seen_lt, walk, diag_lt
     )
     if which == "reference":
         if n_lead * seq_q:
