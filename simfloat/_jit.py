@@ -50,24 +50,39 @@ __all__ = [
 _COMPILED = re.compile(rb"\b(?:jit|ljit|pjit|njit|intrinsic)\b")
 
 
-def _drop_stale_caches(root: Path | None = None) -> None:
-    """Delete the numba cache files under ``root`` (this package by default) when a source file under it that can
-    hold compiled code changed since they were written."""
+def _drop_stale_caches(root: Path | None = None, cache_dir: str | None = None) -> None:
+    """Delete the numba cache files of ``root`` (this package by default) when a source file under it that can
+    hold compiled code changed since they were written: those in its ``__pycache__`` folders and, where a
+    ``NUMBA_CACHE_DIR`` is set (``cache_dir``; numba's by default), those numba keeps there for its folders."""
     if root is None:
         root = Path(__file__).resolve().parent
+    if cache_dir is None:
+        cache_dir = numba.config.CACHE_DIR
     h = hashlib.sha256(numba.__version__.encode())
+    folders = set()
     for p in sorted(root.rglob("*.py")):
         text = p.read_bytes()
         if _COMPILED.search(text):
             h.update(p.relative_to(root).as_posix().encode() + b"\0" + text)
-    stamp = root / "__pycache__" / "numba-sources.sha256"
+            folders.add(p.parent)
     digest = h.hexdigest()
+    _drop_if_changed(root / "__pycache__" / "numba-sources.sha256", digest, [root])
+    if cache_dir:  # numba's folder for a source folder d there: "<d's name>_<sha1 of d's absolute path>"
+        base = Path(cache_dir)
+        keyed = [base / f"{d.name}_{hashlib.sha1(str(d.resolve()).encode()).hexdigest()}" for d in sorted(folders)]
+        key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
+        _drop_if_changed(base / f"numba-sources-{root.name}-{key}.sha256", digest, keyed)
+
+
+def _drop_if_changed(stamp: Path, digest: str, folders: list[Path]) -> None:
+    """Delete the cache files under ``folders`` unless ``stamp`` holds ``digest``; then write it there."""
     try:
         if stamp.exists() and stamp.read_text() == digest:
             return
-        for f in list(root.rglob("*.nbi")) + list(root.rglob("*.nbc")):
-            f.unlink(missing_ok=True)
-        stamp.parent.mkdir(exist_ok=True)
+        for d in folders:
+            for f in list(d.rglob("*.nbi")) + list(d.rglob("*.nbc")):
+                f.unlink(missing_ok=True)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
         tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}")
         tmp.write_text(digest)
         os.replace(tmp, stamp)  # atomic: a process starting at the same moment never reads half a stamp

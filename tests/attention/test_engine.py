@@ -539,19 +539,44 @@ def test_stale_numba_caches_are_dropped_when_the_sources_change(tmp_path):
         for e in entries:
             e.write_bytes(b"")
 
-    j._drop_stale_caches(tmp_path)  # no stamp yet: written
+    j._drop_stale_caches(tmp_path, cache_dir="")  # no stamp yet: written
     stamp = cache / "numba-sources.sha256"
     digest = stamp.read_text()
     fill()
-    j._drop_stale_caches(tmp_path)  # sources unchanged: the caches stay
+    j._drop_stale_caches(tmp_path, cache_dir="")  # sources unchanged: the caches stay
     assert all(e.exists() for e in entries)
     (tmp_path / "cli.py").write_text("print('still pure python')\n")
-    j._drop_stale_caches(tmp_path)  # a module without compiled code changed: the caches stay
+    j._drop_stale_caches(tmp_path, cache_dir="")  # a module without compiled code changed: the caches stay
     assert all(e.exists() for e in entries) and stamp.read_text() == digest
     (tmp_path / "kernels.py").write_text("@jit\ndef f(x):\n    return x + 1\n")
-    j._drop_stale_caches(tmp_path)
+    j._drop_stale_caches(tmp_path, cache_dir="")
     assert not any(e.exists() for e in entries) and stamp.read_text() != digest
     assert [p.name for p in cache.iterdir()] == [stamp.name]  # no temporary stamp left behind
+
+
+def test_stale_numba_caches_in_numba_cache_dir_are_dropped_too(tmp_path):
+    """With NUMBA_CACHE_DIR set numba keeps a source folder's caches in a folder of that directory named after
+    it: a changed source empties that folder as well (and leaves other packages' folders alone)."""
+    import hashlib
+
+    import simfloat._jit as j
+
+    pkg, user = tmp_path / "pkg", tmp_path / "numba-cache"
+    pkg.mkdir()
+    (pkg / "kernels.py").write_text("@jit\ndef f(x):\n    return x\n")
+    mine = user / f"pkg_{hashlib.sha1(str(pkg.resolve()).encode()).hexdigest()}"
+    other = user / "otherpkg_0123"
+    for d in (mine, other):
+        d.mkdir(parents=True)
+        (d / "kernels.f-1.py311.nbi").write_bytes(b"")
+    j._drop_stale_caches(pkg, cache_dir=str(user))  # first run: no stamp, so everything of pkg goes
+    assert not (mine / "kernels.f-1.py311.nbi").exists() and (other / "kernels.f-1.py311.nbi").exists()
+    (mine / "kernels.f-1.py311.nbi").write_bytes(b"")
+    j._drop_stale_caches(pkg, cache_dir=str(user))  # unchanged: kept
+    assert (mine / "kernels.f-1.py311.nbi").exists()
+    (pkg / "kernels.py").write_text("@jit\ndef f(x):\n    return x + 1\n")
+    j._drop_stale_caches(pkg, cache_dir=str(user))  # changed: dropped
+    assert not (mine / "kernels.f-1.py311.nbi").exists() and (other / "kernels.f-1.py311.nbi").exists()
 
 
 def _defined_in(compiled, module: str) -> bool:

@@ -9,10 +9,10 @@ import numpy as np
 
 from simfloat._jit import jit, type_of
 from simfloat._lanes import Lane
-from simfloat.accumulate._rows import MMA, Rows, rows_work
+from simfloat.accumulate._rows import MMA, rows_work
 from simfloat.attention._masks import NO_MASK, KeyMask
 
-__all__ = ["Engine", "Lanes", "Operands", "Scratch", "scratch", "scratch_type"]
+__all__ = ["Engine", "Lanes", "Operands", "Scratch", "rows_type", "scratch", "scratch_type"]
 
 _NINF = -np.inf
 
@@ -111,7 +111,9 @@ class Operands(NamedTuple):
 
 
 class Scratch(NamedTuple):
-    """One thread's work arrays of the loop (:func:`scratch`)."""
+    """One thread's work arrays of the loop (:func:`scratch`; the dots' own, a
+    :class:`~simfloat.accumulate._rows.Rows`, go apart: every kernel call borrows each array of the records it
+    is passed, so the step kernels are passed only these)."""
 
     s: np.ndarray  # (bm, bn) scores of the q tile's rows against one key tile
     p: np.ndarray  # (bm, bn) P of that tile
@@ -125,7 +127,6 @@ class Scratch(NamedTuple):
     qss: np.ndarray  # (bm,) folded: qk_scale * q_scale per row
     alpha: np.ndarray  # (bm,) this key tile's alpha per row
     l_new: np.ndarray  # (bm,) the row sums after this key tile (FA1's per-step division)
-    rs: Rows
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
     s1: np.ndarray  # (bm,) its per-row first-level scale (1 for one level)
     lse: np.ndarray  # (bm,) the lse form's running lse_i (Plan.state="lse")
@@ -153,7 +154,6 @@ def scratch(bm, bn, dv):
         np.empty(bm),
         np.zeros(bm),
         np.empty(bm),
-        rows_work(bm, max(bn, dv)),
         np.ones((bm, bn)),
         np.ones(bm),
         np.full(bm, _NINF),
@@ -166,11 +166,17 @@ def scratch(bm, bn, dv):
     )
 
 
-_SCRATCH_TYPE: list[Any] = []
+_TYPES: list[Any] = []
 
 
 def scratch_type() -> Any:
     """The numba type of :class:`Scratch` (every call's: its arrays' dtypes and ranks do not vary)."""
-    if not _SCRATCH_TYPE:
-        _SCRATCH_TYPE.append(type_of(scratch(1, 1, 1)))
-    return _SCRATCH_TYPE[0]
+    if not _TYPES:
+        _TYPES.extend((type_of(scratch(1, 1, 1)), type_of(rows_work(1, 1))))
+    return _TYPES[0]
+
+
+def rows_type() -> Any:
+    """The numba type of the dots' work arrays (:func:`~simfloat.accumulate._rows.rows_work`)."""
+    scratch_type()
+    return _TYPES[1]

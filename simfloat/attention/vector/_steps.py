@@ -373,17 +373,16 @@ def _pin_block(g, eng, sc):
 
 
 @kjit
-def _no_update(g, b, jt, xs, eng, sc):
+def _no_update(g, vs, eng, sc):
     """The ``into_acc`` form's update: none (its dot added into acc)."""
 
 
 @kjit
-def _update(g, b, jt, xs, eng, sc):
+def _update(g, vs, eng, sc):
     """Each row's P.V update from this key tile's dot sc.y[r] (every form but ``into_acc``, whose dot added into
-    acc itself)."""
+    acc itself); vs: (dv,) V's scales of the key tile."""
     pp, ln = eng.pp, eng.ln
     dv = sc.acc.shape[1]
-    vs = xs.vs[b, jt]
     for r in range(g):
         acc, y, alpha = sc.acc[r], sc.y[r], sc.alpha[r]
         if pp.pv_mode == PV_TWO_LEVEL:  # acc = acc(fma(acc, alpha, pv(c . v))): a fresh P.V per key tile
@@ -449,5 +448,5 @@ def steps(xs: Operands, eng: Engine) -> Steps:
         kernel(p_codes, void(i64, eng_t, sc_t)),
         kernel(sums, void(i64, i64, eng_t, sc_t)),
         kernel(p_operand, void(i64, eng_t, sc_t)),
-        kernel(update, void(i64, i64, i64, xs_t, eng_t, sc_t)),
+        kernel(update, void(i64, xs_t.types[Operands._fields.index("vs")].copy(ndim=1, layout="C"), eng_t, sc_t)),
     )

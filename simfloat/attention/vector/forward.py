@@ -26,11 +26,12 @@ from numba import types
 
 from simfloat._jit import Kernel, fingerprint, jit, kernel, kjit, ljit, type_of
 from simfloat._parallel import run_rows
+from simfloat.accumulate._rows import rows_work
 from simfloat.attention._engine import _cast, _divide, _row_max, _scale_by, _scaled, row_keys, tile_span
 from simfloat.attention._kernels import add, exp_op, fma, fmax, kv_tile, log, mul, rnd, sub
 from simfloat.attention._masks import DENSE_ADD, key_masked, row_span, tile_range
 from simfloat.attention._quant_kernels import DELTA_MMA, K_FFLOAT, K_INT, PV_INTO_ACC
-from simfloat.attention.vector._records import Engine, Lanes, Operands, scratch, scratch_type
+from simfloat.attention.vector._records import Engine, Lanes, Operands, rows_type, scratch, scratch_type
 from simfloat.attention.vector._steps import Steps, mul_each, steps, variants
 
 __all__ = ["Engine", "Lanes", "Operands", "Steps", "run", "steps", "units"]
@@ -79,7 +80,7 @@ def _mask_scores(s, nv, b, i, j0, sscale, xs, eng):
 
 
 @ljit
-def _row(b, i, r, jt, xs, eng, sc):
+def _row(b, i, r, jt, xs, eng, sc, mk_on):
     """T3..T6 and T9 for row r (query i) of the q tile against key tile jt, its scores sc.s[r, :nv] already
     dequantized (``Steps.dequant``): the mask, the running max (sc.m[r], T14's), P's exponent argument (sc.p[r],
     which ``Steps.exp`` then takes, T7), alpha (sc.alpha[r])."""
@@ -91,7 +92,7 @@ def _row(b, i, r, jt, xs, eng, sc):
     sscale = pp.qk_scale
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(sc.qss[r], xs.ks[b, j0], pp.scale)
-    if xs.mk.on:
+    if mk_on:  # (xs.mk.on, read once per tile)
         sc.lo[r] = _mask_scores(s, nv, b, i, j0, sscale, xs, eng)
         if xs.mk.dense == DENSE_ADD:  # the scores are scaled already
             sscale = 1.0
@@ -123,6 +124,8 @@ def _row(b, i, r, jt, xs, eng, sc):
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     fused = pp.contract and not (pp.diag_plain and eng.causal and j0 + bn - 1 > i - r)  # T6 in one rounding
     _scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6: exp's argument
+    for jj in range(nv, bn):  # P past the row's keys (T7 writes p[:nv] only)
+        p[jj] = 0.0
     alpha = 1.0  # T9
     if rescale:
         if m_i == _NINF:
@@ -138,16 +141,12 @@ def _row(b, i, r, jt, xs, eng, sc):
 
 
 @ljit
-def _p_zeros(b, i, r, j0, xs, eng, sc):
-    """Row r's P after T7: 0 at the keys its mask drops and past its keys in the tile."""
-    p, s, nv = sc.p[r], sc.s[r], sc.nv[r]
-    if xs.mk.on:  # masked keys: p = 0
-        lo = sc.lo[r]
-        for jj in range(nv):
-            if s[jj] == _NINF and key_masked(xs.mk, b, i, j0 + jj, lo):
-                p[jj] = 0.0
-    for jj in range(nv, eng.bn):
-        p[jj] = 0.0
+def _p_masked(b, i, r, j0, mk, sc):
+    """Row r's P after T7: 0 at the keys the mask ``mk`` drops."""
+    p, s, lo = sc.p[r], sc.s[r], sc.lo[r]
+    for jj in range(sc.nv[r]):
+        if s[jj] == _NINF and key_masked(mk, b, i, j0 + jj, lo):
+            p[jj] = 0.0
 
 
 @ljit
@@ -179,7 +178,7 @@ def _row_end(r, l_ij, eng, sc):
 
 
 @kjit
-def _tile(b, r0, r1, jt, xs, eng, sc, st):
+def _tile(b, r0, r1, jt, xs, eng, sc, rs, st):
     """The rows [r0, r1) of a q tile of lead b against key tile jt (T2..T14), step after step for all rows:
     the codes' dot in one multi-row call, the rows' max and P, their row sums, the P.V dot, each row's update
     (or FA1's division). Every row's bits are those of a row-at-a-time walk (a row's outputs depend only on its
@@ -190,7 +189,8 @@ def _tile(b, r0, r1, jt, xs, eng, sc, st):
     g = r1 - r0
     tile = b * (xs.kt.shape[0] // xs.q.shape[0]) + jt
     j0, jv, n_top = tile_span(jt, r1, bn, seq_k, eng.causal)
-    if xs.mk.on:  # the widest row is the last one (the structured mask's end grows with the row)
+    mk_on = xs.mk.on
+    if mk_on:  # the widest row is the last one (the structured mask's end grows with the row)
         n_top = max(0, min(jv, row_span(xs.mk, eng.causal, b, r1 - 1, seq_k)[1]) - j0)
     s = sc.s
     if pp.delta_mode == DELTA_MMA:  # SageAttention3: Q smoothing's correction is the MMA's initial accumulator
@@ -203,19 +203,21 @@ def _tile(b, r0, r1, jt, xs, eng, sc, st):
             for jj in range(n_top):
                 s[r, jj] = 0.0
     kt, ekt, kt32, ekt32 = xs.kt[tile], xs.ekt[tile], xs.kt32[tile], xs.ekt32[tile]
-    st.qk_rows(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, sc.rs)  # T2, T3
+    st.qk_rows(xs.q[b, r0:r1], xs.eq[b, r0:r1], kt, ekt, kt32, ekt32, s, g, n_top, eng.qk, rs)  # T2, T3
     for r in range(g):
         i = r0 + r
         nv = row_keys(i, j0, jv, eng.causal)
-        if xs.mk.on:
+        if mk_on:
             nv = max(0, min(jv, row_span(xs.mk, eng.causal, b, i, seq_k)[1]) - j0)
         sc.nv[r] = nv
     st.dequant(g, b, r0, j0, xs, eng, sc)  # T4, T5 of the quantizers
     for r in range(g):
-        _row(b, r0 + r, r, jt, xs, eng, sc)  # T3..T6, T9
+        _row(b, r0 + r, r, jt, xs, eng, sc, mk_on)  # T3..T6, T9
     st.exp(g, eng, sc)  # T7
-    for r in range(g):
-        _p_zeros(b, r0 + r, r, j0, xs, eng, sc)
+    if mk_on:  # masked keys: p = 0
+        mk = xs.mk
+        for r in range(g):
+            _p_masked(b, r0 + r, r, j0, mk, sc)
     st.p_codes(g, eng, sc)  # T12: P's cast or quantizer (keys nv.. get 0)
     st.row_sums(g, n_top, eng, sc)  # T8
     for r in range(g):
@@ -223,7 +225,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc, st):
     st.p_operand(g, eng, sc)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
-        st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, sc.rs)
+        st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], sc.acc, g, dv, eng.pv, rs)
         if pp.per_step:
             for r in range(g):
                 l_new = sc.l_new[r]
@@ -233,8 +235,8 @@ def _tile(b, r0, r1, jt, xs, eng, sc, st):
     for r in range(g):
         for d in range(dv):
             y[r, d] = 0.0
-    st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, sc.rs)
-    st.update(g, b, jt, xs, eng, sc)  # T14
+    st.pv_rows(src, sc.ep, xs.v[tile], xs.ev[tile], xs.v32[tile], xs.ev32[tile], y, g, dv, eng.pv, rs)
+    st.update(g, xs.vs[b, jt], eng, sc)  # T14
 
 
 @jit
@@ -252,7 +254,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
     bm, bn, seq_k = eng.bm, eng.bn, eng.seq_k
     seq_q, dv = out.shape[1], out.shape[2]
     n_qt = (seq_q + bm - 1) // bm
-    sc = scratch(bm, bn, dv)
+    sc, rs = scratch(bm, bn, dv), rows_work(bm, max(bn, dv))
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
@@ -273,7 +275,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
         for pos in range(n_kv):
             jt = kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order)
             if jt >= jt_lo:  # (masks: the tiles before FA2's n_block_min are skipped)
-                tile(b, r0, r1, jt, xs, eng, sc, st)
+                tile(b, r0, r1, jt, xs, eng, sc, rs, st)
         for i in range(r0, r1):
             acc, l_i = sc.acc[i - r0], sc.l[i - r0]
             o = out[b, i]
@@ -310,7 +312,7 @@ def _kernels(xs: Operands, eng: Engine) -> tuple[Steps, Kernel]:
         st = steps(xs, eng)
         i64 = types.int64
         void: Any = types.void
-        sig = void(i64, i64, i64, i64, type_of(xs), type_of(eng), scratch_type(), type_of(st))
+        sig = void(i64, i64, i64, i64, type_of(xs), type_of(eng), scratch_type(), rows_type(), type_of(st))
         hit = (st, kernel(_tile, sig))
         if key is not None:
             _CALLS[key] = hit
