@@ -57,7 +57,7 @@ def _drop_stale_caches(root: Path | None = None, cache_dir: str | None = None) -
     if root is None:
         root = Path(__file__).resolve().parent
     if cache_dir is None:
-        cache_dir = numba.config.CACHE_DIR
+        cache_dir = getattr(numba.config, "CACHE_DIR", "")
     h = hashlib.sha256(numba.__version__.encode())
     folders = set()
     for p in sorted(root.rglob("*.py")):
