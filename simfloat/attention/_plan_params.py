@@ -229,6 +229,17 @@ def ex2_value(impl: str | Ex2Table) -> str | Ex2Table:
     return h200_ex2() if impl == "h200" else ex2_table_value(ex2_table(impl))
 
 
+def check_kernel_fields(p: Any, what: str) -> None:
+    """The fields that say which GPU kernel a plan models, a forward or a backward one's (``what``: its type's
+    name): ``gpu_kernel`` (None or one of :data:`GPU_KERNELS`) and ``profile`` (None or a profile's name)."""
+    for field in ("gpu_kernel", "profile"):
+        v = getattr(p, field)
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{what}.{field} must be None or a string, got {type(v).__name__}")
+    if p.gpu_kernel is not None and p.gpu_kernel not in GPU_KERNELS:
+        raise ValueError(f"{what}.gpu_kernel must be None or one of {GPU_KERNELS}, got {p.gpu_kernel!r}")
+
+
 def check_exp2_impl(impl: object, what: str) -> None:
     """EXP2_IMPLS, an ex2 table as a value (:class:`simfloat.hardware.Ex2Table`, what a hardware profile's plan
     carries) or the name of a table registered with :func:`simfloat.hardware.register_ex2_table`."""

@@ -17,7 +17,6 @@ from simfloat.attention._plan_params import (
     DOT_OPS,
     EXP_IMPLS,
     FLASH_OPS,
-    GPU_KERNELS,
     KERNELS,
     KV_ORDERS,
     PLAN_OPS,
@@ -26,6 +25,7 @@ from simfloat.attention._plan_params import (
     Features,
     PlanParams,
     check_exp2_impl,
+    check_kernel_fields,
     ex2_value,
     features,
     plan_params,
@@ -248,12 +248,7 @@ class Plan:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"Plan.name must be a string, got {type(self.name).__name__}")
-        for what in ("gpu_kernel", "profile"):
-            v = getattr(self, what)
-            if v is not None and not isinstance(v, str):
-                raise TypeError(f"Plan.{what} must be None or a string, got {type(v).__name__}")
-        if self.gpu_kernel is not None and self.gpu_kernel not in GPU_KERNELS:
-            raise ValueError(f"Plan.gpu_kernel must be None or one of {GPU_KERNELS}, got {self.gpu_kernel!r}")
+        check_kernel_fields(self, "Plan")
         if self.kernel not in KERNELS:
             raise ValueError(f"Plan.kernel must be one of {KERNELS}, got {self.kernel!r}")
         if self.opmath is not None:

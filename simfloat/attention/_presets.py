@@ -295,16 +295,13 @@ def resolve(
         raise ValueError(f"unknown {what} {name!r}; presets: {', '.join(presets_)}")
     preset = presets_[name]
     if hardware is not None:
-        if not _takes_hardware(preset, name):
+        if not _takes_hardware(preset):
             raise ValueError(f"{func}(hardware=...) applies to the triton-<fmt> presets ({kernels}), got {name!r}")
         return with_hardware(preset, name.split("-", 1)[1], hardware)
     return presets_[name]
 
 
-def _takes_hardware(preset: Any, name: str) -> bool:
-    """Whether a hardware profile applies to ``preset`` (the preset ``name`` of its table): a plan of the Triton
-    flash kernel without a profile yet (its ``gpu_kernel`` and ``profile`` fields). A plan type without those
-    fields (the backward plans) goes by the preset's name, ``triton-<fmt>``."""
-    if hasattr(preset, "gpu_kernel"):
-        return bool(preset.gpu_kernel == "triton" and preset.profile is None)
-    return re.fullmatch(r"triton-[a-z0-9]+", name) is not None
+def _takes_hardware(preset: Any) -> bool:
+    """Whether a hardware profile applies to ``preset``, a forward or backward plan: a plan of the Triton flash
+    kernel without a profile yet (its ``gpu_kernel`` and ``profile`` fields)."""
+    return bool(preset.gpu_kernel == "triton" and preset.profile is None)
