@@ -75,7 +75,7 @@ def baseline_backward(
         )
     q, k, v, do = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (do, "do")))
     qa, ka, va, _, da, group = check(q, k, v, do, do, None)
-    check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl.name, stacklevel=3)
+    check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl, stacklevel=3)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sc = scale_of(scale, qa.shape[-1])

@@ -164,6 +164,11 @@ class Plan:
             Plan constructed without it). A hardware profile applies to the ``"triton"`` plans without one.
         profile: the name of the hardware profile (:mod:`simfloat.profiles`) whose models the plan carries
             (``plan("triton-<fmt>", hardware=...)``, ``h200-<fmt>``: ``"h200"``), or ``None``.
+        input_format: the format the plan's kernel reads q, k, v in (its caller rounds them first), a short name
+            (``"bf16"``, ``"fp16"``, ``"fp32"``, ``"e4m3"``, ``"e5m2"``): ``<fmt>`` for ``triton-``, ``h200-``,
+            ``all-`` and ``pytorch-<fmt>`` (``"fp32"`` for the tf32 kernels), kept by the plans derived from them;
+            ``None`` (any input) for ``fp64`` and the other presets. Entry points warn for inputs outside it
+            (:class:`~simfloat.attention.InputFormatWarning`).
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -244,6 +249,7 @@ class Plan:
     alpha_raw: bool = False
     gpu_kernel: str | None = None
     profile: str | None = None
+    input_format: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):

@@ -28,10 +28,15 @@ from simfloat.hardware import Ex2Table
 _P = TypeVar("_P")
 
 
-def _uniform(make: Callable[..., Any], name: str, fmt: str, dot: Model) -> Any:
+def _uniform(make: Callable[..., Any], name: str, fmt: str, dot: Model, inputs: str | None = None) -> Any:
     f: Any = fmt  # a format name: OpSpecs after __post_init__
     ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "normalize", "out", "softmax"), f)
-    return make(name, qk=dot, pv=dot, **ops)
+    return make(name, qk=dot, pv=dot, **ops, input_format=inputs)
+
+
+def inputs_of(fmt: str) -> str:
+    """The input format of a ``<family>-<fmt>`` preset's kernel: ``fmt``, fp32 for tf32 (tf32 kernels read fp32)."""
+    return "fp32" if fmt == "tf32" else fmt
 
 
 #: the float32 ops of a GPU kernel's plan (the softmax's state and arithmetic; a plan sets the others)
@@ -52,7 +57,8 @@ def _triton(make: Callable[..., Any], fmt: str) -> Any:
     # fp32 inputs: "ieee" dots (an FMA loop); tf32: fp32 inputs with tf32 tensor cores (Triton's default)
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
     io = "float32" if fmt in ("fp32", "tf32") else f
-    return _kernel_plan(make, f"triton-{fmt}", dot, dot, io, io, **_FLASH, gpu_kernel="triton")
+    fields = {"gpu_kernel": "triton", "input_format": inputs_of(fmt)}
+    return _kernel_plan(make, f"triton-{fmt}", dot, dot, io, io, **_FLASH, **fields)
 
 
 def _flashattn_triton(make: Callable[..., Any], fmt: str) -> Any:
@@ -66,6 +72,7 @@ def _flashattn_triton(make: Callable[..., Any], fmt: str) -> Any:
         exp_impl="tl.exp",
         state="lse",
         gpu_kernel="flashattn-triton",
+        input_format=None,  # no input check (the family rule, triton-/h200-/all-/pytorch-, leaves it out)
     )
 
 
@@ -73,7 +80,11 @@ def _triton_tutorial(make: Callable[..., Any], fmt: str) -> Any:
     # python/tutorials/06-fused-attention.py of the triton repository (forward): triton-<fmt>, whose T6 is its
     # contracted qk * qk_scale - m_ij, except in the causal diagonal tiles (Plan.contract_diagonal)
     return dataclasses.replace(
-        _triton(make, fmt), name=f"triton-tutorial-{fmt}", contract_diagonal=False, gpu_kernel="triton-tutorial"
+        _triton(make, fmt),
+        name=f"triton-tutorial-{fmt}",
+        contract_diagonal=False,
+        gpu_kernel="triton-tutorial",
+        input_format=None,  # as flashattn-triton-<fmt>
     )
 
 
@@ -86,7 +97,7 @@ def _pytorch(make: Callable[..., Any], fmt: str) -> Any:
         qk = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
         pv = Chunked(_BIG_CHUNK, Sequential("float32", input_fmt=f), outer_fmt=f)
     om = None if fmt == "fp32" else "float32"  # torch multiplies a bf16/fp16 tensor by a float in float32
-    fields = {"scale": f, "kernel": "baseline", "opmath": om, "gpu_kernel": "pytorch"}
+    fields = {"scale": f, "kernel": "baseline", "opmath": om, "gpu_kernel": "pytorch", "input_format": fmt}
     return _kernel_plan(make, f"pytorch-{fmt}", qk, pv, f, f, **fields)
 
 
@@ -163,7 +174,7 @@ def table(make: Callable[..., Any]) -> dict[str, Any]:
     out = {"fp64": _uniform(make, "fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         f = _format(fmt).name
-        out[f"all-{fmt}"] = _uniform(make, f"all-{fmt}", f, Sequential(f, product_fmt=f))
+        out[f"all-{fmt}"] = _uniform(make, f"all-{fmt}", f, Sequential(f, product_fmt=f), inputs_of(fmt))
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         out[f"triton-{fmt}"] = _triton(make, fmt)
     for fmt in ("bf16", "fp16", "tf32", "e4m3", "e5m2"):

@@ -146,7 +146,7 @@ def flash_backward(
     _check_seed(seed, pl)
     q, k, v, o, do = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do")))
     qa, ka, va, oa, da, group, la = check(q, k, v, o, do, lse)
-    check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl.name, stacklevel=3)
+    check_input_format({"q": qa, "k": ka, "v": va, "do": da}, pl, stacklevel=3)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     tiles = _tiles_of(pl, block_m, block_n, block_m2, block_n2)

@@ -16,6 +16,7 @@ import numpy as np
 
 from simfloat.accumulate import AccParams, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention._plan_params import check_exp2_impl, check_kernel_fields, ex2_tab, ex2_value
+from simfloat.attention._presets import inputs_of
 from simfloat.attention._specs import _BIG_CHUNK, OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
 from simfloat.attention.plan import (
     EXP_IMPLS,
@@ -186,6 +187,8 @@ class BackwardPlan:
             profile applies to the ``"triton"`` plans without one.
         profile: the name of the hardware profile whose models the plan carries (``h200-<fmt>``: ``"h200"``), or
             ``None``.
+        input_format: the format the kernel reads q, k, v and dO in, as :attr:`~simfloat.attention.Plan.input_format`
+            (the same presets set it).
     """
 
     name: str
@@ -216,6 +219,7 @@ class BackwardPlan:
     k_scaled: OpSpec = "float16"  # type: ignore[assignment]  # a format name -> an OpSpec in __post_init__
     gpu_kernel: str | None = None
     profile: str | None = None
+    input_format: str | None = None
 
     def __post_init__(self) -> None:
         if self.opmath is not None:
@@ -289,6 +293,7 @@ class BackwardPlan:
             "exp_impl",
             "gpu_kernel",
             "profile",
+            "input_format",
         )
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
@@ -353,8 +358,9 @@ class BackwardPlan:
         )
 
 
-def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
-    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
+def _bwd_uniform(name: str, fmt: str, dot: Model, inputs: str | None = None) -> BackwardPlan:
+    f: Any = fmt  # a format name: OpSpecs after __post_init__
+    return BackwardPlan(name, f, f, dot, f, f, f, dot, dot, f, f, dot, dot, f, f, f, input_format=inputs)
 
 
 def _bwd_triton(fmt: str) -> BackwardPlan:
@@ -382,6 +388,7 @@ def _bwd_triton(fmt: str) -> BackwardPlan:
         exp2=True,
         contract=True,
         gpu_kernel="triton",
+        input_format=inputs_of(fmt),
     )
 
 
@@ -418,7 +425,7 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     fp32 = "float32"
     # the Python-float scale multiplies in float32 (torch's opmath), the product then rounded into <fmt>
     ops = (fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)
-    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32, gpu_kernel="pytorch")  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
+    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32, gpu_kernel="pytorch", input_format=fmt)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
 
 
 @functools.cache
@@ -426,7 +433,7 @@ def _build_backward() -> dict[str, BackwardPlan]:
     out = {"fp64": _bwd_uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         f = _format(fmt).name
-        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
+        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f), inputs_of(fmt))
     for fmt in ("bf16", "fp16", "fp32", "tf32"):
         out[f"triton-{fmt}"] = _bwd_triton(fmt)
     for fmt in ("bf16", "fp16", "tf32"):
@@ -450,6 +457,7 @@ def _bwd_flashattn(fmt: str) -> BackwardPlan:
         exp_impl="tl.exp",
         scale_at="ds",
         gpu_kernel="flashattn-triton",
+        input_format=None,  # as the forward's flashattn-triton-<fmt>
     )
 
 
@@ -467,6 +475,7 @@ def _bwd_tutorial() -> BackwardPlan:
         opmath=fp32,
         dq_order="diagonal_first",
         gpu_kernel="triton-tutorial",
+        input_format=None,  # as the forward's triton-tutorial-fp16
     )
 
 
