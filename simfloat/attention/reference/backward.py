@@ -77,18 +77,8 @@ def units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh,
             b = bk * group + g
             qp[g, :seq_q] = q[b]
             dop[g, :seq_q] = do[b]
-            if tr is not None:  # D2's local errors (the same ops as delta_units) and the shadow's delta
-                for i in range(seq_q):
-                    s, s64 = 0.0, 0.0
-                    for c in range(o.shape[2]):
-                        x = mul(o[b, i, c], do[b, i, c], pp.delta)
-                        rec = o[b, i, c] * do[b, i, c]
-                        record(tr[0], b, i // bm, n_kv, B_DELTA, x - rec, rec)
-                        y = add(s, x, pp.delta)
-                        record(tr[0], b, i // bm, n_kv, B_DELTA, y - (s + x), s + x)
-                        s = y
-                        s64 += o[b, i, c] * do[b, i, c]
-                    d64[i] = s64
+            if tr is not None:  # D2's local errors and the shadow's delta
+                traced_delta(o, do, b, bm, n_kv, pp, tr, d64)
             for i in range(seq_q):
                 jv = min(seq_k, i + 1) if causal else seq_k
                 k_lo = 0
@@ -148,39 +138,17 @@ def units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh,
                         ps[g, i, j] = p64
                         dss[g, i, j] = p64 * (dp64 - d64[i]) * sh[3]
         b0 = bk * group
+        kgeo = (bm, bn, causal, group, seq_q, seq_k, n_qt)
         for j in range(seq_k):  # B5, B9 over the group's query heads (G1) and their query tiles; E1, E2
             jt = j // bn
-            t0 = (jt * bn) // bm if causal else 0
             for c in range(dvd):
-                acc, a64 = 0.0, 0.0
-                for g in range(group):
-                    t_lo, t_hi = qtile_range(mk, causal, b0 + g, jt, bm, bn, seq_q, seq_k) if mk.on else (t0, n_qt)
-                    for t in range(t_lo, t_hi):
-                        r0, r1 = t * bm, (t + 1) * bm
-                        new = dot_acc(pm[g, r0:r1, j], dop[g, r0:r1, c], acc, pp.dv)
-                        if tr is not None:
-                            ex = dot64(pm[g, r0:r1, j], dop[g, r0:r1, c], acc)
-                            record(tr[0], b0 + g, t, jt, B_DV, new - ex, ex)
-                            a64 = dot64(ps[g, r0:r1, j], dop[g, r0:r1, c], a64)
-                            record(tr[1], b0 + g, t, jt, S_DV, new - a64, a64)
-                        acc = new
+                acc, a64 = kv_step_sum(pm, dop, ps, j, c, b0, jt, mk, kgeo, pp.dv, tr, (B_DV, S_DV))
                 dv[bk, j, c] = rnd(acc, pp.grad)
                 if tr is not None:
                     record(tr[0], b0, 0, n_kv, B_GRAD, dv[bk, j, c] - acc, acc)
                     record(tr[1], b0, 0, n_kv, S_DV, dv[bk, j, c] - a64, a64)
             for c in range(d):
-                acc, a64 = 0.0, 0.0
-                for g in range(group):
-                    t_lo, t_hi = qtile_range(mk, causal, b0 + g, jt, bm, bn, seq_q, seq_k) if mk.on else (t0, n_qt)
-                    for t in range(t_lo, t_hi):
-                        r0, r1 = t * bm, (t + 1) * bm
-                        new = dot_acc(dsm[g, r0:r1, j], qp[g, r0:r1, c], acc, pp.dk)
-                        if tr is not None:
-                            ex = dot64(dsm[g, r0:r1, j], qp[g, r0:r1, c], acc)
-                            record(tr[0], b0 + g, t, jt, B_DK, new - ex, ex)
-                            a64 = dot64(dss[g, r0:r1, j], qp[g, r0:r1, c], a64)
-                            record(tr[1], b0 + g, t, jt, S_DK, new - a64, a64)
-                        acc = new
+                acc, a64 = kv_step_sum(dsm, qp, dss, j, c, b0, jt, mk, kgeo, pp.dk, tr, (B_DK, S_DK))
                 w = 0.0 if pp.scale_ds else pp.sm_scale
                 dk[bk, j, c] = epilogue(acc, a64, w, pp, tr, b0, 0, n_kv, S_DK, sh[1])  # sh: see flash_backward
         wq = 0.0 if pp.scale_ds else pp.dq_scale
@@ -209,6 +177,48 @@ def units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh,
                             record(tr[1], b, t, jt, S_DQ, new - a64, a64)
                         acc = new
                     dq[b, i, c] = epilogue(acc, a64, wq, pp, tr, b, t, n_kv, S_DQ, sh[2])
+
+
+@jit
+def traced_delta(o, do, b, bm, n_kv, pp, tr, d64):
+    """D2 of query lead b traced: each product's and each add's local error (the ops of :func:`delta_units`)
+    at (b, the row's query tile, key tile ``n_kv``), and the shadow's float64 delta per row into ``d64``."""
+    for i in range(o.shape[1]):
+        s, s64 = 0.0, 0.0
+        for c in range(o.shape[2]):
+            x = mul(o[b, i, c], do[b, i, c], pp.delta)
+            rec = o[b, i, c] * do[b, i, c]
+            record(tr[0], b, i // bm, n_kv, B_DELTA, x - rec, rec)
+            y = add(s, x, pp.delta)
+            record(tr[0], b, i // bm, n_kv, B_DELTA, y - (s + x), s + x)
+            s = y
+            s64 += o[b, i, c] * do[b, i, c]
+        d64[i] = s64
+
+
+@jit
+def kv_step_sum(a, x, a64s, j, c, b0, jt, mk, kgeo, model, tr, ids):
+    """B5 (dV: ``a`` P, ``x`` dO) or B9 (dK: ``a`` dS, ``x`` Q) for key j and column c: per query head g of
+    the group from ``b0`` (G1) and per query tile t that sees key tile jt, in order, ``acc = model(acc +
+    sum_{r in t} a[g, r, j] x[g, r, c])`` (one MMA over the tile's zero-padded rows, from the accumulator).
+    ``kgeo``: (bm, bn, causal, group, seq_q, seq_k, n_qt). Traced: each step's local error (op ``ids[0]``)
+    at (b0 + g, t, jt), and the shadow (``a64s``, the float64 P or dS) accumulated in the same order, its
+    drift (state ``ids[1]``). Returns (the sum, the shadow's)."""
+    bm, bn, causal, group, seq_q, seq_k, n_qt = kgeo
+    t0 = (jt * bn) // bm if causal else 0
+    acc, a64 = 0.0, 0.0
+    for g in range(group):
+        t_lo, t_hi = qtile_range(mk, causal, b0 + g, jt, bm, bn, seq_q, seq_k) if mk.on else (t0, n_qt)
+        for t in range(t_lo, t_hi):
+            r0, r1 = t * bm, (t + 1) * bm
+            new = dot_acc(a[g, r0:r1, j], x[g, r0:r1, c], acc, model)
+            if tr is not None:
+                ex = dot64(a[g, r0:r1, j], x[g, r0:r1, c], acc)
+                record(tr[0], b0 + g, t, jt, ids[0], new - ex, ex)
+                a64 = dot64(a64s[g, r0:r1, j], x[g, r0:r1, c], a64)
+                record(tr[1], b0 + g, t, jt, ids[1], new - a64, a64)
+            acc = new
+    return acc, a64
 
 
 @jit
