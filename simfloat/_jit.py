@@ -120,6 +120,9 @@ class Kernel(WrapperAddressProtocol):
     def __reduce__(self) -> tuple[Any, ...]:  # the address is this process's: another one looks it up anew
         return (Kernel, (self.fn, self.sig))
 
+    def __repr__(self) -> str:
+        return f"Kernel({self.fn.py_func.__qualname__})"
+
 
 @typeof_impl.register(Kernel)
 def _typeof_kernel(val: Kernel, c: Any) -> Any:
@@ -129,9 +132,6 @@ def _typeof_kernel(val: Kernel, c: Any) -> Any:
     if t is None:
         t = val.__dict__["_type"] = types.FunctionType(val.sig)
     return t
-
-    def __repr__(self) -> str:
-        return f"Kernel({self.fn.py_func.__qualname__})"
 
 
 _KERNELS: dict[tuple[int, Any], Kernel] = {}

@@ -23,6 +23,16 @@ def seen_of(mk: KeyMask, causal: bool, b: int, t: int, bm: int, bn: int, seq_k: 
     return 0 if hi <= lo else -(-hi // bn)
 
 
+def diag_of(mk: KeyMask, causal: bool, b: int, t: int, bm: int, bn: int) -> int:
+    """``dq_order="diagonal_first"`` under a mask: the first key tile that the right edge of query tile t's first
+    row (the causal diagonal or the window's right bound, shifted by the alignment) masks in part, key
+    ``t * bm + off + right + 1``; 0 without a right edge (all tiles in forward order). A dense mask and key
+    padding have no diagonal."""
+    wr = 0 if causal else mk.wr
+    off = 0 if mk.off.size == 0 else int(mk.off[b])
+    return 0 if wr < 0 else max(0, t * bm + off + wr + 1) // bn
+
+
 def dq_orders(
     pl: BackwardPlan,
     seed: int | None,
@@ -34,12 +44,14 @@ def dq_orders(
     causal: bool,
     seen_lt: np.ndarray | None = None,
     walk: bool = True,
+    diag_lt: np.ndarray | None = None,
 ) -> np.ndarray:
     """The order of dQ's key tiles (Q4's MMAs, or the atomic adds Q4b), bm and bn the dQ kernel's tiles:
     (n_lead, n_qt, n_kv) int64, per query lead and query tile t the ``_tiles_seen(t)`` key tiles it visits in
     the plan's ``dq_order``, then the others; (0, 0, 0) when dQ does not walk on its own (``walk`` False).
     ``seen_lt``: (n_lead, n_qt) a masked call's count per lead and query tile instead (the end of its
-    :func:`~simfloat.attention._masks.tile_range`).
+    :func:`~simfloat.attention._masks.tile_range`); ``diag_lt``: its first diagonal key tile per lead and query
+    tile (:func:`diag_of`, for ``"diagonal_first"``).
 
     Raises:
         ValueError: a tuple order whose length is not the number of key tiles; a callable's result that is not
@@ -65,8 +77,8 @@ def dq_orders(
         keys = np.broadcast_to(-tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
     elif order == "diagonal_first":  # causal: from the first key tile row t * bm masks in part, then from 0
         diag = np.array([(t * bm + 1) // bn if causal else 0 for t in range(n_qt)])
-        rank = np.where(tiles[None, :] >= diag[:, None], tiles[None, :] - n_kv, tiles[None, :])
-        keys = np.broadcast_to(rank.astype(np.float64), (n_lead, n_qt, n_kv)).copy()
+        dg = np.broadcast_to(diag if diag_lt is None else diag_lt, (n_lead, n_qt))[:, :, None]
+        keys = np.where(tiles >= dg, tiles - n_kv, tiles).astype(np.float64)
     elif isinstance(order, tuple):
         if len(order) != n_kv:
             raise ValueError(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -326,11 +326,18 @@ def _visible(mk: KeyMask, n_lead: int, seq_q: int, seq_k: int) -> np.ndarray:
 
 
 def mask_of(
-    x: object, attn_mask: object, key_lengths: object, window: object, causal_align: object, empty_rows: object
+    x: object,
+    attn_mask: object,
+    key_lengths: object,
+    window: object,
+    causal_align: object,
+    empty_rows: object,
+    scale_op: object = None,
 ) -> MaskSpec | None:
     """:func:`resolve_mask` for checked inputs ``x`` (:class:`simfloat.attention._inputs.Inputs`): the additive
-    mask rounded into the format of the plan's ``scale`` op."""
-    spec = x.plan.scale  # type: ignore[attr-defined]
+    mask rounded into the format of the plan's ``scale`` op (``scale_op``, an OpSpec: that op's instead, as for
+    a plan with quantizers, whose inputs are checked under the float64 plan)."""
+    spec: Any = x.plan.scale if scale_op is None else scale_op  # type: ignore[attr-defined]
 
     def fmt_round(a: np.ndarray) -> np.ndarray:
         return np.asarray(_round(a, spec.fmt, spec.mode), dtype=np.float64)

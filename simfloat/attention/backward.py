@@ -46,7 +46,7 @@ from simfloat._parallel import run_rows
 from simfloat.attention._backward_inputs import check, flat, lse_from_stats, prescaled_k, scale_of
 from simfloat.attention._baseline_backward import baseline_backward
 from simfloat.attention._build import check_engine
-from simfloat.attention._dq_order import dq_orders, seen_of
+from simfloat.attention._dq_order import diag_of, dq_orders, seen_of
 from simfloat.attention._inputs import block, check_input_format, from_layout, to_layout
 from simfloat.attention._masks import NO_MASK, KeyMask, MaskSpec, resolve_mask
 from simfloat.attention.backward_plan import BackwardPlan, backward_plan
@@ -282,21 +282,16 @@ def _order(
 ) -> np.ndarray:
     """Q4's key tiles per (lead, dQ query tile) in the plan's order (:func:`~simfloat.attention._dq_order.
     dq_orders`; a masked call's tiles per lead)."""
-    bm2, bn2 = tiles.bm2, tiles.bn2
-    seen_lt = None
-    if spec is not None and tiles.walk:
-        if pl.dq_order == "diagonal_first":
-            raise ValueError(
-                f"plan {pl.name!r}: dq_order='diagonal_first' is for causal or unmasked calls (no attn_mask, "
-                "key_lengths, window or bottom-right causal_align)"
-            )
+    bm2, bn2, mk = tiles.bm2, tiles.bn2, NO_MASK if spec is None else spec.mask
+    seen_lt = diag_lt = None
+    if spec is not None and tiles.walk:  # per lead and query tile: the key tiles seen, the first diagonal one
         n_qt = -(-seq_q // bm2)
-        seen_lt = np.array(
-            [[seen_of(spec.mask, causal, b, t, bm2, bn2, seq_k) for t in range(n_qt)] for b in range(n_lead)],
-            dtype=np.int64,
-        ).reshape(n_lead, n_qt)
+        grid = [(b, t) for b in range(n_lead) for t in range(n_qt)]
+        seen_lt = np.array([seen_of(mk, causal, b, t, bm2, bn2, seq_k) for b, t in grid], dtype=np.int64)
+        diag_lt = np.array([diag_of(mk, causal, b, t, bm2, bn2) for b, t in grid], dtype=np.int64)
+        seen_lt, diag_lt = seen_lt.reshape(n_lead, n_qt), diag_lt.reshape(n_lead, n_qt)
     seed_ = 0 if seed is None else int(seed)
-    return dq_orders(pl, seed_, n_lead, seq_q, seq_k, bm2, bn2, causal, seen_lt, tiles.walk)
+    return dq_orders(pl, seed_, n_lead, seq_q, seq_k, bm2, bn2, causal, seen_lt, tiles.walk, diag_lt)
 
 
 def _run_reference(

@@ -155,7 +155,9 @@ class BackwardPlan:
             their adds): ``"forward"`` (increasing key tile: the default, and FA2/3's ``deterministic=True``),
             ``"reverse"``, ``"diagonal_first"`` (causal: the key tiles some row of the query tile masks in part,
             in increasing order, then the rest from tile 0, as the Triton tutorial's dQ kernel; without
-            ``causal`` as forward), ``"seeded"`` (``"atomic"`` only: a random
+            ``causal`` as forward; under a mask the diagonal is shifted by ``causal_align`` and a window's right
+            bound, ``(t * block_m2 + off + right + 1) // block_n2``, a dense mask or key padding has none),
+            ``"seeded"`` (``"atomic"`` only: a random
             permutation per (lead, query tile) drawn from ``flash_backward``'s ``seed``: the arrival order of
             the thread blocks, which differs from run to run on a GPU), a tuple (a permutation of the key tiles
             ``0..n-1``, the same for every query tile; a causal query tile sees a prefix of the key tiles and

@@ -46,6 +46,8 @@ reproduce. The scalar reference engine (the test oracle, and the traced path) is
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from simfloat._parallel import run_rows
@@ -144,14 +146,11 @@ def flash(
         KernelOverflowWarning: finite inputs whose outputs are not (naming the op that overflowed).
     """
     pl = _plan(plan)
-    masked = attn_mask is not None or key_lengths is not None or window is not None or causal_align != "top-left"
     if pl.quantized:
-        if masked:
-            raise ValueError(
-                f"plan {pl.name} has quantizers: attn_mask, key_lengths, window and causal_align are not supported "
-                "with quantizers yet (only causal=True)"
-            )
-        return _quantized(q, k, v, pl, block_m, block_n, tiles, causal, scale, trace, return_stats, engine, layout)
+        masking = (attn_mask, key_lengths, window, causal_align, empty_rows)
+        return _quantized(
+            q, k, v, pl, block_m, block_n, tiles, causal, scale, trace, return_stats, engine, layout, masking
+        )
     x = prepare(q, k, v, plan_=plan, causal=causal, scale=scale, trace=trace, layout=layout)
     x.mask = mask_of(x, attn_mask, key_lengths, window, causal_align, empty_rows)
     mk = NO_MASK if x.mask is None else x.mask.mask
@@ -228,9 +227,11 @@ def _quantized(
     return_stats: bool,
     engine: str | None,
     layout: str,
+    masking: tuple[Any, Any, Any, Any, Any],
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`flash` under a plan with quantizers: :func:`~simfloat.attention.quant_flash` with the tiles and the
-    layout of the call."""
+    """:func:`flash` under a plan with quantizers: :func:`~simfloat.attention.quant_flash` with the tiles, the
+    layout and the mask (attn_mask, key_lengths, window, causal_align, empty_rows) of the call."""
+    attn_mask, key_lengths, window, causal_align, empty_rows = masking
     q, k, v = (from_layout(a, layout, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
     d = q.shape[-1] if isinstance(q, np.ndarray) and q.ndim else 0
     bm, bn = pick_tiles(block_m, block_n, tiles, d)
@@ -246,6 +247,11 @@ def _quantized(
         trace=trace,  # type: ignore[arg-type]  # checked there
         return_stats=return_stats,
         engine=engine,
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        empty_rows=empty_rows,
     )
     if isinstance(res, tuple):
         return (to_layout(res[0], layout), res[1], res[2])

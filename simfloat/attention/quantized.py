@@ -78,6 +78,7 @@ from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, prepare
+from simfloat.attention._masks import NO_MASK, mask_of
 from simfloat.attention._specs import OpParams, OpSpec, _scalar_spec
 from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
 from simfloat.attention.quant import EXACT, INT_RULES, QUANTIZERS, Quant, checked_choice
@@ -385,6 +386,11 @@ def quant_flash(
     trace: Tracer | None = None,
     return_stats: bool = False,
     engine: str | None = None,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
+    empty_rows: str = "zero",
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quantized flash attention under any :class:`~simfloat.attention.Plan` with quantizers (:func:`int8_flash`
     and :func:`fp8_flash` are this with their presets, :func:`~simfloat.attention.flash` this for a plan with
@@ -394,9 +400,19 @@ def quant_flash(
         engine: ``"vector"`` (the vectorized engine, :mod:`simfloat.attention.vector`) or
             ``"reference"`` (the scalar kernel it replaces, bit for bit the same; tracing runs there); None:
             vector, or reference when tracing. ``"vector"`` with a tracer is an error.
+        attn_mask, key_lengths, window, causal_align, empty_rows: a mask, as for
+            :func:`~simfloat.attention.flash` (SDPA's meaning; the structured masks decide the key tiles walked).
+            It applies to the scores (T3): masked keys get score -inf and P 0, an additive mask (rounded into the
+            plan's ``scale`` format) is fused with the score scale, after the scores' dequantization (the folded
+            scale ``qk_scale * q_scale * k_scale`` of the FP8 plans is the ``qk_scale`` it is fused with). The
+            quantizers run before the loop on the tensors as given, as the kernels quantize their inputs: a
+            masked key still counts in K's and V's scales (per-tensor, per-block) and in K smoothing's mean
+            (pass zeros as padding to keep it out).
     """
     pl = quant_plan(plan)
     x = prepare(q, k, v, plan_="fp64", causal=causal, scale=scale, trace=trace)
+    x.mask = mask_of(x, attn_mask, key_lengths, window, causal_align, empty_rows, pl.scale)
+    mk = NO_MASK if x.mask is None else x.mask.mask
     which = check_engine(engine, x.trace is not None)
     if pl.exp_impl == "tl.exp" and which == "vector":  # quantized plans: not routed to the vector engine (yet)
         if engine is not None:
@@ -503,7 +519,7 @@ def quant_flash(
             qb=qb, kb=kb, vb=vb, ds=ds,
         )  # fmt: skip
     if built is not None:
-        run_vector(built[1], out, m, l, built[0])
+        run_vector(built[1]._replace(mk=mk), out, m, l, built[0])
     elif n_lead * n_qt > 0:
         none = np.ones((1, 1, 1))
         ops = Operands(
@@ -520,8 +536,11 @@ def quant_flash(
             x.q,
             x.k,
             x.v,
+            mk,
         )
         run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
+    if x.mask is not None:
+        x.mask.finish(out)
     out = out.reshape(x.lead + (seq_q, dv))
     if return_stats:
         return out, m.reshape(x.lead + (seq_q,)), l.reshape(x.lead + (seq_q,))
@@ -554,6 +573,11 @@ def int8_flash(
     trace: Tracer | None = None,
     return_stats: bool = False,
     engine: str | None = None,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
+    empty_rows: str = "zero",
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """INT8 flash attention (INT-FlashAttention), emulating ``simfloat_gpu/kernels/int8_attention.py`` op for op.
 
@@ -574,6 +598,7 @@ def int8_flash(
             float64 shadow run on the unquantized inputs), or None.
         return_stats: also return m (running max, log2 units) and l (row sum), (..., seq_q) each.
         engine: ``"vector"``, ``"reference"`` or None (see :func:`quant_flash`).
+        attn_mask, key_lengths, window, causal_align, empty_rows: a mask (see :func:`quant_flash`).
 
     Returns:
         (..., seq_q, head_dim) float64 array of values of the plan's output format (fp16), or (out, m, l).
@@ -593,6 +618,11 @@ def int8_flash(
         trace=trace,
         return_stats=return_stats,
         engine=engine,
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        empty_rows=empty_rows,
     )
 
 
@@ -616,12 +646,18 @@ def fp8_flash(
     trace: Tracer | None = None,
     return_stats: bool = False,
     engine: str | None = None,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
+    empty_rows: str = "zero",
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FP8 flash attention (FlashAttention-3 style scaling), emulating ``simfloat_gpu/kernels/fp8_attention.py`` op for
     op.
 
     Args:
         q, k, v, block_m, block_n, causal, scale, trace, return_stats, engine: as :func:`int8_flash`.
+        attn_mask, key_lengths, window, causal_align, empty_rows: a mask (see :func:`quant_flash`).
         fmt: ``"e4m3"`` (float8_e4m3fn) or ``"e5m2"``: Q, K, V and P.
         scaling: ``"per-tensor"`` (one scale per tensor), ``"per-block"`` (one per block_m x head_dim tile of
             Q and block_n x head_dim tile of K and V, as FA3) or ``"none"`` (plain casts, no scale).
@@ -655,4 +691,9 @@ def fp8_flash(
         trace=trace,
         return_stats=return_stats,
         engine=engine,
+        attn_mask=attn_mask,
+        key_lengths=key_lengths,
+        window=window,
+        causal_align=causal_align,
+        empty_rows=empty_rows,
     )

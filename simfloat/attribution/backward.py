@@ -109,8 +109,9 @@ def _tile_rows(
     causal: bool,
     ablate: bool = True,
     scale: float | None = None,
+    masking: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    kw: dict[str, Any] = dict(block_m=bm, block_n=bn, causal=causal, scale=scale)
+    kw: dict[str, Any] = dict(block_m=bm, block_n=bn, causal=causal, scale=scale, **(masking or {}))
     rows: list[dict[str, Any]] = []
 
     def forward(p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -207,6 +208,10 @@ def attribute_backward(
     block_ns: Sequence[int] | None = None,
     seqs: Sequence[int] | None = None,
     plan_: BackwardPlan | str | None = None,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
 ) -> Attribution:
     """Isolation and ablation of every backward op, and the forward's share, per tile (see the module docstring);
     with ``steps``, the gradients against the number of rescaling steps too (:func:`backward_steps`).
@@ -225,6 +230,11 @@ def attribute_backward(
         steps: add the steps study (the ``steps`` table): ``block_ns`` at ``block_m`` and ``seqs`` at
             ``block_m`` x ``block_n`` (default: the first tile; None: :func:`backward_steps`' defaults), for
             the :data:`STEPS_TOP_OPS` largest isolated ops of the first tile and :data:`STEPS_ACCUMULATING_OPS`.
+        attn_mask, key_lengths, window, causal_align: a mask, as for :func:`simfloat.attention.flash` and
+            :func:`simfloat.attention.flash_backward`, on every forward and backward run (golden included); a
+            row that sees no key adds nothing (``empty_rows="zero"``). The steps study's length sweep takes
+            the first N queries and keys as a call of their own: ``attn_mask[..., :N, :N]``, key lengths
+            clipped to N (see :func:`backward_steps`).
 
     Returns:
         An :class:`~simfloat.attribution.Attribution` with ``meta["pass"] == "backward"``: ``isolation`` and
@@ -243,10 +253,11 @@ def attribute_backward(
     q, k, v, do, causal, scale, rec = _operands(q, k, v, do, causal, scale, call, heads, layout)
     bp, fp, g64, f64 = _plans(plan)
     ops = _check_ops(BWD_ATTRIBUTION_OPS if ops is None else ops)
+    masking = _masking(attn_mask, key_lengths, window, causal_align)
     rows: list[dict[str, Any]] = []
     tiles = list(tiles)
     for bm, bn in tiles:
-        rows += _tile_rows(q, k, v, do, bp, fp, g64, f64, ops, bm, bn, bool(causal), scale=scale)
+        rows += _tile_rows(q, k, v, do, bp, fp, g64, f64, ops, bm, bn, bool(causal), scale=scale, masking=masking)
     df = pd.DataFrame(rows)
     df.insert(0, "plan", bp.name)
     step_rows: list[dict[str, Any]] = []
@@ -257,7 +268,7 @@ def attribute_backward(
         top = list(dict.fromkeys([*top_isolated(rows), *STEPS_ACCUMULATING_OPS]))
         step_rows = backward_steps(
             q, k, v, do, plan=bp, block_m=sm, block_n=sn, block_ns=block_ns, seqs=seqs, causal=bool(causal),
-            ops=top, scale=scale,
+            ops=top, scale=scale, **masking,
         )  # fmt: skip
     st = pd.DataFrame(step_rows)
     if len(st):
@@ -275,6 +286,7 @@ def attribute_backward(
         block_n=sn,
         causal=bool(causal),
         scale=scale,
+        masked=bool(masking),
         plans=[bp.name],
         forward_plan=fp.name,
         runs=len(rows),
@@ -332,6 +344,10 @@ def backward_steps(
     ops: Sequence[str] = (),
     scale: float | None = None,
     plan_: BackwardPlan | str | None = None,
+    attn_mask: np.ndarray | None = None,
+    key_lengths: object = None,
+    window: tuple[int, int] | None = None,
+    causal_align: str = "top-left",
 ) -> list[dict[str, Any]]:
     """The gradient deviation vs the number of rescaling steps ``ceil(seq_k / block_n)``, two ways.
 
@@ -354,6 +370,9 @@ def backward_steps(
         causal: top-left aligned causal mask.
         ops: the ops isolated at every point (e.g. :func:`top_isolated` of an :func:`attribute_backward` run).
         scale: the softmax scale (default 1/sqrt(head_dim)).
+        attn_mask, key_lengths, window, causal_align: a mask (see :func:`attribute_backward`); a point of the
+            length sweep takes ``attn_mask[..., :N, :N]`` (a broadcast size-1 axis as it is) and the key lengths
+            clipped to N, the window and alignment as they are.
 
     Returns:
         One dict per (sweep, point, kind, op): ``sweep, seq_q, seq_k, block_m, block_n, steps`` (=
@@ -377,14 +396,38 @@ def backward_steps(
     if too_long:
         raise ValueError(f"seqs {too_long} exceed the inputs' length min(seq_q, seq_k) = {longest}")
     points = [("block_n", seq_q, seq_k, b) for b in bns] + [("seq", n, n, bn) for n in ns]
+    masking = _masking(attn_mask, key_lengths, window, causal_align)
     rows: list[dict[str, Any]] = []
     for sweep, nq, nk, b in points:
         qs, dos = q[..., :nq, :], do[..., :nq, :]
         ks, vs = k[..., :nk, :], v[..., :nk, :]
         geo = dict(sweep=sweep, seq_q=nq, seq_k=nk, steps=-(-nk // b), q_tiles=-(-nq // bm))
-        for r in _tile_rows(qs, ks, vs, dos, bp, fp, g64, f64, ops, bm, b, causal, ablate=False, scale=scale):
+        mk = _cut_mask(masking, nq, nk) if (nq, nk) != (seq_q, seq_k) else masking
+        for r in _tile_rows(
+            qs, ks, vs, dos, bp, fp, g64, f64, ops, bm, b, causal, ablate=False, scale=scale, masking=mk
+        ):
             rows.append({**geo, **r})
     return rows
+
+
+def _masking(attn_mask: object, key_lengths: object, window: object, causal_align: object) -> dict[str, Any]:
+    """The mask keywords of a call that has one (flash's and flash_backward's names); {} without."""
+    if attn_mask is None and key_lengths is None and window is None and causal_align == "top-left":
+        return {}
+    return dict(attn_mask=attn_mask, key_lengths=key_lengths, window=window, causal_align=causal_align)
+
+
+def _cut_mask(masking: dict[str, Any], nq: int, nk: int) -> dict[str, Any]:
+    """The mask of the first ``nq`` queries and ``nk`` keys: a dense mask sliced (size-1 axes as they are), key
+    lengths clipped to ``nk``."""
+    out = dict(masking)
+    a = masking.get("attn_mask")
+    if isinstance(a, np.ndarray) and a.ndim >= 2:
+        out["attn_mask"] = a[..., :nq, :nk]
+    lens = masking.get("key_lengths")
+    if lens is not None:
+        out["key_lengths"] = np.minimum(np.asarray(lens), nk)
+    return out
 
 
 def run_cli(args: Any) -> int:

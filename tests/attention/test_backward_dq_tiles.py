@@ -113,6 +113,52 @@ def test_dq_walk_errors():
     args = _case(33, 33, 16, True)
     with pytest.raises(ValueError, match="block_m2"):
         flash_backward(*args, plan=base, block_m2=0)
-    with pytest.raises(ValueError, match="diagonal_first"):
-        flash_backward(*args, plan=base.replace(dq_order="diagonal_first"), causal=True, window=(8, 0))
     assert "dq_order='diagonal_first'" in str(base.replace(dq_order="diagonal_first"))
+
+
+@pytest.mark.parametrize(
+    "mask, causal, off, right",
+    [
+        ({"causal_align": "bottom-right"}, True, 27, 0),
+        ({"window": (20, 15)}, False, 0, 15),
+        ({"window": (30, 0), "causal_align": "bottom-right"}, True, 27, 0),
+    ],
+)
+def test_diagonal_first_under_masks(mask, causal, off, right):
+    """Under a mask, "diagonal_first" starts at the key tile the query tile's first row's right edge (the
+    diagonal shifted by the alignment, or the window's right bound) masks in part, key t * bm2 + off + right + 1;
+    then the rest from tile 0: the bits of that order as a callable (atomic dQ stored in fp32, where the order
+    shows), both engines bit for bit (it was refused)."""
+    from tests.attention_reference import window_keep
+
+    sq, sk, d, bm2, bn2 = 70, 97, 16, 32, 16
+    rng = np.random.default_rng(13)
+    q, do = (sf.round(rng.standard_normal((2, sq, d)), "fp16") for _ in range(2))
+    k, v = (sf.round(rng.standard_normal((2, sk, d)), "fp16") for _ in range(2))
+    left = mask.get("window", (-1, 0))[0]
+    keep = window_keep(sq, sk, left, right, off=off)
+    s = np.where(keep, q @ np.swapaxes(k, -1, -2) / math.sqrt(d), -np.inf)
+    mx = s.max(-1, keepdims=True)
+    e = np.exp(s - mx)
+    lse = sf.round((mx[..., 0] + np.log(e.sum(-1))) * _LOG2E, "float32")
+    args = (q, k, v, sf.round((e / e.sum(-1, keepdims=True)) @ v, "float32"), do, lse)
+
+    def run(order, engine=None):  # atomic dQ stored in fp32: the tiles' order shows in the bits
+        pl = backward_plan("triton-fp16").replace(dq_accumulation="atomic", dq_order=order, grad="float32")
+        kw = dict(block_m=32, block_n=64, block_m2=bm2, block_n2=bn2, causal=causal, engine=engine)
+        return flash_backward(*args, plan=pl, return_delta=True, **kw, **mask)
+
+    def diag_first(shift):
+        def order(t, n):
+            first = min(n, max(0, t * bm2 + shift + 1) // bn2)
+            return list(range(first, n)) + list(range(first))
+
+        return order
+
+    got = run("diagonal_first", "vector")
+    _same(got, run("diagonal_first", "reference"))
+    _same(got, run(diag_first(off + right)))
+    fwd = run("forward")
+    _same(got[1:], fwd[1:])  # dK, dV, delta: the dK/dV kernel's alone
+    assert np.any(got[0] != fwd[0])
+    assert np.any(got[0] != run(diag_first(0))[0])  # the unshifted diagonal is another order

@@ -1,4 +1,4 @@
-"""The vector loop's plan-dependent steps as kernel values (simfloat.attention.vector.forward.Steps): each plan
+"""The vector loop's plan-dependent steps as kernel values (simfloat.attention.vector._steps.Steps): each plan
 gets the variants its dataflow names, the loop's records have one type for plans of different forms (so the loop
 compiles once for all of them), and a Kernel survives pickling. The bits of every variant are checked against
 the reference loop by the vector == reference suites (test_engine.py, test_engine_quant.py, test_fa_presets.py)."""
@@ -50,10 +50,9 @@ def _names(st: fwd.Steps) -> dict[str, str]:
         (
             "triton-bf16",
             dict(qk_rows="_rows_block", pv_rows="_rows_block", dequant="_no_dequant", exp="_exp_lib",
-                 p_codes="_pc_cast", row_sum="_sum_seq", p_operand="_pin_plain", update="_no_update",
-                 tree_rows="_no_tree"),
+                 p_codes="_pc_cast", row_sums="_sums_seq", p_operand="_pin_plain", update="_no_update"),
         ),
-        ("h200-bf16", dict(row_sum="_sum_tree", exp="_exp_table", p_codes="_pc_cast", tree_rows="_tree_rows")),
+        ("h200-bf16", dict(row_sums="_sums_rows_tree", exp="_exp_table", p_codes="_pc_cast")),
         ("fa4-bf16", dict(exp="_exp_mixed")),  # its exp2 mix is laid out over a 128-key tile
         ("int8-reference", dict(dequant="_dequant_scores", p_codes="_pc_quant", update="_update")),
         ("sage3-fp4", dict(p_codes="_pc_block", p_operand="_pin_block", update="_update")),

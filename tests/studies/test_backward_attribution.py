@@ -147,3 +147,40 @@ def test_cli_seqs_longer_than_the_inputs_is_refused(tmp_path, capsys):
     argv = ["attribute", "--quick", "--pass", "backward", "--seq", "24", "--seqs", "32", "--out", str(tmp_path)]
     assert main(argv) == 2
     assert "--seqs 32: longer than the inputs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bool", "window"])
+def test_masked_backward_attribution_is_the_masked_gradients_deviation(kind):
+    """attribute_backward with a mask (as attribute()): every forward and backward run takes it, so the full
+    row is the masked gradients' deviation from the masked fp64 gradients, and differs from the unmasked one."""
+    pytest.importorskip("pandas")
+    from simfloat.attention import flash, flash_backward, lse_from_stats
+    from simfloat.attribution.backward import backward_steps
+
+    q, k, v, do = _inputs(seed=3, seq=40)
+    if kind == "bool":
+        keep = np.random.default_rng(4).random((40, 40)) < 0.6
+        keep[:, 0] = True
+        mask = {"attn_mask": keep}
+    else:
+        mask = {"window": (9, 2), "key_lengths": np.array([33, 40])}
+    res = attribute_backward(q, k, v, do, "triton-bf16", tiles=[(16, 16)], ops=["ds_cast"], **mask)
+    kw = dict(block_m=16, block_n=16, **mask)
+
+    def grads(fwd, bwd):
+        o, m, l = flash(q, k, v, plan=fwd, return_stats=True, **kw)  # noqa: E741
+        return flash_backward(q, k, v, o, do, lse_from_stats(m, l, plan=bwd), plan=bwd, **kw)
+
+    from simfloat.attribution.backward import _plans
+
+    bp, fp, g64, f64 = _plans("triton-bf16")
+    got, golden = grads(fp, bp), grads(f64, g64)
+    full = res.tiles[res.tiles.kind == "full"].iloc[0]
+    for name, g, w in zip(("dq", "dk", "dv"), got, golden, strict=True):
+        assert full[f"{name}_max"] == float(np.abs(g - w).max() / np.abs(w).max())
+    plain = attribute_backward(q, k, v, do, "triton-bf16", tiles=[(16, 16)], ops=["ds_cast"])
+    assert plain.tiles[plain.tiles.kind == "full"].iloc[0]["dq_max"] != full["dq_max"]
+    assert res.meta["masked"] and not plain.meta["masked"]
+    steps = backward_steps(q, k, v, do, block_m=16, block_n=16, block_ns=(8,), seqs=(16, 40), ops=["ds_cast"], **mask)
+    assert {r["seq_q"] for r in steps} == {16, 40}
+    assert all(np.isfinite(r["dq_max"]) for r in steps)

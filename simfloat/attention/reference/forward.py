@@ -599,11 +599,19 @@ def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, 
 @jit
 def _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_lp, l_lp, ms, ls):
     """One key tile of a quantized plan's float64 shadow on the unquantized inputs (exact softmax scale), then
-    the drift of the emulated state (m in the kernel's units, l and acc relative to each run's own running max)."""
+    the drift of the emulated state (m in the kernel's units, l and acc relative to each run's own running max).
+    Masked keys (the -inf scores :func:`_scores` left in ``w.ss``) get -inf; an additive mask adds its bias (in
+    log2 units under exp2)."""
     ps, accs = w.ps, w.accs
     smax = _NINF
     for jj in range(nv):
+        if o.mk.on and w.ss[jj] == _NINF:
+            ps[jj] = _NINF
+            continue
         ps[jj] = dot64(o.q64[b, i], o.k64[b, j0 + jj], 0.0) * pp.qk_scale64
+        if o.mk.dense == DENSE_ADD:
+            bv = o.mk.bias[o.mk.bmap[b], i, j0 + jj]
+            ps[jj] += bv * _LOG2E if pp.exp2 else bv
         smax = fmax(smax, ps[jj])
     m_new = fmax(ms, smax)
     m_sub = 0.0 if m_new == _NINF else m_new
