@@ -47,6 +47,7 @@ from simfloat.attention._inputs import block, prepare
 from simfloat.attention.plan import OpSpec, Plan
 from simfloat.formats import FloatFormat
 from simfloat.formats import format as _format
+from simfloat.hardware import h200_ex2
 from simfloat.rounding import RoundingMode, mode_code
 
 __all__ = [
@@ -414,7 +415,7 @@ def _exp_rounding(pl: Plan, op: OpSpec) -> tuple[_Chain, float]:
         )
     r = _op(op)
     c = _Chain()
-    if pl.exp2 and str(pl.exp2_impl) == "h200":  # the shipped H200 table (a value, or a backward plan's name)
+    if pl.exp2 and pl.exp2_impl == h200_ex2():  # the shipped H200 table, a value in every plan
         c.add(1, (ex2_h200_error(), False))
         eta = 2.0**-126  # results below 2^-126 flushed (ftz) (B7)
         if not _holds_float32(op.fmt):

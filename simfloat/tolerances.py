@@ -297,7 +297,7 @@ def tolerance(
         block_m, block_n: the kernel's tiles (flash).
         v_dim: head_dim_v (default head_dim).
         input_std: the standard deviation of q, k and v, or three (q, k, v).
-        input_format: the format the inputs are rounded into (default: the plan's input format, from its name,
+        input_format: the format the inputs are rounded into (default: the plan's input format, its field,
             e.g. bf16 for ``triton-bf16``; float32 for plans without one).
         method: ``"emulator"`` (default) or ``"bound"`` (the module's docstring).
         samples: number of input draws (>= 1); more tighten the estimate of the tail.

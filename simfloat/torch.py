@@ -53,7 +53,7 @@ except ImportError as _err:  # the optional dependency: say which extra brings i
 from simfloat.attention import backward_plan as _backward_plan
 from simfloat.attention import baseline, baseline_backward, flash, flash_backward, lse_from_stats
 from simfloat.attention import plan as _plan
-from simfloat.attention.backward import _scale_of
+from simfloat.attention._backward_inputs import scale_of as _scale_of
 from simfloat.attention.backward_plan import BackwardPlan, backward_presets
 from simfloat.attention.plan import Plan, presets
 

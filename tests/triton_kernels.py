@@ -1,8 +1,22 @@
 """Triton kernels shared by the stock-interpreter and faithful-interpreter tests: the same kernel shows a stock
-failure in one file and its fix in the other. Imported only after TRITON_INTERPRET=1 is set (tests/conftest.py)."""
+failure in one file and its fix in the other; and the interpreter set-up of the tests that run a kernel under
+``faithful()``: ``from triton_kernels import faithful, tl, torch, triton`` (a test module without torch or triton
+is skipped). Imported only after TRITON_INTERPRET=1 is set (tests/conftest.py): @triton.jit picks the
+interpreter at decoration time."""
 
-import triton
-import triton.language as tl
+import os
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # conftest.py sets it first; a module run on its own needs it too
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from simfloat_gpu.interpreter import faithful  # noqa: E402
+
+__all__ = ["faithful", "tl", "torch", "triton"]
 
 
 @triton.jit

@@ -5,7 +5,6 @@ non-finite."""
 from __future__ import annotations
 
 import math
-import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -55,18 +54,19 @@ class KernelOverflowWarning(RuntimeWarning):
 #: head_dim) as flash-attn's flash_attn_func.
 LAYOUTS = ("bhsd", "bshd")
 
-_FAMILY = re.compile(r"^(?:triton|h200|all|pytorch)-(bf16|fp16|fp32|tf32|e4m3|e5m2)(?![0-9a-z])")
-
 
 def input_format(p: Plan | BackwardPlan | str) -> str | None:
-    """The input format of a preset-family plan (its kernel's q, k, v dtype), read from its name:
-    ``<f>`` for ``triton-``/``h200-``/``all-``/``pytorch-<f>`` (``fp32`` for the tf32 kernels, which read fp32
-    inputs), also for plans derived from them (``triton-bf16*``, ``triton-bf16[only p]``, ``triton-bf16@h200``);
-    None for ``fp64`` and plans of other names (any input)."""
-    m = _FAMILY.match(p if isinstance(p, str) else p.name)
-    if m is None:
-        return None
-    return "fp32" if m.group(1) == "tf32" else m.group(1)
+    """The input format of a plan's kernel (its q, k, v dtype): the plan's ``input_format`` field
+    (:attr:`~simfloat.attention.Plan.input_format`; ``"fp32"`` for the tf32 kernels, which read fp32 inputs),
+    None for plans that take any input (``fp64``, ...). A name is resolved as :func:`~simfloat.attention.plan`
+    resolves it (a preset, ``triton-<fmt>@<profile>``); an unknown name has none (it stops later, with its own
+    message)."""
+    if isinstance(p, str):
+        try:
+            p = plan(p)
+        except ValueError:
+            return None
+    return p.input_format
 
 
 def not_representable(x: np.ndarray, fmt: str) -> int:
@@ -82,15 +82,15 @@ def not_representable(x: np.ndarray, fmt: str) -> int:
         return int(np.count_nonzero((r != x) & ~(np.isnan(r) & np.isnan(x))))
 
 
-def check_input_format(arrays: dict[str, np.ndarray], plan_name: str, *, stacklevel: int = 3) -> None:
+def check_input_format(arrays: dict[str, np.ndarray], pl: Plan | BackwardPlan, *, stacklevel: int = 3) -> None:
     """Warn (:class:`InputFormatWarning`) if an operand holds values that are not values of the plan's input
     format (:func:`input_format`; plans without one take any input). The one check every entry point makes.
 
     Args:
         arrays: the operands by name (``{"q": q, ...}``).
-        plan_name: the plan's name. stacklevel: as for :func:`warnings.warn` (1: this function's line).
+        pl: the plan. stacklevel: as for :func:`warnings.warn` (1: this function's line).
     """
-    fmt = input_format(plan_name)
+    fmt = input_format(pl)
     if fmt is None:
         return
     bad = {name: not_representable(x, fmt) for name, x in arrays.items()}
@@ -101,7 +101,7 @@ def check_input_format(arrays: dict[str, np.ndarray], plan_name: str, *, stackle
     counts = "; ".join(f"{name}: {n} of {arrays[name].size}" for name, n in bad.items())
     warnings.warn(
         f"{names} hold{'s' if len(bad) == 1 else ''} values that are not {fmt} values ({counts}): plan "
-        f"{plan_name}'s kernel takes {fmt} inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); "
+        f"{pl.name}'s kernel takes {fmt} inputs, so its caller rounds them first (simfloat.round(x, {fmt!r}); "
         f"in torch x.to(<the {fmt} dtype>)), but here they are used as they are and the result is not the kernel's",
         InputFormatWarning,
         stacklevel=stacklevel,
@@ -326,7 +326,7 @@ def prepare(
     q, k, v = (from_layout(x, layout, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     qa, ka, va = (operand(x, n, finite=False, stacklevel=5) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     if formats:
-        check_input_format({"q": qa, "k": ka, "v": va}, pl.name, stacklevel=4)
+        check_input_format({"q": qa, "k": ka, "v": va}, pl, stacklevel=4)
     ka, va = group_kv(qa, ka, "k"), group_kv(qa, va, "v")
     check_qkv(qa, ka, va)
     if qa.shape[-1] < 1 or va.shape[-1] < 1:

@@ -37,6 +37,8 @@ KV_ORDERS = ("forward", "reverse", "diagonal_first")
 KERNELS = ("flash", "baseline", "any")
 #: Plan.gpu_kernel: the GPU kernel a plan models (None: no one kernel)
 GPU_KERNELS = ("triton", "triton-tutorial", "flashattn-triton", "fa3", "fa4", "pytorch")
+#: Plan.input_format: the format a plan's kernel reads q, k, v (and dO) in (None: any input)
+INPUT_FORMATS = ("bf16", "fp16", "fp32", "e4m3", "e5m2")
 
 
 def op_params(plan: Any, name: str) -> OpParams:
@@ -227,6 +229,20 @@ def ex2_value(impl: str | Ex2Table) -> str | Ex2Table:
     if isinstance(impl, Ex2Table) or impl == "correctly_rounded":
         return impl
     return h200_ex2() if impl == "h200" else ex2_table_value(ex2_table(impl))
+
+
+def check_kernel_fields(p: Any, what: str) -> None:
+    """The fields that say which GPU kernel a plan models, a forward or a backward one's (``what``: its type's
+    name): ``gpu_kernel`` (None or one of :data:`GPU_KERNELS`), ``profile`` (None or a profile's name) and
+    ``input_format`` (None or one of :data:`INPUT_FORMATS`)."""
+    for field in ("gpu_kernel", "profile", "input_format"):
+        v = getattr(p, field)
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{what}.{field} must be None or a string, got {type(v).__name__}")
+    if p.gpu_kernel is not None and p.gpu_kernel not in GPU_KERNELS:
+        raise ValueError(f"{what}.gpu_kernel must be None or one of {GPU_KERNELS}, got {p.gpu_kernel!r}")
+    if p.input_format is not None and p.input_format not in INPUT_FORMATS:
+        raise ValueError(f"{what}.input_format must be None or one of {INPUT_FORMATS}, got {p.input_format!r}")
 
 
 def check_exp2_impl(impl: object, what: str) -> None:

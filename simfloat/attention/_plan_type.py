@@ -17,7 +17,6 @@ from simfloat.attention._plan_params import (
     DOT_OPS,
     EXP_IMPLS,
     FLASH_OPS,
-    GPU_KERNELS,
     KERNELS,
     KV_ORDERS,
     PLAN_OPS,
@@ -26,6 +25,7 @@ from simfloat.attention._plan_params import (
     Features,
     PlanParams,
     check_exp2_impl,
+    check_kernel_fields,
     ex2_value,
     features,
     plan_params,
@@ -164,6 +164,11 @@ class Plan:
             Plan constructed without it). A hardware profile applies to the ``"triton"`` plans without one.
         profile: the name of the hardware profile (:mod:`simfloat.profiles`) whose models the plan carries
             (``plan("triton-<fmt>", hardware=...)``, ``h200-<fmt>``: ``"h200"``), or ``None``.
+        input_format: the format the plan's kernel reads q, k, v in (its caller rounds them first), a short name
+            (``"bf16"``, ``"fp16"``, ``"fp32"``, ``"e4m3"``, ``"e5m2"``): ``<fmt>`` for ``triton-``, ``h200-``,
+            ``all-`` and ``pytorch-<fmt>`` (``"fp32"`` for the tf32 kernels), kept by the plans derived from them;
+            ``None`` (any input) for ``fp64`` and the other presets. Entry points warn for inputs outside it
+            (:class:`~simfloat.attention.InputFormatWarning`).
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):
         q_quant, k_quant, v_quant, p_quant: the quantizers (:class:`Quant`; None: ``Quant()``, nothing
@@ -244,16 +249,12 @@ class Plan:
     alpha_raw: bool = False
     gpu_kernel: str | None = None
     profile: str | None = None
+    input_format: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"Plan.name must be a string, got {type(self.name).__name__}")
-        for what in ("gpu_kernel", "profile"):
-            v = getattr(self, what)
-            if v is not None and not isinstance(v, str):
-                raise TypeError(f"Plan.{what} must be None or a string, got {type(v).__name__}")
-        if self.gpu_kernel is not None and self.gpu_kernel not in GPU_KERNELS:
-            raise ValueError(f"Plan.gpu_kernel must be None or one of {GPU_KERNELS}, got {self.gpu_kernel!r}")
+        check_kernel_fields(self, "Plan")
         if self.kernel not in KERNELS:
             raise ValueError(f"Plan.kernel must be one of {KERNELS}, got {self.kernel!r}")
         if self.opmath is not None:

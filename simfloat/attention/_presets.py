@@ -28,32 +28,37 @@ from simfloat.hardware import Ex2Table
 _P = TypeVar("_P")
 
 
-def _uniform(make: Callable[..., Any], name: str, fmt: str, dot: Model) -> Any:
+def _uniform(make: Callable[..., Any], name: str, fmt: str, dot: Model, inputs: str | None = None) -> Any:
     f: Any = fmt  # a format name: OpSpecs after __post_init__
     ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "p", "normalize", "out", "softmax"), f)
-    return make(name, qk=dot, pv=dot, **ops)
+    return make(name, qk=dot, pv=dot, **ops, input_format=inputs)
+
+
+def inputs_of(fmt: str) -> str:
+    """The input format of a ``<family>-<fmt>`` preset's kernel: ``fmt``, fp32 for tf32 (tf32 kernels read fp32)."""
+    return "fp32" if fmt == "tf32" else fmt
+
+
+#: the float32 ops of a GPU kernel's plan (the softmax's state and arithmetic; a plan sets the others)
+_F32_OPS = ("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax")
+#: what the GPU flash kernels' plans share: exp2 with log2(e) folded into the scale, FMA contraction
+_FLASH: dict[str, Any] = {"exp2": True, "contract": True, "kernel": "flash"}
+
+
+def _kernel_plan(make: Callable[..., Any], name: str, qk: Model, pv: Model, p: Any, out: Any, **fields: Any) -> Any:
+    """A plan of one GPU kernel: its dots, P's and the output's formats, the ops of :data:`_F32_OPS` float32
+    unless ``fields`` sets them, and ``fields`` (its kernel, ``gpu_kernel`` and flags)."""
+    ops: dict[str, Any] = dict.fromkeys(_F32_OPS, "float32")  # format names: OpSpecs after __post_init__
+    return make(name, qk=qk, pv=pv, p=p, out=out, **{**ops, **fields})
 
 
 def _triton(make: Callable[..., Any], fmt: str) -> Any:
     f = _format(fmt).name
     # fp32 inputs: "ieee" dots (an FMA loop); tf32: fp32 inputs with tf32 tensor cores (Triton's default)
     dot = Sequential("float32") if fmt == "fp32" else tensor_core("sm90", f)
-    wide = fmt in ("fp32", "tf32")
-    io: Any = "float32" if wide else f  # format names: OpSpecs after __post_init__
-    f32: Any = "float32"  # format names: OpSpecs after __post_init__
-    ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
-    return make(
-        f"triton-{fmt}",
-        qk=dot,
-        pv=dot,
-        p=io,
-        out=io,
-        **ops,
-        exp2=True,
-        contract=True,
-        kernel="flash",
-        gpu_kernel="triton",
-    )
+    io = "float32" if fmt in ("fp32", "tf32") else f
+    fields = {"gpu_kernel": "triton", "input_format": inputs_of(fmt)}
+    return _kernel_plan(make, f"triton-{fmt}", dot, dot, io, io, **_FLASH, **fields)
 
 
 def _flashattn_triton(make: Callable[..., Any], fmt: str) -> Any:
@@ -67,6 +72,7 @@ def _flashattn_triton(make: Callable[..., Any], fmt: str) -> Any:
         exp_impl="tl.exp",
         state="lse",
         gpu_kernel="flashattn-triton",
+        input_format=None,  # no input check (the family rule, triton-/h200-/all-/pytorch-, leaves it out)
     )
 
 
@@ -74,33 +80,25 @@ def _triton_tutorial(make: Callable[..., Any], fmt: str) -> Any:
     # python/tutorials/06-fused-attention.py of the triton repository (forward): triton-<fmt>, whose T6 is its
     # contracted qk * qk_scale - m_ij, except in the causal diagonal tiles (Plan.contract_diagonal)
     return dataclasses.replace(
-        _triton(make, fmt), name=f"triton-tutorial-{fmt}", contract_diagonal=False, gpu_kernel="triton-tutorial"
+        _triton(make, fmt),
+        name=f"triton-tutorial-{fmt}",
+        contract_diagonal=False,
+        gpu_kernel="triton-tutorial",
+        input_format=None,  # as flashattn-triton-<fmt>
     )
 
 
 def _pytorch(make: Callable[..., Any], fmt: str) -> Any:
-    f: Any = _format(fmt).name  # format names: OpSpecs after __post_init__
+    f = _format(fmt).name
     if fmt == "fp32":
         qk: Model = Sequential("float32")
         pv: Model = Sequential("float32")
     else:  # fp32 accumulation from 0, the result rounded once into fmt; P read as fmt
         qk = Chunked(_BIG_CHUNK, Sequential("float32"), outer_fmt=f)
         pv = Chunked(_BIG_CHUNK, Sequential("float32", input_fmt=f), outer_fmt=f)
-    f32: Any = "float32"  # format names: OpSpecs after __post_init__
-    ops = dict.fromkeys(("exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
-    om: Any = None if fmt == "fp32" else "float32"  # torch multiplies a bf16/fp16 tensor by a float in float32
-    return make(
-        f"pytorch-{fmt}",
-        qk=qk,
-        pv=pv,
-        scale=f,
-        p=f,
-        out=f,
-        **ops,
-        kernel="baseline",
-        opmath=om,
-        gpu_kernel="pytorch",
-    )
+    om = None if fmt == "fp32" else "float32"  # torch multiplies a bf16/fp16 tensor by a float in float32
+    fields = {"scale": f, "kernel": "baseline", "opmath": om, "gpu_kernel": "pytorch", "input_format": fmt}
+    return _kernel_plan(make, f"pytorch-{fmt}", qk, pv, f, f, **fields)
 
 
 def profile_dot(prof: Any, fmt: str) -> Model | None:
@@ -163,28 +161,11 @@ def _fa(make: Callable[..., Any], gen: int, fmt: str) -> Any:
     f = _format(fmt).name
     fp8 = fmt == "e4m3"
     dot = tensor_core("sm90" if gen == 3 else "sm100", f)
-    f32: Any = "float32"  # format names: OpSpecs after __post_init__
-    ops = dict.fromkeys(("scale", "exp", "m_i", "alpha", "l_i", "acc", "normalize", "softmax"), f32)
     p: Any = _format(f).replace(overflow="saturate", name=f"{f}_satfinite") if fp8 else f  # cvt .satfinite
-    out: Any = "bfloat16" if fp8 else f  # FA3/FA4 write fp8 attention's output in bf16
+    out = "bfloat16" if fp8 else f  # FA3/FA4 write fp8 attention's output in bf16
     extra: dict[str, Any] = {"exp2_emu": "fa4", "lazy_threshold": None if fp8 else 8.0} if gen == 4 else {}
-    return make(
-        f"fa{gen}-{fmt}",
-        qk=dot,
-        pv=dot,
-        p=p,
-        out=out,
-        **ops,
-        exp2=True,
-        contract=True,
-        exp2_impl="h200",
-        p_offset=8 if fp8 else 0,
-        alpha_raw=True,
-        kv_order="reverse",
-        kernel="flash",
-        gpu_kernel=f"fa{gen}",
-        **extra,
-    )
+    fields = {"exp2_impl": "h200", "p_offset": 8 if fp8 else 0, "alpha_raw": True, "kv_order": "reverse"}
+    return _kernel_plan(make, f"fa{gen}-{fmt}", dot, dot, p, out, **_FLASH, **fields, gpu_kernel=f"fa{gen}", **extra)
 
 
 @functools.cache
@@ -193,7 +174,7 @@ def table(make: Callable[..., Any]) -> dict[str, Any]:
     out = {"fp64": _uniform(make, "fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         f = _format(fmt).name
-        out[f"all-{fmt}"] = _uniform(make, f"all-{fmt}", f, Sequential(f, product_fmt=f))
+        out[f"all-{fmt}"] = _uniform(make, f"all-{fmt}", f, Sequential(f, product_fmt=f), inputs_of(fmt))
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         out[f"triton-{fmt}"] = _triton(make, fmt)
     for fmt in ("bf16", "fp16", "tf32", "e4m3", "e5m2"):
@@ -295,16 +276,13 @@ def resolve(
         raise ValueError(f"unknown {what} {name!r}; presets: {', '.join(presets_)}")
     preset = presets_[name]
     if hardware is not None:
-        if not _takes_hardware(preset, name):
+        if not _takes_hardware(preset):
             raise ValueError(f"{func}(hardware=...) applies to the triton-<fmt> presets ({kernels}), got {name!r}")
         return with_hardware(preset, name.split("-", 1)[1], hardware)
     return presets_[name]
 
 
-def _takes_hardware(preset: Any, name: str) -> bool:
-    """Whether a hardware profile applies to ``preset`` (the preset ``name`` of its table): a plan of the Triton
-    flash kernel without a profile yet (its ``gpu_kernel`` and ``profile`` fields). A plan type without those
-    fields (the backward plans) goes by the preset's name, ``triton-<fmt>``."""
-    if hasattr(preset, "gpu_kernel"):
-        return bool(preset.gpu_kernel == "triton" and preset.profile is None)
-    return re.fullmatch(r"triton-[a-z0-9]+", name) is not None
+def _takes_hardware(preset: Any) -> bool:
+    """Whether a hardware profile applies to ``preset``, a forward or backward plan: a plan of the Triton flash
+    kernel without a profile yet (its ``gpu_kernel`` and ``profile`` fields)."""
+    return bool(preset.gpu_kernel == "triton" and preset.profile is None)

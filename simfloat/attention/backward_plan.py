@@ -15,11 +15,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simfloat.accumulate import AccParams, Chunked, Model, Sequential, acc_params, tensor_core
+from simfloat.attention._plan_params import check_exp2_impl, check_kernel_fields, ex2_tab, ex2_value
+from simfloat.attention._presets import inputs_of
 from simfloat.attention._specs import _BIG_CHUNK, OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
 from simfloat.attention.plan import (
     EXP_IMPLS,
-    _check_exp2_impl,
-    _ex2_tab,
     _op_params,
     _preset,
     _profile_dot,
@@ -143,8 +143,9 @@ class BackwardPlan:
         softmax: baseline_backward only: the format of the forward softmax it recomputes.
         exp2: exp2 with log2(e) folded into the scale (the Triton kernel), else exp.
         contract: the B4 shift as one fused rounding.
-        exp2_impl: ``"correctly_rounded"``, ``"h200"`` (the measured ex2.approx.ftz.f32) or another table (see
-            :class:`~simfloat.attention.Plan`).
+        exp2_impl: ``"correctly_rounded"``, or an ex2.approx table as a value (:class:`simfloat.hardware.Ex2Table`;
+            a registered table's name such as ``"h200"``, the measured ex2.approx.ftz.f32, becomes its value), as
+            :attr:`~simfloat.attention.Plan.exp2_impl`.
         dq_accumulation: Q4's dataflow. ``"in_mma"`` (default; the Triton kernel's dQ pass): ``dq_i =
             dq(dq_i + sum_j ds_ij k_j)`` per key tile, the accumulator entering each tile's MMA. ``"atomic"``
             (FlashAttention-2/3's CUDA backward): each key tile's contribution ``c_t = dq(sum_j ds_ij k_j)`` an
@@ -181,6 +182,15 @@ class BackwardPlan:
             Python-float scale rounded into it, round the product into it and that into the op's format, as
             ``tensor * scale`` does. ``None``: the scale rounded into the op's format and the product rounded
             once. The ``pytorch-<fmt>`` presets set float32.
+        gpu_kernel: the GPU kernel the plan models, a field rather than a name prefix, as
+            :attr:`~simfloat.attention.Plan.gpu_kernel`: ``"triton"`` (``triton-<fmt>``, ``triton-<fmt>@<profile>``,
+            ``h200-<fmt>``), ``"triton-tutorial"``, ``"flashattn-triton"``, ``"pytorch"`` (torch's eager
+            autograd), or ``None`` (``fp64``, ``all-<fmt>``, a BackwardPlan constructed without it). A hardware
+            profile applies to the ``"triton"`` plans without one.
+        profile: the name of the hardware profile whose models the plan carries (``h200-<fmt>``: ``"h200"``), or
+            ``None``.
+        input_format: the format the kernel reads q, k, v and dO in, as :attr:`~simfloat.attention.Plan.input_format`
+            (the same presets set it).
     """
 
     name: str
@@ -209,12 +219,16 @@ class BackwardPlan:
     scale_at: str = "scores"
     exp_impl: str = "correctly_rounded"
     k_scaled: OpSpec = "float16"  # type: ignore[assignment]  # a format name -> an OpSpec in __post_init__
+    gpu_kernel: str | None = None
+    profile: str | None = None
+    input_format: str | None = None
 
     def __post_init__(self) -> None:
         if self.opmath is not None:
             object.__setattr__(self, "opmath", _checked_format(self.opmath, "BackwardPlan.opmath"))
         if not isinstance(self.name, str):
             raise TypeError(f"BackwardPlan.name must be a string, got {type(self.name).__name__}")
+        check_kernel_fields(self, "BackwardPlan")
         for op in BACKWARD_OPS:
             value = getattr(self, op)
             spec = _dot_spec(op, value) if op in _BWD_DOTS else _scalar_spec(op, value)
@@ -222,7 +236,8 @@ class BackwardPlan:
         for flag in ("exp2", "contract"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"BackwardPlan.{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
-        _check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
+        check_exp2_impl(self.exp2_impl, "BackwardPlan.exp2_impl")
+        object.__setattr__(self, "exp2_impl", ex2_value(self.exp2_impl))
         object.__setattr__(self, "dq_atomic", _scalar_spec("dq_atomic", self.dq_atomic))
         object.__setattr__(self, "k_scaled", _scalar_spec("k_scaled", self.k_scaled))
         if self.scale_at not in SCALE_AT:
@@ -278,6 +293,9 @@ class BackwardPlan:
             "scale_at",
             "k_scaled",
             "exp_impl",
+            "gpu_kernel",
+            "profile",
+            "input_format",
         )
         unknown = sorted(set(changes) - set(BACKWARD_OPS) - set(flags) - {"name"})
         if unknown:
@@ -333,7 +351,7 @@ class BackwardPlan:
             self.contract,
             qk_scale,
             sm_scale,
-            _ex2_tab(self.exp2_impl),
+            ex2_tab(self.exp2_impl),
             self.dq_accumulation == "atomic",
             op("dq_atomic"),
             self.scale_at == "ds",
@@ -342,8 +360,9 @@ class BackwardPlan:
         )
 
 
-def _bwd_uniform(name: str, fmt: str, dot: Model) -> BackwardPlan:
-    return BackwardPlan(name, fmt, fmt, dot, fmt, fmt, fmt, dot, dot, fmt, fmt, dot, dot, fmt, fmt, fmt)  # type: ignore[arg-type]  # names -> OpSpecs in __post_init__
+def _bwd_uniform(name: str, fmt: str, dot: Model, inputs: str | None = None) -> BackwardPlan:
+    f: Any = fmt  # a format name: OpSpecs after __post_init__
+    return BackwardPlan(name, f, f, dot, f, f, f, dot, dot, f, f, dot, dot, f, f, f, input_format=inputs)
 
 
 def _bwd_triton(fmt: str) -> BackwardPlan:
@@ -370,6 +389,8 @@ def _bwd_triton(fmt: str) -> BackwardPlan:
         fp32,
         exp2=True,
         contract=True,
+        gpu_kernel="triton",
+        input_format=inputs_of(fmt),
     )
 
 
@@ -381,7 +402,8 @@ def _bwd_with_hardware(base: BackwardPlan, fmt: str, hardware: object) -> Backwa
     from simfloat.profiles import load_profile, register_profile
 
     prof = register_profile(load_profile(hardware))  # type: ignore[arg-type]
-    changes: dict[str, object] = {"name": f"{base.name}@{prof.name}", "exp2_impl": prof.exp2_impl()}
+    changes: dict[str, object] = {"name": f"{base.name}@{prof.name}", "profile": prof.name}
+    changes["exp2_impl"] = prof.exp2_impl()
     model = _profile_dot(prof, fmt)
     if model is not None:
         changes.update(dict.fromkeys(_BWD_DOTS, model))
@@ -405,7 +427,7 @@ def _bwd_pytorch(fmt: str) -> BackwardPlan:
     fp32 = "float32"
     # the Python-float scale multiplies in float32 (torch's opmath), the product then rounded into <fmt>
     ops = (fp32, fp32, dot, f, fp32, f, dot, dot, fp32, f, dot, dot, f, f, fp32)
-    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
+    return BackwardPlan(f"pytorch-{fmt}", *ops, opmath=fp32, gpu_kernel="pytorch", input_format=fmt)  # type: ignore[arg-type]  # names -> OpSpecs, formats in __post_init__
 
 
 @functools.cache
@@ -413,7 +435,7 @@ def _build_backward() -> dict[str, BackwardPlan]:
     out = {"fp64": _bwd_uniform("fp64", "float64", Sequential("float64", product_fmt="float64"))}
     for fmt in ("bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2"):
         f = _format(fmt).name
-        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f))
+        out[f"all-{fmt}"] = _bwd_uniform(f"all-{fmt}", f, Sequential(f, product_fmt=f), inputs_of(fmt))
     for fmt in ("bf16", "fp16", "fp32", "tf32"):
         out[f"triton-{fmt}"] = _bwd_triton(fmt)
     for fmt in ("bf16", "fp16", "tf32"):
@@ -431,7 +453,13 @@ def _bwd_flashattn(fmt: str) -> BackwardPlan:
     # program over the key tiles): triton-<fmt>'s ops with tl.exp of the contracted qk * scale - lse (natural
     # log units), the scale applied to dS before its cast and no dK/dQ epilogue multiply
     return dataclasses.replace(
-        _bwd_triton(fmt), name=f"flashattn-triton-{fmt}", exp2=False, exp_impl="tl.exp", scale_at="ds"
+        _bwd_triton(fmt),
+        name=f"flashattn-triton-{fmt}",
+        exp2=False,
+        exp_impl="tl.exp",
+        scale_at="ds",
+        gpu_kernel="flashattn-triton",
+        input_format=None,  # as the forward's flashattn-triton-<fmt>
     )
 
 
@@ -448,6 +476,8 @@ def _bwd_tutorial() -> BackwardPlan:
         k_scaled="float16",  # type: ignore[arg-type]  # a format name -> an OpSpec in __post_init__
         opmath=fp32,
         dq_order="diagonal_first",
+        gpu_kernel="triton-tutorial",
+        input_format=None,  # as the forward's triton-tutorial-fp16
     )
 
 

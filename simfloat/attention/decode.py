@@ -38,8 +38,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from simfloat import ops as _ops
+from simfloat.attention._backward_inputs import log_rounded as _log_rounded
 from simfloat.attention._specs import OpSpec
-from simfloat.attention.backward import _log_rounded
 from simfloat.attention.flash import flash
 from simfloat.attention.plan import Plan
 from simfloat.attention.plan import plan as _plan

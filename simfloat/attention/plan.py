@@ -40,8 +40,6 @@ from simfloat.attention._plan_params import (  # noqa: F401
     Features,
     PlanParams,
 )
-from simfloat.attention._plan_params import check_exp2_impl as _check_exp2_impl  # noqa: F401
-from simfloat.attention._plan_params import ex2_tab as _ex2_tab  # noqa: F401
 from simfloat.attention._plan_params import op_params as _op_params  # noqa: F401
 from simfloat.attention._plan_params import qk_scale as _qk_scale  # noqa: F401
 from simfloat.attention._plan_type import Plan

@@ -22,13 +22,14 @@ __all__ = [
     "reference_plan",
 ]
 
-#: Every :class:`Plan` field but the name, which kernel the plan is for and the profile its models came from (not
-#: how it computes: ``kernel``, ``gpu_kernel``, ``profile``) and the quantizer ops (None in the float plans
+#: Every :class:`Plan` field but the name, which kernel the plan is for, the profile its models came from and the
+#: kernel's input format (not how it computes: ``kernel``, ``gpu_kernel``, ``profile``, ``input_format``) and the
+#: quantizer ops (None in the float plans
 #: attribution studies; plans with quantizers derive their own, ``Plan.isolate``).
 _FIELDS = tuple(
     f.name
     for f in dataclasses.fields(Plan)
-    if f.name not in ("name", "kernel", "gpu_kernel", "profile") and f.name not in QUANT_FIELDS
+    if f.name not in ("name", "kernel", "gpu_kernel", "profile", "input_format") and f.name not in QUANT_FIELDS
 )
 #: The algorithm flags a plan carries besides its ops (every field of :data:`_FIELDS` that is not an op, so a
 #: new flag cannot be left out; ``opmath``, a baseline plan's working precision, is no algorithm flag);
@@ -102,10 +103,11 @@ def reference_plan(p: Plan | str) -> Plan:
     """Every op float64 (the ``fp64`` preset's entries) under ``p``'s algorithm flags (:data:`FLAGS`: exp2, FMA
     contraction, normalization, lazy rescaling, the exp2 implementation and the row-sum order): what is left
     when all of ``p``'s low precision is removed. With ``exp2_impl="h200"`` that includes the approximation
-    of the hardware's ex2.approx.ftz.f32, which no op's format removes."""
+    of the hardware's ex2.approx.ftz.f32, which no op's format removes. It keeps ``p``'s input format (it runs
+    on ``p``'s inputs)."""
     fp = plan(p)
     flags = {f: getattr(fp, f) for f in FLAGS}
-    return dataclasses.replace(plan("fp64"), name=f"{fp.name}[all->fp64]", **flags)
+    return dataclasses.replace(plan("fp64"), name=f"{fp.name}[all->fp64]", input_format=fp.input_format, **flags)
 
 
 def isolation_plan(p: Plan | str, op: str) -> Plan:

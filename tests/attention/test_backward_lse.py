@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simfloat.attention import lse_from_stats
-from simfloat.attention.backward import _log_rounded
+from simfloat.attention._backward_inputs import log_rounded as _log_rounded
 from simfloat.attention.backward_plan import backward_plan
 from simfloat.attention.plan import OpSpec
 

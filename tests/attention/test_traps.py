@@ -57,7 +57,11 @@ def test_inputs_outside_the_plans_format_are_warned_about_in_every_entry_point()
         flash(*(sf.round(x, "bf16") for x in (q, k, v)), plan="triton-bf16")
         flash(q, k, v, plan="triton-fp32")
         baseline(q, k, v, plan="fp64")
-        flash(q, k, v, plan=plan("triton-bf16").replace(name="mine"))  # a plan of its own: any input
+        flash(q, k, v, plan=plan("triton-bf16").replace(name="mine", input_format=None))  # no input format
+        flash(q, k, v, plan=plan("triton-fp32").replace(name="triton-bf16x"))  # the field decides, not the name
+    # the input format is plan data: a renamed plan keeps its kernel's
+    with pytest.warns(InputFormatWarning, match="not bf16 values.*mine"):
+        flash(q, k, v, plan=plan("triton-bf16").replace(name="mine"), block_m=16, block_n=16)
     assert issubclass(InputFormatWarning, UserWarning) and InputFormatWarning is not UserWarning  # filterable
 
 

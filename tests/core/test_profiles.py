@@ -70,7 +70,7 @@ def test_h200_backward_preset_is_triton_with_the_shipped_profile(fmt):
     """The backward h200-<fmt> comes from the shipped profile now: field for field the plan it was built as
     before (the backward triton-<fmt> with the H200 ex2 table, now the value hardware.h200_ex2(), the forward
     plans' too), and triton-<fmt>@h200 under its historic name."""
-    old = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl=hardware.h200_ex2())
+    old = dataclasses.replace(_bwd_triton(fmt), name=f"h200-{fmt}", exp2_impl=hardware.h200_ex2(), profile="h200")
     new = backward_plan(f"h200-{fmt}")
     for f in dataclasses.fields(BackwardPlan):
         assert getattr(new, f.name) == getattr(old, f.name), f.name
@@ -80,6 +80,25 @@ def test_h200_backward_preset_is_triton_with_the_shipped_profile(fmt):
     # the kernel fuses B4 with tl.fma itself: a profile without FMA contraction leaves it fused
     assert got.contract and got.exp2_impl == plan(f"triton-{fmt}@h200").exp2_impl
     assert got.qk == got.dk == plan(f"triton-{fmt}@h200").qk
+
+
+def test_backward_plan_kernel_fields_follow_the_forward():
+    """A BackwardPlan says its GPU kernel and hardware profile in fields, as the forward Plan does (every backward
+    preset: the forward preset's values), and carries its exp2 as a value: a table's name becomes the table."""
+    from simfloat.attention import backward_presets
+
+    for name, bp in backward_presets().items():
+        fwd = plan(name)
+        assert (bp.gpu_kernel, bp.profile) == (fwd.gpu_kernel, fwd.profile), name
+    assert backward_plan("triton-bf16@h200").profile == "h200"
+    assert backward_plan("triton-bf16").replace(exp2_impl="h200").exp2_impl == hardware.h200_ex2()
+    with pytest.raises(ValueError, match="gpu_kernel"):
+        backward_plan("triton-bf16").replace(gpu_kernel="cuda")
+    with pytest.raises(TypeError, match="profile"):
+        backward_plan("triton-bf16").replace(profile=3)
+    # a hardware profile applies by the fields: a plan of the Triton kernel that carries a profile takes no other
+    with pytest.raises(ValueError, match="triton-<fmt>"):
+        backward_plan("h200-bf16", hardware="h200")
 
 
 def test_backward_plan_hardware_errors():

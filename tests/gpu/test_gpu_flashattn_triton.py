@@ -13,19 +13,12 @@ pass: ``add(x, dot(a, b, 0))`` becomes ``dot(a, b, x)``), which the interpreter 
 writes the folded form, ``tl.dot(p, v, acc)``."""
 
 import math
-import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import numpy as np
+import pytest
+from triton_kernels import faithful, tl, torch, triton  # the interpreter's set-up (skips without torch, triton)
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-torch = pytest.importorskip("torch")
-triton = pytest.importorskip("triton")
-tl = pytest.importorskip("triton.language")
-
-from simfloat.attention import flash, plan  # noqa: E402
-from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat.attention import flash, plan
 
 pytestmark = pytest.mark.triton
 

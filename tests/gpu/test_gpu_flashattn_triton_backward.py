@@ -10,19 +10,11 @@ do v^T``, ``ds = fp(p * (dp - delta) * scale)`` (the scale before the cast), ``d
 buffer, ``dq += ds k`` (the GPU's Triton folds the add into the dot's accumulator; the kernel below writes
 ``tl.dot(ds, k, dq)``); no scale on store; the host casts dq into the input format."""
 
-import os
+import numpy as np
+import pytest
+from triton_kernels import faithful, tl, torch, triton  # the interpreter's set-up (skips without torch, triton)
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-torch = pytest.importorskip("torch")
-triton = pytest.importorskip("triton")
-tl = pytest.importorskip("triton.language")
-
-from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats  # noqa: E402
-from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats
 
 pytestmark = pytest.mark.triton
 

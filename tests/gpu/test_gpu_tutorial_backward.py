@@ -12,19 +12,11 @@ pid (BLOCK_M2 rows): first its diagonal keys in steps of BLOCK_N2 / 2 (masked), 
 in steps of BLOCK_N2: ``dq += fp16(p * (dp - D)) k'``; ``dq * ln 2`` on store. The GPU's Triton folds ``acc +=
 tl.dot(a, b)`` into the dot's accumulator; the kernel below writes the folded form ``tl.dot(a, b, acc)``."""
 
-import os
+import numpy as np
+import pytest
+from triton_kernels import faithful, tl, torch, triton  # the interpreter's set-up (skips without torch, triton)
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-torch = pytest.importorskip("torch")
-triton = pytest.importorskip("triton")
-tl = pytest.importorskip("triton.language")
-
-from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats  # noqa: E402
-from simfloat_gpu.interpreter import faithful  # noqa: E402
+from simfloat.attention import backward_plan, flash, flash_backward, lse_from_stats
 
 pytestmark = pytest.mark.triton
 

@@ -280,8 +280,9 @@ def test_plan_names_do_not_matter_for_dedup(qkv):
 def test_flags_are_every_plan_field_but_the_ops():
     ops = set(FLASH_OPS) | {"softmax", "name"}
     # which kernel; the quantizer ops (None in the float plans); a baseline plan's working precision (opmath)
-    # which kernel and which hardware profile (gpu_kernel, profile: what the plan models, not how it computes)
-    not_flags = {"kernel", "gpu_kernel", "profile", "opmath", *QUANT_FIELDS}
+    # which kernel, which hardware profile and the kernel's input format (gpu_kernel, profile, input_format: what
+    # the plan models, not how it computes)
+    not_flags = {"kernel", "gpu_kernel", "profile", "input_format", "opmath", *QUANT_FIELDS}
     assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops - not_flags
     alt = dict(
         exp2=False,
