@@ -317,7 +317,7 @@ def test_op_indices_are_positions_in_the_op_lists():
 
     baseline, backward, _quant_kernels, forward = (
         importlib.import_module(f"simfloat.attention.{m}")
-        for m in ("baseline", "backward", "_quant_kernels", "reference.forward")
+        for m in ("baseline", "reference.backward", "_quant_kernels", "reference.forward")
     )
     tables = [
         (baseline, BASELINE_OPS, ""),
