@@ -111,8 +111,9 @@ class Kernel(WrapperAddressProtocol):
     A caller that takes a Kernel is compiled once for every kernel of that signature, and the kernel it calls is
     compiled (or loaded from the cache) only when a Kernel of it is first passed: a plan compiles the forms it
     uses, and the callers' machine code never holds the callees' (numba would otherwise link and optimize the
-    whole callee tree again into every caller). The call goes through a pointer: for kernels that do a row's or a
-    tile's work per call, not for per-element helpers.
+    whole callee tree again into every caller). The call goes through a pointer, and the callee increments and
+    decrements the count of every array of the records it is passed (numba's reference counting, atomic): for
+    kernels that do a tile's work per call, not for per-row or per-element helpers.
 
     Args:
         fn: a :data:`jit` function. sig: its numba signature, with the argument types exactly as the callers

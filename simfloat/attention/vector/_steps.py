@@ -3,8 +3,9 @@
 Each step kernel does its step for all rows ``[0, g)`` of a q tile against one key tile: the loop
 (:mod:`simfloat.attention.vector.forward`) calls it through a pointer (a :class:`~simfloat._jit.Kernel`) a few
 times per tile, not per row, so the loop is compiled once for every plan, a variant is compiled only when a plan
-first uses it, and the call's cost (numba passes the records by value) is spread over a tile's rows. A row's
-keys in the tile are ``sc.nv[r]``; its steps read and write its row of the :class:`~._records.Scratch`.
+first uses it, and the call's cost (the callee counts a reference to every array of its records) is spread over a
+tile's rows. A row's keys in the tile are ``sc.nv[r]``; its steps read and write its row of the
+:class:`~._records.Scratch`.
 """
 
 from __future__ import annotations
