@@ -1,5 +1,6 @@
 """The order of the backward's dQ key tiles (Q4's MMAs, or the atomic adds Q4b) per (lead, query tile), from the
-plan's ``dq_order`` and a seed (:func:`dq_orders`), walked by both engines over the dQ kernel's own tiles.
+plan's ``dq_order`` and a seed (:func:`dq_orders`; DASH's schedules from :mod:`simfloat.attention._dash`), walked
+by both engines over the dQ kernel's own tiles.
 """
 
 from __future__ import annotations

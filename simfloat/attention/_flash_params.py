@@ -11,7 +11,8 @@ what differs is which optional steps run, and each step is chosen by a field of 
   ``PV_INTO_ACC`` (``tl.dot(p, v, acc)``);
 * float dataflow options (every plan's fields, each at its plan's value): lazy rescaling, the tie shift, FA1's
   per-step normalization, the ``l_ij`` model (sequential, chunked, the H200 ``tl.sum`` tree), the H200 ex2
-  table and ``tl.exp``, the running state's form (``lse``) and the key tiles' order (``kv_order``).
+  table and ``tl.exp``, the running state's form (``lse``), the key tiles' order (``kv_order``) and the
+  accumulator's format (``pv_acc``: alpha rounded into it before T11's rescale).
 
 The in-tile row sum is ``l_ij`` (a plan with quantizers has ``l_ij = l_i``'s format and mode, its row sum).
 """
