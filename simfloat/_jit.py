@@ -93,6 +93,7 @@ def _drop_if_changed(stamp: Path, digest: str, folders: list[Path]) -> None:
 _drop_stale_caches()
 _compiling.install()  # the notice on the first compilation, and the compile clock of the progress bars
 
+
 def _memoize_inlined_ir() -> None:
     """Let numba build a helper's IR once for all the call sites that inline it.
 
@@ -100,8 +101,8 @@ def _memoize_inlined_ir() -> None:
     passes, its own inlining of nested helpers) again at every call site, then copying the result; the copy is all
     the call site needs, since numba mutates only the copy. Keyed by the function, the caller's flags and locals,
     the IR is now built once per process and copied per site: the same IR, so the same machine code, for less
-    compiling (a fifth of numba's front-end time on a first ``flash()``; docs/results/cold-start.md). A numba
-    whose inliner has another shape is left as it is.
+    compiling (measured in docs/results/cold-start.md). numba compiles under one lock, so the memo needs none. A
+    numba whose inliner has another shape is left as it is.
     """
     try:
         from numba.core.inline_closurecall import InlineWorker
@@ -120,8 +121,9 @@ def _memoize_inlined_ir() -> None:
         # inline_ir copies callee_ir before it changes anything, so the memoized IR stays as built
         return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
 
-    InlineWorker.inline_function = inline_function
-    InlineWorker._simfloat_memo = True
+    worker: Any = InlineWorker
+    worker.inline_function = inline_function
+    worker._simfloat_memo = True
 
 
 _memoize_inlined_ir()
