@@ -24,6 +24,7 @@ demo: $(VENV)/.core
 
 # The test files are spread over one worker process per core (pytest-xdist; a file's tests stay in one worker,
 # the workers share numba's on-disk cache); WORKERS=0 runs everything in one process.
+# The 30 slowest tests are listed at the end (--durations): where the suite's time goes.
 WORKERS ?= auto
 # The docs' pages (tests/packaging/test_docs.py, each page a fresh process) run last, on the kernels the suite compiled
 # into numba's cache: beside the suite they would compile the same kernels again, in parallel.
@@ -32,7 +33,7 @@ WORKERS ?= auto
 CPU_TARGET := tests/core/test_cpu_target.py
 test: $(VENV)/.full
 	@$(BIN)/python -m pytest -q -p no:cacheprovider $(CPU_TARGET) > $(VENV)/cpu-target.log 2>&1 & check=$$!; \
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --ignore=tests/packaging/test_docs.py \
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --durations=30 --ignore=tests/packaging/test_docs.py \
 		--ignore=$(CPU_TARGET); suite=$$?; \
 	wait $$check; target=$$?; echo "$(CPU_TARGET), beside the suite:"; cat $(VENV)/cpu-target.log; \
 	test $$suite -eq 0 && test $$target -eq 0

@@ -93,6 +93,41 @@ def _drop_if_changed(stamp: Path, digest: str, folders: list[Path]) -> None:
 _drop_stale_caches()
 _compiling.install()  # the notice on the first compilation, and the compile clock of the progress bars
 
+
+def _memoize_inlined_ir() -> None:
+    """Let numba build a helper's IR once for all the call sites that inline it.
+
+    numba inlines an ``inline="always"`` function (``ljit``) by running its front end (bytecode to IR, the untyped
+    passes, its own inlining of nested helpers) again at every call site, then copying the result; the copy is all
+    the call site needs, since numba mutates only the copy. Keyed by the function, the caller's flags and locals,
+    the IR is now built once per process and copied per site: the same IR, so the same machine code, for less
+    compiling (measured in docs/results/cold-start.md). numba compiles under one lock, so the memo needs none. A
+    numba whose inliner has another shape is left as it is.
+    """
+    try:
+        from numba.core.inline_closurecall import InlineWorker
+    except ImportError:  # pragma: no cover - another numba layout: keep numba's own inliner
+        return
+    if getattr(InlineWorker, "_simfloat_memo", False) or not hasattr(InlineWorker, "inline_function"):
+        return
+    built: dict[tuple[Any, ...], Any] = {}
+
+    def inline_function(self: Any, caller_ir: Any, block: Any, i: int, function: Any, arg_typs: Any = None) -> Any:
+        self.flags.enable_ssa = False  # as numba's run_untyped_passes leaves the caller's flags, hit or miss
+        key = (function, type(self.pipeline), repr(self.flags), repr(sorted(self.locals.items())))
+        callee_ir = built.get(key)
+        if callee_ir is None:
+            callee_ir = built[key] = self.run_untyped_passes(function)
+        # inline_ir copies callee_ir before it changes anything, so the memoized IR stays as built
+        return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
+
+    worker: Any = InlineWorker
+    worker.inline_function = inline_function
+    worker._simfloat_memo = True
+
+
+_memoize_inlined_ir()
+
 # Scalar workers and serial drivers.
 jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 # Small branch-free helpers inlined into the caller's loops (numba IR inlining), so LLVM can vectorize the loop.
