@@ -20,8 +20,8 @@ from simfloat.attention._masks import (
     DENSE_ADD,
     key_masked,
     qtile_range,
-    row_span,
-    tile_range,
+    visible_keys,
+    visible_tiles,
 )
 from simfloat.attention.backward_plan import FLASH_BACKWARD_OPS
 from simfloat.trace import record
@@ -80,11 +80,7 @@ def units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh,
             if tr is not None:  # D2's local errors and the shadow's delta
                 traced_delta(o, do, b, bm, n_kv, pp, tr, d64)
             for i in range(seq_q):
-                jv = min(seq_k, i + 1) if causal else seq_k
-                k_lo = 0
-                if mk.on:
-                    k_lo, jv = row_span(mk, causal, b, i, seq_k)
-                    jv = max(0, jv)
+                k_lo, jv = visible_keys(mk, causal, b, i, seq_k)
                 for j in range(jv):
                     if mk.on and key_masked(mk, b, i, j, k_lo):
                         continue
@@ -156,10 +152,7 @@ def units(lo, hi, q, k, v, do, o, lse, delta, dq, dk, dv, psum, pp, geo, tr, sh,
             b = b0 + g
             for i in range(seq_q):  # Q4 over the key tiles; E3
                 t, t2 = i // bm, i // bm2
-                hi_k = min((t2 + 1) * bm2, seq_k) if causal else seq_k
-                jt_lo, jt_hi = 0, (hi_k + bn2 - 1) // bn2
-                if mk.on:  # the key tiles the row's dQ query tile walks
-                    jt_lo, jt_hi = tile_range(mk, causal, b, t2, bm2, bn2, seq_k)
+                jt_lo, jt_hi = visible_tiles(mk, causal, b, t2, bm2, bn2, seq_k)  # the dQ query tile's key tiles
                 for c in range(d):
                     acc, a64 = 0.0, 0.0
                     if walk:  # the dQ kernel's tiles in its order (atomic: tiles below jt_lo add zeros: exact)

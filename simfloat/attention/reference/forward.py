@@ -36,7 +36,7 @@ from simfloat.attention._kernels import (
     row_sum,
     sub,
 )
-from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span, tile_range
+from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, visible_keys, visible_tiles
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
     DELTA_SCORES,
@@ -383,13 +383,8 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     bm, bn, causal, seq_k, wn = geo
     vrow = b * ((seq_k + bn - 1) // bn) + jt
     j0 = jt * bn
-    jv = min(j0 + bn, seq_k)
-    lo = 0
-    if o.mk.on:  # the structured mask: keys [lo, hi) (keys < lo are masked in _scores)
-        lo, hi = row_span(o.mk, causal, b, i, seq_k)
-        jv = min(jv, hi)
-    elif causal:
-        jv = min(jv, i + 1)
+    lo, hi = visible_keys(o.mk, causal, b, i, seq_k)  # the row's keys [lo, hi) (keys < lo: masked in _scores)
+    jv = min(j0 + bn, hi)
     nv = max(0, jv - j0)
     s, p, acc = w.s, w.p, w.acc
     sscale = qss
@@ -686,10 +681,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
-        kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
-        jt_lo, n_kv = 0, (kv_hi + bn - 1) // bn
-        if o.mk.on:  # the key tiles some row of the q tile may see (FA2's n_block_min / max)
-            jt_lo, n_kv = tile_range(o.mk, causal, b, t, bm, bn, seq_k)
+        jt_lo, n_kv = visible_tiles(o.mk, causal, b, t, bm, bn, seq_k)  # FA2's n_block_min / max
         if pp.v_epilogue:
             for d in range(dv):
                 w.vs_fin[d] = o.vs[b, 0, d] / pp.p_qmax if p_fixed or pp.p_shift != 0.0 else o.vs[b, 0, d]
