@@ -8,10 +8,11 @@ exponentials (T6, T7), alpha (T9), P's cast or quantizer (T12), the row sum l_ij
 tl.sum tree or the quantized P's exact integer sum), l_i (T10), then the accumulator (T11, T13) in one of the
 P.V update forms, and the epilogue (E1, E2; quantizers: V's descale).
 
-Tracing goes through one hook, :func:`_rec` (a no-op when ``tr`` is None): each op records its result and
-the float64 value of the same operation on the same inputs under a logical op (``R_*``), which the trace record
-maps to the plan's tracer column (``FLASH_OPS`` or ``QUANT_OPS``; :func:`trace_columns`). The exact values that
-cost a dot or an exponential are computed only when tracing.
+Tracing goes through one hook, :func:`_rec` (a no-op when ``tr`` is None, which numba prunes: ``tr`` stays a
+plain argument), and the float64 shadow through :func:`_shadow` and :func:`_srec`: each op records its result
+and the float64 value of the same operation on the same inputs under a logical op (``R_*``) at ``at`` = (lead,
+q tile, key tile), which the trace record maps to the plan's tracer column (``FLASH_OPS`` or ``QUANT_OPS``;
+:func:`trace_columns`). The exact values that cost a dot or an exponential are computed only when tracing.
 """
 
 from __future__ import annotations
@@ -148,18 +149,31 @@ class _Scratch(NamedTuple):
     mr: np.ndarray  # (1,) the row's unscaled running max (Plan.alpha_raw)
 
 
+class Step(NamedTuple):
+    """What one key tile left (:func:`_tile`), which the float64 shadow follows: the row's m_i and l_i after it,
+    the keys seen (``nv`` from ``j0``), whether it rescaled (lazy rescaling) and whether T4's tie shift fired."""
+
+    m_i: float
+    l_i: float
+    nv: int
+    j0: int
+    rescale: bool
+    tied: bool
+
+
 @jit
-def _rec(tr, b, t, jt, op, y, ex):
-    """The trace hook: op ``op`` (R_*) gave ``y`` where float64 gives ``ex``; nothing when ``tr`` is None."""
+def _rec(tr, at, op, y, ex):
+    """The trace hook: op ``op`` (R_*) gave ``y`` where float64 gives ``ex``, at ``at`` = (lead, q tile, key tile);
+    nothing when ``tr`` is None."""
     if tr is not None:
-        record(tr.local, b, t, jt, tr.cols[op], y - ex, ex)
+        record(tr.local, at[0], at[1], at[2], tr.cols[op], y - ex, ex)
 
 
 @jit
-def _srec(tr, b, t, jt, st, y, ex):
+def _srec(tr, at, st, y, ex):
     """The shadow's hook: state ``st`` is ``y``, the float64 shadow's ``ex``."""
     if tr is not None:
-        record(tr.state, b, t, jt, st, y - ex, ex)
+        record(tr.state, at[0], at[1], at[2], st, y - ex, ex)
 
 
 @jit
@@ -168,31 +182,32 @@ def _ex(x, pp):
 
 
 @ljit
-def _dequant_score(o, pp, tr, b, t, i, jt, key, x):
+def _dequant_score(o, pp, tr, at, i, key, x):
     """Quantizers, ``score_scaling="scores"``: ``dequant(dequant(x * q_scale) * k_scale)`` (+ delta_s)."""
+    b, t, _ = at
     y = mul(x, o.qs[b, i], pp.dequant)
     z = mul(y, o.ks[b, key], pp.dequant)
-    _rec(tr, b, t, jt, R_DEQUANT, y, x * o.qs[b, i])
-    _rec(tr, b, t, jt, R_DEQUANT, z, y * o.ks[b, key])
+    _rec(tr, at, R_DEQUANT, y, x * o.qs[b, i])
+    _rec(tr, at, R_DEQUANT, z, y * o.ks[b, key])
     if pp.delta_mode == DELTA_SCORES:  # Q smoothing's correction on the dequantized score
         y = add(z, o.ds[b, t, key], pp.dequant)
-        _rec(tr, b, t, jt, R_DEQUANT, y, z + o.ds[b, t, key])
+        _rec(tr, at, R_DEQUANT, y, z + o.ds[b, t, key])
         return y
     return z
 
 
 @jit
-def _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt):
+def _raw_alpha_arg(r_old, r_new, sscale, pp, tr, at):
     """FA3/4's alpha argument from the unscaled maxima: ``alpha(alpha(r_old - r_new) * sscale)``."""
     x = sub(r_old, r_new, pp.alpha)
     y = mul(x, sscale, pp.alpha)
-    _rec(tr, b, t, jt, R_ALPHA, x, r_old - r_new)
-    _rec(tr, b, t, jt, R_ALPHA, y, x * sscale)
+    _rec(tr, at, R_ALPHA, x, r_old - r_new)
+    _rec(tr, at, R_ALPHA, y, x * sscale)
     return y
 
 
 @jit
-def _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt):
+def _tie_shift(s, nv, mx, sscale, pp, tr, at):
     """Plan.tie_shift: count the keys tied with the tile max, shift the max if two or more; (max, tied)."""
     thr = sub(mx, pp.tie_tol, pp.scale)
     n_tied = 0
@@ -200,20 +215,20 @@ def _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt):
         if s[jj] == _NINF:  # a masked key (it could not tie a finite max)
             continue
         y = mul(s[jj], sscale, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, y, s[jj] * sscale)
+        _rec(tr, at, R_SCALE, y, s[jj] * sscale)
         if y >= thr:
             n_tied += 1
     if n_tied < 2:
         return mx, False
     if mx > 0.0:
         y = mul(mx, pp.tie_beta, pp.m_i)
-        _rec(tr, b, t, jt, R_M_I, y, mx * pp.tie_beta)
+        _rec(tr, at, R_M_I, y, mx * pp.tie_beta)
         return y, True
     return (0.0 if mx < 0.0 else mx), True
 
 
 @jit
-def _p_codes(w, nv, pp, tr, b, t, jt):
+def _p_codes(w, nv, pp, tr, at):
     """T12: P's cast or quantizer into ``w.pc`` (block scales into ``w.psc``; keys nv.. get 0); returns a two-level
     block quantizer's per-row scale (else 1)."""
     p, pc, psc = w.p, w.pc, w.psc
@@ -224,38 +239,38 @@ def _p_codes(w, nv, pp, tr, b, t, jt):
                 pc[jj] = pc[jj] * psc[jj]
                 psc[jj] = 1.0
         for jj in range(nv):
-            _rec(tr, b, t, jt, R_P, pc[jj] * psc[jj] * s1, p[jj])
+            _rec(tr, at, R_P, pc[jj] * psc[jj] * s1, p[jj])
         return s1
     for jj in range(nv):
         c = p_quant(p[jj], pp)
         pc[jj] = c
         if tr is not None:
-            _rec(tr, b, t, jt, R_P, p_value(c, pp), p[jj])
+            _rec(tr, at, R_P, p_value(c, pp), p[jj])
     for jj in range(nv, pc.shape[0]):
         pc[jj] = 0.0
     return 1.0
 
 
 @jit
-def _seq(p, lo, hi, o, tr, b, t, jt):
+def _seq(p, lo, hi, o, tr, at):
     """T8's sequential sum of p[lo:hi] from 0, each addition rounded by ``o``."""
     s = 0.0
     for jj in range(lo, hi):
         y = add(s, p[jj], o)
-        _rec(tr, b, t, jt, R_L_IJ, y, s + p[jj])
+        _rec(tr, at, R_L_IJ, y, s + p[jj])
         s = y
     return s
 
 
 @jit
-def _tile_sum(w, nv, pp, tr, b, t, jt, wn):
+def _tile_sum(w, nv, pp, tr, at, wn):
     """T8: l_ij, the in-tile row sum of P (the quantized P's with ``consistent``)."""
     if pp.consistent and pp.p_kind == K_INT:  # integer codes: the exact sum (< 2**53), then / qmax
         isum = 0.0
         for jj in range(nv):
             isum += w.pc[jj]
         l_ij = div(isum, pp.p_qmax, pp.l_ij)
-        _rec(tr, b, t, jt, R_L_IJ, l_ij, isum / pp.p_qmax)
+        _rec(tr, at, R_L_IJ, l_ij, isum / pp.p_qmax)
         return l_ij
     src = w.pc if pp.consistent else w.p
     if pp.sum_order != 0:  # the plan's tree order over the whole tile (masked / padded p are 0)
@@ -264,95 +279,98 @@ def _tile_sum(w, nv, pp, tr, b, t, jt, wn):
             ex = 0.0
             for jj in range(nv):
                 ex += src[jj]
-            _rec(tr, b, t, jt, R_L_IJ, l_ij, ex)
+            _rec(tr, at, R_L_IJ, l_ij, ex)
         return l_ij
     if pp.l_ij_chunk == 0:
-        return _seq(src, 0, nv, pp.l_ij, tr, b, t, jt)
+        return _seq(src, 0, nv, pp.l_ij, tr, at)
     l_ij = 0.0
     for c0 in range(0, nv, pp.l_ij_chunk):
-        cs = _seq(src, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, tr, b, t, jt)
+        cs = _seq(src, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, tr, at)
         y = add(l_ij, cs, pp.l_ij_out)
-        _rec(tr, b, t, jt, R_L_IJ, y, l_ij + cs)
+        _rec(tr, at, R_L_IJ, y, l_ij + cs)
         l_ij = y
     return l_ij
 
 
 @ljit
-def _acc_update(a, alpha, y, pp, tr, b, t, jt):
+def _acc_update(a, alpha, y, pp, tr, at):
     """``acc(fma(a, alpha, y))`` (``contract``), else ``acc(acc(a * alpha) + y)``."""
     if pp.contract:
         r = fma(a, alpha, y, pp.acc)
-        _rec(tr, b, t, jt, R_ACC, r, fma64(a, alpha, y))
+        _rec(tr, at, R_ACC, r, fma64(a, alpha, y))
         return r
     a0 = mul(a, alpha, pp.acc)
     r = add(a0, y, pp.acc)
-    _rec(tr, b, t, jt, R_ACC, a0, a * alpha)
-    _rec(tr, b, t, jt, R_ACC, r, a0 + y)
+    _rec(tr, at, R_ACC, a0, a * alpha)
+    _rec(tr, at, R_ACC, r, a0 + y)
     return r
 
 
 @ljit
-def _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1):
+def _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1):
     """T11, T13 in the quantized P.V forms other than ``into_acc``: channel d's new accumulator."""
+    b, _, jt = at
     acc = w.acc
     if pp.pv_mode == PV_TWO_LEVEL:  # a fresh P.V per key tile, added to the fp32 accumulator
         pv = sdot(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, 0.0, pp.pv, pp.pv_kind)
         if tr is not None:
-            _rec(tr, b, t, jt, R_PV, pv, sdot64(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
+            _rec(tr, at, R_PV, pv, sdot64(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
         if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale folded back
             y = mul(pv, s1, pp.pv_dequant)
-            _rec(tr, b, t, jt, R_PV_DEQUANT, y, pv * s1)
+            _rec(tr, at, R_PV_DEQUANT, y, pv * s1)
             pv = y
-        return _acc_update(acc[d], alpha, pv, pp, tr, b, t, jt)
+        return _acc_update(acc[d], alpha, pv, pp, tr, at)
     vs = o.vs[b, jt, d]
     if pp.pv_mode == PV_SEPARATE:
         pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
         y = mul(pv, vs, pp.pv_dequant)
         if tr is not None:
-            _rec(tr, b, t, jt, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
-        _rec(tr, b, t, jt, R_PV_DEQUANT, y, pv * vs)
+            _rec(tr, at, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
+        _rec(tr, at, R_PV_DEQUANT, y, pv * vs)
         if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
             z = div(y, pp.p_qmax, pp.pv_dequant)
-            _rec(tr, b, t, jt, R_PV_DEQUANT, z, y / pp.p_qmax)
+            _rec(tr, at, R_PV_DEQUANT, z, y / pp.p_qmax)
             y = z
-        return _acc_update(acc[d], alpha, y, pp, tr, b, t, jt)
+        return _acc_update(acc[d], alpha, y, pp, tr, at)
     a0 = mul(acc[d], alpha, pp.acc)  # PV_SCALED
-    _rec(tr, b, t, jt, R_ACC, a0, acc[d] * alpha)
+    _rec(tr, at, R_ACC, a0, acc[d] * alpha)
     pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
     a = fma(pv, vs, a0, pp.pv_dequant)
     if tr is not None:
-        _rec(tr, b, t, jt, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
-        _rec(tr, b, t, jt, R_PV_DEQUANT, a, fma64(pv, vs, a0))
+        _rec(tr, at, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
+        _rec(tr, at, R_PV_DEQUANT, a, fma64(pv, vs, a0))
     return a
 
 
 @ljit
-def _biased(o, pp, tr, b, t, i, jt, key, x, ex, sscale):
+def _biased(o, pp, tr, at, i, key, x, ex, sscale):
     """T3 with an additive mask: ``scale(fma(qk, qk_scale, bias'))`` (``contract``), else
     ``scale(scale(qk * qk_scale) + bias')``, with ``bias' = scale(bias * scale(log2 e))`` under exp2 (else the
     bias), the bias a value of the scale op's format; returns it and its float64 value."""
+    b = at[0]
     bv = o.mk.bias[o.mk.bmap[b], i, key]
     b2, b64 = bv, bv
     if pp.exp2:
         b2 = mul(bv, rnd(_LOG2E, pp.scale), pp.scale)
         b64 = bv * _LOG2E
-        _rec(tr, b, t, jt, R_SCALE, b2, bv * rnd(_LOG2E, pp.scale))
+        _rec(tr, at, R_SCALE, b2, bv * rnd(_LOG2E, pp.scale))
     if pp.contract:
         y = fma(x, sscale, b2, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, y, fma64(x, sscale, b2))
+        _rec(tr, at, R_SCALE, y, fma64(x, sscale, b2))
     else:
         z = mul(x, sscale, pp.scale)
         y = add(z, b2, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, z, x * sscale)
-        _rec(tr, b, t, jt, R_SCALE, y, z + b2)
+        _rec(tr, at, R_SCALE, z, x * sscale)
+        _rec(tr, at, R_SCALE, y, z + b2)
     return y, ex * pp.qk_scale64 + b64
 
 
 @jit
-def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo):
+def _scores(o, w, pp, tr, at, i, j0, nv, sscale, lo):
     """T2, T3: the tile's scores into ``w.s`` (the exact ones into ``w.ss`` when tracing); their max. Keys
     the mask drops (``lo``: the row's first visible key) get -inf (T3's ``where``); an additive mask's scores
     are the scaled and biased ones (:func:`_biased`)."""
+    b, t, _ = at
     smax = _NINF
     for jj in range(nv):
         if o.mk.on and key_masked(o.mk, b, i, j0 + jj, lo):
@@ -366,20 +384,21 @@ def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo):
             if pp.quantized:
                 ex = c0 + ex
             w.ss[jj] = ex
-            _rec(tr, b, t, jt, R_QK, x, ex)
+            _rec(tr, at, R_QK, x, ex)
         if pp.scores_dequant:
-            x = _dequant_score(o, pp, tr, b, t, i, jt, j0 + jj, x)
+            x = _dequant_score(o, pp, tr, at, i, j0 + jj, x)
         if o.mk.dense == DENSE_ADD:
-            x, w.ss[jj] = _biased(o, pp, tr, b, t, i, jt, j0 + jj, x, w.ss[jj], sscale)
+            x, w.ss[jj] = _biased(o, pp, tr, at, i, j0 + jj, x, w.ss[jj], sscale)
         w.s[jj] = x
         smax = fmax(smax, x)
     return smax
 
 
 @jit
-def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
-    """T2..T14 for row ``i`` and key tile ``jt``; returns (m_i, l_i, visible keys, first key, rescaled, tied).
+def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
+    """T2..T14 for row ``i`` and key tile ``jt`` of ``at`` = (lead b, q tile t, jt); returns the :class:`Step`.
     ``qss``: the row's score scale (folded: ``qk_scale * q_scale``, else qk_scale)."""
+    b, t, jt = at
     bm, bn, causal, seq_k, wn = geo
     vrow = b * ((seq_k + bn - 1) // bn) + jt
     j0 = jt * bn
@@ -390,8 +409,8 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     sscale = qss
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(qss, o.ks[b, j0], pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, sscale, qss * o.ks[b, j0])
-    smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo)
+        _rec(tr, at, R_SCALE, sscale, qss * o.ks[b, j0])
+    smax = _scores(o, w, pp, tr, at, i, j0, nv, sscale, lo)
     if o.mk.dense == DENSE_ADD:  # the scores are scaled already
         sscale = 1.0
     m_base = w.lse[0] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
@@ -401,23 +420,23 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     r_new = fmax(r_old, smax) if smax != _NINF else r_old
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, mx, smax * sscale)
+        _rec(tr, at, R_SCALE, mx, smax * sscale)
         if pp.tie:
-            mx, tied = _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt)
+            mx, tied = _tie_shift(s, nv, mx, sscale, pp, tr, at)
         m_new = fmax(m_base, mx)
         if m_new != m_base:
             y = rnd(m_new, pp.m_i)
-            _rec(tr, b, t, jt, R_M_I, y, m_new)
+            _rec(tr, at, R_M_I, y, m_new)
             m_new = y
     rescale = True
     if pp.lazy:
         if m_i == _NINF:
             rescale = m_new > _NINF
         elif pp.alpha_raw:  # FA4: keep the max while d = (r_old - r_new) * scale >= -threshold
-            rescale = not (_raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt) >= -pp.threshold)
+            rescale = not (_raw_alpha_arg(r_old, r_new, sscale, pp, tr, at) >= -pp.threshold)
         else:
             dm = sub(m_new, m_i, pp.m_i)
-            _rec(tr, b, t, jt, R_M_I, dm, m_new - m_i)
+            _rec(tr, at, R_M_I, dm, m_new - m_i)
             rescale = dm > pp.threshold
         if not rescale:
             m_new = m_i
@@ -427,7 +446,7 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     m_x = m_sub  # the shift in P's exponent
     if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
         m_x = sub(m_sub, pp.p_shift, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, m_x, m_sub - pp.p_shift)
+        _rec(tr, at, R_SCALE, m_x, m_sub - pp.p_shift)
     fused = pp.contract and not (pp.diag_plain and causal and j0 + bn - 1 > t * bm)  # T6 in one rounding
     for jj in range(nv):  # T6, T7
         sj = s[jj]
@@ -436,18 +455,18 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             continue
         if fused:
             x = fma(sj, sscale, -m_x, pp.scale)
-            _rec(tr, b, t, jt, R_SCALE, x, fma64(sj, sscale, -m_x))
+            _rec(tr, at, R_SCALE, x, fma64(sj, sscale, -m_x))
         else:
             y = mul(sj, sscale, pp.scale)
             x = sub(y, m_x, pp.scale)
-            _rec(tr, b, t, jt, R_SCALE, y, sj * sscale)
-            _rec(tr, b, t, jt, R_SCALE, x, y - m_x)
+            _rec(tr, at, R_SCALE, y, sj * sscale)
+            _rec(tr, at, R_SCALE, x, y - m_x)
         if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
             pj = rnd(ex2_poly_f32(x), pp.exp)
         else:
             pj = exp_op(x, pp.exp, pp)
         if tr is not None:
-            _rec(tr, b, t, jt, R_EXP, pj, _ex(x, pp))
+            _rec(tr, at, R_EXP, pj, _ex(x, pp))
         p[jj] = pj
     for jj in range(nv, bn):
         p[jj] = 0.0
@@ -457,50 +476,50 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             alpha = 0.0
         else:
             if pp.alpha_raw:  # FA3/4: exp2(alpha(alpha(r_old - r_new) * scale))
-                dm = _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt)
+                dm = _raw_alpha_arg(r_old, r_new, sscale, pp, tr, at)
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
-                _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
+                _rec(tr, at, R_ALPHA, dm, m_i - m_sub)
             alpha = exp_op(dm, pp.alpha, pp)
             if tr is not None:
-                _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
-    s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
-    l_ij = _tile_sum(w, nv, pp, tr, b, t, jt, wn)  # T8
+                _rec(tr, at, R_ALPHA, alpha, _ex(dm, pp))
+    s1 = _p_codes(w, nv, pp, tr, at)  # T12
+    l_ij = _tile_sum(w, nv, pp, tr, at, wn)  # T8
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
-        l_new = _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij)
+        l_new = _lse_update(w, pp, tr, at, m_new, m_sub, l_ij)
     elif pp.contract:  # T10
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
-        _rec(tr, b, t, jt, R_L_I, l_new, fma64(l_i, alpha, l_ij))
+        _rec(tr, at, R_L_I, l_new, fma64(l_i, alpha, l_ij))
     else:
         y = mul(l_i, alpha, pp.l_i)
         l_new = add(y, l_ij, pp.l_i)
-        _rec(tr, b, t, jt, R_L_I, y, l_i * alpha)
-        _rec(tr, b, t, jt, R_L_I, l_new, y + l_ij)
+        _rec(tr, at, R_L_I, y, l_i * alpha)
+        _rec(tr, at, R_L_I, l_new, y + l_ij)
     if pp.pv_mode != PV_INTO_ACC:  # the quantized P.V forms
         for d in range(acc.shape[0]):
-            acc[d] = _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1)
-        return m_new, l_new, nv, j0, rescale, tied
+            acc[d] = _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1)
+        return Step(m_new, l_new, nv, j0, rescale, tied)
     sc = alpha  # T11: acc(acc * alpha); FA1: acc(acc * acc(l_old * alpha))
     if pp.per_step:
         sc = mul(l_i, alpha, pp.acc)
-        _rec(tr, b, t, jt, R_ACC, sc, l_i * alpha)
+        _rec(tr, at, R_ACC, sc, l_i * alpha)
     l_div = 1.0 if l_new == 0.0 else l_new
     for d in range(acc.shape[0]):  # T13: tl.dot(p, v, acc) (+ FA1 normalization)
         a0 = mul(acc[d], sc, pp.acc)
-        _rec(tr, b, t, jt, R_ACC, a0, acc[d] * sc)
+        _rec(tr, at, R_ACC, a0, acc[d] * sc)
         y = dot3(w.pc3, 0, 0, o.vt, vrow, d, a0, pp.pv, pp.pv_kind)
         if tr is not None:
-            _rec(tr, b, t, jt, R_PV, y, dot64(w.pc, o.vt[vrow, d], a0))
+            _rec(tr, at, R_PV, y, dot64(w.pc, o.vt[vrow, d], a0))
         if pp.per_step:
             z = div(y, l_div, pp.normalize)
-            _rec(tr, b, t, jt, R_NORMALIZE, z, y / l_div)
+            _rec(tr, at, R_NORMALIZE, z, y / l_div)
             y = z
         acc[d] = y
-    return m_new, l_new, nv, j0, rescale, tied
+    return Step(m_new, l_new, nv, j0, rescale, tied)
 
 
 @jit
-def _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij):
+def _lse_update(w, pp, tr, at, m_new, m_sub, l_ij):
     """T10 of the lse form: ``l_i = l_i(alpha(exp(alpha(lse_i - m_ij))) + l_ij)`` (0 for the exponential while
     lse_i is -inf), then ``lse_i = m_i(m_ij + l_i(log(l_i)))`` (lse_i stays -inf while no key was seen)."""
     lse_i = w.lse[0]
@@ -508,25 +527,27 @@ def _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij):
     if lse_i != _NINF:
         dl = sub(lse_i, m_sub, pp.alpha)
         e = exp_op(dl, pp.alpha, pp)
-        _rec(tr, b, t, jt, R_ALPHA, dl, lse_i - m_sub)
+        _rec(tr, at, R_ALPHA, dl, lse_i - m_sub)
         if tr is not None:
-            _rec(tr, b, t, jt, R_ALPHA, e, math.exp(dl))
+            _rec(tr, at, R_ALPHA, e, math.exp(dl))
     l_new = add(e, l_ij, pp.l_i)
-    _rec(tr, b, t, jt, R_L_I, l_new, e + l_ij)
+    _rec(tr, at, R_L_I, l_new, e + l_ij)
     if m_new != _NINF:
         lg = log(l_new, pp.l_i)
         y = add(m_sub, lg, pp.m_i)
         if tr is not None:
-            _rec(tr, b, t, jt, R_L_I, lg, math.log(l_new))
-        _rec(tr, b, t, jt, R_M_I, y, m_sub + lg)
+            _rec(tr, at, R_L_I, lg, math.log(l_new))
+        _rec(tr, at, R_M_I, y, m_sub + lg)
         w.lse[0] = y
     return l_new
 
 
 @jit
-def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
-    """One key tile of the float64 shadow of the lse form (same dataflow in float64), then the state drift
-    (m_i, and l_i relative to m_ij); returns the shadow's (m_i, lse_i)."""
+def _shadow_lse(o, w, pp, tr, at, st, ms, lses):
+    """One key tile of the float64 shadow of the lse form (same dataflow in float64) after the emulated
+    :class:`Step` ``st``, then the state drift (m_i, and l_i relative to m_ij); returns the shadow's (m_i,
+    lse_i)."""
+    b, j0, nv, m_lp, l_lp = at[0], st.j0, st.nv, st.m_i, st.l_i
     ss, ps, accs = w.ss, w.ps, w.accs
     sc64 = 1.0 if o.mk.dense == DENSE_ADD else pp.qk_scale64  # an additive mask's scores are scaled
     smax = _NINF
@@ -545,19 +566,20 @@ def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
         for jj in range(nv):
             a += ps[jj] * o.v64[b, j0 + jj, d]
         accs[d] = a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d], a)
+        _srec(tr, at, S_ACC, w.acc[d], a)
     if m_new != _NINF:
-        _srec(tr, b, t, jt, S_M, m_lp, m_new)
+        _srec(tr, at, S_M, m_lp, m_new)
         lses = m_sub + math.log(l_new)
-    _srec(tr, b, t, jt, S_L, l_lp, l_new)
+    _srec(tr, at, S_L, l_lp, l_new)
     return m_new, lses
 
 
 @jit
-def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls, unit):
-    """One key tile of the float64 shadow of a plan without quantizers (same dataflow, same lazy and tie-shift
-    decisions), then the state drift (``unit``: the factor ``2**p_offset`` the emulated l and acc carry;
-    masked keys: score -inf; an additive mask's scores are scaled)."""
+def _shadow_float(o, w, pp, tr, at, st, ms, ls, unit):
+    """One key tile of the float64 shadow of a plan without quantizers after the emulated :class:`Step` ``st``
+    (same dataflow, same lazy and tie-shift decisions), then the state drift (``unit``: the factor
+    ``2**p_offset`` the emulated l and acc carry; masked keys: score -inf; an additive mask's scores are scaled)."""
+    b, j0, nv, rescale, tied, m_lp, l_lp = at[0], st.j0, st.nv, st.rescale, st.tied, st.m_i, st.l_i / unit
     ss, ps, accs = w.ss, w.ps, w.accs
     sc64 = 1.0 if o.mk.dense == DENSE_ADD else pp.qk_scale64
     smax = _NINF
@@ -584,19 +606,20 @@ def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, 
         for jj in range(nv):
             a += ps[jj] * o.v64[b, j0 + jj, d]
         accs[d] = a / l_div if pp.per_step else a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d] / unit, accs[d])
+        _srec(tr, at, S_ACC, w.acc[d] / unit, accs[d])
     if m_new != _NINF:
-        _srec(tr, b, t, jt, S_M, m_lp, m_new)
-    _srec(tr, b, t, jt, S_L, l_lp, l_new)
+        _srec(tr, at, S_M, m_lp, m_new)
+    _srec(tr, at, S_L, l_lp, l_new)
     return m_new, l_new
 
 
 @jit
-def _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_lp, l_lp, ms, ls):
-    """One key tile of a quantized plan's float64 shadow on the unquantized inputs (exact softmax scale), then
-    the drift of the emulated state (m in the kernel's units, l and acc relative to each run's own running max).
-    Masked keys (the -inf scores :func:`_scores` left in ``w.ss``) get -inf; an additive mask adds its bias (in
-    log2 units under exp2)."""
+def _shadow_quant(o, w, pp, tr, at, i, st, ms, ls, unit):
+    """One key tile of a quantized plan's float64 shadow on the unquantized inputs (exact softmax scale) after
+    the emulated :class:`Step` ``st`` (``unit``: as :func:`_shadow_float`), then the drift of the emulated state
+    (m in the kernel's units, l and acc relative to each run's own running max). Masked keys (the -inf scores
+    :func:`_scores` left in ``w.ss``) get -inf; an additive mask adds its bias (in log2 units under exp2)."""
+    b, j0, nv, m_lp, l_lp = at[0], st.j0, st.nv, st.m_i, st.l_i / unit
     ps, accs = w.ps, w.accs
     smax = _NINF
     for jj in range(nv):
@@ -621,21 +644,35 @@ def _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_lp, l_lp, ms, ls):
         for jj in range(nv):
             a += ps[jj] * o.v64[b, j0 + jj, d]
         accs[d] = a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d] * w.vs_fin[d], a)
+        _srec(tr, at, S_ACC, w.acc[d] * w.vs_fin[d], a)
     if m_new != _NINF:
-        _srec(tr, b, t, jt, S_M, m_lp, m_new)
-    _srec(tr, b, t, jt, S_L, l_lp, l_new)
+        _srec(tr, at, S_M, m_lp, m_new)
+    _srec(tr, at, S_L, l_lp, l_new)
     return m_new, l_new
 
 
 @jit
-def _epilogue_descale(a, vs, pp, tr, b, t, jt):
+def _shadow(o, w, pp, tr, at, i, st, ms, ls, unit):
+    """The float64 shadow's key tile after the emulated :class:`Step` ``st`` (:func:`_shadow_lse`,
+    :func:`_shadow_quant` or :func:`_shadow_float`), from its running (m, l) ``ms``, ``ls`` (the lse form: its
+    lse_i); returns the new ones (unchanged when ``tr`` is None: no shadow runs)."""
+    if tr is not None:
+        if pp.lse:
+            return _shadow_lse(o, w, pp, tr, at, st, ms, ls)
+        if pp.quantized:
+            return _shadow_quant(o, w, pp, tr, at, i, st, ms, ls, unit)
+        return _shadow_float(o, w, pp, tr, at, st, ms, ls, unit)
+    return ms, ls
+
+
+@jit
+def _epilogue_descale(a, vs, pp, tr, at):
     """Quantizers, into_acc / two_level: V's descale once (then P's fixed scale)."""
     y = mul(a, vs, pp.pv_dequant)
-    _rec(tr, b, t, jt, R_PV_DEQUANT, y, a * vs)
+    _rec(tr, at, R_PV_DEQUANT, y, a * vs)
     if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
         z = div(y, pp.p_qmax, pp.pv_dequant)
-        _rec(tr, b, t, jt, R_PV_DEQUANT, z, y / pp.p_qmax)
+        _rec(tr, at, R_PV_DEQUANT, z, y / pp.p_qmax)
         return z
     return y
 
@@ -689,7 +726,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             qss = pp.qk_scale
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
                 qss = mul(pp.qk_scale, o.qs[b, i], pp.scale)
-                _rec(tr, b, t, 0, R_SCALE, qss, pp.qk_scale * o.qs[b, i])
+                _rec(tr, (b, t, 0), R_SCALE, qss, pp.qk_scale * o.qs[b, i])
             m_i, l_i, ms, ls = _NINF, 0.0, _NINF, (_NINF if pp.lse else 0.0)  # lse form: ls is the shadow's lse_i
             w.lse[0] = _NINF
             w.mr[0] = _NINF
@@ -699,16 +736,11 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 jt = kv_tile(pos, n_kv, t, bm, bn, causal, pp.kv_order)
                 if jt < jt_lo:  # a tile no row of the q tile sees (masks: FA2's n_block_min)
                     continue
-                m_i, l_i, nv, j0, rescale, tied = _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss)
-                if tr is not None:
-                    if pp.lse:
-                        ms, ls = _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_i, l_i, ms, ls)
-                    elif pp.quantized:
-                        ms, ls = _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_i, l_i / l_unit, ms, ls)
-                    else:
-                        ms, ls = _shadow_float(
-                            o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i / l_unit, ms, ls, l_unit
-                        )
+                at = (b, t, jt)
+                st = _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss)
+                m_i, l_i = st.m_i, st.l_i
+                ms, ls = _shadow(o, w, pp, tr, at, i, st, ms, ls, l_unit)
+            fin = (b, t, n_kv_all)  # the epilogue's trace position
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             osc = 1.0  # the lse form's o_scale = exp(m_i - lse_i)
@@ -716,28 +748,28 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 if m_i != _NINF:
                     dm = sub(m_i, w.lse[0], pp.normalize)
                     osc = exp_op(dm, pp.normalize, pp)
-                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, dm, m_i - w.lse[0])
+                    _rec(tr, fin, R_NORMALIZE, dm, m_i - w.lse[0])
                     if tr is not None:
-                        _rec(tr, b, t, n_kv_all, R_NORMALIZE, osc, math.exp(dm))
+                        _rec(tr, fin, R_NORMALIZE, osc, math.exp(dm))
                 ls_div = 1.0 if ms == _NINF else math.exp(ls - ms)  # the shadow's l relative to its m
                 l_i = 0.0 if m_i == _NINF else 1.0  # the stats: m = lse, l = 1
                 m_i = w.lse[0]
             for d in range(dv):
                 a = acc[d]
                 if pp.v_epilogue:
-                    a = _epilogue_descale(a, o.vs[b, 0, d], pp, tr, b, t, n_kv_all)
+                    a = _epilogue_descale(a, o.vs[b, 0, d], pp, tr, fin)
                 if pp.lse:
                     x = mul(a, osc, pp.normalize)
-                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, x, a * osc)
+                    _rec(tr, fin, R_NORMALIZE, x, a * osc)
                 elif pp.per_step:
                     x = a
                 else:
                     x = div(a, l_div, pp.normalize)
-                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, x, a / l_div)
+                    _rec(tr, fin, R_NORMALIZE, x, a / l_div)
                 y = rnd(x, pp.out)
                 out[b, i, d] = y
-                _rec(tr, b, t, n_kv_all, R_OUT, y, x)
-                _srec(tr, b, t, n_kv_all, S_OUT, y, accs[d] if pp.per_step else accs[d] / ls_div)
+                _rec(tr, fin, R_OUT, y, x)
+                _srec(tr, fin, S_OUT, y, accs[d] if pp.per_step else accs[d] / ls_div)
             m_out[b, i] = m_i
             l_out[b, i] = l_i
 
