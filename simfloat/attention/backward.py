@@ -338,8 +338,8 @@ def _run_reference(
     }[pl.scale_at]
     if n_kv_lead:
         geo = ref.Geometry(tiles.bm, tiles.bn, causal, group, tiles.bm2, tiles.bn2, tiles.walk, seq_q, seq_k)
-        xs = ref.Inputs(qf, kf, vf, dof, of, lf, out.delta, order, mk)
-        run_rows(ref.units, n_kv_lead, xs, out, pp, geo, tr, sh)
+        ins = ref.Inputs(qf, kf, vf, dof, of, lf, out.delta, order, mk)
+        run_rows(ref.units, n_kv_lead, ins, out, pp, geo, tr, sh)
 
 
 def _check_row_sums(psum: np.ndarray, spec: MaskSpec | None, pl: BackwardPlan) -> None:
