@@ -1,11 +1,13 @@
 """The order of the backward's dQ key tiles (Q4's MMAs, or the atomic adds Q4b) per (lead, query tile), from the
-plan's ``dq_order`` and a seed (:func:`dq_orders`), walked by both engines over the dQ kernel's own tiles.
+plan's ``dq_order`` and a seed (:func:`dq_orders`; DASH's schedules from :mod:`simfloat.attention._dash`), walked
+by both engines over the dQ kernel's own tiles.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from simfloat.attention._dash import dash_keys, is_dash
 from simfloat.attention._masks import (
     KeyMask,
 )
@@ -70,7 +72,14 @@ def dq_orders(
         seen = seen_lt[0] if len(seen_lt) else seen
         hidden = tiles[None, None, :] >= seen_lt[:, :, None]  # (n_lead, n_qt, n_kv)
     order = pl.dq_order
-    if order == "seeded":
+    if is_dash(order):
+        if seen_lt is not None:
+            raise ValueError(
+                f"plan {pl.name!r}: dq_order {order!r} models DASH's schedules of a dense (or causal) backward: "
+                "no attn_mask, window or key padding"
+            )
+        keys = dash_keys(order, n_lead, seq_q, seq_k, bm, bn, causal, seen)  # type: ignore[arg-type]  # a str
+    elif order == "seeded":
         keys = np.random.default_rng(seed).random((n_lead, n_qt, n_kv))
     elif order == "forward":
         keys = np.broadcast_to(tiles.astype(np.float64), (n_lead, n_qt, n_kv)).copy()

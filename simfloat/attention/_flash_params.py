@@ -11,7 +11,8 @@ what differs is which optional steps run, and each step is chosen by a field of 
   ``PV_INTO_ACC`` (``tl.dot(p, v, acc)``);
 * float dataflow options (every plan's fields, each at its plan's value): lazy rescaling, the tie shift, FA1's
   per-step normalization, the ``l_ij`` model (sequential, chunked, the H200 ``tl.sum`` tree), the H200 ex2
-  table and ``tl.exp``, the running state's form (``lse``) and the key tiles' order (``kv_order``).
+  table and ``tl.exp``, the running state's form (``lse``), the key tiles' order (``kv_order``) and the
+  accumulator's format (``pv_acc``: alpha rounded into it before T11's rescale).
 
 The in-tile row sum is ``l_ij`` (a plan with quantizers has ``l_ij = l_i``'s format and mode, its row sum).
 """
@@ -30,6 +31,13 @@ from simfloat.attention.plan import Plan
 __all__ = ["FlashParams", "flash_params"]
 
 _F64 = OpSpec("float64")
+
+
+def _op(s: OpSpec) -> OpParams:
+    return OpParams(s.fmt.params, int(s.mode))
+
+
+_F64_OP = _op(_F64)
 #: no polynomial exp2 (Plan.exp2_emu None); read-only, as every array numba compiles the loop for
 _NO_POLY = np.zeros(0, dtype=np.int8)
 _NO_POLY.setflags(write=False)
@@ -94,10 +102,8 @@ class FlashParams(NamedTuple):
     p_scale_zero: float
     ex2_poly: np.ndarray = _NO_POLY  # T7: per key position, 1 = FA4's polynomial exp2 (empty: hardware/exact only)
     alpha_raw: bool = False  # T4, T9: FA3/4's alpha (and lazy test) from the unscaled maxima
-
-
-def _op(s: OpSpec) -> OpParams:
-    return OpParams(s.fmt.params, int(s.mode))
+    pv_acc: bool = False  # T11: alpha rounded into the accumulator's format first (Plan.pv_acc)
+    pv_acc_op: OpParams = _F64_OP  # that rounding (nearest even into Plan.pv_acc)
 
 
 def flash_params(pl: Plan, scale: float) -> FlashParams:
@@ -123,6 +129,8 @@ def flash_params(pl: Plan, scale: float) -> FlashParams:
         lse=f.lse,
         kv_order=f.kv_order,
         diag_plain=f.diag_plain,
+        pv_acc=pl.pv_acc is not None,
+        pv_acc_op=_F64_OP if pl.pv_acc is None else _op(OpSpec(pl.pv_acc)),
     )
     if not pl.quantized:
         pp = pl.params(scale)

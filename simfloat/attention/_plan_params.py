@@ -245,6 +245,34 @@ def check_kernel_fields(p: Any, what: str) -> None:
         raise ValueError(f"{what}.input_format must be None or one of {INPUT_FORMATS}, got {p.input_format!r}")
 
 
+def check_pv_acc(p: Any) -> None:
+    """``Plan.pv_acc``: None or a format (made a :class:`~simfloat.formats.FloatFormat`), on a flash plan whose
+    acc op rounds into it, with the ``into_acc`` P.V form and deferred normalization.
+
+    Raises:
+        ValueError: an unknown format or a plan the field has no form for (the message names it).
+    """
+    if p.pv_acc is None:
+        return
+    fmt = _format(p.pv_acc)
+    object.__setattr__(p, "pv_acc", fmt)
+    what = f"Plan.pv_acc={fmt.name!r} (the P.V accumulator's format)"
+    if p.kernel == "baseline":
+        raise ValueError(f"{what} belongs to the flash kernel, not kernel='baseline'")
+    if p.acc.fmt != fmt:
+        raise ValueError(
+            f"{what}: the acc op rescales that accumulator and must round into the same format, got "
+            f"acc={p.acc.fmt.name!r}; set acc={fmt.name!r} too (or pv_acc=None)"
+        )
+    if p.normalization != "deferred":
+        raise ValueError(f"{what} has no form with normalization={p.normalization!r}; use 'deferred'")
+    if p.pv_update is not None and p.pv_update != "into_acc":
+        raise ValueError(
+            f"{what} is the accumulator an into_acc P.V adds into; pv_update={p.pv_update!r} keeps its own "
+            "(a fresh P.V per tile is held in the pv MMA's output format): set pv_update='into_acc' or pv_acc=None"
+        )
+
+
 def check_exp2_impl(impl: object, what: str) -> None:
     """EXP2_IMPLS, an ex2 table as a value (:class:`simfloat.hardware.Ex2Table`, what a hardware profile's plan
     carries) or the name of a table registered with :func:`simfloat.hardware.register_ex2_table`."""

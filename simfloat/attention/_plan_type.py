@@ -26,6 +26,7 @@ from simfloat.attention._plan_params import (
     PlanParams,
     check_exp2_impl,
     check_kernel_fields,
+    check_pv_acc,
     ex2_value,
     features,
     plan_params,
@@ -201,6 +202,17 @@ class Plan:
         pv_update: ``"separate"`` (default; INT8), ``"into_acc"`` (FP8 per-tensor, half-INT8, FP16 flash),
             ``"scaled"`` (FP8 per-block) or ``"two_level"`` (SageAttention2: each key tile's P.V from zero,
             ``acc = acc(fma(acc, alpha, pv(c . v)))``, V's scale and P's fixed scale once in the epilogue; a
+            block P quantizer or a block-scaled pv MMA needs it).
+
+    The accumulator's format (flash plans, with or without quantizers):
+        pv_acc: the format the P.V accumulator is held in between key tiles, or ``None`` (default: the acc op's
+            format, alpha used as computed). A kernel that keeps its accumulator in fp16 (SageAttention's
+            ``pv_accum_dtype="fp16"``: ``mma`` with fp16 C and D, ``pv`` a ``tensor_core(...,
+            out_format="fp16")`` model) rescales it by alpha in that format: T11 becomes ``acc(acc *
+            pv_acc(alpha))``, alpha rounded to nearest even into it first (``__hmul2(acc,
+            __floats2half2_rn(alpha))``); ``l_i`` keeps the unrounded alpha. The acc op must round into the same
+            format (``acc=pv_acc``); the ``into_acc`` P.V form only (a plan with quantizers: ``pv_update
+            ="into_acc"``), no FA1 ``normalization``. Attribution counts alpha's rounding as the acc op's.
     """
 
     name: str
@@ -247,6 +259,7 @@ class Plan:
     exp2_emu: str | tuple[int, int, int] | None = None
     p_offset: int = 0
     alpha_raw: bool = False
+    pv_acc: FloatFormat | str | None = None
     gpu_kernel: str | None = None
     profile: str | None = None
     input_format: str | None = None
@@ -317,6 +330,7 @@ class Plan:
         self._check_tie()
         self._check_dataflow()
         self._check_fa4()
+        check_pv_acc(self)
         if self.quantized:
             _qp.check_quantized(self)
 
@@ -552,6 +566,7 @@ class Plan:
             + (f", exp2_emu={self.exp2_emu}" if self.exp2_emu is not None else "")
             + (f", p_offset={self.p_offset}" if self.p_offset else "")
             + (", alpha_raw=True" if self.alpha_raw else "")
+            + (f", pv_acc={self.pv_acc.name}" if isinstance(self.pv_acc, FloatFormat) else "")
         )
 
     def params(self, scale: float) -> PlanParams:

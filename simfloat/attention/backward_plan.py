@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simfloat.accumulate import AccParams, Chunked, Model, Sequential, acc_params, tensor_core
+from simfloat.attention._dash import DASH_ORDERS, is_dash
 from simfloat.attention._plan_params import check_exp2_impl, check_kernel_fields, ex2_tab, ex2_value
 from simfloat.attention._presets import inputs_of
 from simfloat.attention._specs import _BIG_CHUNK, OpParams, OpSpec, _checked_format, _dot_spec, _scalar_spec
@@ -64,7 +65,7 @@ _BWD_DOTS = ("qk", "dv", "dp", "dk", "dq")
 #: how Q4 accumulates dQ over the key tiles (:attr:`BackwardPlan.dq_accumulation`)
 DQ_ACCUMULATIONS = ("in_mma", "atomic")
 #: the named orders of the key tiles' dQ contributions (:attr:`BackwardPlan.dq_order`)
-DQ_ORDERS = ("forward", "reverse", "diagonal_first", "seeded")
+DQ_ORDERS = ("forward", "reverse", "diagonal_first", "seeded", *DASH_ORDERS)
 #: an explicit order: a permutation of the key tiles, or ``f(q_tile, n_tiles)`` returning one per query tile
 DqOrder = str | tuple[int, ...] | Callable[[int, int], Sequence[int]]
 #: where the softmax scale enters the backward (:attr:`BackwardPlan.scale_at`)
@@ -163,6 +164,12 @@ class BackwardPlan:
             ``0..n-1``, the same for every query tile; a causal query tile sees a prefix of the key tiles and
             takes them in the tuple's relative order) or a callable ``f(q_tile, n_tiles)`` returning a
             permutation of ``range(n_tiles)`` (the key tiles that query tile sees): any deterministic schedule.
+            DASH's schedules of FA3's deterministic backward (arXiv 2601.21824, its released code;
+            :mod:`simfloat.attention._dash`): ``"dash_descending"`` (Descending Q-Tile Iteration: the same adds
+            in the same order as ``"forward"``) and ``"dash_shift"`` (Shift Scheduling on 132 SMs, the released
+            code's count; ``"dash_shift:<sms>"`` another): the order depends on the lead index, the key tiles
+            and the SM count; causal needs seq_q == seq_k, block_n2 a multiple of block_m2 and an even number of
+            key tiles; no attn_mask or window.
             The tiles are the dQ kernel's (``flash_backward``'s ``block_m2``, ``block_n2``).
         dq_atomic: the format and rounding of the atomic adds (default float32, round to nearest: atomicAdd on
             an fp32 buffer).
@@ -255,10 +262,10 @@ class BackwardPlan:
             )
         order = self.dq_order
         if isinstance(order, str):
-            if order not in DQ_ORDERS:
+            if order not in DQ_ORDERS and not is_dash(order):
                 raise ValueError(
-                    f"BackwardPlan.dq_order must be one of {', '.join(DQ_ORDERS)}, a tuple of key tiles or a "
-                    f"callable, got {order!r}"
+                    f"BackwardPlan.dq_order must be one of {', '.join(DQ_ORDERS)} ('dash_shift:<sms>' for another "
+                    f"SM count), a tuple of key tiles or a callable, got {order!r}"
                 )
         elif isinstance(order, (tuple, list)):
             tiles = tuple(order)

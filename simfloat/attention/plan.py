@@ -200,6 +200,14 @@ def plan(name: str | Plan, hardware: object = None) -> Plan:
             across the whole sequence). ``sage2-int8-fp8-qblock``: Q per block_m tile (SageAttention1's
             granularity). ``sage2-int8-fp8-qsmooth``: with SageAttention2's Q smoothing (``q_smooth`` fp32
             per q tile, ``delta_s`` an fp32 FMA chain added to the dequantized scores in fp32).
+        ``sage1-int8-fp16``: SageAttention1's CUDA kernel (INT8 QK^T, FP16 P.V) with its fp32 accumulator
+            (``pv_accum_dtype="fp32"``): Q, K and the scores as sage2, V and P cast to fp16, the row sum from
+            the fp16 P, P.V on the sm89 fp16 tensor-core model into the fp32 accumulator.
+            ``sage1-int8-fp16-acc16``: its fp16 accumulator (``"fp16"``): the f16f16f16 MMA
+            (``tensor_core("sm89", "fp16", out_format="fp16")``) into an accumulator held in fp16 over the
+            whole sequence (``pv_acc="float16"``, ``acc`` fp16: rescaled by alpha rounded to fp16), divided
+            by l into fp16. ``sage1-int8-fp16-acc16-flush32``: ``"fp16+fp32"``: each key tile's P.V from zero
+            in fp16, added to the fp32 accumulator (``pv_update="two_level"``).
         ``sage3-fp4``: SageAttention3's FP4 attention: K smoothed as sage2, Q and K NVFP4 along the head
             dimension and V NVFP4 along the keys (e2m1 elements, ue4m3 scales per 16, rounded once from the
             exact quotients as :func:`simfloat.quantize_block`; no fp32 tensor scale, as the released kernels),

@@ -41,8 +41,18 @@ _OPTIONAL = ("k_smooth", "q_smooth", "q_delta")
 _SCALARS = tuple(op for op in QUANT_OPS if op not in QUANTIZERS and op not in _DOTS and op not in _OPTIONAL)
 _QUANT_ONLY_FLAGS = ("row_sum", "score_scaling", "pv_update")
 #: The flags of the quantized dataflow: exp2 and contract, its own three, and the float dataflow's options that
-#: are optional steps of the one forward loop (the hardware models, tl.exp, lazy rescaling).
-QUANT_FLAGS = ("exp2", "contract", *_QUANT_ONLY_FLAGS, "exp2_impl", "sum_order", "exp_impl", "lazy_threshold")
+#: are optional steps of the one forward loop (the hardware models, tl.exp, lazy rescaling, the accumulator's
+#: format).
+QUANT_FLAGS = (
+    "exp2",
+    "contract",
+    *_QUANT_ONLY_FLAGS,
+    "exp2_impl",
+    "sum_order",
+    "exp_impl",
+    "lazy_threshold",
+    "pv_acc",
+)
 #: The Plan fields only a plan with quantizers has (None in a plan without).
 QUANT_FIELDS = QUANTIZERS + ("rotate", "k_smooth", "q_smooth", "q_delta", "dequant", "pv_dequant") + _QUANT_ONLY_FLAGS
 #: The Plan fields of the float dataflow a plan with quantizers does not model (yet): they must keep these values.
@@ -236,6 +246,7 @@ def exact(pl: Any) -> Any:
     changes.update({op: _F64 for op in _SCALARS})
     changes.update({op: None if getattr(pl, op) is None else _F64 for op in ("k_smooth", "q_smooth")})
     changes["q_delta"] = None if pl.q_delta is None else EXACT
+    changes["pv_acc"] = None  # the accumulator's format goes with the acc op
     return pl.replace(name=f"{pl.name}:exact", **changes)
 
 
@@ -249,7 +260,10 @@ def isolate(pl: Any, op: str) -> Any:
             f"{op} is a block-scaled MMA: it takes block-quantized operands and cannot run without its "
             f"quantizers; compare the plan with plan.ablate({op!r}) instead"
         )
-    return exact(pl).replace(name=f"{pl.name}:only-{op}", **{op: model})
+    keep: dict[str, object] = {op: model}
+    if op == "acc":  # alpha's rounding into the accumulator's format is the acc op's
+        keep["pv_acc"] = pl.pv_acc
+    return exact(pl).replace(name=f"{pl.name}:only-{op}", **keep)
 
 
 def ablate(pl: Any, op: str) -> Any:
@@ -262,6 +276,8 @@ def ablate(pl: Any, op: str) -> Any:
     if op in _OPTIONAL and getattr(pl, op) is None:
         value = None  # an op the plan does not have stays out
     changes: dict[str, object] = {op: value}
+    if op == "acc":  # the accumulator's format (alpha's rounding into it) goes with the acc op
+        changes["pv_acc"] = None
     dot = feeds_block_mma(pl, op)
     if dot is not None:
         changes[dot] = EXACT
@@ -465,6 +481,29 @@ def quant_table(make: Callable[..., Any]) -> dict[str, Any]:
     # SageAttention2's Q smoothing (the paper's option): Q less its mean per q tile (fp32), the correction
     # mean_q . k (fp32 FMA chain) added to the dequantized scores in fp32
     out["sage2-int8-fp8-qsmooth"] = sage.replace(name="sage2-int8-fp8-qsmooth", q_smooth=fp32, q_delta=_Q_DELTA)
+    # SageAttention1's CUDA kernel (sageattn_qk_int8_pv_fp16_cuda; INT8 QK^T, FP16 P.V) on a consumer GPU (the
+    # mma.sync model of sm89, RTX 4090): Q, K and the scores as sage2; V and P cast to fp16, the row sum from the
+    # fp16 P (the kernel sums it on the tensor cores, here in fp32 left to right). Its three P.V accumulators
+    # (pv_accum_dtype): "fp32" (f16f16f32 MMA into the fp32 accumulator); "fp16" (f16f16f16 MMA: the accumulator
+    # held in fp16 over the whole sequence, rescaled by the fp16 alpha, divided by l into fp16); "fp16+fp32"
+    # (each key tile's P.V from zero in fp16, added to the fp32 accumulator)
+    f16 = Quant("float", "unscaled", fmt="float16")
+    mma16 = tensor_core("sm89", "fp16", out_format="fp16")
+    sage1 = sage.replace(
+        name="sage1-int8-fp16",
+        v_quant=f16,
+        p_quant=f16,
+        pv=tensor_core("sm89", "fp16"),
+        pv_update="into_acc",
+        row_sum="consistent",
+    )
+    out["sage1-int8-fp16"] = sage1
+    out["sage1-int8-fp16-acc16"] = sage1.replace(
+        name="sage1-int8-fp16-acc16", pv=mma16, acc="float16", pv_acc="float16", normalize="float16"
+    )
+    out["sage1-int8-fp16-acc16-flush32"] = sage1.replace(
+        name="sage1-int8-fp16-acc16-flush32", pv=mma16, pv_update="two_level"
+    )
     # SageAttention3 (FP4 QK^T and P.V): K smoothed as above; Q, K NVFP4 along the head dimension and V NVFP4
     # along the keys (e2m1 elements, ue4m3 scales per 16, no tensor scale: the released kernels hand the MMA
     # e4m3 block scales only); P two-level: per row of a key tile scaled onto [0, 448 * 6] (fp32), then NVFP4

@@ -31,10 +31,15 @@ _FIELDS = tuple(
     for f in dataclasses.fields(Plan)
     if f.name not in ("name", "kernel", "gpu_kernel", "profile", "input_format") and f.name not in QUANT_FIELDS
 )
+#: Fields that are part of an op's precision, not algorithm flags: ``opmath`` (a baseline plan's working precision)
+#: and ``pv_acc`` (the accumulator's format: alpha's rounding into it is the acc op's, :data:`_WITH_OP`).
+_OP_FIELDS = ("opmath", "pv_acc")
+#: The fields that go with an op in isolation and ablation plans.
+_WITH_OP = {"acc": ("pv_acc",)}
 #: The algorithm flags a plan carries besides its ops (every field of :data:`_FIELDS` that is not an op, so a
 #: new flag cannot be left out; ``opmath``, a baseline plan's working precision, is no algorithm flag);
 #: isolation, ablation and the reference plan keep the plan's.
-FLAGS = tuple(f for f in _FIELDS if f not in FLASH_OPS and f not in BASELINE_OPS and f != "opmath")
+FLAGS = tuple(f for f in _FIELDS if f not in FLASH_OPS and f not in BASELINE_OPS and f not in _OP_FIELDS)
 #: What each kernel's output depends on: every field but the name and the other kernel's own ops (a field
 #: added to Plan counts for both until it is known to be an op of one kernel only).
 _KEY_FIELDS = {
@@ -115,14 +120,16 @@ def isolation_plan(p: Plan | str, op: str) -> Plan:
     alone."""
     fp = plan(p)
     _check_op(op)
-    return reference_plan(fp).replace(name=f"{fp.name}[only {op}]", **{op: getattr(fp, op)})
+    keep = {f: getattr(fp, f) for f in (op, *_WITH_OP.get(op, ()))}
+    return reference_plan(fp).replace(name=f"{fp.name}[only {op}]", **keep)
 
 
 def ablation_plan(p: Plan | str, op: str) -> Plan:
     """``p`` with only ``op`` raised to float64: the error that remains without that op's."""
     fp = plan(p)
     _check_op(op)
-    return fp.replace(name=f"{fp.name}[{op}->fp64]", **{op: getattr(plan("fp64"), op)})
+    raised = {f: getattr(plan("fp64"), f) for f in (op, *_WITH_OP.get(op, ()))}
+    return fp.replace(name=f"{fp.name}[{op}->fp64]", **raised)
 
 
 def _check_op(op: object) -> None:

@@ -282,7 +282,8 @@ def test_flags_are_every_plan_field_but_the_ops():
     # which kernel; the quantizer ops (None in the float plans); a baseline plan's working precision (opmath)
     # which kernel, which hardware profile and the kernel's input format (gpu_kernel, profile, input_format: what
     # the plan models, not how it computes)
-    not_flags = {"kernel", "gpu_kernel", "profile", "input_format", "opmath", *QUANT_FIELDS}
+    # the accumulator's format (pv_acc: alpha's rounding into it is the acc op's, test_pv_acc_is_the_acc_ops)
+    not_flags = {"kernel", "gpu_kernel", "profile", "input_format", "opmath", "pv_acc", *QUANT_FIELDS}
     assert set(FLAGS) == {f.name for f in dataclasses.fields(sf.attention.Plan)} - ops - not_flags
     alt = dict(
         exp2=False,
@@ -313,6 +314,17 @@ def test_flags_are_every_plan_field_but_the_ops():
         value = getattr(q, f)  # as the plan holds it (sum_order "sequential": a hardware.SumOrder value)
         assert getattr(reference_plan(q), f) == value and getattr(isolation_plan(q, "p"), f) == value, f
         assert getattr(ablation_plan(q, "p"), f) == value, f
+
+
+def test_pv_acc_is_the_acc_ops():
+    """Plan.pv_acc goes with the acc op: kept by its isolation plan, dropped by its ablation and the reference,
+    and part of the cache key."""
+    p = plan("triton-fp16").replace(acc="float16")
+    q = p.replace(pv_acc="float16")
+    assert cache_key("flash", q) != cache_key("flash", p)
+    assert reference_plan(q).pv_acc is None
+    assert isolation_plan(q, "acc").pv_acc == q.pv_acc and isolation_plan(q, "p").pv_acc is None
+    assert ablation_plan(q, "acc").pv_acc is None and ablation_plan(q, "p").pv_acc == q.pv_acc
 
 
 def test_h200_plan_is_not_taken_for_its_triton_twin():

@@ -441,6 +441,9 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
     if pp.per_step:
         sc = mul(l_i, alpha, pp.acc)
         rec(tr, at, R_ACC, sc, l_i * alpha)
+    elif pp.pv_acc:  # an accumulator held in pv_acc's format: acc(acc * pv_acc(alpha))
+        sc = rnd(alpha, pp.pv_acc_op)
+        rec(tr, at, R_ACC, sc, alpha)
     l_div = 1.0 if l_new == 0.0 else l_new
     for d in range(acc.shape[0]):  # T13: tl.dot(p, v, acc) (+ FA1 normalization)
         a0 = mul(acc[d], sc, pp.acc)

@@ -169,6 +169,8 @@ def _row_end(r, l_ij, eng, sc):
         l_new = add(mul(l_i, alpha, pp.l_i), l_ij, pp.l_i)
     if pp.pv_mode == PV_INTO_ACC:  # T11: acc(acc * alpha) before the dot adds into it; FA1: acc * acc(l * alpha)
         wgt = mul(l_i, alpha, pp.acc) if pp.per_step else alpha
+        if pp.pv_acc:  # an accumulator held in pv_acc's format: acc(acc * pv_acc(alpha))
+            wgt = rnd(wgt, pp.pv_acc_op)
         _scale_by(sc.acc[r], dv, wgt, ln.acc, pp.acc)
     sc.l[r] = l_new
     sc.l_new[r] = l_new
