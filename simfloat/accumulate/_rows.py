@@ -84,6 +84,7 @@ __all__ = [
     "rows_form",
     "rows_kernel",
     "rows_mma",
+    "rows_type",
     "rows_work",
     "scaled_mma",
     "scaled_ok",
@@ -347,12 +348,18 @@ def rows_kernel(mp: MMA) -> Kernel:
 _ROWS_TYPE: list[Any] = []
 
 
-def _rows_signature(mp_type: Any) -> Any:
+def rows_type() -> Any:
+    """The numba type of the dots' work arrays (:func:`rows_work`; every call's: their dtypes and ranks do not
+    vary), made once: the signature of every loop that is passed a :class:`Rows`."""
     if not _ROWS_TYPE:
         _ROWS_TYPE.append(type_of(rows_work(1, 1)))
+    return _ROWS_TYPE[0]
+
+
+def _rows_signature(mp_type: Any) -> Any:
     f64, f32 = types.float64[:, ::1], types.float32[:, ::1]
     void: Any = types.void
-    return void(f64, f64, f64, f64, f32, f32, f64, types.int64, types.int64, mp_type, _ROWS_TYPE[0])
+    return void(f64, f64, f64, f64, f32, f32, f64, types.int64, types.int64, mp_type, rows_type())
 
 
 @jit

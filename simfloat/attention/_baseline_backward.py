@@ -9,10 +9,7 @@ import numpy as np
 from simfloat import ops as _ops
 from simfloat.attention._backward_inputs import check, scale_of
 from simfloat.attention._inputs import check_input_format, from_layout, to_layout
-from simfloat.attention._masks import (
-    DENSE_ADD,
-    resolve_mask,
-)
+from simfloat.attention._masks import DENSE_ADD, MaskSpec, resolve_mask
 from simfloat.attention.backward_plan import BackwardPlan, backward_plan
 from simfloat.attention.plan import OpSpec
 from simfloat.rounding import round as _round
@@ -65,8 +62,6 @@ def baseline_backward(
     Raises:
         TypeError, ValueError: bad arrays, shapes, dtypes (named), scale or plan.
     """
-    from simfloat.accumulate import matmul
-
     pl = backward_plan(plan)
     if pl.scale_at != "scores":
         raise ValueError(
@@ -79,74 +74,102 @@ def baseline_backward(
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sc = scale_of(scale, qa.shape[-1])
-    ops = _ops
-
-    def r(x: np.ndarray, spec: OpSpec) -> np.ndarray:
-        return np.asarray(_round(np.asarray(x, dtype=np.float64), spec.fmt, spec.mode))
-
     qf, kf, vf, df = (np.asarray(x, dtype=np.float64) for x in (qa, ka, va, da))
     if group > 1:  # k.repeat_interleave(group, dim=-3), v too: the gradients are summed over the group below
         kf, vf = np.repeat(kf, group, axis=-3), np.repeat(vf, group, axis=-3)
-    kt = np.swapaxes(kf, -1, -2)
-
-    def scaled(x: np.ndarray, spec: OpSpec) -> np.ndarray:
-        """spec(x * scale), through the opmath format when the plan has one (torch's ``tensor * scale``)."""
-        if pl.opmath is None:
-            return np.asarray(ops.mul(x, float(r(np.array(sc), spec)), spec.fmt, spec.mode))
-        y = ops.mul(x, float(_round(sc, pl.opmath)), pl.opmath)
-        return r(np.asarray(y), spec)
-
-    s = scaled(matmul(qf, kt, acc=pl.qk), pl.scale)
-    f, mo = pl.softmax.fmt, pl.softmax.mode
-    seq_q, seq_k = s.shape[-2:]
     spec = resolve_mask(
-        lead=s.shape[:-2],
-        seq_q=seq_q,
-        seq_k=seq_k,
+        lead=qf.shape[:-2],
+        seq_q=qf.shape[-2],
+        seq_k=kf.shape[-2],
         causal=bool(causal),
         attn_mask=attn_mask,
         key_lengths=key_lengths,
         window=window,
         causal_align=causal_align,
         empty_rows=empty_rows,
-        fmt_round=lambda a: r(a, pl.scale),
+        fmt_round=lambda a: _r(a, pl.scale),
     )
-    if spec is not None and spec.mask.dense == DENSE_ADD:  # torch's scores + attn_mask
+    s = _scores(pl, qf, kf, sc, spec)  # qk, scale (+ attn_mask), into the softmax's format
+    p = _softmax(pl, _masked(s, spec, bool(causal)), spec)  # P, masked keys -inf before the softmax
+    dq, dk, dv = _grads(pl, p, qf, kf, vf, df, sc)
+    if group > 1:  # the repeat's backward: a sum over the group's heads (a torch sum, as delta's)
+        dk, dv = (_group_sum(x, group, pl) for x in (dk, dv))
+    return to_layout(dq, layout), to_layout(dk, layout), to_layout(dv, layout)
+
+
+def _r(x: np.ndarray, spec: OpSpec) -> np.ndarray:
+    """``x`` rounded into the op's format and mode (a tensor's cast)."""
+    return np.asarray(_round(np.asarray(x, dtype=np.float64), spec.fmt, spec.mode))
+
+
+def _scaled(x: np.ndarray, spec: OpSpec, pl: BackwardPlan, sc: float) -> np.ndarray:
+    """spec(x * scale), through the opmath format when the plan has one (torch's ``tensor * scale``)."""
+    if pl.opmath is None:
+        return np.asarray(_ops.mul(x, float(_r(np.array(sc), spec)), spec.fmt, spec.mode))
+    y = _ops.mul(x, float(_round(sc, pl.opmath)), pl.opmath)
+    return _r(np.asarray(y), spec)
+
+
+def _scores(pl: BackwardPlan, qf: np.ndarray, kf: np.ndarray, sc: float, spec: MaskSpec | None) -> np.ndarray:
+    """The forward's scores (..., Sq, Sk): ``scale(qk(q k^T) * scale)``, plus an additive mask (torch's
+    ``scores + attn_mask``, in the opmath format when the plan has one, else the scale op's), rounded into the
+    softmax op's format."""
+    from simfloat.accumulate import matmul
+
+    s = _scaled(matmul(qf, np.swapaxes(kf, -1, -2), acc=pl.qk), pl.scale, pl, sc)
+    if spec is not None and spec.mask.dense == DENSE_ADD:
         bias = spec.mask.bias[spec.mask.bmap].reshape(s.shape)
         with np.errstate(invalid="ignore"):
             if pl.opmath is None:
-                s = np.asarray(ops.add(s, bias, pl.scale.fmt, pl.scale.mode))
+                s = np.asarray(_ops.add(s, bias, pl.scale.fmt, pl.scale.mode))
             else:
-                s = r(np.asarray(ops.add(s, bias, pl.opmath)), pl.scale)
-    s = r(s, pl.softmax)
+                s = _r(np.asarray(_ops.add(s, bias, pl.opmath)), pl.scale)
+    return _r(s, pl.softmax)
+
+
+def _masked(s: np.ndarray, spec: MaskSpec | None, causal: bool) -> np.ndarray:
+    """The scores with every key a row does not see at -inf (the mask's, else the causal triangle's)."""
     if spec is not None:
-        s = np.where(spec.visible.reshape(s.shape), s, -np.inf)
-    elif causal:
-        mask = np.arange(seq_k)[None, :] > np.arange(seq_q)[:, None]
-        s = np.where(mask, -np.inf, s)
+        return np.where(spec.visible.reshape(s.shape), s, -np.inf)
+    if causal:
+        seq_q, seq_k = s.shape[-2:]
+        return np.where(np.arange(seq_k)[None, :] > np.arange(seq_q)[:, None], -np.inf, s)
+    return s
+
+
+def _softmax(pl: BackwardPlan, s: np.ndarray, spec: MaskSpec | None) -> np.ndarray:
+    """P = ``p(softmax(s))``, the softmax in its op's format: max, ``exp(s - max)``, sequential sum, divide, each
+    rounded; a row that sees no key gets P = 0 (``empty_rows="zero"``, torch's safe softmax) or NaN."""
+    f, mo = pl.softmax.fmt, pl.softmax.mode
     mx = s.max(axis=-1, keepdims=True)
-    empty = None if spec is None else spec.empty.reshape(s.shape[:-1])
-    if empty is not None and spec is not None and spec.empty_rows == "zero":
-        mx = np.where(empty[..., None], 0.0, mx)  # the row's P is 0 (torch's safe softmax)
+    empty = None if spec is None or spec.empty_rows != "zero" else spec.empty.reshape(s.shape[:-1])[..., None]
+    if empty is not None:
+        mx = np.where(empty, 0.0, mx)  # the row's P is 0 (torch's safe softmax)
     with np.errstate(invalid="ignore"):
-        e = np.asarray(ops.exp(np.asarray(ops.sub(s, mx, f, mo)), f, mo))
-        tot = np.asarray(ops.sum(e, f, mo, axis=-1))[..., None]
-        if empty is not None and spec is not None and spec.empty_rows == "zero":
-            tot = np.where(empty[..., None], 1.0, tot)
-        p = r(np.asarray(ops.div(e, tot, f, mo)), pl.p)
+        e = np.asarray(_ops.exp(np.asarray(_ops.sub(s, mx, f, mo)), f, mo))
+        tot = np.asarray(_ops.sum(e, f, mo, axis=-1))[..., None]
+        if empty is not None:
+            tot = np.where(empty, 1.0, tot)
+        return _r(np.asarray(_ops.div(e, tot, f, mo)), pl.p)
+
+
+def _grads(
+    pl: BackwardPlan, p: np.ndarray, qf: np.ndarray, kf: np.ndarray, vf: np.ndarray, df: np.ndarray, sc: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The backward (per query head): ``dv = dv(p^T do)``, ``dp = dp(do v^T)``, ``delta = delta(sum_j dp p)``
+    (sequential), ``ds = ds(p * ds(dp - delta))``, its cast and ``grad_scale(ds * scale)``, ``dq = dq(ds k)``,
+    ``dk = dk(ds^T q)``, each gradient cast into ``grad``."""
+    from simfloat.accumulate import matmul
+
     dv = matmul(np.swapaxes(p, -1, -2), df, acc=pl.dv)
     dp = matmul(df, np.swapaxes(vf, -1, -2), acc=pl.dp)
-    prod = np.asarray(ops.mul(dp, p, pl.delta.fmt, pl.delta.mode))
-    delta = np.asarray(ops.sum(prod, pl.delta.fmt, pl.delta.mode, axis=-1))[..., None]
-    ds = np.asarray(ops.mul(p, np.asarray(ops.sub(dp, delta, pl.ds.fmt, pl.ds.mode)), pl.ds.fmt, pl.ds.mode))
-    ds = r(ds, pl.ds_cast)
-    ds = scaled(ds, pl.grad_scale)
+    prod = np.asarray(_ops.mul(dp, p, pl.delta.fmt, pl.delta.mode))
+    delta = np.asarray(_ops.sum(prod, pl.delta.fmt, pl.delta.mode, axis=-1))[..., None]
+    ds = np.asarray(_ops.mul(p, np.asarray(_ops.sub(dp, delta, pl.ds.fmt, pl.ds.mode)), pl.ds.fmt, pl.ds.mode))
+    ds = _scaled(_r(ds, pl.ds_cast), pl.grad_scale, pl, sc)
     dq = matmul(ds, kf, acc=pl.dq)
     dk = matmul(np.swapaxes(ds, -1, -2), qf, acc=pl.dk)
-    dk, dv = r(dk, pl.grad), r(dv, pl.grad)
-    if group > 1:  # the repeat's backward: a sum over the group's heads (a torch sum, as delta's)
-        dk, dv = (_group_sum(x, group, pl) for x in (dk, dv))
-    return to_layout(r(dq, pl.grad), layout), to_layout(dk, layout), to_layout(dv, layout)
+    return _r(dq, pl.grad), _r(dk, pl.grad), _r(dv, pl.grad)
 
 
 def _group_sum(x: np.ndarray, group: int, pl: BackwardPlan) -> np.ndarray:

@@ -49,8 +49,9 @@ def dq_orders(
     diag_lt: np.ndarray | None = None,
 ) -> np.ndarray:
     """The order of dQ's key tiles (Q4's MMAs, or the atomic adds Q4b), bm and bn the dQ kernel's tiles:
-    (n_lead, n_qt, n_kv) int64, per query lead and query tile t the ``_tiles_seen(t)`` key tiles it visits in
-    the plan's ``dq_order``, then the others; (0, 0, 0) when dQ does not walk on its own (``walk`` False).
+    (n_lead, n_qt, n_kv) int64, per query lead and query tile t the key tiles it visits
+    (:func:`~simfloat.attention._masks.visible_tiles`) in the plan's ``dq_order``, then the others; (0, 0, 0)
+    when dQ does not walk on its own (``walk`` False).
     ``seen_lt``: (n_lead, n_qt) a masked call's count per lead and query tile instead (the end of its
     :func:`~simfloat.attention._masks.tile_range`); ``diag_lt``: its first diagonal key tile per lead and query
     tile (:func:`diag_of`, for ``"diagonal_first"``).

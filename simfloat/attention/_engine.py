@@ -38,7 +38,7 @@ from simfloat._lanes import (
 )
 from simfloat.accumulate._rows import MMA, row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, sub
-from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span
+from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, visible_keys
 from simfloat.hardware import ex2_approx_f32
 from simfloat.rounding import RoundingMode
 
@@ -290,11 +290,7 @@ def baseline_units(lo, hi, xs, out, eng):
     for r in range(lo, hi):
         b = r // seq_q
         i = r - b * seq_q
-        jv = min(seq_k, i + 1) if eng.causal else seq_k
-        k_lo = 0
-        if xs.mk.on:
-            k_lo, jv = row_span(xs.mk, eng.causal, b, i, seq_k)
-            jv = max(0, jv)
+        k_lo, jv = visible_keys(xs.mk, eng.causal, b, i, seq_k)
         for c in range(n_ch):
             lo_c = c * width
             n = min(width, jv - lo_c)

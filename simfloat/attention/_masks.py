@@ -41,6 +41,8 @@ __all__ = [
     "resolve_mask",
     "row_span",
     "tile_range",
+    "visible_keys",
+    "visible_tiles",
 ]
 
 #: what a row that sees no key gives: "zero" (flash-attn's kernels: out 0, m -inf, l 0, lse -inf), "nan"
@@ -100,6 +102,27 @@ def tile_range(mk, causal, b, t, bm, bn, seq_k):
     if hi <= lo:
         return 0, 0
     return lo // bn, (hi + bn - 1) // bn
+
+
+@ljit
+def visible_keys(mk, causal, b, i, seq_k):
+    """Row i of lead b: the keys [lo, hi) it may see under the loop's ``causal`` and the call's mask ``mk``
+    (``NO_MASK``: [0, i + 1) or all), 0 <= hi (hi <= lo: none); a key in between may still be dropped by a
+    dense mask (:func:`key_masked`). The one rule of every loop's row span (D7)."""
+    if not mk.on:
+        return 0, (min(seq_k, i + 1) if causal else seq_k)
+    lo, hi = row_span(mk, causal, b, i, seq_k)
+    return lo, max(0, hi)
+
+
+@ljit
+def visible_tiles(mk, causal, b, t, bm, bn, seq_k):
+    """The key tiles [jt_lo, jt_hi) q tile t (rows t * bm ..) of lead b walks under the loop's ``causal`` and the
+    call's mask (``NO_MASK``: those up to the tile's last row's causal key, or all): :func:`tile_range`."""
+    if not mk.on:
+        hi = min((t + 1) * bm, seq_k) if causal else seq_k
+        return 0, (hi + bn - 1) // bn
+    return tile_range(mk, causal, b, t, bm, bn, seq_k)
 
 
 @ljit

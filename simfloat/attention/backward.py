@@ -337,9 +337,9 @@ def _run_reference(
         "k": (1.0, sc, math.log(2.0), 1.0),
     }[pl.scale_at]
     if n_kv_lead:
-        geo = (tiles.bm, tiles.bn, causal, group, tiles.bm2, tiles.bn2, tiles.walk)
-        args = (qf, kf, vf, dof, of, lf, out.delta, out.dq, out.dk, out.dv, out.psum, pp, geo, tr, sh, order, mk)
-        run_rows(ref.units, n_kv_lead, *args)
+        geo = ref.Geometry(tiles.bm, tiles.bn, causal, group, tiles.bm2, tiles.bn2, tiles.walk, seq_q, seq_k)
+        ins = ref.Inputs(qf, kf, vf, dof, of, lf, out.delta, order, mk)
+        run_rows(ref.units, n_kv_lead, ins, out, pp, geo, tr, sh)
 
 
 def _check_row_sums(psum: np.ndarray, spec: MaskSpec | None, pl: BackwardPlan) -> None:

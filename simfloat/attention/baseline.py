@@ -28,7 +28,7 @@ from simfloat.attention._build import baseline_engine, check_engine
 from simfloat.attention._engine import baseline_units
 from simfloat.attention._inputs import check_output, prepare, to_layout
 from simfloat.attention._kernels import add, div, dot64, exp, fmax, mul, rnd, sub
-from simfloat.attention._masks import DENSE_ADD, NO_MASK, key_masked, mask_of, row_span
+from simfloat.attention._masks import DENSE_ADD, NO_MASK, key_masked, mask_of, visible_keys
 from simfloat.attention.plan import BASELINE_OPS, Plan
 from simfloat.trace import STATES, record
 
@@ -76,11 +76,7 @@ def _units(lo, hi, q, k, v, out, pp, causal, scale64, tr, mk):
         b = u // n_qt
         t = u - b * n_qt
         for i in range(t * ROWS, min(seq_q, (t + 1) * ROWS)):
-            jv = min(seq_k, i + 1) if causal else seq_k
-            k_lo = 0
-            if mk.on:
-                k_lo, jv = row_span(mk, causal, b, i, seq_k)
-                jv = max(0, jv)
+            k_lo, jv = visible_keys(mk, causal, b, i, seq_k)
             for j in range(jv):
                 if mk.on and key_masked(mk, b, i, j, k_lo):
                     x[j] = _NINF

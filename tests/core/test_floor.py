@@ -315,9 +315,9 @@ def test_op_indices_are_positions_in_the_op_lists():
     from simfloat.attention.quant_plan import QUANT_OPS
     from simfloat.trace import STATES
 
-    baseline, backward, _quant_kernels, forward = (
+    baseline, backward, _quant_kernels, forward, fwd_trace = (
         importlib.import_module(f"simfloat.attention.{m}")
-        for m in ("baseline", "reference.backward", "_quant_kernels", "reference.forward")
+        for m in ("baseline", "reference.backward", "_quant_kernels", "reference.forward", "reference._trace")
     )
     tables = [
         (baseline, BASELINE_OPS, ""),
@@ -329,7 +329,7 @@ def test_op_indices_are_positions_in_the_op_lists():
     for module, names, prefix in tables:
         got = [getattr(module, prefix + n.upper()) for n in names]
         assert got == list(range(len(names))), (module.__name__, names)
-    for module in (forward, baseline):  # S_M, S_L, S_ACC, S_OUT: m_i, l_i, acc, out
+    for module in (fwd_trace, baseline):  # S_M, S_L, S_ACC, S_OUT: m_i, l_i, acc, out
         got = [module.S_M, module.S_L, module.S_ACC, module.S_OUT]
         assert got == [STATES.index(n) for n in ("m_i", "l_i", "acc", "out")] == [0, 1, 2, 3], module.__name__
     # the forward loop records its logical ops into each plan's own tracer columns

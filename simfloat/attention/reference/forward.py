@@ -8,10 +8,14 @@ exponentials (T6, T7), alpha (T9), P's cast or quantizer (T12), the row sum l_ij
 tl.sum tree or the quantized P's exact integer sum), l_i (T10), then the accumulator (T11, T13) in one of the
 P.V update forms, and the epilogue (E1, E2; quantizers: V's descale).
 
-Tracing goes through one hook, :func:`_rec` (a no-op when ``tr`` is None): each op records its result and
-the float64 value of the same operation on the same inputs under a logical op (``R_*``), which the trace record
-maps to the plan's tracer column (``FLASH_OPS`` or ``QUANT_OPS``; :func:`trace_columns`). The exact values that
-cost a dot or an exponential are computed only when tracing.
+Tracing goes through one hook, :func:`~simfloat.attention.reference._trace.rec` (a no-op when ``tr`` is None,
+which numba prunes: ``tr`` stays a plain argument), and the float64 shadow through one call,
+:func:`~simfloat.attention.reference._shadow.shadow`: each op records its result and the float64 value of the
+same operation on the same inputs under a logical op (``R_*``) at ``at`` = (lead, q tile, key tile), which the
+trace record maps to the plan's tracer column (``FLASH_OPS`` or ``QUANT_OPS``; :func:`trace_columns`). The exact
+values that cost a dot or an exponential are computed only when tracing. The records: :class:`Operands`
+(:mod:`~simfloat.attention.reference._operands`), :class:`Trace` (:mod:`~simfloat.attention.reference._trace`),
+a key tile's :class:`Step`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from simfloat.attention._kernels import (
     row_sum,
     sub,
 )
-from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, row_span, tile_range
+from simfloat.attention._masks import DENSE_ADD, key_masked, visible_keys, visible_tiles
 from simfloat.attention._quant_kernels import (
     DELTA_MMA,
     DELTA_SCORES,
@@ -54,82 +58,37 @@ from simfloat.attention._quant_kernels import (
     sdot,
     sdot64,
 )
+from simfloat.attention.reference._operands import Operands, float_operands, key_rows, v_tiles
+from simfloat.attention.reference._shadow import shadow
+from simfloat.attention.reference._trace import (
+    LOGICAL_OPS,
+    R_ACC,
+    R_ALPHA,
+    R_DEQUANT,
+    R_EXP,
+    R_L_I,
+    R_L_IJ,
+    R_M_I,
+    R_NORMALIZE,
+    R_OUT,
+    R_P,
+    R_PV,
+    R_PV_DEQUANT,
+    R_QK,
+    R_SCALE,
+    S_OUT,
+    Trace,
+    exp64,
+    rec,
+    srec,
+    trace_columns,
+)
 from simfloat.hardware import ex2_poly_f32
-from simfloat.trace import STATES, record
 
 __all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "trace_columns", "units", "v_tiles"]
 
 _NINF = -np.inf
 _LOG2E = math.log2(math.e)
-
-#: The ops the loop records, by their role; ``l_ij`` is the in-tile row sum, ``p`` P's cast or quantizer.
-LOGICAL_OPS = (
-    "qk",
-    "dequant",
-    "scale",
-    "exp",
-    "m_i",
-    "alpha",
-    "l_ij",
-    "l_i",
-    "acc",
-    "p",
-    "pv",
-    "pv_dequant",
-    "normalize",
-    "out",
-)
-R_QK, R_DEQUANT, R_SCALE, R_EXP, R_M_I, R_ALPHA, R_L_IJ, R_L_I, R_ACC, R_P, R_PV, R_PV_DEQUANT, R_NORMALIZE, R_OUT = (
-    range(len(LOGICAL_OPS))
-)
-S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
-#: a plan with quantizers records its row sum as l_i and its P as p_quant (QUANT_OPS)
-_QUANT_NAMES = {"l_ij": "l_i", "p": "p_quant"}
-
-
-def trace_columns(ops: tuple[str, ...], quantized: bool) -> np.ndarray:
-    """(len(LOGICAL_OPS),) int64: each logical op's column in the tracer's op list ``ops`` (-1: not there)."""
-    names = [(_QUANT_NAMES.get(n, n) if quantized else n) for n in LOGICAL_OPS]
-    return np.array([ops.index(n) if n in ops else -1 for n in names], dtype=np.int64)
-
-
-class Operands(NamedTuple):
-    """The loop's inputs (lead = the flat leading index; a plan without quantizers: codes are the values, and
-    the scale, block-scale and delta arrays are placeholders the loop never reads).
-
-    Attributes:
-        qc: (lead, seq_q, d) Q's codes; qs: (lead, seq_q) Q's per-row scale; qb: Q's per-element block scales
-            (as qc) for a block-scaled qk MMA, else (1, 1, 1).
-        kc: (lead, n_kv * block_n, d) K's codes, zero-padded; ks: (lead, n_kv * block_n) per-key scales; kb: as qb.
-        vt: (lead * n_kv, dv, block_n) V's codes per key tile, transposed; vs: (lead, n_kv, dv) V's scales per
-            key tile and channel; vb: as qb (laid out as vt).
-        ds: (lead, n_q_tiles, n_kv * block_n) Q smoothing's correction delta_s per q tile and key.
-        q64, k64, v64: (lead, seq, d) the unquantized inputs (the quantized plans' float64 shadow).
-        mk: the call's :class:`~simfloat.attention._masks.KeyMask` (``NO_MASK``: none beyond ``causal``).
-    """
-
-    qc: np.ndarray
-    qs: np.ndarray
-    qb: np.ndarray
-    kc: np.ndarray
-    ks: np.ndarray
-    kb: np.ndarray
-    vt: np.ndarray
-    vs: np.ndarray
-    vb: np.ndarray
-    ds: np.ndarray
-    q64: np.ndarray
-    k64: np.ndarray
-    v64: np.ndarray
-    mk: KeyMask = NO_MASK
-
-
-class Trace(NamedTuple):
-    """A tracer's record arrays (``Tracer._start``) and the plan's op columns (:func:`trace_columns`)."""
-
-    local: np.ndarray
-    state: np.ndarray
-    cols: np.ndarray
 
 
 class _Scratch(NamedTuple):
@@ -148,51 +107,45 @@ class _Scratch(NamedTuple):
     mr: np.ndarray  # (1,) the row's unscaled running max (Plan.alpha_raw)
 
 
-@jit
-def _rec(tr, b, t, jt, op, y, ex):
-    """The trace hook: op ``op`` (R_*) gave ``y`` where float64 gives ``ex``; nothing when ``tr`` is None."""
-    if tr is not None:
-        record(tr.local, b, t, jt, tr.cols[op], y - ex, ex)
+class Step(NamedTuple):
+    """What one key tile left (:func:`_tile`), which the float64 shadow follows: the row's m_i and l_i after it,
+    the keys seen (``nv`` from ``j0``), whether it rescaled (lazy rescaling) and whether T4's tie shift fired."""
 
-
-@jit
-def _srec(tr, b, t, jt, st, y, ex):
-    """The shadow's hook: state ``st`` is ``y``, the float64 shadow's ``ex``."""
-    if tr is not None:
-        record(tr.state, b, t, jt, st, y - ex, ex)
-
-
-@jit
-def _ex(x, pp):
-    return math.exp2(x) if pp.exp2 else math.exp(x)
+    m_i: float
+    l_i: float
+    nv: int
+    j0: int
+    rescale: bool
+    tied: bool
 
 
 @ljit
-def _dequant_score(o, pp, tr, b, t, i, jt, key, x):
+def _dequant_score(o, pp, tr, at, i, key, x):
     """Quantizers, ``score_scaling="scores"``: ``dequant(dequant(x * q_scale) * k_scale)`` (+ delta_s)."""
+    b, t, _ = at
     y = mul(x, o.qs[b, i], pp.dequant)
     z = mul(y, o.ks[b, key], pp.dequant)
-    _rec(tr, b, t, jt, R_DEQUANT, y, x * o.qs[b, i])
-    _rec(tr, b, t, jt, R_DEQUANT, z, y * o.ks[b, key])
+    rec(tr, at, R_DEQUANT, y, x * o.qs[b, i])
+    rec(tr, at, R_DEQUANT, z, y * o.ks[b, key])
     if pp.delta_mode == DELTA_SCORES:  # Q smoothing's correction on the dequantized score
         y = add(z, o.ds[b, t, key], pp.dequant)
-        _rec(tr, b, t, jt, R_DEQUANT, y, z + o.ds[b, t, key])
+        rec(tr, at, R_DEQUANT, y, z + o.ds[b, t, key])
         return y
     return z
 
 
 @jit
-def _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt):
+def _raw_alpha_arg(r_old, r_new, sscale, pp, tr, at):
     """FA3/4's alpha argument from the unscaled maxima: ``alpha(alpha(r_old - r_new) * sscale)``."""
     x = sub(r_old, r_new, pp.alpha)
     y = mul(x, sscale, pp.alpha)
-    _rec(tr, b, t, jt, R_ALPHA, x, r_old - r_new)
-    _rec(tr, b, t, jt, R_ALPHA, y, x * sscale)
+    rec(tr, at, R_ALPHA, x, r_old - r_new)
+    rec(tr, at, R_ALPHA, y, x * sscale)
     return y
 
 
 @jit
-def _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt):
+def _tie_shift(s, nv, mx, sscale, pp, tr, at):
     """Plan.tie_shift: count the keys tied with the tile max, shift the max if two or more; (max, tied)."""
     thr = sub(mx, pp.tie_tol, pp.scale)
     n_tied = 0
@@ -200,20 +153,20 @@ def _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt):
         if s[jj] == _NINF:  # a masked key (it could not tie a finite max)
             continue
         y = mul(s[jj], sscale, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, y, s[jj] * sscale)
+        rec(tr, at, R_SCALE, y, s[jj] * sscale)
         if y >= thr:
             n_tied += 1
     if n_tied < 2:
         return mx, False
     if mx > 0.0:
         y = mul(mx, pp.tie_beta, pp.m_i)
-        _rec(tr, b, t, jt, R_M_I, y, mx * pp.tie_beta)
+        rec(tr, at, R_M_I, y, mx * pp.tie_beta)
         return y, True
     return (0.0 if mx < 0.0 else mx), True
 
 
 @jit
-def _p_codes(w, nv, pp, tr, b, t, jt):
+def _p_codes(w, nv, pp, tr, at):
     """T12: P's cast or quantizer into ``w.pc`` (block scales into ``w.psc``; keys nv.. get 0); returns a two-level
     block quantizer's per-row scale (else 1)."""
     p, pc, psc = w.p, w.pc, w.psc
@@ -224,38 +177,38 @@ def _p_codes(w, nv, pp, tr, b, t, jt):
                 pc[jj] = pc[jj] * psc[jj]
                 psc[jj] = 1.0
         for jj in range(nv):
-            _rec(tr, b, t, jt, R_P, pc[jj] * psc[jj] * s1, p[jj])
+            rec(tr, at, R_P, pc[jj] * psc[jj] * s1, p[jj])
         return s1
     for jj in range(nv):
         c = p_quant(p[jj], pp)
         pc[jj] = c
         if tr is not None:
-            _rec(tr, b, t, jt, R_P, p_value(c, pp), p[jj])
+            rec(tr, at, R_P, p_value(c, pp), p[jj])
     for jj in range(nv, pc.shape[0]):
         pc[jj] = 0.0
     return 1.0
 
 
 @jit
-def _seq(p, lo, hi, o, tr, b, t, jt):
+def _seq(p, lo, hi, o, tr, at):
     """T8's sequential sum of p[lo:hi] from 0, each addition rounded by ``o``."""
     s = 0.0
     for jj in range(lo, hi):
         y = add(s, p[jj], o)
-        _rec(tr, b, t, jt, R_L_IJ, y, s + p[jj])
+        rec(tr, at, R_L_IJ, y, s + p[jj])
         s = y
     return s
 
 
 @jit
-def _tile_sum(w, nv, pp, tr, b, t, jt, wn):
+def _tile_sum(w, nv, pp, tr, at, wn):
     """T8: l_ij, the in-tile row sum of P (the quantized P's with ``consistent``)."""
     if pp.consistent and pp.p_kind == K_INT:  # integer codes: the exact sum (< 2**53), then / qmax
         isum = 0.0
         for jj in range(nv):
             isum += w.pc[jj]
         l_ij = div(isum, pp.p_qmax, pp.l_ij)
-        _rec(tr, b, t, jt, R_L_IJ, l_ij, isum / pp.p_qmax)
+        rec(tr, at, R_L_IJ, l_ij, isum / pp.p_qmax)
         return l_ij
     src = w.pc if pp.consistent else w.p
     if pp.sum_order != 0:  # the plan's tree order over the whole tile (masked / padded p are 0)
@@ -264,95 +217,98 @@ def _tile_sum(w, nv, pp, tr, b, t, jt, wn):
             ex = 0.0
             for jj in range(nv):
                 ex += src[jj]
-            _rec(tr, b, t, jt, R_L_IJ, l_ij, ex)
+            rec(tr, at, R_L_IJ, l_ij, ex)
         return l_ij
     if pp.l_ij_chunk == 0:
-        return _seq(src, 0, nv, pp.l_ij, tr, b, t, jt)
+        return _seq(src, 0, nv, pp.l_ij, tr, at)
     l_ij = 0.0
     for c0 in range(0, nv, pp.l_ij_chunk):
-        cs = _seq(src, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, tr, b, t, jt)
+        cs = _seq(src, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, tr, at)
         y = add(l_ij, cs, pp.l_ij_out)
-        _rec(tr, b, t, jt, R_L_IJ, y, l_ij + cs)
+        rec(tr, at, R_L_IJ, y, l_ij + cs)
         l_ij = y
     return l_ij
 
 
 @ljit
-def _acc_update(a, alpha, y, pp, tr, b, t, jt):
+def _acc_update(a, alpha, y, pp, tr, at):
     """``acc(fma(a, alpha, y))`` (``contract``), else ``acc(acc(a * alpha) + y)``."""
     if pp.contract:
         r = fma(a, alpha, y, pp.acc)
-        _rec(tr, b, t, jt, R_ACC, r, fma64(a, alpha, y))
+        rec(tr, at, R_ACC, r, fma64(a, alpha, y))
         return r
     a0 = mul(a, alpha, pp.acc)
     r = add(a0, y, pp.acc)
-    _rec(tr, b, t, jt, R_ACC, a0, a * alpha)
-    _rec(tr, b, t, jt, R_ACC, r, a0 + y)
+    rec(tr, at, R_ACC, a0, a * alpha)
+    rec(tr, at, R_ACC, r, a0 + y)
     return r
 
 
 @ljit
-def _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1):
+def _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1):
     """T11, T13 in the quantized P.V forms other than ``into_acc``: channel d's new accumulator."""
+    b, _, jt = at
     acc = w.acc
     if pp.pv_mode == PV_TWO_LEVEL:  # a fresh P.V per key tile, added to the fp32 accumulator
         pv = sdot(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, 0.0, pp.pv, pp.pv_kind)
         if tr is not None:
-            _rec(tr, b, t, jt, R_PV, pv, sdot64(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
+            rec(tr, at, R_PV, pv, sdot64(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
         if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale folded back
             y = mul(pv, s1, pp.pv_dequant)
-            _rec(tr, b, t, jt, R_PV_DEQUANT, y, pv * s1)
+            rec(tr, at, R_PV_DEQUANT, y, pv * s1)
             pv = y
-        return _acc_update(acc[d], alpha, pv, pp, tr, b, t, jt)
+        return _acc_update(acc[d], alpha, pv, pp, tr, at)
     vs = o.vs[b, jt, d]
     if pp.pv_mode == PV_SEPARATE:
         pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
         y = mul(pv, vs, pp.pv_dequant)
         if tr is not None:
-            _rec(tr, b, t, jt, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
-        _rec(tr, b, t, jt, R_PV_DEQUANT, y, pv * vs)
+            rec(tr, at, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
+        rec(tr, at, R_PV_DEQUANT, y, pv * vs)
         if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
             z = div(y, pp.p_qmax, pp.pv_dequant)
-            _rec(tr, b, t, jt, R_PV_DEQUANT, z, y / pp.p_qmax)
+            rec(tr, at, R_PV_DEQUANT, z, y / pp.p_qmax)
             y = z
-        return _acc_update(acc[d], alpha, y, pp, tr, b, t, jt)
+        return _acc_update(acc[d], alpha, y, pp, tr, at)
     a0 = mul(acc[d], alpha, pp.acc)  # PV_SCALED
-    _rec(tr, b, t, jt, R_ACC, a0, acc[d] * alpha)
+    rec(tr, at, R_ACC, a0, acc[d] * alpha)
     pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
     a = fma(pv, vs, a0, pp.pv_dequant)
     if tr is not None:
-        _rec(tr, b, t, jt, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
-        _rec(tr, b, t, jt, R_PV_DEQUANT, a, fma64(pv, vs, a0))
+        rec(tr, at, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
+        rec(tr, at, R_PV_DEQUANT, a, fma64(pv, vs, a0))
     return a
 
 
 @ljit
-def _biased(o, pp, tr, b, t, i, jt, key, x, ex, sscale):
+def _biased(o, pp, tr, at, i, key, x, ex, sscale):
     """T3 with an additive mask: ``scale(fma(qk, qk_scale, bias'))`` (``contract``), else
     ``scale(scale(qk * qk_scale) + bias')``, with ``bias' = scale(bias * scale(log2 e))`` under exp2 (else the
     bias), the bias a value of the scale op's format; returns it and its float64 value."""
+    b = at[0]
     bv = o.mk.bias[o.mk.bmap[b], i, key]
     b2, b64 = bv, bv
     if pp.exp2:
         b2 = mul(bv, rnd(_LOG2E, pp.scale), pp.scale)
         b64 = bv * _LOG2E
-        _rec(tr, b, t, jt, R_SCALE, b2, bv * rnd(_LOG2E, pp.scale))
+        rec(tr, at, R_SCALE, b2, bv * rnd(_LOG2E, pp.scale))
     if pp.contract:
         y = fma(x, sscale, b2, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, y, fma64(x, sscale, b2))
+        rec(tr, at, R_SCALE, y, fma64(x, sscale, b2))
     else:
         z = mul(x, sscale, pp.scale)
         y = add(z, b2, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, z, x * sscale)
-        _rec(tr, b, t, jt, R_SCALE, y, z + b2)
+        rec(tr, at, R_SCALE, z, x * sscale)
+        rec(tr, at, R_SCALE, y, z + b2)
     return y, ex * pp.qk_scale64 + b64
 
 
 @jit
-def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo):
+def _scores(o, w, pp, tr, at, i, j0, nv, sscale, lo):
     """T2, T3: the tile's scores into ``w.s`` (the exact ones into ``w.ss`` when tracing); their max. Keys
     the mask drops (``lo``: the row's first visible key) get -inf (T3's ``where``); an additive mask's scores
     are the scaled and biased ones (:func:`_biased`)."""
+    b, t, _ = at
     smax = _NINF
     for jj in range(nv):
         if o.mk.on and key_masked(o.mk, b, i, j0 + jj, lo):
@@ -366,37 +322,33 @@ def _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo):
             if pp.quantized:
                 ex = c0 + ex
             w.ss[jj] = ex
-            _rec(tr, b, t, jt, R_QK, x, ex)
+            rec(tr, at, R_QK, x, ex)
         if pp.scores_dequant:
-            x = _dequant_score(o, pp, tr, b, t, i, jt, j0 + jj, x)
+            x = _dequant_score(o, pp, tr, at, i, j0 + jj, x)
         if o.mk.dense == DENSE_ADD:
-            x, w.ss[jj] = _biased(o, pp, tr, b, t, i, jt, j0 + jj, x, w.ss[jj], sscale)
+            x, w.ss[jj] = _biased(o, pp, tr, at, i, j0 + jj, x, w.ss[jj], sscale)
         w.s[jj] = x
         smax = fmax(smax, x)
     return smax
 
 
 @jit
-def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
-    """T2..T14 for row ``i`` and key tile ``jt``; returns (m_i, l_i, visible keys, first key, rescaled, tied).
+def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
+    """T2..T14 for row ``i`` and key tile ``jt`` of ``at`` = (lead b, q tile t, jt); returns the :class:`Step`.
     ``qss``: the row's score scale (folded: ``qk_scale * q_scale``, else qk_scale)."""
+    b, t, jt = at
     bm, bn, causal, seq_k, wn = geo
     vrow = b * ((seq_k + bn - 1) // bn) + jt
     j0 = jt * bn
-    jv = min(j0 + bn, seq_k)
-    lo = 0
-    if o.mk.on:  # the structured mask: keys [lo, hi) (keys < lo are masked in _scores)
-        lo, hi = row_span(o.mk, causal, b, i, seq_k)
-        jv = min(jv, hi)
-    elif causal:
-        jv = min(jv, i + 1)
+    lo, hi = visible_keys(o.mk, causal, b, i, seq_k)  # the row's keys [lo, hi) (keys < lo: masked in _scores)
+    jv = min(j0 + bn, hi)
     nv = max(0, jv - j0)
     s, p, acc = w.s, w.p, w.acc
     sscale = qss
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
         sscale = mul(qss, o.ks[b, j0], pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, sscale, qss * o.ks[b, j0])
-    smax = _scores(o, w, pp, tr, b, t, i, jt, j0, nv, sscale, lo)
+        rec(tr, at, R_SCALE, sscale, qss * o.ks[b, j0])
+    smax = _scores(o, w, pp, tr, at, i, j0, nv, sscale, lo)
     if o.mk.dense == DENSE_ADD:  # the scores are scaled already
         sscale = 1.0
     m_base = w.lse[0] if pp.lse else m_i  # the lse form: m_ij = max(lse_i, rowmax)
@@ -406,23 +358,23 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     r_new = fmax(r_old, smax) if smax != _NINF else r_old
     if smax != _NINF:
         mx = mul(smax, sscale, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, mx, smax * sscale)
+        rec(tr, at, R_SCALE, mx, smax * sscale)
         if pp.tie:
-            mx, tied = _tie_shift(s, nv, mx, sscale, pp, tr, b, t, jt)
+            mx, tied = _tie_shift(s, nv, mx, sscale, pp, tr, at)
         m_new = fmax(m_base, mx)
         if m_new != m_base:
             y = rnd(m_new, pp.m_i)
-            _rec(tr, b, t, jt, R_M_I, y, m_new)
+            rec(tr, at, R_M_I, y, m_new)
             m_new = y
     rescale = True
     if pp.lazy:
         if m_i == _NINF:
             rescale = m_new > _NINF
         elif pp.alpha_raw:  # FA4: keep the max while d = (r_old - r_new) * scale >= -threshold
-            rescale = not (_raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt) >= -pp.threshold)
+            rescale = not (_raw_alpha_arg(r_old, r_new, sscale, pp, tr, at) >= -pp.threshold)
         else:
             dm = sub(m_new, m_i, pp.m_i)
-            _rec(tr, b, t, jt, R_M_I, dm, m_new - m_i)
+            rec(tr, at, R_M_I, dm, m_new - m_i)
             rescale = dm > pp.threshold
         if not rescale:
             m_new = m_i
@@ -432,7 +384,7 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
     m_x = m_sub  # the shift in P's exponent
     if pp.p_shift != 0.0:  # SageAttention3's kernel: P scaled onto [0, qmax] by the shift, t = qmax * p
         m_x = sub(m_sub, pp.p_shift, pp.scale)
-        _rec(tr, b, t, jt, R_SCALE, m_x, m_sub - pp.p_shift)
+        rec(tr, at, R_SCALE, m_x, m_sub - pp.p_shift)
     fused = pp.contract and not (pp.diag_plain and causal and j0 + bn - 1 > t * bm)  # T6 in one rounding
     for jj in range(nv):  # T6, T7
         sj = s[jj]
@@ -441,18 +393,18 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             continue
         if fused:
             x = fma(sj, sscale, -m_x, pp.scale)
-            _rec(tr, b, t, jt, R_SCALE, x, fma64(sj, sscale, -m_x))
+            rec(tr, at, R_SCALE, x, fma64(sj, sscale, -m_x))
         else:
             y = mul(sj, sscale, pp.scale)
             x = sub(y, m_x, pp.scale)
-            _rec(tr, b, t, jt, R_SCALE, y, sj * sscale)
-            _rec(tr, b, t, jt, R_SCALE, x, y - m_x)
+            rec(tr, at, R_SCALE, y, sj * sscale)
+            rec(tr, at, R_SCALE, x, y - m_x)
         if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
             pj = rnd(ex2_poly_f32(x), pp.exp)
         else:
             pj = exp_op(x, pp.exp, pp)
         if tr is not None:
-            _rec(tr, b, t, jt, R_EXP, pj, _ex(x, pp))
+            rec(tr, at, R_EXP, pj, exp64(x, pp))
         p[jj] = pj
     for jj in range(nv, bn):
         p[jj] = 0.0
@@ -462,53 +414,53 @@ def _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss):
             alpha = 0.0
         else:
             if pp.alpha_raw:  # FA3/4: exp2(alpha(alpha(r_old - r_new) * scale))
-                dm = _raw_alpha_arg(r_old, r_new, sscale, pp, tr, b, t, jt)
+                dm = _raw_alpha_arg(r_old, r_new, sscale, pp, tr, at)
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
-                _rec(tr, b, t, jt, R_ALPHA, dm, m_i - m_sub)
+                rec(tr, at, R_ALPHA, dm, m_i - m_sub)
             alpha = exp_op(dm, pp.alpha, pp)
             if tr is not None:
-                _rec(tr, b, t, jt, R_ALPHA, alpha, _ex(dm, pp))
-    s1 = _p_codes(w, nv, pp, tr, b, t, jt)  # T12
-    l_ij = _tile_sum(w, nv, pp, tr, b, t, jt, wn)  # T8
+                rec(tr, at, R_ALPHA, alpha, exp64(dm, pp))
+    s1 = _p_codes(w, nv, pp, tr, at)  # T12
+    l_ij = _tile_sum(w, nv, pp, tr, at, wn)  # T8
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
-        l_new = _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij)
+        l_new = _lse_update(w, pp, tr, at, m_new, m_sub, l_ij)
     elif pp.contract:  # T10
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
-        _rec(tr, b, t, jt, R_L_I, l_new, fma64(l_i, alpha, l_ij))
+        rec(tr, at, R_L_I, l_new, fma64(l_i, alpha, l_ij))
     else:
         y = mul(l_i, alpha, pp.l_i)
         l_new = add(y, l_ij, pp.l_i)
-        _rec(tr, b, t, jt, R_L_I, y, l_i * alpha)
-        _rec(tr, b, t, jt, R_L_I, l_new, y + l_ij)
+        rec(tr, at, R_L_I, y, l_i * alpha)
+        rec(tr, at, R_L_I, l_new, y + l_ij)
     if pp.pv_mode != PV_INTO_ACC:  # the quantized P.V forms
         for d in range(acc.shape[0]):
-            acc[d] = _pv_quant(o, w, pp, tr, b, t, jt, vrow, d, alpha, s1)
-        return m_new, l_new, nv, j0, rescale, tied
+            acc[d] = _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1)
+        return Step(m_new, l_new, nv, j0, rescale, tied)
     sc = alpha  # T11: acc(acc * alpha); FA1: acc(acc * acc(l_old * alpha))
     if pp.per_step:
         sc = mul(l_i, alpha, pp.acc)
-        _rec(tr, b, t, jt, R_ACC, sc, l_i * alpha)
+        rec(tr, at, R_ACC, sc, l_i * alpha)
     elif pp.pv_acc:  # an accumulator held in pv_acc's format: acc(acc * pv_acc(alpha))
         sc = rnd(alpha, pp.pv_acc_op)
-        _rec(tr, b, t, jt, R_ACC, sc, alpha)
+        rec(tr, at, R_ACC, sc, alpha)
     l_div = 1.0 if l_new == 0.0 else l_new
     for d in range(acc.shape[0]):  # T13: tl.dot(p, v, acc) (+ FA1 normalization)
         a0 = mul(acc[d], sc, pp.acc)
-        _rec(tr, b, t, jt, R_ACC, a0, acc[d] * sc)
+        rec(tr, at, R_ACC, a0, acc[d] * sc)
         y = dot3(w.pc3, 0, 0, o.vt, vrow, d, a0, pp.pv, pp.pv_kind)
         if tr is not None:
-            _rec(tr, b, t, jt, R_PV, y, dot64(w.pc, o.vt[vrow, d], a0))
+            rec(tr, at, R_PV, y, dot64(w.pc, o.vt[vrow, d], a0))
         if pp.per_step:
             z = div(y, l_div, pp.normalize)
-            _rec(tr, b, t, jt, R_NORMALIZE, z, y / l_div)
+            rec(tr, at, R_NORMALIZE, z, y / l_div)
             y = z
         acc[d] = y
-    return m_new, l_new, nv, j0, rescale, tied
+    return Step(m_new, l_new, nv, j0, rescale, tied)
 
 
 @jit
-def _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij):
+def _lse_update(w, pp, tr, at, m_new, m_sub, l_ij):
     """T10 of the lse form: ``l_i = l_i(alpha(exp(alpha(lse_i - m_ij))) + l_ij)`` (0 for the exponential while
     lse_i is -inf), then ``lse_i = m_i(m_ij + l_i(log(l_i)))`` (lse_i stays -inf while no key was seen)."""
     lse_i = w.lse[0]
@@ -516,134 +468,29 @@ def _lse_update(w, pp, tr, b, t, jt, m_new, m_sub, l_ij):
     if lse_i != _NINF:
         dl = sub(lse_i, m_sub, pp.alpha)
         e = exp_op(dl, pp.alpha, pp)
-        _rec(tr, b, t, jt, R_ALPHA, dl, lse_i - m_sub)
+        rec(tr, at, R_ALPHA, dl, lse_i - m_sub)
         if tr is not None:
-            _rec(tr, b, t, jt, R_ALPHA, e, math.exp(dl))
+            rec(tr, at, R_ALPHA, e, math.exp(dl))
     l_new = add(e, l_ij, pp.l_i)
-    _rec(tr, b, t, jt, R_L_I, l_new, e + l_ij)
+    rec(tr, at, R_L_I, l_new, e + l_ij)
     if m_new != _NINF:
         lg = log(l_new, pp.l_i)
         y = add(m_sub, lg, pp.m_i)
         if tr is not None:
-            _rec(tr, b, t, jt, R_L_I, lg, math.log(l_new))
-        _rec(tr, b, t, jt, R_M_I, y, m_sub + lg)
+            rec(tr, at, R_L_I, lg, math.log(l_new))
+        rec(tr, at, R_M_I, y, m_sub + lg)
         w.lse[0] = y
     return l_new
 
 
 @jit
-def _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_lp, l_lp, ms, lses):
-    """One key tile of the float64 shadow of the lse form (same dataflow in float64), then the state drift
-    (m_i, and l_i relative to m_ij); returns the shadow's (m_i, lse_i)."""
-    ss, ps, accs = w.ss, w.ps, w.accs
-    sc64 = 1.0 if o.mk.dense == DENSE_ADD else pp.qk_scale64  # an additive mask's scores are scaled
-    smax = _NINF
-    for jj in range(nv):
-        smax = fmax(smax, ss[jj])
-    m_new = lses if smax == _NINF else fmax(lses, smax * sc64)
-    m_sub = 0.0 if m_new == _NINF else m_new
-    lij = 0.0
-    for jj in range(nv):
-        ps[jj] = math.exp(ss[jj] * sc64 - m_sub)
-        lij += ps[jj]
-    alpha = 0.0 if ms == _NINF else math.exp(ms - m_sub)
-    l_new = (0.0 if lses == _NINF else math.exp(lses - m_sub)) + lij
-    for d in range(accs.shape[0]):
-        a = accs[d] * alpha
-        for jj in range(nv):
-            a += ps[jj] * o.v64[b, j0 + jj, d]
-        accs[d] = a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d], a)
-    if m_new != _NINF:
-        _srec(tr, b, t, jt, S_M, m_lp, m_new)
-        lses = m_sub + math.log(l_new)
-    _srec(tr, b, t, jt, S_L, l_lp, l_new)
-    return m_new, lses
-
-
-@jit
-def _shadow_float(o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_lp, l_lp, ms, ls, unit):
-    """One key tile of the float64 shadow of a plan without quantizers (same dataflow, same lazy and tie-shift
-    decisions), then the state drift (``unit``: the factor ``2**p_offset`` the emulated l and acc carry;
-    masked keys: score -inf; an additive mask's scores are scaled)."""
-    ss, ps, accs = w.ss, w.ps, w.accs
-    sc64 = 1.0 if o.mk.dense == DENSE_ADD else pp.qk_scale64
-    smax = _NINF
-    for jj in range(nv):
-        smax = fmax(smax, ss[jj])
-    mx = smax * sc64
-    if tied:
-        mx = mx * pp.tie_beta if mx > 0.0 else (0.0 if mx < 0.0 else mx)
-    m_new = fmax(ms, mx) if rescale else ms
-    m_sub = 0.0 if m_new == _NINF else m_new
-    lij = 0.0
-    for jj in range(nv):
-        x = fma64(ss[jj], sc64, -m_sub) if pp.contract else ss[jj] * sc64 - m_sub
-        ps[jj] = _ex(x, pp)
-        lij += ps[jj]
-    alpha = 1.0
-    if rescale:
-        alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
-    l_new = fma64(ls, alpha, lij) if pp.contract else ls * alpha + lij
-    sc = ls * alpha if pp.per_step else alpha
-    l_div = 1.0 if l_new == 0.0 else l_new
-    for d in range(accs.shape[0]):
-        a = accs[d] * sc
-        for jj in range(nv):
-            a += ps[jj] * o.v64[b, j0 + jj, d]
-        accs[d] = a / l_div if pp.per_step else a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d] / unit, accs[d])
-    if m_new != _NINF:
-        _srec(tr, b, t, jt, S_M, m_lp, m_new)
-    _srec(tr, b, t, jt, S_L, l_lp, l_new)
-    return m_new, l_new
-
-
-@jit
-def _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_lp, l_lp, ms, ls):
-    """One key tile of a quantized plan's float64 shadow on the unquantized inputs (exact softmax scale), then
-    the drift of the emulated state (m in the kernel's units, l and acc relative to each run's own running max).
-    Masked keys (the -inf scores :func:`_scores` left in ``w.ss``) get -inf; an additive mask adds its bias (in
-    log2 units under exp2)."""
-    ps, accs = w.ps, w.accs
-    smax = _NINF
-    for jj in range(nv):
-        if o.mk.on and w.ss[jj] == _NINF:
-            ps[jj] = _NINF
-            continue
-        ps[jj] = dot64(o.q64[b, i], o.k64[b, j0 + jj], 0.0) * pp.qk_scale64
-        if o.mk.dense == DENSE_ADD:
-            bv = o.mk.bias[o.mk.bmap[b], i, j0 + jj]
-            ps[jj] += bv * _LOG2E if pp.exp2 else bv
-        smax = fmax(smax, ps[jj])
-    m_new = fmax(ms, smax)
-    m_sub = 0.0 if m_new == _NINF else m_new
-    lij = 0.0
-    for jj in range(nv):
-        ps[jj] = _ex(ps[jj] - m_sub, pp)
-        lij += ps[jj]
-    alpha = 0.0 if ms == _NINF else _ex(ms - m_sub, pp)
-    l_new = ls * alpha + lij
-    for d in range(accs.shape[0]):
-        a = accs[d] * alpha
-        for jj in range(nv):
-            a += ps[jj] * o.v64[b, j0 + jj, d]
-        accs[d] = a
-        _srec(tr, b, t, jt, S_ACC, w.acc[d] * w.vs_fin[d], a)
-    if m_new != _NINF:
-        _srec(tr, b, t, jt, S_M, m_lp, m_new)
-    _srec(tr, b, t, jt, S_L, l_lp, l_new)
-    return m_new, l_new
-
-
-@jit
-def _epilogue_descale(a, vs, pp, tr, b, t, jt):
+def _epilogue_descale(a, vs, pp, tr, at):
     """Quantizers, into_acc / two_level: V's descale once (then P's fixed scale)."""
     y = mul(a, vs, pp.pv_dequant)
-    _rec(tr, b, t, jt, R_PV_DEQUANT, y, a * vs)
+    rec(tr, at, R_PV_DEQUANT, y, a * vs)
     if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
         z = div(y, pp.p_qmax, pp.pv_dequant)
-        _rec(tr, b, t, jt, R_PV_DEQUANT, z, y / pp.p_qmax)
+        rec(tr, at, R_PV_DEQUANT, z, y / pp.p_qmax)
         return z
     return y
 
@@ -689,10 +536,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
     for u in range(lo, hi):
         b = u // n_qt
         t = u - b * n_qt
-        kv_hi = min((t + 1) * bm, seq_k) if causal else seq_k
-        jt_lo, n_kv = 0, (kv_hi + bn - 1) // bn
-        if o.mk.on:  # the key tiles some row of the q tile may see (FA2's n_block_min / max)
-            jt_lo, n_kv = tile_range(o.mk, causal, b, t, bm, bn, seq_k)
+        jt_lo, n_kv = visible_tiles(o.mk, causal, b, t, bm, bn, seq_k)  # FA2's n_block_min / max
         if pp.v_epilogue:
             for d in range(dv):
                 w.vs_fin[d] = o.vs[b, 0, d] / pp.p_qmax if p_fixed or pp.p_shift != 0.0 else o.vs[b, 0, d]
@@ -700,7 +544,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             qss = pp.qk_scale
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
                 qss = mul(pp.qk_scale, o.qs[b, i], pp.scale)
-                _rec(tr, b, t, 0, R_SCALE, qss, pp.qk_scale * o.qs[b, i])
+                rec(tr, (b, t, 0), R_SCALE, qss, pp.qk_scale * o.qs[b, i])
             m_i, l_i, ms, ls = _NINF, 0.0, _NINF, (_NINF if pp.lse else 0.0)  # lse form: ls is the shadow's lse_i
             w.lse[0] = _NINF
             w.mr[0] = _NINF
@@ -710,16 +554,11 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 jt = kv_tile(pos, n_kv, t, bm, bn, causal, pp.kv_order)
                 if jt < jt_lo:  # a tile no row of the q tile sees (masks: FA2's n_block_min)
                     continue
-                m_i, l_i, nv, j0, rescale, tied = _tile(o, w, pp, tr, geo, b, t, i, jt, m_i, l_i, qss)
-                if tr is not None:
-                    if pp.lse:
-                        ms, ls = _shadow_lse(o, w, pp, tr, b, t, jt, j0, nv, m_i, l_i, ms, ls)
-                    elif pp.quantized:
-                        ms, ls = _shadow_quant(o, w, pp, tr, b, t, i, jt, j0, nv, m_i, l_i / l_unit, ms, ls)
-                    else:
-                        ms, ls = _shadow_float(
-                            o, w, pp, tr, b, t, i, jt, j0, nv, rescale, tied, m_i, l_i / l_unit, ms, ls, l_unit
-                        )
+                at = (b, t, jt)
+                st = _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss)
+                m_i, l_i = st.m_i, st.l_i
+                ms, ls = shadow(o, w, pp, tr, at, i, st, ms, ls, l_unit)
+            fin = (b, t, n_kv_all)  # the epilogue's trace position
             l_div = 1.0 if l_i == 0.0 else l_i  # E1, E2
             ls_div = 1.0 if ls == 0.0 else ls
             osc = 1.0  # the lse form's o_scale = exp(m_i - lse_i)
@@ -727,71 +566,27 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 if m_i != _NINF:
                     dm = sub(m_i, w.lse[0], pp.normalize)
                     osc = exp_op(dm, pp.normalize, pp)
-                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, dm, m_i - w.lse[0])
+                    rec(tr, fin, R_NORMALIZE, dm, m_i - w.lse[0])
                     if tr is not None:
-                        _rec(tr, b, t, n_kv_all, R_NORMALIZE, osc, math.exp(dm))
+                        rec(tr, fin, R_NORMALIZE, osc, math.exp(dm))
                 ls_div = 1.0 if ms == _NINF else math.exp(ls - ms)  # the shadow's l relative to its m
                 l_i = 0.0 if m_i == _NINF else 1.0  # the stats: m = lse, l = 1
                 m_i = w.lse[0]
             for d in range(dv):
                 a = acc[d]
                 if pp.v_epilogue:
-                    a = _epilogue_descale(a, o.vs[b, 0, d], pp, tr, b, t, n_kv_all)
+                    a = _epilogue_descale(a, o.vs[b, 0, d], pp, tr, fin)
                 if pp.lse:
                     x = mul(a, osc, pp.normalize)
-                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, x, a * osc)
+                    rec(tr, fin, R_NORMALIZE, x, a * osc)
                 elif pp.per_step:
                     x = a
                 else:
                     x = div(a, l_div, pp.normalize)
-                    _rec(tr, b, t, n_kv_all, R_NORMALIZE, x, a / l_div)
+                    rec(tr, fin, R_NORMALIZE, x, a / l_div)
                 y = rnd(x, pp.out)
                 out[b, i, d] = y
-                _rec(tr, b, t, n_kv_all, R_OUT, y, x)
-                _srec(tr, b, t, n_kv_all, S_OUT, y, accs[d] if pp.per_step else accs[d] / ls_div)
+                rec(tr, fin, R_OUT, y, x)
+                srec(tr, fin, S_OUT, y, accs[d] if pp.per_step else accs[d] / ls_div)
             m_out[b, i] = m_i
             l_out[b, i] = l_i
-
-
-_ONES2 = np.ones((1, 1))
-_ONES3 = np.ones((1, 1, 1))
-
-
-def key_rows(a: np.ndarray, n_kv: int, bn: int) -> np.ndarray:
-    """(lead, seq_k, w) -> (lead, n_kv * bn, w): zero-padded to whole key tiles."""
-    pad = np.zeros((a.shape[0], n_kv * bn, a.shape[2]))
-    pad[:, : a.shape[1]] = a
-    return pad
-
-
-def v_tiles(a: np.ndarray, n_kv: int, bn: int) -> np.ndarray:
-    """(lead, seq_k, dv) -> (lead * n_kv, dv, bn): per key tile, transposed (zero-padded)."""
-    n_lead, dv = a.shape[0], a.shape[2]
-    t = np.ascontiguousarray(key_rows(a, n_kv, bn).reshape(n_lead, n_kv, bn, dv).transpose(0, 1, 3, 2))
-    return t.reshape(n_lead * n_kv, dv, bn)
-
-
-def float_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, bn: int, mk: KeyMask = NO_MASK) -> Operands:
-    """The :class:`Operands` of a plan without quantizers: the values are the codes, no scales.
-
-    Args:
-        q: (lead, seq_q, d); k: (lead, seq_k, d); v: (lead, seq_k, dv), float64; bn: keys per tile;
-            mk: the call's mask.
-    """
-    n_kv = -(-k.shape[1] // bn)
-    return Operands(
-        np.ascontiguousarray(q),
-        _ONES2,
-        _ONES3,
-        key_rows(k, n_kv, bn),
-        _ONES2,
-        _ONES3,
-        v_tiles(v, n_kv, bn),
-        _ONES3,
-        _ONES3,
-        _ONES3,
-        q,
-        k,
-        v,
-        mk,
-    )

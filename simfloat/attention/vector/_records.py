@@ -9,7 +9,7 @@ import numpy as np
 
 from simfloat._jit import jit, type_of
 from simfloat._lanes import Lane
-from simfloat.accumulate._rows import MMA, rows_work
+from simfloat.accumulate._rows import MMA, rows_type
 from simfloat.attention._masks import NO_MASK, KeyMask
 
 __all__ = ["Engine", "Lanes", "Operands", "Scratch", "rows_type", "scratch", "scratch_type"]
@@ -170,13 +170,8 @@ _TYPES: list[Any] = []
 
 
 def scratch_type() -> Any:
-    """The numba type of :class:`Scratch` (every call's: its arrays' dtypes and ranks do not vary)."""
+    """The numba type of :class:`Scratch` (every call's: its arrays' dtypes and ranks do not vary); the dots'
+    work arrays' is :func:`~simfloat.accumulate._rows.rows_type` (re-exported here)."""
     if not _TYPES:
-        _TYPES.extend((type_of(scratch(1, 1, 1)), type_of(rows_work(1, 1))))
+        _TYPES.append(type_of(scratch(1, 1, 1)))
     return _TYPES[0]
-
-
-def rows_type() -> Any:
-    """The numba type of the dots' work arrays (:func:`~simfloat.accumulate._rows.rows_work`)."""
-    scratch_type()
-    return _TYPES[1]

@@ -40,8 +40,8 @@ from simfloat.attention._masks import (
     KeyMask,
     key_masked,
     qtile_range,
-    row_span,
-    tile_range,
+    visible_keys,
+    visible_tiles,
 )
 from simfloat.attention.backward_plan import BackwardParams, BackwardPlan
 from simfloat.formats import FloatFormat
@@ -237,15 +237,10 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, dsf):
                     dst[:, :] = 0.0
                     for r in range(nr):
                         i = r0 + r
-                        nv = nk
-                        if eng.causal:
-                            nv = max(0, min(nk, i + 1 - j0))
-                        k_lo = 0
-                        if mk.on:  # the structured mask: keys [k_lo, hi)
-                            k_lo, k_hi = row_span(mk, eng.causal, b, i, seq_k)
-                            nv = max(0, min(nk, k_hi - j0))
-                            if k_lo >= j0 + nv:
-                                nv = 0
+                        k_lo, k_hi = visible_keys(mk, eng.causal, b, i, seq_k)  # the row's keys [k_lo, k_hi)
+                        nv = max(0, min(nk, k_hi - j0))
+                        if k_lo >= j0 + nv:
+                            nv = 0
                         if nv == 0:
                             continue
                         for jj in range(nv):  # B2
@@ -316,15 +311,6 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, dsf):
 
 
 @jit
-def _tiles_seen(t, bm, bn, seq_k, causal):
-    """The key tiles query tile t visits (a prefix of them when causal)."""
-    n_kv = (seq_k + bn - 1) // bn
-    if not causal:
-        return n_kv
-    return min(n_kv, ((t + 1) * bm + bn - 1) // bn)
-
-
-@jit
 def _dq_walk_units(lo, hi, dsf, k_t, dq, eng):
     """Q4 as a pass of its own for query leads [lo, hi), over the dQ kernel's tiles (bm2, bn2): row i of dQ
     query tile t walks the key tiles ``eng.dq_order[b, t, :n]`` (n: the tiles it sees), each an MMA of its dS
@@ -343,9 +329,7 @@ def _dq_walk_units(lo, hi, dsf, k_t, dq, eng):
             t = i // bm2
             for c in range(d):
                 dq[b, i, c] = 0.0
-            jt_lo, n_seen = 0, _tiles_seen(t, bm2, bn2, seq_k, eng.causal)
-            if mk.on:
-                jt_lo, n_seen = tile_range(mk, eng.causal, b, t, bm2, bn2, seq_k)
+            jt_lo, n_seen = visible_tiles(mk, eng.causal, b, t, bm2, bn2, seq_k)
             for u in range(n_seen):
                 jt = eng.dq_order[b, t, u]
                 if jt < jt_lo and not pp.atomic:
