@@ -29,7 +29,7 @@ from simfloat._parallel import run_rows
 from simfloat.accumulate._rows import rows_work
 from simfloat.attention._engine import _cast, _divide, _row_max, _scale_by, _scaled, row_keys, tile_span
 from simfloat.attention._kernels import add, exp_op, fma, fmax, kv_tile, log, mul, rnd, sub
-from simfloat.attention._masks import DENSE_ADD, key_masked, row_span, tile_range
+from simfloat.attention._masks import DENSE_ADD, key_masked, row_span, visible_tiles
 from simfloat.attention._quant_kernels import DELTA_MMA, K_FFLOAT, K_INT, PV_INTO_ACC
 from simfloat.attention.vector._records import Engine, Lanes, Operands, rows_type, scratch, scratch_type
 from simfloat.attention.vector._steps import Steps, mul_each, steps, variants
@@ -261,10 +261,7 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
         b = u // n_qt
         t = u - b * n_qt
         r0, r1 = t * bm, min(seq_q, (t + 1) * bm)
-        kv_hi = min((t + 1) * bm, seq_k) if eng.causal else seq_k
-        jt_lo, n_kv = 0, (kv_hi + bn - 1) // bn
-        if xs.mk.on:  # the key tiles some row of the q tile may see (FA2's n_block_min / max)
-            jt_lo, n_kv = tile_range(xs.mk, eng.causal, b, t, bm, bn, seq_k)
+        jt_lo, n_kv = visible_tiles(xs.mk, eng.causal, b, t, bm, bn, seq_k)  # FA2's n_block_min / max
         for r in range(r1 - r0):
             sc.m[r] = _NINF
             sc.mr[r] = _NINF
