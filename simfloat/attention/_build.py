@@ -7,6 +7,7 @@ from typing import cast
 
 import numpy as np
 
+from simfloat._jit import record_of
 from simfloat._lanes import Lane, lane
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params
 from simfloat.accumulate._rows import (
@@ -129,7 +130,16 @@ def baseline_engine(
     mqk, kt32, ekt32 = operand32(mqk, kt, ekt, rows=False)  # the baseline's rows run row_mma
     mpv, v32, ev32 = operand32(mpv, vi, ev, rows=False)
     xs = _baseline_engine.Operands(qi, _weights(qi, mqk), kt, ekt, vi, ev, kt32, ekt32, v32, ev32)
-    eng = _baseline_engine.Engine(pp, _baseline_lanes(pl), mqk, mpv, KEY_CHUNK, bool(causal), seq_k)
+    eng = _baseline_engine.Engine(
+        record_of(pp, skip=("ex2_tab",)),
+        record_of(_baseline_lanes(pl)),
+        record_of(mqk),
+        record_of(mpv),
+        KEY_CHUNK,
+        bool(causal),
+        seq_k,
+        pp.ex2_tab[:0],
+    )
     return eng, xs
 
 
@@ -256,6 +266,7 @@ def flash_engine(
         )
         t_fmt = exp_fmt
         p_tame, p_f32, p_float = _tame(pl.p.fmt), within_float32(pl.p.fmt), True
+    lanes = record_of(lanes)
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
     # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
@@ -334,10 +345,10 @@ def flash_engine(
     sum_fmt_f32 = (p_f32 if p_float else within_float32(exp_fmt)) if fp.consistent else within_float32(exp_fmt)
     l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and sum_fmt_f32
     eng = Engine(
-        fp,
+        record_of(fp, skip=_FP_ARRAYS),
         lanes,
-        mqk,
-        mpv,
+        record_of(mqk),
+        record_of(mpv),
         bool(fma_exact),
         bool(acc_exact),
         bool(pvd_exact),
@@ -352,9 +363,13 @@ def flash_engine(
         pv_lo,
         pv_elems,
         ex2_values(fp.ex2_tab) if fp.exp2 else _NO_VALUES,
+        fp.ex2_tab,
+        fp.ex2_poly,
     )
     return eng, xs
 
+
+_FP_ARRAYS = ("ex2_tab", "ex2_poly")  # FlashParams' arrays: Engine fields of their own (a record holds numbers)
 
 _NO_VALUES = ex2_values(np.empty(0, dtype=np.int8))  # read-only, as a table's values
 _ONES2 = np.ones((1, 1))

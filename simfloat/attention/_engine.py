@@ -64,6 +64,10 @@ class Engine(NamedTuple):
         ln: :class:`Lanes`.
         qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         bn: the K^T tile width; causal; seq_k: keys.
+        no_tab: an empty ex2 table of the plans' tables' type (the baseline's exp is correctly rounded).
+
+    ``pp``, ``ln``, ``qk`` and ``pv`` are numpy records (:func:`simfloat._jit.record_of`; ``pp`` without its
+    table): numba passes each as one pointer.
     """
 
     pp: object
@@ -73,6 +77,7 @@ class Engine(NamedTuple):
     bn: int
     causal: bool
     seq_k: int
+    no_tab: np.ndarray
 
 
 class Operands(NamedTuple):
@@ -319,7 +324,7 @@ def baseline_units(lo, hi, xs, out, eng):
         m = _row_max(s, 0, jv)
         # softmax(s - m), one rounding; `no` a runtime False, not the literal: the helpers compile once, as flash's
         _scaled(s, s, jv, 1.0, m, no, no, ln.softmax, pp.softmax)
-        _exp_of(s, jv, no, ln.softmax, pp.softmax, pp.ex2_tab[:0])
+        _exp_of(s, jv, no, ln.softmax, pp.softmax, eng.no_tab)
         if mk.on:  # masked keys: P = 0
             for j in range(jv):
                 if key_masked(mk, b, i, j, k_lo):

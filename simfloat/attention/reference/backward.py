@@ -217,7 +217,7 @@ def scores_grads(xs, w, out, pp, geo, tr, sh, g, b, bk, i, j):
         x = fma(sc, pp.qk_scale, -lse, pp.scale)
     else:
         x = sub(mul(sc, pp.qk_scale, pp.scale), lse, pp.scale)
-    pv = exp_op(x, pp.exp, pp)  # B5's P
+    pv = exp_op(x, pp.exp, pp, pp.ex2_tab)  # B5's P
     out.psum[b, i] += pv
     dp = dot_acc(xs.do[b, i], xs.v[bk, j], 0.0, pp.dp)  # B6
     ds = mul(pv, sub(dp, xs.delta[b, i], pp.ds), pp.ds)  # B7

@@ -402,7 +402,7 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
         if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
             pj = rnd(ex2_poly_f32(x), pp.exp)
         else:
-            pj = exp_op(x, pp.exp, pp)
+            pj = exp_op(x, pp.exp, pp, pp.ex2_tab)
         if tr is not None:
             rec(tr, at, R_EXP, pj, exp64(x, pp))
         p[jj] = pj
@@ -418,7 +418,7 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
                 rec(tr, at, R_ALPHA, dm, m_i - m_sub)
-            alpha = exp_op(dm, pp.alpha, pp)
+            alpha = exp_op(dm, pp.alpha, pp, pp.ex2_tab)
             if tr is not None:
                 rec(tr, at, R_ALPHA, alpha, exp64(dm, pp))
     s1 = _p_codes(w, nv, pp, tr, at)  # T12
@@ -467,7 +467,7 @@ def _lse_update(w, pp, tr, at, m_new, m_sub, l_ij):
     e = 0.0
     if lse_i != _NINF:
         dl = sub(lse_i, m_sub, pp.alpha)
-        e = exp_op(dl, pp.alpha, pp)
+        e = exp_op(dl, pp.alpha, pp, pp.ex2_tab)
         rec(tr, at, R_ALPHA, dl, lse_i - m_sub)
         if tr is not None:
             rec(tr, at, R_ALPHA, e, math.exp(dl))
@@ -565,7 +565,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             if pp.lse:
                 if m_i != _NINF:
                     dm = sub(m_i, w.lse[0], pp.normalize)
-                    osc = exp_op(dm, pp.normalize, pp)
+                    osc = exp_op(dm, pp.normalize, pp, pp.ex2_tab)
                     rec(tr, fin, R_NORMALIZE, dm, m_i - w.lse[0])
                     if tr is not None:
                         rec(tr, fin, R_NORMALIZE, osc, math.exp(dm))

@@ -74,6 +74,8 @@ class Engine(NamedTuple):
     pv_scale_lo: float
     pv_elems: bool
     ex2_val: np.ndarray
+    ex2_tab: np.ndarray
+    ex2_poly: np.ndarray
 
 
 class Operands(NamedTuple):

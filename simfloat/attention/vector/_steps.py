@@ -150,7 +150,7 @@ def _exp_lib(g, eng, sc):
     """T7: p[:nv] = exp(p) or exp2(p) of the plan's exp op (libm's value rounded, or the measured ex2 table)."""
     pp = eng.pp
     for r in range(g):
-        _exp_of(sc.p[r], sc.nv[r], pp.exp2, eng.ln.exp, pp.exp, pp.ex2_tab)
+        _exp_of(sc.p[r], sc.nv[r], pp.exp2, eng.ln.exp, pp.exp, eng.ex2_tab)
 
 
 @kjit
@@ -160,7 +160,7 @@ def _exp_tl(g, eng, sc):
     for r in range(g):
         p = sc.p[r]
         for jj in range(sc.nv[r]):
-            p[jj] = exp_op(p[jj], pp.exp, pp)
+            p[jj] = exp_op(p[jj], pp.exp, pp, eng.ex2_tab)
 
 
 @kjit
@@ -170,20 +170,20 @@ def _exp_table(g, eng, sc):
     pp, ln = eng.pp, eng.ln
     for r in range(g):
         p, nv = sc.p[r], sc.nv[r]
-        ex2_ftz_neg(p, nv, eng.ex2_val, pp.ex2_tab)
+        ex2_ftz_neg(p, nv, eng.ex2_val, eng.ex2_tab)
         _cast(p, 0, nv, ln.exp, pp.exp)
 
 
 @kjit
 def _exp_mixed(g, eng, sc):
-    """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
+    """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``eng.ex2_poly`` says so,
     else by the plan's exp2 (``exp2_impl``), as the reference loop."""
     pp = eng.pp
     for r in range(g):
         p = sc.p[r]
         for jj in range(sc.nv[r]):
             x = p[jj]
-            p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
+            p[jj] = rnd(ex2_poly_f32(x), pp.exp) if eng.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, eng.ex2_tab)
 
 
 # -- T12: P's cast or quantizer ------------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ def variants(eng: Engine) -> tuple[Any, ...]:
     pp: Any = eng.pp
     if pp.exp_tl:
         exp = _exp_tl
-    elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
+    elif eng.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
         exp = _exp_mixed
     elif pp.exp2 and eng.ex2_val.size > 0 and eng.ln.exp.fast:  # the measured ex2.approx.ftz: a table load
         exp = _exp_table
