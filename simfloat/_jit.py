@@ -219,7 +219,6 @@ def kernel(fn: Any, sig: Any) -> Kernel:
     return k
 
 
-
 _DTYPES: dict[tuple[type, tuple[str, ...]], np.dtype] = {}
 _LEAVES = {bool: np.bool_, int: np.int64, float: np.float64}
 

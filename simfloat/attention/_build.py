@@ -26,7 +26,7 @@ from simfloat.accumulate._rows import (
 )
 from simfloat.attention import _engine as _baseline_engine
 from simfloat.attention._engine import KEY_CHUNK
-from simfloat.attention._flash_params import FlashParams
+from simfloat.attention._flash_params import ARRAYS, FlashParams
 from simfloat.attention._quant_kernels import DELTA_MMA
 from simfloat.attention.plan import OpSpec, Plan, PlanParams
 from simfloat.attention.vector.forward import Engine, Lanes, Operands
@@ -345,7 +345,7 @@ def flash_engine(
     sum_fmt_f32 = (p_f32 if p_float else within_float32(exp_fmt)) if fp.consistent else within_float32(exp_fmt)
     l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and sum_fmt_f32
     eng = Engine(
-        record_of(fp, skip=_FP_ARRAYS),
+        record_of(fp, skip=ARRAYS),
         lanes,
         record_of(mqk),
         record_of(mpv),
@@ -368,8 +368,6 @@ def flash_engine(
     )
     return eng, xs
 
-
-_FP_ARRAYS = ("ex2_tab", "ex2_poly")  # FlashParams' arrays: Engine fields of their own (a record holds numbers)
 
 _NO_VALUES = ex2_values(np.empty(0, dtype=np.int8))  # read-only, as a table's values
 _ONES2 = np.ones((1, 1))

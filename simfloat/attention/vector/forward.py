@@ -289,7 +289,11 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
                 lse_i = sc.lse[i - r0]
                 if m_i != _NINF:
                     _scale_by(
-                        o, dv, exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp, eng.ex2_tab), ln.normalize, pp.normalize
+                        o,
+                        dv,
+                        exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp, eng.ex2_tab),
+                        ln.normalize,
+                        pp.normalize,
                     )
                 m_i, l_i = lse_i, (0.0 if m_i == _NINF else 1.0)  # the stats: m = lse, l = 1
             elif not pp.per_step:  # E1
