@@ -253,11 +253,13 @@ def record_of(nt: Any, skip: tuple[str, ...] = ()) -> Any:
 
     Compiled code reads its fields as it reads the tuple's (``r.a.b``), but numba passes a record to a function
     as one pointer, where it passes a tuple as every one of its numbers: a kernel taking a plan's few hundred
-    parameters compiles in a fraction of the time. Nothing writes the record. ``skip``: top-level fields left
-    out (arrays, which a record cannot hold; the caller passes them apart)."""
+    parameters compiles in a fraction of the time. Nothing writes the record. Python reads a field as
+    ``r["a"]["b"]`` (a ``numpy.void``: a ``numpy.record``'s attribute access costs microseconds a field, and
+    numba's dispatcher types it more slowly). ``skip``: top-level fields left out (arrays, which a record cannot
+    hold; the caller passes them apart)."""
     a = np.zeros(1, dtype=record_dtype(type(nt), skip))  # zeros: the padding bytes too, so equal tuples, equal bytes
     a[0] = tuple(v for n, v in zip(nt._fields, nt, strict=True) if n not in skip) if skip else nt
-    return a.view(np.recarray)[0]
+    return a[0]
 
 
 @intrinsic

@@ -326,18 +326,20 @@ def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
         _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
 
 
-def rows_form(mp: MMA) -> Any:
-    """:func:`rows_mma`'s choice of form for the record ``mp`` (the compiled function of that form)."""
-    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
+def rows_form(mp: Any) -> Any:
+    """:func:`rows_mma`'s choice of form for ``mp``, an :class:`MMA` as a numpy record
+    (:func:`simfloat._jit.record_of`; the compiled function of that form)."""
+    fast, native, plain = mp["fast"], mp["native"], mp["chunk"] == 0
+    if fast and mp["kind"] == K_BLOCK and plain:
         return _rows_block
-    if mp.fast and mp.native in (N_FMA64, N_MULADD64) and mp.chunk == 0:
+    if fast and native in (N_FMA64, N_MULADD64) and plain:
         return _rows_f64
-    if mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
+    if fast and native == N_FMA32 and plain:
         return _rows_fma32
     return _rows_each
 
 
-def rows_kernel(mp: MMA) -> Kernel:
+def rows_kernel(mp: Any) -> Kernel:
     """:func:`rows_mma`'s choice of form for the record ``mp``, made once: the form's kernel as a
     :class:`~simfloat._jit.Kernel` of the signature ``rows_mma`` is called with from the attention loops (every
     array C-contiguous and writable, float64 but ``B32``, ``EB32`` float32). A loop that takes it compiles only

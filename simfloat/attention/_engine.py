@@ -21,6 +21,7 @@ from simfloat._lanes import (
     ladd,
     ladd_f32,
     ladd_ne,
+    lane_of,
     ldiv,
     ldiv_f32,
     ldiv_ne,
@@ -110,8 +111,9 @@ class Operands(NamedTuple):
 
 
 @jit
-def _cast(x, lo, n, r, o):
+def _cast(x, lo, n, lane, o):
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.f32:
         for j in range(lo, lo + n):
             x[j] = lround_f32(x[j])
@@ -127,8 +129,9 @@ def _cast(x, lo, n, r, o):
 
 
 @jit
-def _scale_by(x, n, w, r, o):
+def _scale_by(x, n, w, lane, o):
     """x[:n] = op(x[:n] * w)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.f32:
         for j in range(n):
             x[j] = lmul_f32(x[j], w)
@@ -144,8 +147,9 @@ def _scale_by(x, n, w, r, o):
 
 
 @jit
-def _divide(x, n, d, r, o):
+def _divide(x, n, d, lane, o):
     """x[:n] = op(x[:n] / d)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.f32:
         for j in range(n):
             x[j] = ldiv_f32(x[j], d)
@@ -171,8 +175,9 @@ def _weights_of(x, w, n, emin):
 
 
 @jit
-def _exp_of(x, n, e, r, o, tab):
+def _exp_of(x, n, e, lane, o, tab):
     """x[:n] = op(exp2(x)) (``e``: exp2, else exp); ``tab`` non-empty: the measured ex2.approx.ftz.f32."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if not r.fast:
         for j in range(n):
             x[j] = (exp2_hw(x[j], o, tab) if tab.size > 0 else exp2(x[j], o)) if e else exp(x[j], o)
@@ -202,8 +207,9 @@ def _exp_of(x, n, e, r, o, tab):
 
 
 @jit
-def _seq_sum(x, n, r, o, native32):
+def _seq_sum(x, n, lane, o, native32):
     """op(... op(op(x0 + x1) + x2) ...) from 0, left to right."""
+    r = lane_of(lane)  # (a record's fields, read once)
     s = 0.0
     if native32:
         s32 = np.float32(0.0)
@@ -233,8 +239,9 @@ KEY_CHUNK = 256  # keys per K^T tile in the baseline layout
 
 
 @jit
-def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
+def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
     """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if contract:
         if fma_exact and r.f32:
             for jj in range(nv):

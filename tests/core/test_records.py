@@ -89,7 +89,7 @@ def test_nested_records_and_skipped_arrays() -> None:
     rec = record_of(nt, skip=("table",))
     assert rec.dtype.names == ("x", "inner")
     _check(rec, nt, ("table",))
-    assert math.copysign(1.0, rec.x) == -1.0
+    assert math.copysign(1.0, rec["x"]) == -1.0
     # equal tuples give equal bytes (the padding is zeroed), so records can be compared or hashed by their bytes
     assert rec.tobytes() == record_of(_Outer(-0.0, _Inner(True, -3), np.ones(3)), skip=("table",)).tobytes()
 
