@@ -167,8 +167,9 @@ class Plan:
             (``plan("triton-<fmt>", hardware=...)``, ``h200-<fmt>``: ``"h200"``), or ``None``.
         input_format: the format the plan's kernel reads q, k, v in (its caller rounds them first), a short name
             (``"bf16"``, ``"fp16"``, ``"fp32"``, ``"e4m3"``, ``"e5m2"``): ``<fmt>`` for ``triton-``, ``h200-``,
-            ``all-`` and ``pytorch-<fmt>`` (``"fp32"`` for the tf32 kernels), kept by the plans derived from them;
-            ``None`` (any input) for ``fp64`` and the other presets. Entry points warn for inputs outside it
+            ``all-``, ``pytorch-``, ``flashattn-triton-``, ``triton-tutorial-``, ``fa3-`` and ``fa4-<fmt>``
+            (``"fp32"`` for the tf32 kernels), kept by the plans derived from them; ``None`` (any input) for
+            ``fp64`` and the quantized presets. Entry points warn for inputs outside it
             (:class:`~simfloat.attention.InputFormatWarning`).
 
     The quantizer ops (None in a plan without quantizers; a plan with any quantizer gets the defaults named):

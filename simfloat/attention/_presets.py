@@ -72,7 +72,6 @@ def _flashattn_triton(make: Callable[..., Any], fmt: str) -> Any:
         exp_impl="tl.exp",
         state="lse",
         gpu_kernel="flashattn-triton",
-        input_format=None,  # no input check (the family rule, triton-/h200-/all-/pytorch-, leaves it out)
     )
 
 
@@ -84,7 +83,6 @@ def _triton_tutorial(make: Callable[..., Any], fmt: str) -> Any:
         name=f"triton-tutorial-{fmt}",
         contract_diagonal=False,
         gpu_kernel="triton-tutorial",
-        input_format=None,  # as flashattn-triton-<fmt>
     )
 
 
@@ -165,7 +163,8 @@ def _fa(make: Callable[..., Any], gen: int, fmt: str) -> Any:
     out = "bfloat16" if fp8 else f  # FA3/FA4 write fp8 attention's output in bf16
     extra: dict[str, Any] = {"exp2_emu": "fa4", "lazy_threshold": None if fp8 else 8.0} if gen == 4 else {}
     fields = {"exp2_impl": "h200", "p_offset": 8 if fp8 else 0, "alpha_raw": True, "kv_order": "reverse"}
-    return _kernel_plan(make, f"fa{gen}-{fmt}", dot, dot, p, out, **_FLASH, **fields, gpu_kernel=f"fa{gen}", **extra)
+    fields.update(gpu_kernel=f"fa{gen}", input_format=inputs_of(fmt))  # the kernel reads q, k, v in fmt
+    return _kernel_plan(make, f"fa{gen}-{fmt}", dot, dot, p, out, **_FLASH, **fields, **extra)
 
 
 @functools.cache

@@ -466,7 +466,6 @@ def _bwd_flashattn(fmt: str) -> BackwardPlan:
         exp_impl="tl.exp",
         scale_at="ds",
         gpu_kernel="flashattn-triton",
-        input_format=None,  # as the forward's flashattn-triton-<fmt>
     )
 
 
@@ -484,7 +483,6 @@ def _bwd_tutorial() -> BackwardPlan:
         opmath=fp32,
         dq_order="diagonal_first",
         gpu_kernel="triton-tutorial",
-        input_format=None,  # as the forward's triton-tutorial-fp16
     )
 
 

@@ -269,7 +269,7 @@ def test_the_rounding_shortcut_equals_the_exact_rounding():
 
     from oracle import round_ref
 
-    from simfloat.rounding import _round_quick
+    from simfloat.rounding._exact import _round_quick
 
     rng = np.random.default_rng(11)
     x, y = (rng.standard_normal(4000) * np.exp2(rng.integers(-20, 20, 4000)) for _ in range(2))

@@ -65,6 +65,34 @@ def test_inputs_outside_the_plans_format_are_warned_about_in_every_entry_point()
     assert issubclass(InputFormatWarning, UserWarning) and InputFormatWarning is not UserWarning  # filterable
 
 
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [("flashattn-triton-bf16", "bf16"), ("flashattn-triton-fp16", "fp16"), ("triton-tutorial-fp16", "fp16")]
+    + [(f"fa{g}-{f}", f) for g in (3, 4) for f in ("bf16", "fp16", "e4m3")],
+)
+def test_the_kernel_presets_carry_their_input_format(name, fmt):
+    """The presets of one GPU kernel outside the triton-/h200-/all-/pytorch- families warn as those do: their
+    kernels read q, k, v (and dO) in ``fmt``; values of it pass in silence, forward and backward."""
+    InputFormatWarning = _category("InputFormatWarning")  # noqa: N806
+    assert plan(name).input_format == fmt
+    q, k, v = _qkv(seq=32, d=16, fmt="fp32", seed=4)
+    tiles = {"causal": True} if name.startswith("fa4") else {"causal": True, "block_m": 16, "block_n": 16}
+    with pytest.warns(InputFormatWarning, match=f"not {fmt} values.*{name}"):
+        flash(q, k, v, plan=name, **tiles)
+    qf, kf, vf = (sf.round(x, fmt) for x in (q, k, v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputFormatWarning)
+        o, m, l = flash(qf, kf, vf, plan=name, return_stats=True, **tiles)  # noqa: E741
+    if name.startswith(("flashattn-triton", "triton-tutorial")):  # the presets with a backward plan
+        from simfloat.attention import backward_plan
+
+        assert backward_plan(name).input_format == fmt
+        lse = lse_from_stats(m, l, plan=name)
+        do = sf.round(_normal(q.shape, 6), "fp32")
+        with pytest.warns(InputFormatWarning, match="do"):
+            flash_backward(qf, kf, vf, o, do, lse, plan=name, **tiles)
+
+
 def test_torch_attention_warns_for_fp32_tensors_under_a_bf16_plan():
     torch = pytest.importorskip("torch")
     import simfloat.torch as st

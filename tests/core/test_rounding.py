@@ -229,9 +229,10 @@ def _via_round_exact(x: np.ndarray, fmt: FloatFormat, mode: str) -> np.ndarray:
     rounding and for the formats its bit kernel does not cover; here forced for any format."""
     dtype = _result_dtype(x, fmt)
     out = np.empty(x.shape, dtype)
-    rounding._round_flat(
-        x.astype(dtype), out, rounding._placeholder(np.dtype(dtype)), fmt.params, int(mode_code(mode)), np.uint64(0)
-    )
+    from simfloat.rounding._array import _round_flat
+    from simfloat.rounding._bits import _placeholder
+
+    _round_flat(x.astype(dtype), out, _placeholder(np.dtype(dtype)), fmt.params, int(mode_code(mode)), np.uint64(0))
     return out
 
 
