@@ -233,7 +233,7 @@ def record_dtype(cls: type, skip: tuple[str, ...] = ()) -> np.dtype:
     key = (cls, skip)
     dt = _DTYPES.get(key)
     if dt is None:
-        fields = []
+        fields: list[tuple[str, Any]] = []
         for name, t in get_type_hints(cls).items():
             if name in skip:
                 continue

@@ -37,7 +37,7 @@ from simfloat._lanes import (
     lround_ne,
     pow2_of,
 )
-from simfloat.accumulate._rows import MMA, row_mma, work
+from simfloat.accumulate._rows import row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, sub
 from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, visible_keys
 from simfloat.hardware import ex2_approx_f32
@@ -71,10 +71,10 @@ class Engine(NamedTuple):
     table): numba passes each as one pointer.
     """
 
-    pp: object
-    ln: Lanes
-    qk: MMA
-    pv: MMA
+    pp: object  # (numpy records, see above)
+    ln: object
+    qk: object
+    pv: object
     bn: int
     causal: bool
     seq_k: int

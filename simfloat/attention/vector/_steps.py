@@ -407,12 +407,13 @@ def _update(g, vs, eng, sc):
 
 def variants(eng: Engine) -> tuple[Any, ...]:
     """The variant of each of :class:`Steps` the plan ``eng.pp`` takes (compiled functions, in Steps' order)."""
-    pp: Any = eng.pp  # a numpy record: pp["field"]
+    pp: Any = eng.pp  # numpy records: pp["field"]
+    ln: Any = eng.ln
     if pp["exp_tl"]:
         exp = _exp_tl
     elif eng.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
         exp = _exp_mixed
-    elif pp["exp2"] and eng.ex2_val.size > 0 and eng.ln["exp"]["fast"]:  # the measured ex2.approx.ftz: a table
+    elif pp["exp2"] and eng.ex2_val.size > 0 and ln["exp"]["fast"]:  # the measured ex2.approx.ftz: a table
         exp = _exp_table
     else:
         exp = _exp_lib

@@ -84,13 +84,13 @@ class BwdEngine(NamedTuple):
         ex2_tab: the plan's ex2.approx table (``BackwardParams.ex2_tab``; empty: correctly rounded exp2).
     """
 
-    pp: object
-    ln: BwdLanes
-    qk: MMA
-    dv: MMA
-    dp: MMA
-    dk: MMA
-    dq: MMA
+    pp: object  # (numpy records: simfloat._jit.record_of)
+    ln: object
+    qk: object
+    dv: object
+    dp: object
+    dk: object
+    dq: object
     fma_exact: bool
     bm: int
     bn: int
@@ -444,7 +444,11 @@ def run(
     eng = BwdEngine(
         record_of(pp, skip=("ex2_tab",)),
         record_of(ln),
-        *(record_of(mp) for mp in (m_qk, m_dv, m_dp, m_dk, m_dq)),
+        record_of(m_qk),
+        record_of(m_dv),
+        record_of(m_dp),
+        record_of(m_dk),
+        record_of(m_dq),
         bool(fma_exact),
         bm,
         bn,
