@@ -28,7 +28,7 @@ import numpy as np
 from numba import types
 
 from simfloat._jit import Kernel, jit, kernel, kjit, ljit, type_of
-from simfloat._lanes import ladd
+from simfloat._lanes import ladd, lane_of
 from simfloat._parallel import run_rows
 from simfloat.accumulate._block import _block_row, _block_step, _block_step2
 from simfloat.accumulate._block32 import _block_step32, _block_step32_2, _load32, _shift32, operand32
@@ -152,8 +152,9 @@ def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
             for j in range(n):
                 part[j] = 0.0
             _inner(a, ea, B, EB, part, n, lo, hi, mp, w)
+            outer = lane_of(mp.outer)  # (a record's lane, read once)
             for j in range(n):
-                c[j] = ladd(c[j], part[j], mp.outer)
+                c[j] = ladd(c[j], part[j], outer)
             lo = hi
     if mp.kind == K_BLOCK:
         for j in range(n):  # an accumulator that overflowed to inf / NaN on the way: the reference path

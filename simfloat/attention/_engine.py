@@ -342,8 +342,9 @@ def baseline_units(lo, hi, xs, out, eng):
             s[j] = 0.0
         src = s[:seq_k]
         if eng.pv.in_round:
+            inp = lane_of(eng.pv.inp)  # (a record's lane, read once)
             for j in range(seq_k):
-                pin[j] = lround(s[j], eng.pv.inp)
+                pin[j] = lround(s[j], inp)
             src = pin
         if eng.pv.align_sum:
             _weights_of(src, ep, seq_k, eng.pv.opnd_emin)

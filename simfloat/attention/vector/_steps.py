@@ -340,8 +340,9 @@ def _p_operand(pc, pin, ep, bn, eng):
     their alignment weights (ep) where it aligns by the operands' exponents."""
     src = pc
     if eng.pv.in_round:  # the dot's operand format
+        inp = lane_of(eng.pv.inp)  # (a record's lane, read once)
         for jj in range(bn):
-            pin[jj] = lround(pc[jj], eng.pv.inp)
+            pin[jj] = lround(pc[jj], inp)
         src = pin
     if eng.pv.align_sum:
         _weights_of(src, ep, bn, eng.pv.opnd_emin)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simfloat._jit import jit, record_of
-from simfloat._lanes import Lane, ladd, lane, lmul, lround
+from simfloat._lanes import Lane, ladd, lane, lane_of, lmul, lround
 from simfloat._parallel import run_rows
 from simfloat.accumulate._rows import (
     MMA,
@@ -164,8 +164,9 @@ def _ds_of(y, p, dp, n, delta, r, op):
 def _operand_row(x, n, mp, xin, ex):
     """x[:n] as the dot reads it (its input format) into xin[:n], with its weights in ex[:n]; returns xin."""
     if mp.in_round:
+        inp = lane_of(mp.inp)  # (a record's lane, read once)
         for j in range(n):
-            xin[j] = lround(x[j], mp.inp)
+            xin[j] = lround(x[j], inp)
     else:
         for j in range(n):
             xin[j] = x[j]
