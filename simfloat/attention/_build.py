@@ -224,7 +224,8 @@ class _PV(NamedTuple):
 
 
 class _Exact(NamedTuple):
-    """The exactness flags of :class:`~simfloat.attention.vector.forward.Engine` (there documented)."""
+    """The exactness flags of :class:`~simfloat.attention.vector.forward.Engine` (there documented; the same
+    field names)."""
 
     fma_exact: bool
     acc_exact: bool
@@ -282,22 +283,22 @@ def flash_engine(
         return None
     xs, mqk, mpv = _operand_tiles(qk, pv, bn, qs, ks, vs, dsa)
     eng = Engine(
-        record_of(fp, skip=ARRAYS),
-        _flash_lanes(pl),
-        record_of(mqk),
-        record_of(mpv),
-        *_exact_flags(pl, fp, pf),
-        bm,
-        bn,
-        bool(causal),
-        wn,
-        pv.v.shape[1],
-        pv.scaled,
-        pv.lo,
-        pv.elems,
-        ex2_values(fp.ex2_tab) if fp.exp2 else _NO_VALUES,
-        fp.ex2_tab,
-        fp.ex2_poly,
+        pp=record_of(fp, skip=ARRAYS),
+        ln=_flash_lanes(pl),
+        qk=record_of(mqk),
+        pv=record_of(mpv),
+        **_exact_flags(pl, fp, pf)._asdict(),
+        bm=bm,
+        bn=bn,
+        causal=bool(causal),
+        wn=wn,
+        seq_k=pv.v.shape[1],
+        pv_scaled=pv.scaled,
+        pv_scale_lo=pv.lo,
+        pv_elems=pv.elems,
+        ex2_val=ex2_values(fp.ex2_tab) if fp.exp2 else _NO_VALUES,
+        ex2_tab=fp.ex2_tab,
+        ex2_poly=fp.ex2_poly,
     )
     return eng, xs
 
