@@ -36,7 +36,6 @@ def _fits32(c, n):
 def _seq_row(a, B, c, n, k0, k1, mp, w):
     """Sequential steps over k in [k0, k1): c[j] = round(c[j] + a[k] * B[k, j]) for j < n (``w``: scratch)."""
     native = mp.native
-    acc, prod = lane_of(mp.acc), lane_of(mp.prod)  # (a record's lanes, read once: see lane_of)
     if native == N_FMA32 and not _fits32(c, n):
         native = N_NONE  # an accumulator that is not a float32 value: round the exact sums instead
     if native == N_FMA64:
@@ -68,26 +67,28 @@ def _seq_row(a, B, c, n, k0, k1, mp, w):
             k += 1
         for j in range(n):
             c[j] = np.float64(c32[j])
-    elif mp.round_products and mp.plain_sum and acc.mode == RoundingMode.NEAREST_EVEN and _on_grid(c, n, acc):
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = lround_ne(c[j] + lround_ne(ak * r[j], prod), acc)
-    elif mp.round_products and mp.plain_sum and _on_grid(c, n, acc):
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = lround(c[j] + lround(ak * r[j], prod), acc)
-    elif mp.round_products:
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = ladd(c[j], lround(ak * r[j], prod), acc)
-    else:
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = ladd(c[j], ak * r[j], acc)
+    else:  # the rounded forms: the record's lanes read once (see lane_of)
+        acc, prod = lane_of(mp.acc), lane_of(mp.prod)
+        if mp.round_products and mp.plain_sum and acc.mode == RoundingMode.NEAREST_EVEN and _on_grid(c, n, acc):
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = lround_ne(c[j] + lround_ne(ak * r[j], prod), acc)
+        elif mp.round_products and mp.plain_sum and _on_grid(c, n, acc):
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = lround(c[j] + lround(ak * r[j], prod), acc)
+        elif mp.round_products:
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = ladd(c[j], lround(ak * r[j], prod), acc)
+        else:
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = ladd(c[j], ak * r[j], acc)
 
 
 @jit
