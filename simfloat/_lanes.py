@@ -22,6 +22,7 @@ rounding).
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = [
     "LIBM_ULPS",
     "Lane",
     "lane",
+    "lane_of",
     "libm_unsure",
     "ladd",
     "ldiv",
@@ -91,9 +93,37 @@ class Lane(NamedTuple):
     f32: bool  # IEEE float32 under nearest-even: the hardware's own conversion to float32 rounds (see lround_f32)
 
 
+@ljit
+def lane_of(r):
+    """The lane ``r`` as a :class:`Lane` value: a loop over arrays then keeps its numbers in registers. A lane
+    passed in a numpy record (:func:`simfloat._jit.record_of`) is read from memory, and the compiler, unable to
+    tell it from the arrays the loop writes, would read it again at every element (and not vectorize)."""
+    return Lane(
+        r.fast,
+        r.native,
+        r.m,
+        r.emin,
+        r.top,
+        r.two_m,
+        r.two_neg_m,
+        r.magic,
+        r.mode,
+        r.max_value,
+        r.ovf_pos,
+        r.ovf_neg,
+        r.inf_pos,
+        r.inf_neg,
+        r.ftz,
+        r.tiny,
+        r.unsigned_zero,
+        r.f32,
+    )
+
+
+@functools.cache
 def lane(fmt: FloatFormat, mode: int) -> Lane:
     """The :class:`Lane` record of ``fmt`` under rounding ``mode`` (a :class:`~simfloat.rounding.RoundingMode` or
-    its value)."""
+    its value); made once per (format, mode)."""
     p = fmt.params
     m, emin, emax = fmt.mantissa_bits, fmt.emin, fmt.emax
     native = m == 52 and emin == -1022 and mode == RoundingMode.NEAREST_EVEN and p.has_inf

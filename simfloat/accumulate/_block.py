@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._jit import jit, ljit
-from simfloat._lanes import lround, lround_ne, lround_rz, lround_rz_f32, pow2_of, recip_pow2, rz_f32
+from simfloat._lanes import lane_of, lround, lround_ne, lround_rz, lround_rz_f32, pow2_of, recip_pow2, rz_f32
 from simfloat.rounding import RoundingMode
 
 
@@ -180,9 +180,10 @@ def _scales(c, n, mp, w):
 
 
 @jit
-def _normalize(c, n, r, w):
-    """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``r`` (its mode
+def _normalize(c, n, lane, w):
+    """c[j] = the block sum ``tot[j] * back[j]`` (exact) rounded into the accumulator lane ``lane`` (its mode
     dispatched here, outside the loop)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     tot, back = w.tot, w.back
     if rz_f32(r):
         for j in range(n):
@@ -199,10 +200,11 @@ def _normalize(c, n, r, w):
 
 
 @ljit
-def _acc_weight(c, mp):
-    """The alignment weight of the incoming accumulator: 2**exponent, at least ``acc_lo``; ``zero_w`` for 0."""
+def _acc_weight(c, acc_lo, zero_w):
+    """The alignment weight of the incoming accumulator: 2**exponent, at least ``acc_lo``; ``zero_w`` for 0 (the
+    MMA record's fields, read by the caller before its loop)."""
     p = pow2_of(c)
-    return (p if p > mp.acc_lo else mp.acc_lo) if p != 0.0 else mp.zero_w
+    return (p if p > acc_lo else acc_lo) if p != 0.0 else zero_w
 
 
 @jit
@@ -211,8 +213,9 @@ def _block_step(a, ea, B, EB, c, n, lo, hi, mp, w):
     weights are powers of two held as float64 (``em[j]`` = 2**emax of output j), so every loop vectorizes (see
     simfloat._lanes). The caller has checked that every weight lies within 2**+-450 (see :func:`row_mma`)."""
     em = w.em
+    acc_lo, zero_w = mp.acc_lo, mp.zero_w
     for j in range(n):
-        em[j] = _acc_weight(c[j], mp)
+        em[j] = _acc_weight(c[j], acc_lo, zero_w)
     _weights(a, ea, B, EB, em, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     if mp.group > 1:
@@ -227,9 +230,10 @@ def _block_step2(a, ea, a2, ea2, B, EB, c, c2, n, lo, hi, mp, w, w2):
     """:func:`_block_step` for two rows (``a`` into ``c`` with scratch ``w``, ``a2`` into ``c2`` with ``w2``),
     the same bits as two calls."""
     em, em2 = w.em, w2.em
+    acc_lo, zero_w = mp.acc_lo, mp.zero_w
     for j in range(n):
-        em[j] = _acc_weight(c[j], mp)
-        em2[j] = _acc_weight(c2[j], mp)
+        em[j] = _acc_weight(c[j], acc_lo, zero_w)
+        em2[j] = _acc_weight(c2[j], acc_lo, zero_w)
     _weights2(a, ea, a2, ea2, B, EB, em, em2, lo, hi, n, mp.align_sum)
     _scales(c, n, mp, w)
     _scales(c2, n, mp, w2)

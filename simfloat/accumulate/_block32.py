@@ -175,8 +175,9 @@ def _scales32(c, n, mp, w, sh):
     inv = 1.0 / shift
     two_f = mp.two_f
     inv_f = 1.0 / two_f
+    acc_lo, zero_w = mp.acc_lo, mp.zero_w
     for j in range(n):
-        e = max(_acc_weight(c[j], mp), np.float64(em32[j]) * inv)
+        e = max(_acc_weight(c[j], acc_lo, zero_w), np.float64(em32[j]) * inv)
         s = two_f * recip_pow2(e) if e != 0.0 else 0.0
         back[j] = e * inv_f
         tot[j] = np.trunc(c[j] * s) + 0.0
@@ -214,15 +215,16 @@ def _scales32_2(c, c2, n, mp, w, w2, sh, sh2):
     inv, inv2 = 1.0 / (sh * mp.b_shift), 1.0 / (sh2 * mp.b_shift)
     two_f = mp.two_f
     inv_f = 1.0 / two_f
+    acc_lo, zero_w = mp.acc_lo, mp.zero_w
     for j in range(n):
-        e = max(_acc_weight(c[j], mp), np.float64(em32[j]) * inv)
+        e = max(_acc_weight(c[j], acc_lo, zero_w), np.float64(em32[j]) * inv)
         s = two_f * recip_pow2(e) if e != 0.0 else 0.0
         back[j] = e * inv_f
         tot[j] = np.trunc(c[j] * s) + 0.0
         v = s * inv
         s32[j] = np.float32(v if v <= 2.0**126 else 0.0)
         t32[j] = 0
-        e2 = max(_acc_weight(c2[j], mp), np.float64(fm32[j]) * inv2)
+        e2 = max(_acc_weight(c2[j], acc_lo, zero_w), np.float64(fm32[j]) * inv2)
         s2 = two_f * recip_pow2(e2) if e2 != 0.0 else 0.0
         back2[j] = e2 * inv_f
         tot2[j] = np.trunc(c2[j] * s2) + 0.0

@@ -28,7 +28,7 @@ import numpy as np
 from numba import types
 
 from simfloat._jit import Kernel, jit, kernel, kjit, ljit, type_of
-from simfloat._lanes import ladd
+from simfloat._lanes import ladd, lane_of
 from simfloat._parallel import run_rows
 from simfloat.accumulate._block import _block_row, _block_step, _block_step2
 from simfloat.accumulate._block32 import _block_step32, _block_step32_2, _load32, _shift32, operand32
@@ -152,8 +152,9 @@ def row_mma(a, ea, B, EB, B32, EB32, c, n, mp, w):
             for j in range(n):
                 part[j] = 0.0
             _inner(a, ea, B, EB, part, n, lo, hi, mp, w)
+            outer = lane_of(mp.outer)  # (a record's lane, read once)
             for j in range(n):
-                c[j] = ladd(c[j], part[j], mp.outer)
+                c[j] = ladd(c[j], part[j], outer)
             lo = hi
     if mp.kind == K_BLOCK:
         for j in range(n):  # an accumulator that overflowed to inf / NaN on the way: the reference path
@@ -326,18 +327,20 @@ def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
         _rows_each(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
 
 
-def rows_form(mp: MMA) -> Any:
-    """:func:`rows_mma`'s choice of form for the record ``mp`` (the compiled function of that form)."""
-    if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
+def rows_form(mp: Any) -> Any:
+    """:func:`rows_mma`'s choice of form for ``mp``, an :class:`MMA` as a numpy record
+    (:func:`simfloat._jit.record_of`; the compiled function of that form)."""
+    fast, native, plain = mp["fast"], mp["native"], mp["chunk"] == 0
+    if fast and mp["kind"] == K_BLOCK and plain:
         return _rows_block
-    if mp.fast and mp.native in (N_FMA64, N_MULADD64) and mp.chunk == 0:
+    if fast and native in (N_FMA64, N_MULADD64) and plain:
         return _rows_f64
-    if mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
+    if fast and native == N_FMA32 and plain:
         return _rows_fma32
     return _rows_each
 
 
-def rows_kernel(mp: MMA) -> Kernel:
+def rows_kernel(mp: Any) -> Kernel:
     """:func:`rows_mma`'s choice of form for the record ``mp``, made once: the form's kernel as a
     :class:`~simfloat._jit.Kernel` of the signature ``rows_mma`` is called with from the attention loops (every
     array C-contiguous and writable, float64 but ``B32``, ``EB32`` float32). A loop that takes it compiles only

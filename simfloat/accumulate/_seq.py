@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from simfloat._jit import fma32, fma64, jit
-from simfloat._lanes import ladd, lround, lround_ne
+from simfloat._lanes import ladd, lane_of, lround, lround_ne
 from simfloat.accumulate._mma import N_FMA32, N_FMA64, N_MULADD64, N_NONE
 from simfloat.rounding import RoundingMode
 
@@ -67,26 +67,28 @@ def _seq_row(a, B, c, n, k0, k1, mp, w):
             k += 1
         for j in range(n):
             c[j] = np.float64(c32[j])
-    elif mp.round_products and mp.plain_sum and mp.acc.mode == RoundingMode.NEAREST_EVEN and _on_grid(c, n, mp.acc):
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = lround_ne(c[j] + lround_ne(ak * r[j], mp.prod), mp.acc)
-    elif mp.round_products and mp.plain_sum and _on_grid(c, n, mp.acc):
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = lround(c[j] + lround(ak * r[j], mp.prod), mp.acc)
-    elif mp.round_products:
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = ladd(c[j], lround(ak * r[j], mp.prod), mp.acc)
-    else:
-        for k in range(k0, k1):
-            ak, r = a[k], B[k]
-            for j in range(n):
-                c[j] = ladd(c[j], ak * r[j], mp.acc)
+    else:  # the rounded forms: the record's lanes read once (see lane_of)
+        acc, prod = lane_of(mp.acc), lane_of(mp.prod)
+        if mp.round_products and mp.plain_sum and acc.mode == RoundingMode.NEAREST_EVEN and _on_grid(c, n, acc):
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = lround_ne(c[j] + lround_ne(ak * r[j], prod), acc)
+        elif mp.round_products and mp.plain_sum and _on_grid(c, n, acc):
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = lround(c[j] + lround(ak * r[j], prod), acc)
+        elif mp.round_products:
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = ladd(c[j], lround(ak * r[j], prod), acc)
+        else:
+            for k in range(k0, k1):
+                ak, r = a[k], B[k]
+                for j in range(n):
+                    c[j] = ladd(c[j], ak * r[j], acc)
 
 
 @jit

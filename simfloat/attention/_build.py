@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
+from simfloat._jit import record_of
 from simfloat._lanes import Lane, lane
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params
 from simfloat.accumulate._rows import (
@@ -25,7 +26,7 @@ from simfloat.accumulate._rows import (
 )
 from simfloat.attention import _engine as _baseline_engine
 from simfloat.attention._engine import KEY_CHUNK
-from simfloat.attention._flash_params import FlashParams
+from simfloat.attention._flash_params import ARRAYS, FlashParams
 from simfloat.attention._quant_kernels import DELTA_MMA
 from simfloat.attention.plan import OpSpec, Plan, PlanParams
 from simfloat.attention.vector.forward import Engine, Lanes, Operands
@@ -113,23 +114,25 @@ def baseline_engine(
     # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
     qi = np.require(qi, requirements="W")
     mqk = for_operands(mqk, qi, ki)
-    inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
-    p_fmt = pl.softmax.fmt  # P's values, as the P.V dot reads them
-    if mpv.in_round:
-        assert inner.input_fmt is not None  # in_round: the model has an input format
-        p_fmt = _format(inner.input_fmt)
-    mpv = for_operands(mpv, vi)
-    if mpv.fast and mpv.exact_products and not _tame(p_fmt):
-        mpv = mpv._replace(fast=False)
-    if mpv.native == N_FMA32 and not within_float32(p_fmt):
-        mpv = mpv._replace(native=N_NONE)
+    read = _dot_reads(pl.pv)
+    p_fmt = pl.softmax.fmt if read is None else read  # P's values, as the P.V dot reads them
+    mpv = _pv_forms(for_operands(mpv, vi), _tame(p_fmt), within_float32(p_fmt))
     seq_k = vi.shape[1]
     kt = _tiles(ki.transpose(0, 2, 1), KEY_CHUNK)  # (L * tiles, D, width): K^T tile by tile
     ekt, ev = _weights(kt, mqk), _weights(vi, mpv)
     mqk, kt32, ekt32 = operand32(mqk, kt, ekt, rows=False)  # the baseline's rows run row_mma
     mpv, v32, ev32 = operand32(mpv, vi, ev, rows=False)
     xs = _baseline_engine.Operands(qi, _weights(qi, mqk), kt, ekt, vi, ev, kt32, ekt32, v32, ev32)
-    eng = _baseline_engine.Engine(pp, _baseline_lanes(pl), mqk, mpv, KEY_CHUNK, bool(causal), seq_k)
+    eng = _baseline_engine.Engine(
+        record_of(pp, skip=("ex2_tab",)),
+        record_of(_baseline_lanes(pl)),
+        record_of(mqk),
+        record_of(mpv),
+        KEY_CHUNK,
+        bool(causal),
+        seq_k,
+        pp.ex2_tab[:0],
+    )
     return eng, xs
 
 
@@ -157,6 +160,78 @@ def _weights(x: np.ndarray, mp: MMA) -> np.ndarray:
     w = np.empty(x.shape)
     operand_powers(x.reshape(-1), w.reshape(-1), mp.opnd_emin)
     return w
+
+
+def _dot_reads(model: Model) -> FloatFormat | None:
+    """The input format a dot rounds its operands into (its MMA record's ``in_round``), or None where it takes
+    them as they are."""
+    if not mma(model).in_round:
+        return None
+    inner = model.inner if isinstance(model, Chunked) else model
+    assert inner.input_fmt is not None  # in_round: the model has an input format
+    return _format(inner.input_fmt)
+
+
+def _pv_forms(mp: MMA, p_tame: bool, p_f32: bool) -> MMA:
+    """The P.V dot's fast forms as far as P's values allow: exact products in float64 need them tame, a native
+    float32 FMA needs float32 values."""
+    if mp.fast and mp.exact_products and not p_tame:
+        mp = mp._replace(fast=False)
+    if mp.native == N_FMA32 and not p_f32:
+        mp = mp._replace(native=N_NONE)
+    return mp
+
+
+class _PFacts(NamedTuple):
+    """What the P.V dot's fast forms and the exactness flags may assume of P (its values as that dot reads
+    them, or the codes of its quantizer).
+
+    Attributes:
+        t_fmt: the format of P before its codes (a quantizer's ``pre``, else exp's): ``t * qmax``'s operand.
+        tame: P's values are :func:`_tame` (a fast exact-products dot may take them).
+        f32: P's values are float32 values (a native float32 FMA dot may take them).
+        float_codes: P's codes are a float cast (the float plans' ``p``, a float quantizer).
+    """
+
+    t_fmt: FloatFormat
+    tame: bool
+    f32: bool
+    float_codes: bool
+
+
+class _QK(NamedTuple):
+    """The Q.K^T dot: its row-kernel model and its operands (rounded, or codes times block scales) with their
+    alignment weights, each (L, S, D)."""
+
+    mp: MMA
+    q: np.ndarray
+    eq: np.ndarray
+    k: np.ndarray
+    ek: np.ndarray
+
+
+class _PV(NamedTuple):
+    """The P.V dot: its row-kernel model and V's operand (L, Sk, Dv) with its weights; a block-scaled dot's
+    ``scaled``, ``lo`` and ``elems`` (:class:`~simfloat.attention.vector.forward.Engine`'s ``pv_scaled``,
+    ``pv_scale_lo`` and ``pv_elems``)."""
+
+    mp: MMA
+    v: np.ndarray
+    ev: np.ndarray
+    scaled: bool = False
+    lo: float = 0.0
+    elems: bool = False
+
+
+class _Exact(NamedTuple):
+    """The exactness flags of :class:`~simfloat.attention.vector.forward.Engine` (there documented; the same
+    field names)."""
+
+    fma_exact: bool
+    acc_exact: bool
+    pvd_exact: bool
+    p_exact: bool
+    l_native32: bool
 
 
 def flash_engine(
@@ -198,69 +273,106 @@ def flash_engine(
         (engine, operands), or None where a block-scaled dot's operands are beyond what its row kernels take
         (:func:`~simfloat.accumulate._rows.scaled_ok`: the caller runs the reference engine instead).
     """
-    f64 = _format("float64")
     dsa = np.zeros((qc.shape[0], 0, 0)) if ds is None else np.ascontiguousarray(ds, dtype=np.float64)
+    pf = _p_facts(pl)
+    qk = _qk_dot(pl, fp, qc, kc, qb, kb, dsa)
+    if qk is None:  # block-scaled operands beyond the row kernels
+        return None
+    pv = _pv_dot(pl, vc, vb, bn, pf)
+    if pv is None:
+        return None
+    xs, mqk, mpv = _operand_tiles(qk, pv, bn, qs, ks, vs, dsa)
+    eng = Engine(
+        pp=record_of(fp, skip=ARRAYS),
+        ln=_flash_lanes(pl),
+        qk=record_of(mqk),
+        pv=record_of(mpv),
+        **_exact_flags(pl, fp, pf)._asdict(),
+        bm=bm,
+        bn=bn,
+        causal=bool(causal),
+        wn=wn,
+        seq_k=pv.v.shape[1],
+        pv_scaled=pv.scaled,
+        pv_scale_lo=pv.lo,
+        pv_elems=pv.elems,
+        ex2_val=ex2_values(fp.ex2_tab) if fp.exp2 else _NO_VALUES,
+        ex2_tab=fp.ex2_tab,
+        ex2_poly=fp.ex2_poly,
+    )
+    return eng, xs
+
+
+def _flash_lanes(pl: Plan) -> np.void:
+    """The lanes (format, rounding) of the plan's scalar ops as a :class:`Lanes` record: a plan without
+    quantizers has no dequantizations and no P arithmetic (float64 lanes the loop never reads), no ``pre`` (exp's
+    lane) and its cast ``p`` as P's code."""
+    f64 = _format("float64")
 
     def ln(spec: OpSpec) -> Lane:
         return lane(spec.fmt, int(spec.mode))
 
-    exp_fmt = pl.exp.fmt
-    li = _sum_inner(pl)
-    none = OpSpec(f64)
+    none = ln(OpSpec(f64))
+    dequant, pv_dequant, p_pre, p_arith = none, none, ln(pl.exp), none
     if pl.quantized:
         qo = pl.quant_ops()
         p = qo.p_quant
-        pre = p.pre if p.pre is not None else pl.exp
-        assert isinstance(pre, OpSpec) and isinstance(p.arith, OpSpec)  # made OpSpecs by Quant.__post_init__
-        code = lane(cast(FloatFormat, p.fmt), int(p.rounding)) if p.kind == "float" else lane(f64, 0)
-        lanes = Lanes(
-            ln(qo.dequant),
-            ln(pl.scale),
-            ln(pl.exp),
-            lane(_format(li.fmt), int(mode_code(li.mode))),
-            ln(pl.l_i),
-            ln(pl.acc),
-            ln(qo.pv_dequant),
-            ln(pl.normalize),
-            ln(pl.out),
-            ln(pre),
-            ln(p.arith),
-            code,
+        assert isinstance(p.arith, OpSpec) and (p.pre is None or isinstance(p.pre, OpSpec))  # Quant made them so
+        dequant, pv_dequant, p_arith = ln(qo.dequant), ln(qo.pv_dequant), ln(p.arith)
+        p_pre = p_pre if p.pre is None else ln(p.pre)
+        p_code = lane(cast(FloatFormat, p.fmt), int(p.rounding)) if p.kind == "float" else lane(f64, 0)
+    else:
+        p_code = ln(pl.p)
+    li = _sum_inner(pl)
+    return record_of(
+        Lanes(
+            dequant=dequant,
+            scale=ln(pl.scale),
+            exp=ln(pl.exp),
+            l_ij=lane(_format(li.fmt), int(mode_code(li.mode))),
+            l_i=ln(pl.l_i),
+            acc=ln(pl.acc),
+            pv_dequant=pv_dequant,
+            normalize=ln(pl.normalize),
+            out=ln(pl.out),
+            p_pre=p_pre,
+            p_arith=p_arith,
+            p_code=p_code,
         )
-        t_fmt = cast(OpSpec, p.pre).fmt if p.pre is not None else exp_fmt  # P before its codes
+    )
+
+
+def _p_facts(pl: Plan) -> _PFacts:
+    """P's format facts (:class:`_PFacts`): of its codes, or of the P.V dot's input format where that dot
+    rounds its operands into one."""
+    exp_fmt = pl.exp.fmt
+    if not pl.quantized:  # P's cast is the float code op p
+        pf = _PFacts(exp_fmt, _tame(pl.p.fmt), within_float32(pl.p.fmt), True)
+    else:
+        p = pl.quant_ops().p_quant
+        t_fmt = cast(OpSpec, p.pre).fmt if p.pre is not None else exp_fmt
         if p.kind == "int":  # integer codes <= 2**20: narrow, float32 values
-            p_tame, p_f32 = True, True
+            tame, f32 = True, True
         elif p.kind == "block":  # codes times block scales (as the reference's values for a dot without scales)
             ef, sf = _format(cast(BlockFormat, p.fmt).elem_fmt), _format(cast(BlockFormat, p.fmt).scale_fmt)
             lo = ef.emin - ef.mantissa_bits + sf.emin - sf.mantissa_bits
-            p_tame = ef.mantissa_bits + sf.mantissa_bits <= 24 and ef.emax + sf.emax <= 398 and lo >= -400
-            p_f32 = False
+            tame = ef.mantissa_bits + sf.mantissa_bits <= 24 and ef.emax + sf.emax <= 398 and lo >= -400
+            f32 = False
         else:
             p_fmt = cast(FloatFormat, p.fmt) if p.kind == "float" else exp_fmt
-            p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
-        p_float = p.kind == "float"
-    else:  # P's cast is the float code op p: no pre, no arithmetic of a scale
-        lanes = Lanes(
-            ln(none),
-            ln(pl.scale),
-            ln(pl.exp),
-            lane(_format(li.fmt), int(mode_code(li.mode))),
-            ln(pl.l_i),
-            ln(pl.acc),
-            ln(none),
-            ln(pl.normalize),
-            ln(pl.out),
-            ln(pl.exp),
-            ln(none),
-            ln(pl.p),
-        )
-        t_fmt = exp_fmt
-        p_tame, p_f32, p_float = _tame(pl.p.fmt), within_float32(pl.p.fmt), True
-    mqk, mpv = mma(pl.qk), mma(pl.pv)
-    qi, ki, vi = round_operands(qc, mqk), round_operands(kc, mqk), round_operands(vc, mpv)
-    # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
-    qi = np.require(qi, requirements="W")
-    eq, ek = _weights(qi, mqk), _weights(ki, mqk)
+            tame, f32 = _tame(p_fmt), within_float32(p_fmt)
+        pf = _PFacts(t_fmt, tame, f32, p.kind == "float")
+    read = _dot_reads(pl.pv)
+    return pf if read is None else pf._replace(tame=_tame(read), f32=within_float32(read))
+
+
+def _qk_dot(
+    pl: Plan, fp: FlashParams, qc: np.ndarray, kc: np.ndarray, qb: np.ndarray | None, kb: np.ndarray | None,
+    dsa: np.ndarray,
+) -> _QK | None:  # fmt: skip
+    """The Q.K^T dot (:class:`_QK`): the operands rounded into its input format, or a block-scaled MMA's codes
+    times their block scales (None where they are beyond its row kernels). Q smoothing's delta_s enters as the
+    MMA's initial accumulator under ``DELTA_MMA``, so the fast forms must hold for it too."""
     if qb is not None and kb is not None:  # block-scaled qk (its quantizers are block ones: Plan checks)
         model = cast(BlockFMA, pl.qk)
         qi, ki = qc * qb, kc * kb
@@ -270,90 +382,82 @@ def flash_engine(
             return None
         mqk = scaled_mma(model)
         eq, ek = scaled_weights(qc, qb, model, b=False), scaled_weights(kc, kb, model, b=True)
-    # delta_s as the MMA's initial accumulator: the fast forms must hold for it too
+    else:
+        mqk = mma(pl.qk)
+        qi, ki = round_operands(qc, mqk), round_operands(kc, mqk)
+        # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
+        qi = np.require(qi, requirements="W")
+        eq, ek = _weights(qi, mqk), _weights(ki, mqk)
     mqk = for_operands(mqk, qi, ki, *((dsa,) if fp.delta_mode == DELTA_MMA else ()))
-    inner = pl.pv.inner if isinstance(pl.pv, Chunked) else pl.pv
-    if mpv.in_round:
-        assert inner.input_fmt is not None  # in_round: the model has an input format
-        p_fmt = _format(inner.input_fmt)
-        p_tame, p_f32 = _tame(p_fmt), within_float32(p_fmt)
-    pv_scaled, pv_lo, pv_elems = vb is not None, 0.0, False
-    if vb is not None:  # block-scaled P.V: P's scaled codes and weights are made per key tile in the engine
+    return _QK(mqk, qi, eq, ki, ek)
+
+
+def _pv_dot(pl: Plan, vc: np.ndarray, vb: np.ndarray | None, bn: int, pf: _PFacts) -> _PV | None:
+    """The P.V dot (:class:`_PV`): V rounded into its input format, or a block-scaled MMA's codes times their
+    block scales (None where they are beyond its row kernels; P's scaled codes and weights are made per key tile
+    in the engine); its fast forms as far as P's values (``pf``) allow."""
+    if vb is not None:
         model = cast(BlockFMA, pl.pv)
         vi = vc * vb
         qo = pl.quant_ops()
-        pbf = cast(BlockFormat, qo.p_quant.fmt)
+        pq = qo.p_quant
+        pbf = cast(BlockFormat, pq.fmt)
         # |P| <= 1; two-level: |t| <= qmax up to the roundings of s1 and t (within 1.25 for >= 2 fraction bits);
         # a code times its block scale is within twice |t| (rounded to nearest, saturating)
-        pq = qo.p_quant
         level = 1.25 * float(pq.qmax) if pq.granularity in ("per-token", "fixed") and pq.qmax is not None else 1.0
         p_max = min(_format(pbf.elem_fmt).max * _format(pbf.scale_fmt).max, 2.0 * level)
         spans = (_elem_span(pbf), _elem_span(qo.v_quant.fmt))
         if not scaled_ok(model, p_max * float(np.abs(vi).max(initial=0.0)) * bn, spans, vi):
             return None
         ap = acc_params(model)
-        mpv = scaled_mma(model)
-        pv_scaled, pv_lo, pv_elems = True, float(2.0**ap.scale_emin), not ap.align_scale
-        ev = scaled_weights(vc, vb, model, b=True)
+        pv = _PV(scaled_mma(model), vi, scaled_weights(vc, vb, model, b=True), True, float(2.0**ap.scale_emin),
+                 not ap.align_scale)  # fmt: skip
     else:
-        ev = _weights(vi, mpv)
-    mpv = for_operands(mpv, vi)
-    if mpv.fast and mpv.exact_products and not p_tame:
-        mpv = mpv._replace(fast=False)
-    if mpv.native == N_FMA32 and not p_f32:
-        mpv = mpv._replace(native=N_NONE)
-    n_lead, seq_k, dv = vi.shape
-    kt, ekt = _tiles(ki.transpose(0, 2, 1), bn), _tiles(ek.transpose(0, 2, 1), bn)  # (L * tiles, D, bn)
-    vt, evt = _key_tiles(vi, bn), _key_tiles(ev, bn)  # (L * tiles, bn, Dv)
-    mqk, kt32, ekt32 = operand32(mqk, kt, ekt)
-    mpv, vt32, evt32 = operand32(mpv, vt, evt)
+        mpv = mma(pl.pv)
+        vi = round_operands(vc, mpv)
+        pv = _PV(mpv, vi, _weights(vi, mpv))
+    return pv._replace(mp=_pv_forms(for_operands(pv.mp, vi), pf.tame, pf.f32))
+
+
+def _operand_tiles(
+    qk: _QK, pv: _PV, bn: int, qs: np.ndarray | None, ks: np.ndarray | None, vs: np.ndarray | None, dsa: np.ndarray
+) -> tuple[Operands, MMA, MMA]:
+    """The :class:`Operands` record: K^T and V tile by tile with their weights and float32 forms, and the
+    scales (ones where the plan has none); with the dots' models as their float32 forms leave them."""
+    kt, ekt = _tiles(qk.k.transpose(0, 2, 1), bn), _tiles(qk.ek.transpose(0, 2, 1), bn)  # (L * tiles, D, bn)
+    vt, evt = _key_tiles(pv.v, bn), _key_tiles(pv.ev, bn)  # (L * tiles, bn, Dv)
+    mqk, kt32, ekt32 = operand32(qk.mp, kt, ekt)
+    mpv, vt32, evt32 = operand32(pv.mp, vt, evt)
+
+    def scales(x: np.ndarray | None, ones: np.ndarray) -> np.ndarray:
+        return ones if x is None else np.ascontiguousarray(x, dtype=np.float64)
+
     xs = Operands(
-        qi,
-        eq,
-        _ONES2 if qs is None else np.ascontiguousarray(qs, dtype=np.float64),
-        kt,
-        ekt,
-        _ONES2 if ks is None else np.ascontiguousarray(ks, dtype=np.float64),
-        vt,
-        evt,
-        _ONES3 if vs is None else np.ascontiguousarray(vs, dtype=np.float64),
-        dsa,
-        kt32,
-        ekt32,
-        vt32,
-        evt32,
-    )
+        qk.q, qk.eq, scales(qs, _ONES2), kt, ekt, scales(ks, _ONES2), vt, evt, scales(vs, _ONES3), dsa,
+        kt32, ekt32, vt32, evt32,
+    )  # fmt: skip
+    return xs, mqk, mpv
+
+
+def _exact_flags(pl: Plan, fp: FlashParams, pf: _PFacts) -> _Exact:
+    """Which of the loop's contracted or fused steps are exact in float64, so may run in lane form
+    (:class:`_Exact`), and whether the row sum's additions are float32 additions of float32 values."""
+    exp_fmt = pl.exp.fmt
     score_fmt = pl.dequant.fmt if fp.scores_dequant else dot_output_format(pl.qk)  # type: ignore[union-attr]
-    fma_exact = _tame(score_fmt) and _tame(pl.scale.fmt)
-    acc_exact = _tame(pl.acc.fmt) and _tame(pl.alpha.fmt)
-    pvd_exact, p_exact = False, _tame(t_fmt)
+    pvd_exact = False
     if pl.quantized:
         v = pl.quant_ops().v_quant
         v_scaled = v.kind != "none" and v.granularity != "unscaled"
         pvd_exact = _tame(dot_output_format(pl.pv)) and (not v_scaled or _tame(cast(OpSpec, v.arith).fmt))
-    sum_fmt_f32 = (p_f32 if p_float else within_float32(exp_fmt)) if fp.consistent else within_float32(exp_fmt)
-    l_native32 = _format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and sum_fmt_f32
-    eng = Engine(
-        fp,
-        lanes,
-        mqk,
-        mpv,
-        bool(fma_exact),
-        bool(acc_exact),
-        bool(pvd_exact),
-        bool(p_exact),
-        bool(l_native32),
-        bm,
-        bn,
-        bool(causal),
-        wn,
-        seq_k,
-        pv_scaled,
-        pv_lo,
-        pv_elems,
-        ex2_values(fp.ex2_tab) if fp.exp2 else _NO_VALUES,
+    sum_f32 = pf.f32 if fp.consistent and pf.float_codes else within_float32(exp_fmt)
+    li = _sum_inner(pl)
+    return _Exact(
+        fma_exact=bool(_tame(score_fmt) and _tame(pl.scale.fmt)),
+        acc_exact=bool(_tame(pl.acc.fmt) and _tame(pl.alpha.fmt)),
+        pvd_exact=bool(pvd_exact),
+        p_exact=bool(_tame(pf.t_fmt)),
+        l_native32=bool(_format(li.fmt).name == "float32" and int(mode_code(li.mode)) == 0 and sum_f32),
     )
-    return eng, xs
 
 
 _NO_VALUES = ex2_values(np.empty(0, dtype=np.int8))  # read-only, as a table's values

@@ -21,6 +21,7 @@ from simfloat._lanes import (
     ladd,
     ladd_f32,
     ladd_ne,
+    lane_of,
     ldiv,
     ldiv_f32,
     ldiv_ne,
@@ -36,7 +37,7 @@ from simfloat._lanes import (
     lround_ne,
     pow2_of,
 )
-from simfloat.accumulate._rows import MMA, row_mma, work
+from simfloat.accumulate._rows import row_mma, work
 from simfloat.attention._kernels import add, div, exp, exp2, exp2_hw, fma, fmax, mul, rnd, sub
 from simfloat.attention._masks import DENSE_ADD, NO_MASK, KeyMask, key_masked, visible_keys
 from simfloat.hardware import ex2_approx_f32
@@ -64,15 +65,20 @@ class Engine(NamedTuple):
         ln: :class:`Lanes`.
         qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
         bn: the K^T tile width; causal; seq_k: keys.
+        no_tab: an empty ex2 table of the plans' tables' type (the baseline's exp is correctly rounded).
+
+    ``pp``, ``ln``, ``qk`` and ``pv`` are numpy records (:func:`simfloat._jit.record_of`; ``pp`` without its
+    table): numba passes each as one pointer.
     """
 
-    pp: object
-    ln: Lanes
-    qk: MMA
-    pv: MMA
+    pp: object  # (numpy records, see above)
+    ln: object
+    qk: object
+    pv: object
     bn: int
     causal: bool
     seq_k: int
+    no_tab: np.ndarray
 
 
 class Operands(NamedTuple):
@@ -105,8 +111,9 @@ class Operands(NamedTuple):
 
 
 @jit
-def _cast(x, lo, n, r, o):
+def _cast(x, lo, n, lane, o):
     """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.f32:
         for j in range(lo, lo + n):
             x[j] = lround_f32(x[j])
@@ -122,8 +129,9 @@ def _cast(x, lo, n, r, o):
 
 
 @jit
-def _scale_by(x, n, w, r, o):
+def _scale_by(x, n, w, lane, o):
     """x[:n] = op(x[:n] * w)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.f32:
         for j in range(n):
             x[j] = lmul_f32(x[j], w)
@@ -139,8 +147,9 @@ def _scale_by(x, n, w, r, o):
 
 
 @jit
-def _divide(x, n, d, r, o):
+def _divide(x, n, d, lane, o):
     """x[:n] = op(x[:n] / d)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.f32:
         for j in range(n):
             x[j] = ldiv_f32(x[j], d)
@@ -166,8 +175,9 @@ def _weights_of(x, w, n, emin):
 
 
 @jit
-def _exp_of(x, n, e, r, o, tab):
+def _exp_of(x, n, e, lane, o, tab):
     """x[:n] = op(exp2(x)) (``e``: exp2, else exp); ``tab`` non-empty: the measured ex2.approx.ftz.f32."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if not r.fast:
         for j in range(n):
             x[j] = (exp2_hw(x[j], o, tab) if tab.size > 0 else exp2(x[j], o)) if e else exp(x[j], o)
@@ -197,8 +207,9 @@ def _exp_of(x, n, e, r, o, tab):
 
 
 @jit
-def _seq_sum(x, n, r, o, native32):
+def _seq_sum(x, n, lane, o, native32):
     """op(... op(op(x0 + x1) + x2) ...) from 0, left to right."""
+    r = lane_of(lane)  # (a record's fields, read once)
     s = 0.0
     if native32:
         s32 = np.float32(0.0)
@@ -228,8 +239,9 @@ KEY_CHUNK = 256  # keys per K^T tile in the baseline layout
 
 
 @jit
-def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, r, o):
+def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
     """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if contract:
         if fma_exact and r.f32:
             for jj in range(nv):
@@ -319,7 +331,7 @@ def baseline_units(lo, hi, xs, out, eng):
         m = _row_max(s, 0, jv)
         # softmax(s - m), one rounding; `no` a runtime False, not the literal: the helpers compile once, as flash's
         _scaled(s, s, jv, 1.0, m, no, no, ln.softmax, pp.softmax)
-        _exp_of(s, jv, no, ln.softmax, pp.softmax, pp.ex2_tab[:0])
+        _exp_of(s, jv, no, ln.softmax, pp.softmax, eng.no_tab)
         if mk.on:  # masked keys: P = 0
             for j in range(jv):
                 if key_masked(mk, b, i, j, k_lo):
@@ -330,8 +342,9 @@ def baseline_units(lo, hi, xs, out, eng):
             s[j] = 0.0
         src = s[:seq_k]
         if eng.pv.in_round:
+            inp = lane_of(eng.pv.inp)  # (a record's lane, read once)
             for j in range(seq_k):
-                pin[j] = lround(s[j], eng.pv.inp)
+                pin[j] = lround(s[j], inp)
             src = pin
         if eng.pv.align_sum:
             _weights_of(src, ep, seq_k, eng.pv.opnd_emin)

@@ -28,7 +28,7 @@ from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._specs import OpParams, OpSpec
 from simfloat.attention.plan import Plan
 
-__all__ = ["FlashParams", "flash_params"]
+__all__ = ["ARRAYS", "FlashParams", "flash_params"]
 
 _F64 = OpSpec("float64")
 
@@ -41,6 +41,8 @@ _F64_OP = _op(_F64)
 #: no polynomial exp2 (Plan.exp2_emu None); read-only, as every array numba compiles the loop for
 _NO_POLY = np.zeros(0, dtype=np.int8)
 _NO_POLY.setflags(write=False)
+#: FlashParams' array fields: compiled code takes the rest as a numpy record (simfloat._jit.record_of) and these apart
+ARRAYS = ("ex2_tab", "ex2_poly")
 
 
 class FlashParams(NamedTuple):

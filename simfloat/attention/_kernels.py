@@ -127,17 +127,18 @@ _LOG2E = math.log2(math.e)
 
 
 @ljit
-def exp_op(x, o, pp):
+def exp_op(x, o, pp, tab):
     """T7 / T9's exponential into op ``o`` as the plan computes it: exp2 (``pp.exp2``; ex2.approx.ftz with
-    ``pp.ex2_tab``), tl.exp (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the H200's ex2.approx not flushed),
-    else ``o(e**x)``. ``pp``: a FlashParams (both engines' loops call it)."""
+    the table ``tab``, a FlashParams' ``ex2_tab``), tl.exp (``pp.exp_tl``: ``o(exp2(o(x * o(log2 e))))``, the
+    H200's ex2.approx not flushed), else ``o(e**x)``. ``pp``: a FlashParams or its record (both engines' loops
+    call it)."""
     if pp.exp2:
-        return exp2_hw(x, o, pp.ex2_tab)
+        return exp2_hw(x, o, tab)
     if pp.exp_tl:
         t = mul(x, rnd(_LOG2E, o), o)
-        if pp.ex2_tab.size == 0:
+        if tab.size == 0:
             return exp2(t, o)
-        return rnd(ex2_approx_f32(t, pp.ex2_tab, False), o)
+        return rnd(ex2_approx_f32(t, tab, False), o)
     return exp(x, o)
 
 

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from simfloat._jit import record_of
 from simfloat._parallel import run_rows
 from simfloat.attention._backward_inputs import check, flat, lse_from_stats, prescaled_k, scale_of
 from simfloat.attention._baseline_backward import baseline_backward
@@ -338,8 +339,8 @@ def _run_reference(
     }[pl.scale_at]
     if n_kv_lead:
         geo = ref.Geometry(tiles.bm, tiles.bn, causal, group, tiles.bm2, tiles.bn2, tiles.walk, seq_q, seq_k)
-        ins = ref.Inputs(qf, kf, vf, dof, of, lf, out.delta, order, mk)
-        run_rows(ref.units, n_kv_lead, ins, out, pp, geo, tr, sh)
+        ins = ref.Inputs(qf, kf, vf, dof, of, lf, out.delta, order, mk, pp.ex2_tab)
+        run_rows(ref.units, n_kv_lead, ins, out, record_of(pp, skip=("ex2_tab",)), geo, tr, sh)
 
 
 def _check_row_sums(psum: np.ndarray, spec: MaskSpec | None, pl: BackwardPlan) -> None:

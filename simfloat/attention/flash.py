@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from simfloat._parallel import run_rows
 from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
 from simfloat.attention._flash_params import flash_params
 from simfloat.attention._inputs import block, check_output, from_layout, prepare, to_layout
@@ -59,7 +58,8 @@ from simfloat.attention.fa4 import FA4_TILE_N, ex2_poly_mask, ex2_schedule
 from simfloat.attention.plan import FLASH_OPS, Plan
 from simfloat.attention.plan import plan as _plan
 from simfloat.attention.quantized import quant_flash
-from simfloat.attention.reference.forward import Trace, float_operands, trace_columns, units
+from simfloat.attention.reference.forward import Trace, float_operands, trace_columns
+from simfloat.attention.reference.forward import run as run_reference
 from simfloat.attention.tiling import pick_tiles
 from simfloat.attention.vector.forward import run as run_vector
 
@@ -191,9 +191,8 @@ def flash(
                 scale=x.scale,
             )
             tr = Trace(local, state, trace_columns(FLASH_OPS, False))
-        if n_lead * n_qt > 0:
-            ops = float_operands(x.q, x.k, x.v, bn, mk)
-            run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
+        ops = float_operands(x.q, x.k, x.v, bn, mk)
+        run_reference(ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     check_output(out, x, flash, block_m=bm_req, block_n=bn_req)
     if x.mask is not None:
         x.mask.finish(out)

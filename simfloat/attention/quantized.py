@@ -72,7 +72,6 @@ import math
 import numpy as np
 
 from simfloat import ops as _ops
-from simfloat._parallel import run_rows
 from simfloat.accumulate import BlockFMA, matmul
 from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._build import check_engine, clamp_blocks, flash_engine
@@ -83,7 +82,8 @@ from simfloat.attention._specs import OpParams, OpSpec, _scalar_spec
 from simfloat.attention.plan import Plan, QuantPlan, quant_plan, quant_presets
 from simfloat.attention.quant import EXACT, INT_RULES, QUANTIZERS, Quant, checked_choice
 from simfloat.attention.quant_plan import FP8_NAMES, QUANT_OPS
-from simfloat.attention.reference.forward import Operands, Trace, key_rows, trace_columns, units, v_tiles
+from simfloat.attention.reference.forward import Operands, Trace, key_rows, trace_columns, v_tiles
+from simfloat.attention.reference.forward import run as run_reference
 from simfloat.attention.vector.forward import run as run_vector
 from simfloat.blockscale import BlockFormat
 from simfloat.formats import FloatFormat
@@ -538,7 +538,7 @@ def quant_flash(
             x.v,
             mk,
         )
-        run_rows(units, n_lead * n_qt, ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
+        run_reference(ops, fp, (bm, bn, int(x.causal), seq_k, wn), tr, out, m, l)
     if x.mask is not None:
         x.mask.finish(out)
     out = out.reshape(x.lead + (seq_q, dv))

@@ -13,6 +13,10 @@ from simfloat.attention._masks import NO_MASK, KeyMask
 __all__ = ["Operands", "float_operands", "key_rows", "v_tiles"]
 
 
+_NO_TAB = np.zeros(0, dtype=np.int8)  # placeholders: run() sets the plan's
+_NO_TAB.setflags(write=False)
+
+
 class Operands(NamedTuple):
     """The loop's inputs (lead = the flat leading index; a plan without quantizers: codes are the values, and
     the scale, block-scale and delta arrays are placeholders the loop never reads).
@@ -26,6 +30,8 @@ class Operands(NamedTuple):
         ds: (lead, n_q_tiles, n_kv * block_n) Q smoothing's correction delta_s per q tile and key.
         q64, k64, v64: (lead, seq, d) the unquantized inputs (the quantized plans' float64 shadow).
         mk: the call's :class:`~simfloat.attention._masks.KeyMask` (``NO_MASK``: none beyond ``causal``).
+        ex2_tab, ex2_poly: the plan's ex2.approx table and FA4's exp2 mask (FlashParams' arrays, set by
+            :func:`~simfloat.attention.reference.forward.run`: the loop takes the params as a record).
     """
 
     qc: np.ndarray
@@ -42,6 +48,8 @@ class Operands(NamedTuple):
     k64: np.ndarray
     v64: np.ndarray
     mk: KeyMask = NO_MASK
+    ex2_tab: np.ndarray = _NO_TAB
+    ex2_poly: np.ndarray = _NO_TAB
 
 
 _ONES2 = np.ones((1, 1))

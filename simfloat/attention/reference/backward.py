@@ -58,6 +58,8 @@ class Inputs(NamedTuple):
         order: (L, n_q_tiles2, n_kv2) int64: the dQ kernel's key tiles per lead and query tile in the plan's
             order (:func:`~simfloat.attention._dq_order.dq_orders`; unused unless ``Geometry.walk``).
         mk: the call's :class:`~simfloat.attention._masks.KeyMask` (masked pairs: p = ds = 0).
+        ex2_tab: the plan's ex2.approx table (``BackwardParams.ex2_tab``: :func:`units` takes the params as a
+            record, :func:`simfloat._jit.record_of`).
     """
 
     q: np.ndarray
@@ -69,6 +71,7 @@ class Inputs(NamedTuple):
     delta: np.ndarray
     order: np.ndarray
     mk: KeyMask
+    ex2_tab: np.ndarray
 
 
 class Geometry(NamedTuple):
@@ -165,7 +168,8 @@ def units(lo, hi, xs, out, pp, geo, tr, sh):
     Args:
         xs: the :class:`Inputs`; out: the gradients filled in place (``dq``, ``dk``, ``dv`` and ``psum``, each
             row's sum of P; :class:`~simfloat.attention.backward._Grads`); pp: the plan's
-            :class:`~simfloat.attention.backward_plan.BackwardParams`; geo: :class:`Geometry`.
+            :class:`~simfloat.attention.backward_plan.BackwardParams` as a record (its table: ``xs.ex2_tab``); geo:
+            :class:`Geometry`.
         tr: a tracer's arrays (local, state) or None. Traced, it also records each op's local error at (lead,
             query tile, key tile) and runs a float64 shadow of the same dataflow from the same inputs, recording
             the drift of the dq, dk and dv accumulators from it after every tile step; key tile ``n_kv`` (``-1``
@@ -217,7 +221,7 @@ def scores_grads(xs, w, out, pp, geo, tr, sh, g, b, bk, i, j):
         x = fma(sc, pp.qk_scale, -lse, pp.scale)
     else:
         x = sub(mul(sc, pp.qk_scale, pp.scale), lse, pp.scale)
-    pv = exp_op(x, pp.exp, pp)  # B5's P
+    pv = exp_op(x, pp.exp, pp, xs.ex2_tab)  # B5's P
     out.psum[b, i] += pv
     dp = dot_acc(xs.do[b, i], xs.v[bk, j], 0.0, pp.dp)  # B6
     ds = mul(pv, sub(dp, xs.delta[b, i], pp.ds), pp.ds)  # B7

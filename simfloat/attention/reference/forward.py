@@ -25,7 +25,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import fma64, jit, ljit
+from simfloat._jit import fma64, jit, ljit, record_of
+from simfloat._parallel import run_rows
+from simfloat.attention._flash_params import ARRAYS, FlashParams
 from simfloat.attention._kernels import (
     add,
     div,
@@ -85,7 +87,7 @@ from simfloat.attention.reference._trace import (
 )
 from simfloat.hardware import ex2_poly_f32
 
-__all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "trace_columns", "units", "v_tiles"]
+__all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "run", "trace_columns", "units", "v_tiles"]
 
 _NINF = -np.inf
 _LOG2E = math.log2(math.e)
@@ -399,10 +401,10 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
             x = sub(y, m_x, pp.scale)
             rec(tr, at, R_SCALE, y, sj * sscale)
             rec(tr, at, R_SCALE, x, y - m_x)
-        if pp.ex2_poly.size > 0 and pp.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
+        if o.ex2_poly.size > 0 and o.ex2_poly[jj] != 0:  # FA4: the software exp2 at this key position
             pj = rnd(ex2_poly_f32(x), pp.exp)
         else:
-            pj = exp_op(x, pp.exp, pp)
+            pj = exp_op(x, pp.exp, pp, o.ex2_tab)
         if tr is not None:
             rec(tr, at, R_EXP, pj, exp64(x, pp))
         p[jj] = pj
@@ -418,13 +420,13 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
                 rec(tr, at, R_ALPHA, dm, m_i - m_sub)
-            alpha = exp_op(dm, pp.alpha, pp)
+            alpha = exp_op(dm, pp.alpha, pp, o.ex2_tab)
             if tr is not None:
                 rec(tr, at, R_ALPHA, alpha, exp64(dm, pp))
     s1 = _p_codes(w, nv, pp, tr, at)  # T12
     l_ij = _tile_sum(w, nv, pp, tr, at, wn)  # T8
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
-        l_new = _lse_update(w, pp, tr, at, m_new, m_sub, l_ij)
+        l_new = _lse_update(o, w, pp, tr, at, m_new, m_sub, l_ij)
     elif pp.contract:  # T10
         l_new = fma(l_i, alpha, l_ij, pp.l_i)
         rec(tr, at, R_L_I, l_new, fma64(l_i, alpha, l_ij))
@@ -460,14 +462,14 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
 
 
 @jit
-def _lse_update(w, pp, tr, at, m_new, m_sub, l_ij):
+def _lse_update(o, w, pp, tr, at, m_new, m_sub, l_ij):
     """T10 of the lse form: ``l_i = l_i(alpha(exp(alpha(lse_i - m_ij))) + l_ij)`` (0 for the exponential while
     lse_i is -inf), then ``lse_i = m_i(m_ij + l_i(log(l_i)))`` (lse_i stays -inf while no key was seen)."""
     lse_i = w.lse[0]
     e = 0.0
     if lse_i != _NINF:
         dl = sub(lse_i, m_sub, pp.alpha)
-        e = exp_op(dl, pp.alpha, pp)
+        e = exp_op(dl, pp.alpha, pp, o.ex2_tab)
         rec(tr, at, R_ALPHA, dl, lse_i - m_sub)
         if tr is not None:
             rec(tr, at, R_ALPHA, e, math.exp(dl))
@@ -520,7 +522,8 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
     """Work units ``[lo, hi)``: unit u is (lead index u // n_q_tiles, q tile u % n_q_tiles).
 
     Args:
-        o: the :class:`Operands`; pp: the plan's :class:`~simfloat.attention._flash_params.FlashParams`;
+        o: the :class:`Operands`; pp: the plan's :class:`~simfloat.attention._flash_params.FlashParams` as a record
+            (:func:`run`);
             geo: (block_m, block_n, causal, seq_k, warps along the keys of the tl.sum layout);
             tr: a :class:`Trace` or None.
         out: (lead, seq_q, dv); m_out, l_out: (lead, seq_q), written.
@@ -565,7 +568,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             if pp.lse:
                 if m_i != _NINF:
                     dm = sub(m_i, w.lse[0], pp.normalize)
-                    osc = exp_op(dm, pp.normalize, pp)
+                    osc = exp_op(dm, pp.normalize, pp, o.ex2_tab)
                     rec(tr, fin, R_NORMALIZE, dm, m_i - w.lse[0])
                     if tr is not None:
                         rec(tr, fin, R_NORMALIZE, osc, math.exp(dm))
@@ -590,3 +593,26 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
                 srec(tr, fin, S_OUT, y, accs[d] if pp.per_step else accs[d] / ls_div)
             m_out[b, i] = m_i
             l_out[b, i] = l_i
+
+
+def run(
+    o: Operands,
+    fp: FlashParams,
+    geo: tuple[int, int, int, int, int],
+    tr: Trace | None,
+    out: np.ndarray,
+    m_out: np.ndarray,
+    l_out: np.ndarray,
+) -> None:
+    """The reference loop over every (lead, q tile) unit: :func:`units` with the plan's params as a numpy record
+    (:func:`simfloat._jit.record_of`; numba passes it as one pointer) and their arrays in the operands.
+
+    Args:
+        o: the :class:`Operands`; fp: the plan's FlashParams; geo: as :func:`units`'; tr: a :class:`Trace` or None.
+        out: (lead, seq_q, dv); m_out, l_out: (lead, seq_q), written.
+    """
+    n_units = o.qc.shape[0] * -(-o.qc.shape[1] // geo[0])
+    if n_units == 0:
+        return
+    o = o._replace(ex2_tab=fp.ex2_tab, ex2_poly=fp.ex2_poly)
+    run_rows(units, n_units, o, record_of(fp, skip=ARRAYS), geo, tr, out, m_out, l_out)

@@ -9,7 +9,7 @@ import numpy as np
 
 from simfloat._jit import jit, type_of
 from simfloat._lanes import Lane
-from simfloat.accumulate._rows import MMA, rows_type
+from simfloat.accumulate._rows import rows_type
 from simfloat.attention._masks import NO_MASK, KeyMask
 
 __all__ = ["Engine", "Lanes", "Operands", "Scratch", "rows_type", "scratch", "scratch_type"]
@@ -39,8 +39,12 @@ class Lanes(NamedTuple):
 class Engine(NamedTuple):
     """Everything a row needs besides its operands.
 
+    ``pp``, ``ln``, ``qk`` and ``pv`` are numpy records (:func:`simfloat._jit.record_of`): numba passes each to
+    a kernel as one pointer, where a NamedTuple would be hundreds of arguments.
+
     Attributes:
-        pp: the plan's :class:`~simfloat.attention._flash_params.FlashParams`.
+        pp: the plan's :class:`~simfloat.attention._flash_params.FlashParams` (its arrays apart: ``ex2_tab``,
+            ``ex2_poly``).
         ln: :class:`Lanes`.
         qk, pv: the dots as :class:`~simfloat.accumulate._rows.MMA` records (on the codes).
         fma_exact: ``s * s_scale`` is exact in float64 (the contracted scale op may use lane form).
@@ -52,14 +56,15 @@ class Engine(NamedTuple):
         pv_scaled: the P.V dot is a block-scaled MMA (``pv`` is its ``scaled_mma`` record): P's operand is its
             codes times their block scales, with ``scaled_powers`` weights.
         pv_scale_lo, pv_elems: those weights' ``scale_lo`` and ``elems``.
-        ex2_val: the measured ex2 table's values (:func:`simfloat.hardware.ex2_values` of ``pp.ex2_tab``; empty
+        ex2_val: the measured ex2 table's values (:func:`simfloat.hardware.ex2_values` of ``ex2_tab``; empty
             without one): T7's ex2.approx.ftz as a table load per score.
+        ex2_tab, ex2_poly: FlashParams' ex2.approx table and FA4's per-key exp2 flags.
     """
 
     pp: object
-    ln: Lanes
-    qk: MMA
-    pv: MMA
+    ln: object
+    qk: object
+    pv: object
     fma_exact: bool
     acc_exact: bool
     pvd_exact: bool
@@ -74,6 +79,8 @@ class Engine(NamedTuple):
     pv_scale_lo: float
     pv_elems: bool
     ex2_val: np.ndarray
+    ex2_tab: np.ndarray
+    ex2_poly: np.ndarray
 
 
 class Operands(NamedTuple):

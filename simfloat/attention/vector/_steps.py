@@ -16,7 +16,7 @@ import numpy as np
 from numba import types
 
 from simfloat._jit import jit, kernel, kjit, ljit, type_of
-from simfloat._lanes import ladd, lfma, lmul, lround
+from simfloat._lanes import ladd, lane_of, lfma, lmul, lround
 from simfloat.accumulate._rows import rows_form, rows_kernel, scaled_powers
 from simfloat.attention._engine import _cast, _divide, _exp_of, _scale_by, _seq_sum, _weights_of
 from simfloat.attention._kernels import add, div, exp2_hw, exp_op, fma, mul, rnd, row_sum
@@ -62,8 +62,9 @@ class Steps(NamedTuple):
 
 
 @jit
-def mul_each(x, y, y0, n, r, o):
+def mul_each(x, y, y0, n, lane, o):
     """x[:n] = op(x[:n] * y[y0:y0+n])."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if r.fast:
         for j in range(n):
             x[j] = lmul(x[j], y[y0 + j], r)
@@ -73,8 +74,9 @@ def mul_each(x, y, y0, n, r, o):
 
 
 @jit
-def acc_update(acc, y, n, alpha, contract, exact, r, o):
+def acc_update(acc, y, n, alpha, contract, exact, lane, o):
     """acc[:n] = op(fma(acc, alpha, y)) (contract) or op(op(acc * alpha) + y)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if contract:
         if exact and r.fast:
             for j in range(n):
@@ -91,8 +93,9 @@ def acc_update(acc, y, n, alpha, contract, exact, r, o):
 
 
 @jit
-def _fma_scaled(acc, y, vs, n, exact, r, o):
+def _fma_scaled(acc, y, vs, n, exact, lane, o):
     """acc[:n] = op(fma(y, vs, acc)) (the ``scaled`` P.V update; acc already holds acc * alpha)."""
+    r = lane_of(lane)  # (a record's fields, read once)
     if exact and r.fast:
         for j in range(n):
             acc[j] = lfma(y[j], vs[j], acc[j], r)
@@ -112,11 +115,10 @@ def _int_rule(y, qmax, rule):
     return min(max(r, -qmax), qmax)
 
 
-@ljit
-def rows_tree(eng):
+def rows_tree(eng: Engine) -> bool:
     """T8 is the measured tl.sum tree in fp32 additions of P (the H200 plans): done for all rows at once."""
-    pp = eng.pp
-    return pp.sum_order != 0 and eng.l_native32 and not pp.consistent
+    pp: Any = eng.pp  # a numpy record
+    return bool(pp["sum_order"] != 0 and eng.l_native32 and not pp["consistent"])
 
 
 # -- T4: the scores' dequantization --------------------------------------------------------------------------------
@@ -150,7 +152,7 @@ def _exp_lib(g, eng, sc):
     """T7: p[:nv] = exp(p) or exp2(p) of the plan's exp op (libm's value rounded, or the measured ex2 table)."""
     pp = eng.pp
     for r in range(g):
-        _exp_of(sc.p[r], sc.nv[r], pp.exp2, eng.ln.exp, pp.exp, pp.ex2_tab)
+        _exp_of(sc.p[r], sc.nv[r], pp.exp2, eng.ln.exp, pp.exp, eng.ex2_tab)
 
 
 @kjit
@@ -160,7 +162,7 @@ def _exp_tl(g, eng, sc):
     for r in range(g):
         p = sc.p[r]
         for jj in range(sc.nv[r]):
-            p[jj] = exp_op(p[jj], pp.exp, pp)
+            p[jj] = exp_op(p[jj], pp.exp, pp, eng.ex2_tab)
 
 
 @kjit
@@ -170,20 +172,20 @@ def _exp_table(g, eng, sc):
     pp, ln = eng.pp, eng.ln
     for r in range(g):
         p, nv = sc.p[r], sc.nv[r]
-        ex2_ftz_neg(p, nv, eng.ex2_val, pp.ex2_tab)
+        ex2_ftz_neg(p, nv, eng.ex2_val, eng.ex2_tab)
         _cast(p, 0, nv, ln.exp, pp.exp)
 
 
 @kjit
 def _exp_mixed(g, eng, sc):
-    """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``pp.ex2_poly`` says so,
+    """T7 under FlashAttention-4's exp2 mix: p[:nv] = exp(2**x) by the polynomial where ``eng.ex2_poly`` says so,
     else by the plan's exp2 (``exp2_impl``), as the reference loop."""
     pp = eng.pp
     for r in range(g):
         p = sc.p[r]
         for jj in range(sc.nv[r]):
             x = p[jj]
-            p[jj] = rnd(ex2_poly_f32(x), pp.exp) if pp.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, pp.ex2_tab)
+            p[jj] = rnd(ex2_poly_f32(x), pp.exp) if eng.ex2_poly[jj] != 0 else exp2_hw(x, pp.exp, eng.ex2_tab)
 
 
 # -- T12: P's cast or quantizer ------------------------------------------------------------------------------------
@@ -205,7 +207,7 @@ def _p_codes(p, pc, nv, eng):
     if pp.p_kind == K_FLOAT:
         _cast(pc, 0, nv, ln.p_code, pp.p_code)
         return
-    qm, rule, r, o = pp.p_qmax, pp.p_rule, ln.p_arith, pp.p_arith
+    qm, rule, r, o = pp.p_qmax, pp.p_rule, lane_of(ln.p_arith), pp.p_arith
     if pp.p_kind == K_FFLOAT:
         if r.fast:
             for j in range(nv):
@@ -338,8 +340,9 @@ def _p_operand(pc, pin, ep, bn, eng):
     their alignment weights (ep) where it aligns by the operands' exponents."""
     src = pc
     if eng.pv.in_round:  # the dot's operand format
+        inp = lane_of(eng.pv.inp)  # (a record's lane, read once)
         for jj in range(bn):
-            pin[jj] = lround(pc[jj], eng.pv.inp)
+            pin[jj] = lround(pc[jj], inp)
         src = pin
     if eng.pv.align_sum:
         _weights_of(src, ep, bn, eng.pv.opnd_emin)
@@ -405,33 +408,34 @@ def _update(g, vs, eng, sc):
 
 def variants(eng: Engine) -> tuple[Any, ...]:
     """The variant of each of :class:`Steps` the plan ``eng.pp`` takes (compiled functions, in Steps' order)."""
-    pp: Any = eng.pp
-    if pp.exp_tl:
+    pp: Any = eng.pp  # numpy records: pp["field"]
+    ln: Any = eng.ln
+    if pp["exp_tl"]:
         exp = _exp_tl
-    elif pp.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
+    elif eng.ex2_poly.size > 0:  # FA4: its software exp2 at some key positions
         exp = _exp_mixed
-    elif pp.exp2 and eng.ex2_val.size > 0 and eng.ln.exp.fast:  # the measured ex2.approx.ftz: a table load
+    elif pp["exp2"] and eng.ex2_val.size > 0 and ln["exp"]["fast"]:  # the measured ex2.approx.ftz: a table
         exp = _exp_table
     else:
         exp = _exp_lib
-    if pp.p_kind == K_BLOCK:
+    if pp["p_kind"] == K_BLOCK:
         p_codes, p_operand = _pc_block, _pin_block
     else:
-        p_codes = _pc_cast if pp.p_kind == K_FLOAT and not pp.p_pre else _pc_quant
+        p_codes = _pc_cast if pp["p_kind"] == K_FLOAT and not pp["p_pre"] else _pc_quant
         p_operand = _pin_plain
-    if rows_tree.py_func(eng):
+    if rows_tree(eng):
         sums = _sums_rows_tree
     else:
-        sums = _sums_tree if pp.sum_order != 0 else _sums_seq
+        sums = _sums_tree if pp["sum_order"] != 0 else _sums_seq
     return (
         rows_form(eng.qk),
         rows_form(eng.pv),
-        _dequant_scores if pp.scores_dequant else _no_dequant,
+        _dequant_scores if pp["scores_dequant"] else _no_dequant,
         exp,
         p_codes,
         sums,
         p_operand,
-        _no_update if pp.pv_mode == PV_INTO_ACC else _update,
+        _no_update if pp["pv_mode"] == PV_INTO_ACC else _update,
     )
 
 

@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simfloat._jit import jit
-from simfloat._lanes import Lane, ladd, lane, lmul, lround
+from simfloat._jit import jit, record_of
+from simfloat._lanes import Lane, ladd, lane, lane_of, lmul, lround
 from simfloat._parallel import run_rows
 from simfloat.accumulate._rows import (
     MMA,
@@ -47,6 +47,7 @@ from simfloat.attention.backward_plan import BackwardParams, BackwardPlan
 from simfloat.formats import FloatFormat
 
 _LOG2E = math.log2(math.e)
+_NO_TAB = np.zeros(0, dtype=np.int8)  # no ex2.approx table (a placeholder: run passes the plan's)
 
 
 class BwdLanes(NamedTuple):
@@ -67,8 +68,9 @@ class BwdEngine(NamedTuple):
     """What every unit of work needs besides its operands.
 
     Attributes:
-        pp: :class:`~simfloat.attention.backward_plan.BackwardParams`. ln: :class:`BwdLanes`.
-        qk, dv, dp, dk, dq: the dots as :class:`~simfloat.accumulate._rows.MMA` records.
+        pp: :class:`~simfloat.attention.backward_plan.BackwardParams` as a record (:func:`simfloat._jit.record_of`,
+            its table apart: ``ex2_tab``). ln: :class:`BwdLanes` as a record.
+        qk, dv, dp, dk, dq: the dots as :class:`~simfloat.accumulate._rows.MMA` records (numpy records).
         fma_exact: ``s * qk_scale`` is exact in float64 (the fused B4 shift may use its lane form).
         bm, bn: tile sizes; causal; seq_q, seq_k; group: query heads per key/value head (1: none shared).
         dq_order: (L, n_qt2, n_kv2) int64, when dQ walks its own tiles (``walk``): per query lead and dQ query
@@ -79,15 +81,16 @@ class BwdEngine(NamedTuple):
         walk: Q4 is a pass of its own over the stored dS (:func:`_dq_walk_units`): atomic dQ, a dQ order other
             than forward or dQ tiles (bm2, bn2) other than (bm, bn); else Q4 runs in the dK/dV pass.
         bm2, bn2: the dQ kernel's query / key tiles.
+        ex2_tab: the plan's ex2.approx table (``BackwardParams.ex2_tab``; empty: correctly rounded exp2).
     """
 
-    pp: object
-    ln: BwdLanes
-    qk: MMA
-    dv: MMA
-    dp: MMA
-    dk: MMA
-    dq: MMA
+    pp: object  # (numpy records: simfloat._jit.record_of)
+    ln: object
+    qk: object
+    dv: object
+    dp: object
+    dk: object
+    dq: object
     fma_exact: bool
     bm: int
     bn: int
@@ -100,6 +103,7 @@ class BwdEngine(NamedTuple):
     walk: bool = False
     bm2: int = 64
     bn2: int = 64
+    ex2_tab: np.ndarray = _NO_TAB
 
 
 class BwdOperands(NamedTuple):
@@ -160,8 +164,9 @@ def _ds_of(y, p, dp, n, delta, r, op):
 def _operand_row(x, n, mp, xin, ex):
     """x[:n] as the dot reads it (its input format) into xin[:n], with its weights in ex[:n]; returns xin."""
     if mp.in_round:
+        inp = lane_of(mp.inp)  # (a record's lane, read once)
         for j in range(n):
-            xin[j] = lround(x[j], mp.inp)
+            xin[j] = lround(x[j], inp)
     else:
         for j in range(n):
             xin[j] = x[j]
@@ -254,9 +259,9 @@ def _bwd_units(lo, hi, xs, dq, dk, dv, psum, eng, dsf):
                         _scaled(x, s, nv, sscale, lse_i, pp.contract, eng.fma_exact, ln.scale, pp.scale)  # B4
                         if pp.exp_tl:  # tl.exp: exp2 of the product with log2 e
                             for jj in range(nv):
-                                x[jj] = exp_op(x[jj], pp.exp, pp)
+                                x[jj] = exp_op(x[jj], pp.exp, pp, eng.ex2_tab)
                         else:
-                            _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, pp.ex2_tab)
+                            _exp_of(x, nv, pp.exp2, ln.exp, pp.exp, eng.ex2_tab)
                         if mk.on:  # masked pairs: p = 0
                             for jj in range(nv):
                                 if key_masked(mk, b, i, j0 + jj, k_lo):
@@ -438,13 +443,13 @@ def run(
     fma_exact = _tame(dot_output_format(pl.qk)) and _tame(pl.scale.fmt)
     group = n_lead // n_kv_lead if n_kv_lead else 1
     eng = BwdEngine(
-        pp,
-        ln,
-        m_qk,
-        m_dv,
-        m_dp,
-        m_dk,
-        m_dq,
+        record_of(pp, skip=("ex2_tab",)),
+        record_of(ln),
+        record_of(m_qk),
+        record_of(m_dv),
+        record_of(m_dp),
+        record_of(m_dk),
+        record_of(m_dq),
         bool(fma_exact),
         bm,
         bn,
@@ -457,6 +462,7 @@ def run(
         walk,
         bm2,
         bn2,
+        pp.ex2_tab,
     )
     # B8's dS per (query lead, row, key) when dQ walks on its own: L * seq_q * seq_k float64
     dsf = np.zeros((n_lead, seq_q, seq_k)) if walk else np.zeros((0, 0, 0))

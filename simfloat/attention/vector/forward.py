@@ -135,7 +135,7 @@ def _row(b, i, r, jt, xs, eng, sc, mk_on):
                 dm = mul(sub(r_old, r_new, pp.alpha), sscale, pp.alpha)
             else:
                 dm = sub(m_i, m_sub, pp.alpha)
-            alpha = exp_op(dm, pp.alpha, pp)
+            alpha = exp_op(dm, pp.alpha, pp, eng.ex2_tab)
     sc.alpha[r] = alpha
     sc.m[r] = m_new  # T14 (T10..T13 read m_new and alpha from here, l_i from sc.l)
 
@@ -159,7 +159,7 @@ def _row_end(r, l_ij, eng, sc):
     m_sub = 0.0 if m_new == _NINF else m_new
     if pp.lse:  # T10, the lse form: l_i = exp(lse_i - m_ij) + l_ij, lse_i = m_ij + log(l_i)
         lse_i = sc.lse[r]
-        e = 0.0 if lse_i == _NINF else exp_op(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp)
+        e = 0.0 if lse_i == _NINF else exp_op(sub(lse_i, m_sub, pp.alpha), pp.alpha, pp, eng.ex2_tab)
         l_new = add(e, l_ij, pp.l_i)
         if m_new != _NINF:
             sc.lse[r] = add(m_sub, log(l_new, pp.l_i), pp.m_i)
@@ -289,7 +289,11 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
                 lse_i = sc.lse[i - r0]
                 if m_i != _NINF:
                     _scale_by(
-                        o, dv, exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp), ln.normalize, pp.normalize
+                        o,
+                        dv,
+                        exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp, eng.ex2_tab),
+                        ln.normalize,
+                        pp.normalize,
                     )
                 m_i, l_i = lse_i, (0.0 if m_i == _NINF else 1.0)  # the stats: m = lse, l = 1
             elif not pp.per_step:  # E1
