@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from simfloat._jit import record_dtype, record_of
-from simfloat._lanes import lane
+from simfloat._lanes import lane, lane_of
 from simfloat.accumulate._rows import mma
 from simfloat.attention import backward_presets
 from simfloat.attention._flash_params import FlashParams, flash_params
@@ -71,6 +71,10 @@ def test_every_backward_preset_record_reads_back_its_params(name: str) -> None:
 def test_every_lane_reads_back(fmt: str, mode: RoundingMode) -> None:
     ln = lane(_format(fmt), int(mode))
     _check(record_of(ln), ln, where=f"{fmt}/{mode.name}")
+    # the compiled loops take a record's lane as a value (lane_of, which names every field): the same numbers
+    back = lane_of(record_of(ln))
+    assert type(back) is type(ln)
+    _check(record_of(back), ln, where=f"lane_of {fmt}/{mode.name}")
 
 
 class _Inner(NamedTuple):
