@@ -28,7 +28,7 @@ from simfloat.attention import _quant_kernels as _qk
 from simfloat.attention._specs import OpParams, OpSpec
 from simfloat.attention.plan import Plan
 
-__all__ = ["ARRAYS", "FlashParams", "flash_params"]
+__all__ = ["ARRAYS", "NO_TABLE", "FlashParams", "flash_params"]
 
 _F64 = OpSpec("float64")
 
@@ -38,9 +38,10 @@ def _op(s: OpSpec) -> OpParams:
 
 
 _F64_OP = _op(_F64)
-#: no polynomial exp2 (Plan.exp2_emu None); read-only, as every array numba compiles the loop for
-_NO_POLY = np.zeros(0, dtype=np.int8)
-_NO_POLY.setflags(write=False)
+#: an empty table: no polynomial exp2 (Plan.exp2_emu None), no ex2.approx table, or a record's placeholder for
+#: one; read-only, as every array numba compiles the loops for
+NO_TABLE = np.zeros(0, dtype=np.int8)
+NO_TABLE.setflags(write=False)
 #: FlashParams' array fields: compiled code takes the rest as a numpy record (simfloat._jit.record_of) and these apart
 ARRAYS = ("ex2_tab", "ex2_poly")
 
@@ -102,7 +103,7 @@ class FlashParams(NamedTuple):
     p_elem_op: OpParams
     p_target: float
     p_scale_zero: float
-    ex2_poly: np.ndarray = _NO_POLY  # T7: per key position, 1 = FA4's polynomial exp2 (empty: hardware/exact only)
+    ex2_poly: np.ndarray = NO_TABLE  # T7: per key position, 1 = FA4's polynomial exp2 (empty: hardware/exact only)
     alpha_raw: bool = False  # T4, T9: FA3/4's alpha (and lazy test) from the unscaled maxima
     pv_acc: bool = False  # T11: alpha rounded into the accumulator's format first (Plan.pv_acc)
     pv_acc_op: OpParams = _F64_OP  # that rounding (nearest even into Plan.pv_acc)

@@ -8,13 +8,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from simfloat.attention._flash_params import NO_TABLE
 from simfloat.attention._masks import NO_MASK, KeyMask
 
 __all__ = ["Operands", "float_operands", "key_rows", "v_tiles"]
-
-
-_NO_TAB = np.zeros(0, dtype=np.int8)  # placeholders: run() sets the plan's
-_NO_TAB.setflags(write=False)
 
 
 class Operands(NamedTuple):
@@ -48,8 +45,8 @@ class Operands(NamedTuple):
     k64: np.ndarray
     v64: np.ndarray
     mk: KeyMask = NO_MASK
-    ex2_tab: np.ndarray = _NO_TAB
-    ex2_poly: np.ndarray = _NO_TAB
+    ex2_tab: np.ndarray = NO_TABLE  # (placeholders: run() sets the plan's)
+    ex2_poly: np.ndarray = NO_TABLE
 
 
 _ONES2 = np.ones((1, 1))

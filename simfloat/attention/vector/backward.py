@@ -33,6 +33,7 @@ from simfloat.accumulate._rows import (
 )
 from simfloat.attention._build import dot_output_format
 from simfloat.attention._engine import _cast, _exp_of, _scale_by, _scaled, _weights_of
+from simfloat.attention._flash_params import NO_TABLE
 from simfloat.attention._kernels import add, exp_op, fma, mul, rnd, sub
 from simfloat.attention._masks import (
     DENSE_ADD,
@@ -47,7 +48,6 @@ from simfloat.attention.backward_plan import BackwardParams, BackwardPlan
 from simfloat.formats import FloatFormat
 
 _LOG2E = math.log2(math.e)
-_NO_TAB = np.zeros(0, dtype=np.int8)  # no ex2.approx table (a placeholder: run passes the plan's)
 
 
 class BwdLanes(NamedTuple):
@@ -103,7 +103,7 @@ class BwdEngine(NamedTuple):
     walk: bool = False
     bm2: int = 64
     bn2: int = 64
-    ex2_tab: np.ndarray = _NO_TAB
+    ex2_tab: np.ndarray = NO_TABLE  # (a placeholder: run passes the plan's)
 
 
 class BwdOperands(NamedTuple):
