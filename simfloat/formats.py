@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
+import numpy as np
+
 __all__ = [
     "FloatFormat",
     "FormatParams",
@@ -264,6 +266,31 @@ class FloatFormat:
             self.signed,
             self.zero,
         )
+
+    def holds(self, x: np.ndarray) -> np.ndarray:
+        """Which elements of ``x`` are values of the format: rounding them into it leaves them equal (so -0 counts
+        where the format has only +0; NaN always counts, simfloat never turns a NaN into a number). Plain numpy,
+        exact: a finite value is held when it lies within the range and its scaling to the quantum of its binade
+        (a power of two) is an integer.
+
+        Args:
+            x: a float64 or float32 array of any shape.
+
+        Returns:
+            A bool array of ``x``'s shape.
+        """
+        a = np.abs(np.asarray(x, dtype=np.float64))
+        with np.errstate(invalid="ignore"):
+            exp = np.frexp(a)[1] - 1  # a in [2**exp, 2**(exp + 1)); 0 and non-finite values give something
+            if self.subnormals:
+                exp = np.maximum(exp, self.emin)
+            on_grid = np.ldexp(a, self.mantissa_bits - exp)  # exact: a power of two, below 2**53
+            ok = np.isfinite(a) & (np.floor(on_grid) == on_grid) & (a <= self.max)
+        if not self.subnormals or not self.zero:
+            ok &= a >= self.tiny if not self.zero else (a >= self.tiny) | (a == 0.0)
+        if not self.signed:
+            ok &= ~(np.asarray(x) < 0.0)
+        return ok | np.isnan(a) | (np.isinf(a) & self.has_infinity)
 
     def replace(self, **changes: object) -> FloatFormat:
         """A copy with some fields changed (e.g. ``float8_e4m3fn.replace(overflow="saturate")``)."""

@@ -299,3 +299,50 @@ def test_oracle_finite_values_count() -> None:
     assert len(oracle.finite_values(simfloat.float8_e4m3fnuz)) == 255
     # without subnormals: 2 * 7 subnormals fewer
     assert len(oracle.finite_values(simfloat.float8_e4m3fn.replace(subnormals=False))) == 253 - 14
+
+
+# every named format, and the variants whose rules differ: no subnormals, saturating, unsigned, zero-less
+HOLDS_FORMATS = list(simfloat.formats().values()) + [
+    simfloat.format("bf16").replace(subnormals=False),
+    simfloat.format("e4m3").replace(overflow="saturate"),
+    simfloat.format("e5m2").replace(subnormals=False, has_infinity=False, nan="fn", overflow="saturate"),
+    FloatFormat("u3m2", 3, 2, nan="fn", has_infinity=False, overflow="nan", signed=False),
+]
+
+
+def _probe(fmt: FloatFormat, rng: np.random.Generator) -> np.ndarray:
+    """Values of the format (and those of its neighbours in float64 and float32), midpoints, other scales and
+    the special values."""
+    top = min(fmt.max, 2.0**1000)
+    bottom = fmt.smallest_subnormal
+    exps = rng.uniform(np.log2(bottom) - 3, np.log2(top) + 3, 3000)
+    sig = np.round(rng.uniform(1, 2, 3000) * 2.0**fmt.mantissa_bits)
+    grid = np.ldexp(sig, (np.floor(exps) - fmt.mantissa_bits).astype(int))
+    vals = np.concatenate([grid, grid * 1.5, [fmt.max, fmt.tiny, bottom, bottom / 2, 2 * fmt.max, fmt.max + fmt.eps]])
+    vals = vals[np.isfinite(vals)]
+    with np.errstate(over="ignore"):
+        near = [np.nextafter(vals, np.inf), np.nextafter(vals, -np.inf)]
+        as32 = np.concatenate([vals, *near]).astype(np.float32).astype(np.float64)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e308, -1e308]
+    x = np.concatenate([vals, *near, as32, special, rng.standard_normal(2000) * 2.0 ** rng.integers(-30, 30, 2000)])
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("fmt", HOLDS_FORMATS, ids=lambda f: f.name)
+def test_holds_is_rounding_leaves_unchanged(fmt: FloatFormat) -> None:
+    """holds (plain numpy) against the rounding kernels: an element is held exactly when rounding it into the
+    format gives it back (NaN for NaN)."""
+    x = _probe(fmt, np.random.default_rng(fmt.bits))
+    with np.errstate(all="ignore"):
+        r = simfloat.round(x, fmt)
+    want = (r == x) | (np.isnan(r) & np.isnan(x))
+    got = fmt.holds(x)
+    assert got.shape == x.shape and got.dtype == np.bool_
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{fmt.name}: {x[bad[:5]]!r} held {got[bad[:5]]}, rounding says {want[bad[:5]]}"
+    assert want.sum() > 1000 and ((~want).sum() > 1000 or fmt.bits == 64)  # both kinds probed (float64 holds all)
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    with np.errstate(all="ignore"):
+        r32 = simfloat.round(x32, fmt)
+    assert np.array_equal(fmt.holds(x32), (r32 == x32) | (np.isnan(r32) & np.isnan(x32)))
