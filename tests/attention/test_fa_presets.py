@@ -102,6 +102,28 @@ def test_fp8_offset_scales_l_and_saturation_shrinks_output() -> None:
     assert np.array_equal(out4, flash(q, k, v, plan=lazy, scale=scale, engine="reference"))
 
 
+@pytest.mark.parametrize("engine", ["vector", "reference"])
+def test_lazy_threshold_needs_a_second_key_tile(engine: str) -> None:
+    """#2577's decode (6 q heads on 1 kv head, d 128, page 128 = FA4's key tile): at 128 keys the kernel walks
+    one tile, its first (the max is set, nothing kept), so threshold 4 gives the preset's bits; at 129 the
+    1-key tile is walked first and the full tile's larger max is kept out: the output moves (P saturates)."""
+    from simfloat.attention import flash_decode
+
+    q, k, v = _inputs((1, 1, 6, 128), "e4m3", 5)
+    k, v = (np.asarray(sf.round(np.random.default_rng(s).standard_normal((1, 129, 1, 128)), "e4m3")) for s in (6, 7))
+    lazy = plan("fa4-e4m3").replace(lazy_threshold=4.0)
+    pool = [np.pad(a[0], ((0, 127), (0, 0), (0, 0))).reshape(2, 128, 1, 128) for a in (k, v)]
+    table = np.array([[0, 1]])
+
+    def run(pl: object, n: int) -> np.ndarray:
+        out = flash_decode(q, *pool, [n], block_table=table, plan=pl, engine=engine)  # type: ignore[arg-type]
+        assert isinstance(out, np.ndarray)
+        return out
+
+    assert np.array_equal(run(lazy, 128), run("fa4-e4m3", 128))
+    assert not np.array_equal(run(lazy, 129), run("fa4-e4m3", 129))
+
+
 def test_checks() -> None:
     with pytest.raises(ValueError, match="exp2=True"):
         plan("triton-bf16").replace(exp2=False, p_offset=8)
