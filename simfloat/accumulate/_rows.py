@@ -212,24 +212,69 @@ def rows_work(g, n):
 _GROUP = 16  # rows of a that meet each block of k in turn: the block's rows of B and EB stay in cache
 
 
-@jit
-def _block_rows(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
-    """:func:`row_mma` for every row of ``a`` (g, K) into ``out`` (g, >= n) under an unchunked fast block-FMA
-    model, block of k by block: each block of B is read by all g rows while it is in cache (a row's outputs
-    depend only on its own steps, taken in the same order, so the bits are those of row_mma). ``c0`` (g, >= n)
-    ``live`` and ``idx`` (g,) are scratch; rows are taken two at a time (:func:`_block_step2`). Where ``B32``,
-    ``EB32`` hold B and its weights in the float32 form (:func:`block32`), rows it applies to
-    (:func:`_shift32`) take the float32 steps (:func:`_block_step32_2`), the others the float64 ones."""
-    g, kk = a.shape[0], a.shape[1]
-    for i in range(g):
+@ljit
+def _live_rows(a, B, out, n, mp, c0, live):
+    """Of the rows ``a`` (g, K) into ``out``: keep their incoming accumulators in ``c0`` and mark in ``live`` those
+    the block-FMA steps may take; the others (weights beyond 2**+-450, inf/NaN, float64 subnormals) take the
+    reference path here."""
+    kk = a.shape[1]
+    for i in range(a.shape[0]):
         ci = out[i]
         for j in range(n):
             c0[i, j] = ci[j]
         live[i] = mp.tame and _tame(a[i], kk) and _tame(ci, n)
         if not live[i]:
-            for j in range(n):  # weights beyond 2**+-450 (or inf/NaN, float64 subnormals): the reference path
+            for j in range(n):
                 ci[j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
-    use32 = mp.sums32 and mp.b_shift > 0.0 and B32.shape[0] == kk
+
+
+@ljit
+def _overflowed_rows(a, B, out, n, mp, c0, live):
+    """An accumulator of a live row that overflowed to inf / NaN on the way: the reference path."""
+    for i in range(a.shape[0]):
+        if live[i]:
+            for j in range(n):
+                if out[i, j] - out[i, j] != 0.0:
+                    out[i, j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
+
+
+@ljit  # inlined into its one caller, the kernel _rows_block: compiled once, not also as a library of its own
+def _block_rows(a, ea, B, EB, out, n, mp, w, w2, c0, live):
+    """:func:`row_mma` for every row of ``a`` (g, K) into ``out`` (g, >= n) under an unchunked fast block-FMA
+    model, float64 form, block of k by block: each block of B is read by all g rows while it is in cache (a
+    row's outputs depend only on its own steps, taken in the same order, so the bits are those of row_mma); rows
+    are taken two at a time (:func:`_block_step2`). ``c0`` (g, >= n) and ``live`` (g,) are scratch."""
+    g, kk = a.shape[0], a.shape[1]
+    _live_rows(a, B, out, n, mp, c0, live)
+    lo = np.int64(0)  # not the literal 0: the steps compile once, for int64
+    while lo < kk:
+        hi = min(kk, lo + mp.block)
+        i = 0
+        while i < g:
+            i2 = i + 1
+            while i2 < g and not live[i2]:
+                i2 += 1
+            if not live[i]:
+                i += 1
+            elif i2 < g:
+                _block_step2(a[i], ea[i], a[i2], ea[i2], B, EB, out[i], out[i2], n, lo, hi, mp, w, w2)
+                i = i2 + 1
+            else:
+                _block_step(a[i], ea[i], B, EB, out[i], n, lo, hi, mp, w)
+                i = g
+        lo = hi
+    _overflowed_rows(a, B, out, n, mp, c0, live)
+
+
+@ljit  # inlined into its one caller, the kernel _rows_block32 (as _block_rows)
+def _block_rows32(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
+    """:func:`_block_rows` where ``B32``, ``EB32`` hold B and its weights in the float32 form (:func:`operand32`):
+    the rows it applies to (:func:`_shift32`) take the float32 steps two at a time (:func:`_block_step32_2`), the
+    others (rare: values beyond the form's range) the float64 steps one at a time, so that a plan of this form
+    compiles no two-row float64 step. ``idx`` (g,) is scratch."""
+    g, kk = a.shape[0], a.shape[1]
+    _live_rows(a, B, out, n, mp, c0, live)
+    use32 = B32.shape[0] == kk
     sh = np.zeros(g)
     a32 = np.empty((g, kk if use32 else 0), dtype=np.float32)
     e32 = np.empty((g, kk if use32 else 0), dtype=np.float32)
@@ -257,24 +302,24 @@ def _block_rows(a, ea, B, EB, B32, EB32, out, n, mp, w, w2, c0, live, idx):
         if n32 % 2 == 1:
             i = idx[n32 - 1]
             _block_step32(a32[n32 - 1], e32[n32 - 1], sh[i], B32, EB32, out[i], n, lo, hi, mp, w)
-        for t in range(n32, nl - 1, 2):
-            i, i2 = idx[t], idx[t + 1]
-            _block_step2(a[i], ea[i], a[i2], ea[i2], B, EB, out[i], out[i2], n, lo, hi, mp, w, w2)
-        if (nl - n32) % 2 == 1:
-            i = idx[nl - 1]
+        for t in range(n32, nl):
+            i = idx[t]
             _block_step(a[i], ea[i], B, EB, out[i], n, lo, hi, mp, w)
         lo = hi
-    for i in range(g):
-        if live[i]:
-            for j in range(n):  # an accumulator that overflowed to inf / NaN on the way: the reference path
-                if out[i, j] - out[i, j] != 0.0:
-                    out[i, j] = dot_acc(a[i], B[:, j], c0[i, j], mp.ap)
+    _overflowed_rows(a, B, out, n, mp, c0, live)
 
 
 @kjit
 def _rows_block(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
-    """:func:`rows_mma` of an unchunked fast block-FMA model (:func:`_block_rows`)."""
-    _block_rows(a[:g], ea[:g], B, EB, B32, EB32, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
+    """:func:`rows_mma` of an unchunked fast block-FMA model, float64 form (:func:`_block_rows`)."""
+    _block_rows(a[:g], ea[:g], B, EB, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live)
+
+
+@kjit
+def _rows_block32(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
+    """:func:`rows_mma` of an unchunked fast block-FMA model whose B operand has its float32 form
+    (:func:`_block_rows32`)."""
+    _block_rows32(a[:g], ea[:g], B, EB, B32, EB32, c[:g], n, mp, rs.w, rs.w2, rs.c0, rs.live, rs.idx)
 
 
 @kjit
@@ -306,11 +351,11 @@ def _rows_fma32(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
 @jit
 def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
     """:func:`row_mma` for the rows ``a[:g]`` into ``c[:g]`` (the same bits, row by row), with each load of ``B``
-    serving several rows: unchunked fast block FMA rows meet each block of k in turn (:func:`_block_rows`, in
-    the float32 form where ``B32``, ``EB32`` hold it: :func:`block32`); the float64 loops run four rows at a
-    time; so does the float32 FMA loop, on ``B32``, ``B``'s values as float32 (:func:`operand32`). Pass
-    empty arrays for a B that was not converted: the rows then take the float64 forms. :func:`rows_kernel` is
-    the same choice made once per record, as a :class:`~simfloat._jit.Kernel`.
+    serving several rows: unchunked fast block FMA rows meet each block of k in turn (:func:`_block_rows`, or
+    :func:`_block_rows32` where the record says B comes with its float32 form ``B32``, ``EB32``); the float64
+    loops run four rows at a time; so does the float32 FMA loop, on ``B32``, ``B``'s values as float32
+    (:func:`operand32`). Pass empty arrays for a B that was not converted: the rows then take the float64 forms.
+    :func:`rows_kernel` is the same choice made once per record, as a :class:`~simfloat._jit.Kernel`.
 
     Args:
         a: (>= g, K) operand rows; ea: their weights. B: (K, >= n), EB: its weights; B32, EB32: (K, >= n)
@@ -318,7 +363,10 @@ def rows_mma(a, ea, B, EB, B32, EB32, c, g, n, mp, rs):
             rs: :class:`Rows` of at least g rows and n outputs.
     """
     if mp.fast and mp.kind == K_BLOCK and mp.chunk == 0:
-        _rows_block(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+        if mp.sums32 and mp.b_shift > 0.0:  # B comes with its float32 form (operand32 recorded its shift)
+            _rows_block32(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
+        else:
+            _rows_block(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
     elif mp.fast and (mp.native == N_FMA64 or mp.native == N_MULADD64) and mp.chunk == 0:
         _rows_f64(a, ea, B, EB, B32, EB32, c, g, n, mp, rs)
     elif mp.fast and mp.native == N_FMA32 and mp.chunk == 0:
@@ -332,7 +380,7 @@ def rows_form(mp: Any) -> Any:
     (:func:`simfloat._jit.record_of`; the compiled function of that form)."""
     fast, native, plain = mp["fast"], mp["native"], mp["chunk"] == 0
     if fast and mp["kind"] == K_BLOCK and plain:
-        return _rows_block
+        return _rows_block32 if mp["sums32"] and mp["b_shift"] > 0.0 else _rows_block
     if fast and native in (N_FMA64, N_MULADD64) and plain:
         return _rows_f64
     if fast and native == N_FMA32 and plain:

@@ -49,7 +49,7 @@ def _names(st: fwd.Steps) -> dict[str, str]:
     [
         (
             "triton-bf16",
-            dict(qk_rows="_rows_block", pv_rows="_rows_block", dequant="_no_dequant", exp="_exp_lib",
+            dict(qk_rows="_rows_block32", pv_rows="_rows_block32", dequant="_no_dequant", exp="_exp_lib",
                  p_codes="_pc_cast", row_sums="_sums_seq", p_operand="_pin_plain", update="_no_update"),
         ),
         ("h200-bf16", dict(row_sums="_sums_rows_tree", exp="_exp_table", p_codes="_pc_cast")),
