@@ -131,7 +131,6 @@ class Scratch(NamedTuple):
     acc: np.ndarray  # (bm, dv): the q tile's accumulators
     m: np.ndarray  # (bm,) running maxima
     l: np.ndarray  # (bm,) running row sums  # noqa: E741
-    qss: np.ndarray  # (bm,) folded: qk_scale * q_scale per row
     alpha: np.ndarray  # (bm,) this key tile's alpha per row
     l_new: np.ndarray  # (bm,) the row sums after this key tile (FA1's per-step division)
     psc: np.ndarray  # (bm, bn) a block P quantizer's per-key block scales
@@ -156,7 +155,6 @@ def scratch(bm, bn, dv):
         np.zeros((bm, bn)),
         np.zeros((bm, dv)),
         np.zeros((bm, dv)),
-        np.empty(bm),
         np.empty(bm),
         np.empty(bm),
         np.zeros(bm),

@@ -18,8 +18,20 @@ from numba import types
 from simfloat._jit import jit, kernel, kjit, ljit, type_of
 from simfloat._lanes import ladd, lane_of, lfma, lmul, lround
 from simfloat.accumulate._rows import rows_form, rows_kernel, scaled_powers
-from simfloat.attention._engine import _cast, _divide, _exp_of, _scale_by, _seq_sum, _weights_of
-from simfloat.attention._kernels import add, div, exp2_hw, exp_op, fma, mul, rnd, row_sum
+from simfloat.attention._engine import (
+    CAST_FORMS,
+    DIVIDE_FORMS,
+    SCALE_BY_FORMS,
+    SCALED_FORMS,
+    _cast,
+    _divide,
+    _exp_of,
+    _scale_by,
+    _seq_sum,
+    _weights_of,
+    lane_form,
+)
+from simfloat.attention._kernels import add, div, exp2_hw, exp_op, fma, mul, rnd, row_sum, sub
 from simfloat.attention._quant_kernels import (
     DELTA_SCORES,
     K_BLOCK,
@@ -46,7 +58,9 @@ __all__ = ["Steps", "acc_update", "mul_each", "rows_tree", "steps", "variants"]
 class Steps(NamedTuple):
     """The steps that differ between plans as kernels (:class:`~simfloat._jit.Kernel` values, the variant each
     plan needs chosen by :func:`steps`): the loop is compiled once for every plan, and a variant only when a
-    plan first uses it (a float plan never compiles the quantizers). Each runs over a tile's rows."""
+    plan first uses it (a float plan never compiles the quantizers). Each step runs over a tile's rows; the
+    loop's own element-wise ops (the last six) over one row, each in the form of its op's lane (a plan whose
+    lanes are all float32 compiles no other form)."""
 
     qk_rows: object  # T2, T3: the scores' dot (simfloat.accumulate._rows.rows_kernel of eng.qk)
     pv_rows: object  # T13: the P.V dot (of eng.pv)
@@ -56,6 +70,13 @@ class Steps(NamedTuple):
     row_sums: object  # T8: l_ij in the tl.sum tree (row by row, or every row at once) or left to right
     p_operand: object  # P's codes as the P.V dot reads them (plain or block-scaled)
     update: object  # T14: the acc update of the two-level, separate and scaled P.V forms (into_acc: none)
+    # the element-wise ops of the loop itself, each in the form of its op's lane (simfloat.attention._engine):
+    scaled: object  # T6: exp's argument (SCALED_FORMS, the scale op's lane)
+    acc_scale: object  # T11: acc * alpha (SCALE_BY_FORMS, acc)
+    normalize: object  # E1 (and FA1's per-step division): acc / l (DIVIDE_FORMS, normalize)
+    lse_scale: object  # E1 of the lse form: acc * exp(m - lse); or nothing
+    out_cast: object  # E2 (CAST_FORMS, out)
+    v_epilogue: object  # E1 of the quantizers that descale V once: V's scale, then P's fixed scale; or nothing
 
 
 # -- element-wise helpers (direct calls) ---------------------------------------------------------------------------
@@ -113,6 +134,36 @@ def _int_rule(y, qmax, rule):
     r = np.rint(y) if rule == R_NEAREST_EVEN else r
     r = away if rule == R_NEAREST_AWAY else r
     return min(max(r, -qmax), qmax)
+
+
+@kjit
+def _no_lse_scale(o, m_i, lse_i, eng):
+    """E1 of the plans that keep m and l: nothing here (they divide by l)."""
+
+
+@kjit
+def _lse_scale(o, m_i, lse_i, eng):
+    """E1 of the lse form (the flash-attention repository's Triton kernel): the output row ``o`` times
+    ``exp(m_i - lse_i)``, in the normalize op."""
+    pp = eng.pp
+    _scale_by(o, o.shape[0], exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp, eng.ex2_tab), eng.ln.normalize,
+              pp.normalize)  # fmt: skip
+
+
+@kjit
+def _no_v_descale(o, b, xs, eng):
+    """E1 of the plans that do not descale V once at the end: nothing."""
+
+
+@kjit
+def _v_descale(o, b, xs, eng):
+    """E1 of the quantizers whose P.V accumulates into acc or in two levels: the output row ``o`` times V's
+    scale, then divided by P's fixed scale (INT8 / FP8 P codes)."""
+    pp, ln = eng.pp, eng.ln
+    dv = o.shape[0]
+    mul_each(o, xs.vs[b, 0], 0, dv, ln.pv_dequant, pp.pv_dequant)
+    if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:
+        _divide(o, dv, pp.p_qmax, ln.pv_dequant, pp.pv_dequant)
 
 
 def rows_tree(eng: Engine) -> bool:
@@ -436,15 +487,30 @@ def variants(eng: Engine) -> tuple[Any, ...]:
         sums,
         p_operand,
         _no_update if pp["pv_mode"] == PV_INTO_ACC else _update,
+        SCALED_FORMS[lane_form(ln["scale"])],
+        SCALE_BY_FORMS[lane_form(ln["acc"])],
+        DIVIDE_FORMS[lane_form(ln["normalize"])],
+        _lse_scale if pp["lse"] else _no_lse_scale,
+        CAST_FORMS[lane_form(ln["out"])],
+        _v_descale if pp["v_epilogue"] else _no_v_descale,
     )
 
 
 def steps(xs: Operands, eng: Engine) -> Steps:
     """The :class:`Steps` of a call: each step's variant for the plan ``eng.pp``, typed for these records."""
-    i64 = types.int64
+    i64, f64 = types.int64, types.float64
     xs_t, eng_t, sc_t = type_of(xs), type_of(eng), scratch_type()
     void: Any = types.void
-    _, _, dequant, exp, p_codes, sums, p_operand, update = variants(eng)
+    _, _, dequant, exp, p_codes, sums, p_operand, update, scaled, acc_scale, normalize, lse_scale, out_cast, v_epi = (
+        variants(eng)
+    )
+    row, flag = types.float64[::1], types.boolean
+    ln: Any = eng.ln
+    pp: Any = eng.pp
+
+    def op(name: str) -> tuple[Any, Any]:  # an op's lane and params as the loop reads them (numpy records)
+        return type_of(ln[name]), type_of(pp[name])
+
     return Steps(
         rows_kernel(eng.qk),
         rows_kernel(eng.pv),
@@ -454,4 +520,10 @@ def steps(xs: Operands, eng: Engine) -> Steps:
         kernel(sums, void(i64, i64, eng_t, sc_t)),
         kernel(p_operand, void(i64, eng_t, sc_t)),
         kernel(update, void(i64, xs_t.types[Operands._fields.index("vs")].copy(ndim=1, layout="C"), eng_t, sc_t)),
+        kernel(scaled, void(row, row, i64, f64, f64, flag, flag, *op("scale"))),
+        kernel(acc_scale, void(row, i64, f64, *op("acc"))),
+        kernel(normalize, void(row, i64, f64, *op("normalize"))),
+        kernel(lse_scale, void(row, f64, f64, eng_t)),
+        kernel(out_cast, void(row, i64, i64, *op("out"))),
+        kernel(v_epi, void(row, i64, xs_t, eng_t)),
     )

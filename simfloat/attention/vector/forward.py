@@ -27,12 +27,12 @@ from numba import types
 from simfloat._jit import Kernel, fingerprint, jit, kernel, kjit, ljit, type_of
 from simfloat._parallel import run_rows
 from simfloat.accumulate._rows import rows_work
-from simfloat.attention._engine import _cast, _divide, _row_max, _scale_by, _scaled, row_keys, tile_span
+from simfloat.attention._engine import _row_max, row_keys, tile_span
 from simfloat.attention._kernels import add, exp_op, fma, fmax, kv_tile, log, mul, rnd, sub
 from simfloat.attention._masks import DENSE_ADD, key_masked, row_span, visible_tiles
-from simfloat.attention._quant_kernels import DELTA_MMA, K_FFLOAT, K_INT, PV_INTO_ACC
+from simfloat.attention._quant_kernels import DELTA_MMA, PV_INTO_ACC
 from simfloat.attention.vector._records import Engine, Lanes, Operands, rows_type, scratch, scratch_type
-from simfloat.attention.vector._steps import Steps, mul_each, steps, variants
+from simfloat.attention.vector._steps import Steps, steps, variants
 
 __all__ = ["Engine", "Lanes", "Operands", "Steps", "run", "steps", "units"]
 
@@ -80,7 +80,7 @@ def _mask_scores(s, nv, b, i, j0, sscale, xs, eng):
 
 
 @ljit
-def _row(b, i, r, jt, xs, eng, sc, mk_on):
+def _row(b, i, r, jt, xs, eng, sc, mk_on, st):
     """T3..T6 and T9 for row r (query i) of the q tile against key tile jt, its scores sc.s[r, :nv] already
     dequantized (``Steps.dequant``): the mask, the running max (sc.m[r], T14's), P's exponent argument (sc.p[r],
     which ``Steps.exp`` then takes, T7), alpha (sc.alpha[r])."""
@@ -91,7 +91,7 @@ def _row(b, i, r, jt, xs, eng, sc, mk_on):
     j0 = jt * bn
     sscale = pp.qk_scale
     if pp.folded:  # FP8 T2: s_scale = qs_scale * k_scale (per key tile)
-        sscale = mul(sc.qss[r], xs.ks[b, j0], pp.scale)
+        sscale = mul(mul(pp.qk_scale, xs.qs[b, i], pp.scale), xs.ks[b, j0], pp.scale)  # (K2: qs_scale, per row)
     if mk_on:  # (xs.mk.on, read once per tile)
         sc.lo[r] = _mask_scores(s, nv, b, i, j0, sscale, xs, eng)
         if xs.mk.dense == DENSE_ADD:  # the scores are scaled already
@@ -123,7 +123,7 @@ def _row(b, i, r, jt, xs, eng, sc, mk_on):
     m_sub = 0.0 if m_new == _NINF else m_new  # T5
     m_x = m_sub if pp.p_shift == 0.0 else sub(m_sub, pp.p_shift, pp.scale)  # SageAttention3's fixed P shift
     fused = pp.contract and not (pp.diag_plain and eng.causal and j0 + bn - 1 > i - r)  # T6 in one rounding
-    _scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6: exp's argument
+    st.scaled(p, s, nv, sscale, m_x, fused, eng.fma_exact, ln.scale, pp.scale)  # T6: exp's argument
     for jj in range(nv, bn):  # P past the row's keys (T7 writes p[:nv] only)
         p[jj] = 0.0
     alpha = 1.0  # T9
@@ -150,7 +150,7 @@ def _p_masked(b, i, r, j0, mk, sc):
 
 
 @ljit
-def _row_end(r, l_ij, eng, sc):
+def _row_end(r, l_ij, eng, sc, st):
     """T10, T11 of row r after its row sum l_ij: the running l_i (or lse_i), acc rescaled first for the
     ``into_acc`` form; sc.l/l_new[r]."""
     pp, ln = eng.pp, eng.ln
@@ -171,7 +171,7 @@ def _row_end(r, l_ij, eng, sc):
         wgt = mul(l_i, alpha, pp.acc) if pp.per_step else alpha
         if pp.pv_acc:  # an accumulator held in pv_acc's format: acc(acc * pv_acc(alpha))
             wgt = rnd(wgt, pp.pv_acc_op)
-        _scale_by(sc.acc[r], dv, wgt, ln.acc, pp.acc)
+        st.acc_scale(sc.acc[r], dv, wgt, ln.acc, pp.acc)
     sc.l[r] = l_new
     sc.l_new[r] = l_new
 
@@ -214,7 +214,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc, rs, st):
         sc.nv[r] = nv
     st.dequant(g, b, r0, j0, xs, eng, sc)  # T4, T5 of the quantizers
     for r in range(g):
-        _row(b, r0 + r, r, jt, xs, eng, sc, mk_on)  # T3..T6, T9
+        _row(b, r0 + r, r, jt, xs, eng, sc, mk_on, st)  # T3..T6, T9
     st.exp(g, eng, sc)  # T7
     if mk_on:  # masked keys: p = 0
         mk = xs.mk
@@ -223,7 +223,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc, rs, st):
     st.p_codes(g, eng, sc)  # T12: P's cast or quantizer (keys nv.. get 0)
     st.row_sums(g, n_top, eng, sc)  # T8
     for r in range(g):
-        _row_end(r, sc.lij[r], eng, sc)  # T10, T11
+        _row_end(r, sc.lij[r], eng, sc, st)  # T10, T11
     st.p_operand(g, eng, sc)
     src = sc.pin if eng.pv.in_round or eng.pv_scaled else sc.pc
     if pp.pv_mode == PV_INTO_ACC:  # T13: acc = pv(acc(acc * alpha) + c . v)
@@ -231,7 +231,7 @@ def _tile(b, r0, r1, jt, xs, eng, sc, rs, st):
         if pp.per_step:
             for r in range(g):
                 l_new = sc.l_new[r]
-                _divide(sc.acc[r], dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
+                st.normalize(sc.acc[r], dv, 1.0 if l_new == 0.0 else l_new, ln.normalize, pp.normalize)
         return
     y = sc.y
     for r in range(g):
@@ -269,8 +269,6 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
             sc.lse[r] = _NINF
             for d in range(dv):
                 sc.acc[r, d] = 0.0
-            if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale
-                sc.qss[r] = mul(pp.qk_scale, xs.qs[b, r0 + r], pp.scale)
         for pos in range(n_kv):
             jt = kv_tile(pos, n_kv, t, bm, bn, eng.causal, pp.kv_order)
             if jt >= jt_lo:  # (masks: the tiles before FA2's n_block_min are skipped)
@@ -280,25 +278,16 @@ def units(lo, hi, xs, out, m_out, l_out, eng, st, tile):
             o = out[b, i]
             for d in range(dv):
                 o[d] = acc[d]
-            if pp.v_epilogue:  # V's descale once (E1)
-                mul_each(o, xs.vs[b, 0], 0, dv, ln.pv_dequant, pp.pv_dequant)
-                if pp.p_kind == K_INT or pp.p_kind == K_FFLOAT:  # then P's fixed scale
-                    _divide(o, dv, pp.p_qmax, ln.pv_dequant, pp.pv_dequant)
+            st.v_epilogue(o, b, xs, eng)  # the quantizers' V descale once (E1), or nothing
             m_i = sc.m[i - r0]
-            if pp.lse:  # E1 of the lse form: o = normalize(acc * o_scale), o_scale = exp(m_i - lse_i)
+            if pp.lse:  # E1 of the lse form: o = normalize(acc * exp(m_i - lse_i))
                 lse_i = sc.lse[i - r0]
                 if m_i != _NINF:
-                    _scale_by(
-                        o,
-                        dv,
-                        exp_op(sub(m_i, lse_i, pp.normalize), pp.normalize, pp, eng.ex2_tab),
-                        ln.normalize,
-                        pp.normalize,
-                    )
+                    st.lse_scale(o, m_i, lse_i, eng)
                 m_i, l_i = lse_i, (0.0 if m_i == _NINF else 1.0)  # the stats: m = lse, l = 1
             elif not pp.per_step:  # E1
-                _divide(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
-            _cast(o, 0, dv, ln.out, pp.out)  # E2
+                st.normalize(o, dv, 1.0 if l_i == 0.0 else l_i, ln.normalize, pp.normalize)
+            st.out_cast(o, 0, dv, ln.out, pp.out)  # E2
             m_out[b, i] = m_i
             l_out[b, i] = l_i
 
