@@ -12,10 +12,11 @@ kernels treat it as the "no key seen yet" sentinel.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from simfloat._jit import jit, ljit
+from simfloat._jit import jit, ljit, record_of
 from simfloat.hardware import ex2_approx_f32, mma_tree_sum
 from simfloat.ops._elementary import exp2_scalar, exp_scalar, log_scalar
 from simfloat.ops._scalar import add_scalar, div_scalar, fma_scalar, mul_scalar, sub_scalar
@@ -23,6 +24,8 @@ from simfloat.rounding import round_exact
 
 __all__ = [
     "add",
+    "host_mul",
+    "host_rnd",
     "div",
     "dot64",
     "exp",
@@ -40,11 +43,24 @@ __all__ = [
 
 _Z = np.uint64(0)
 
+_D0 = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
+
 
 @jit
 def rnd(x, o):
     """``x`` rounded into the op's format (a cast)."""
-    return round_exact(x, 0, o.p, o.mode, _Z)
+    return round_exact(x, _D0, o.p, o.mode, _Z)
+
+
+def host_rnd(x: float, o: Any) -> float:
+    """:func:`rnd` called from Python (a plan's constants), with the op (an ``OpParams``) as the numpy record the
+    kernels are passed it in (:func:`simfloat._jit.record_of`): both run one compilation of the scalar ops."""
+    return float(rnd(float(x), record_of(o)))
+
+
+def host_mul(a: float, b: float, o: Any) -> float:
+    """:func:`mul` called from Python, as :func:`host_rnd`."""
+    return float(mul(float(a), float(b), record_of(o)))
 
 
 @jit

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simfloat.accumulate import AccParams, Chunked, Sequential, acc_params
-from simfloat.attention._kernels import mul, rnd
+from simfloat.attention._kernels import host_mul, host_rnd
 from simfloat.attention._specs import OpParams, OpSpec
 from simfloat.formats import format as _format
 from simfloat.hardware import SUM_RULES, Ex2Table, ex2_table, ex2_table_names, ex2_table_value, h200_ex2
@@ -51,8 +51,8 @@ def qk_scale(plan: Any, scale: float) -> tuple[float, float]:
     """(``scale_op(scale)``, the kernels' ``qk_scale``): ``scale_op(scale_op(scale) * scale_op(log2 e))`` with
     ``plan.exp2`` (the Triton kernels' host code, H1), else ``scale_op(scale)``."""
     sc = op_params(plan, "scale")
-    rounded = rnd(float(scale), sc)
-    return rounded, (mul(rounded, rnd(math.log2(math.e), sc), sc) if plan.exp2 else rounded)
+    rounded = host_rnd(float(scale), sc)
+    return rounded, (host_mul(rounded, host_rnd(math.log2(math.e), sc), sc) if plan.exp2 else rounded)
 
 
 _F32_NE = OpParams(_format("float32").params, 0)
@@ -131,7 +131,7 @@ def plan_params(pl: Any, scale: float) -> PlanParams:
     sm_scale, qks = qk_scale(pl, scale)
     om = _F32_NE if pl.opmath is None else OpParams(pl.opmath.params, 0)
     if pl.opmath is not None:  # torch: the Python float scale in the opmath type
-        sm_scale = rnd(float(scale), om)
+        sm_scale = host_rnd(float(scale), om)
     qk_scale64 = float(scale) * math.log2(math.e) if pl.exp2 else float(scale)
     for v in (sm_scale, qks):
         if not (math.isfinite(v) and v > 0):
@@ -172,10 +172,10 @@ def features(pl: Any) -> Features:
     """
     m_i = op_params(pl, "m_i")
     t = pl.lazy_threshold
-    threshold = 0.0 if t is None else rnd(t, m_i)  # a constant of the m_i format, as in the kernel
+    threshold = 0.0 if t is None else host_rnd(t, m_i)  # a constant of the m_i format, as in the kernel
     tie = pl.tie_shift is not None
-    tie_beta = rnd(pl.tie_shift, m_i) if pl.tie_shift is not None else 0.0
-    tie_tol = rnd(pl.tie_tol, op_params(pl, "scale"))
+    tie_beta = host_rnd(pl.tie_shift, m_i) if pl.tie_shift is not None else 0.0
+    tie_tol = host_rnd(pl.tie_tol, op_params(pl, "scale"))
     if tie and not tie_beta > 1:
         raise ValueError(f"Plan.tie_shift={pl.tie_shift} rounds to {tie_beta} in {pl.m_i.fmt.name}: not > 1")
     return Features(

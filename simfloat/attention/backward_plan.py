@@ -342,12 +342,12 @@ class BackwardPlan:
         Raises:
             ValueError: a rounded scale is not finite and > 0.
         """
-        from simfloat.attention._kernels import rnd
+        from simfloat.attention._kernels import host_rnd
 
         op = functools.partial(_op_params, self)
         qk_scale = 1.0 if self.scale_at == "k" else _qk_scale(self, scale)[1]
-        sm_scale = rnd(float(scale), op("grad_scale"))
-        dq_scale = rnd(math.log(2.0), op("grad_scale")) if self.scale_at == "k" else sm_scale
+        sm_scale = host_rnd(float(scale), op("grad_scale"))
+        dq_scale = host_rnd(math.log(2.0), op("grad_scale")) if self.scale_at == "k" else sm_scale
         for v in (qk_scale, sm_scale):
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"scale {scale} becomes {v} in the plan's formats: it must stay finite and > 0")

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from simfloat.accumulate import BlockFMA, Chunked, Model, Sequential, acc_params, tensor_core
 from simfloat.attention import _quant_kernels as _qk
-from simfloat.attention._kernels import mul, rnd
+from simfloat.attention._kernels import host_mul, host_rnd
 from simfloat.attention._quant_kernels import QUANT_OPS
 from simfloat.attention._specs import OpParams, OpSpec, _dot_spec, _scalar_spec
 from simfloat.attention.quant import (
@@ -315,8 +315,8 @@ def quant_params(pl: Any, scale: float) -> _qk.QParams:
         return OpParams(s.fmt.params, int(s.mode))
 
     sc = op("scale")
-    sm = rnd(float(scale), sc)
-    qk_scale = mul(sm, rnd(_LOG2E, sc), sc) if pl.exp2 else sm
+    sm = host_rnd(float(scale), sc)
+    qk_scale = host_mul(sm, host_rnd(_LOG2E, sc), sc) if pl.exp2 else sm
     if not (math.isfinite(qk_scale) and qk_scale > 0 and math.isfinite(sm) and sm > 0):
         raise ValueError(f"scale {scale} becomes {qk_scale} in {pl.scale.fmt.name}: it must stay finite and > 0")
     p = pl.p_quant
@@ -370,7 +370,7 @@ def _p_shift(pl: Any, sc: OpParams) -> float:
     if p.kind != "block" or p.granularity != "fixed":
         return 0.0
     assert p.qmax is not None
-    return rnd(math.log2(p.qmax) if pl.exp2 else math.log(p.qmax), sc)
+    return host_rnd(math.log2(p.qmax) if pl.exp2 else math.log(p.qmax), sc)
 
 
 def _block_params(p: Quant) -> tuple[bool, int, OpParams, OpParams, float, float]:

@@ -16,6 +16,7 @@ _FRAC_MASK = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
+_D0 = np.int64(0)  # 0 typed int64, not the literal 0: round_exact compiles once for its callers
 _QUIET = np.uint64(1 << 51)  # float64's quiet-NaN bit (the top fraction bit)
 
 
@@ -224,7 +225,7 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
 @jit
 def round_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """Round one float64 into format ``p`` (see :func:`round_exact`)."""
-    return round_exact(x, 0, p, mode, rbits)
+    return round_exact(x, _D0, p, mode, rbits)
 
 
 @jit
