@@ -50,12 +50,17 @@ def _names(st: fwd.Steps) -> dict[str, str]:
         (
             "triton-bf16",
             dict(qk_rows="_rows_block32", pv_rows="_rows_block32", dequant="_no_dequant", exp="_exp_lib",
-                 p_codes="_pc_cast", row_sums="_sums_seq", p_operand="_pin_plain", update="_no_update"),
+                 p_codes="_pc_cast_ne", row_sums="_sums_f32", p_operand="_pin_plain", update="_no_update",
+                 scaled="_scaled_f32", acc_scale="_scale_by_f32", normalize="_divide_f32", lse_scale="_no_lse_scale",
+                 out_cast="_cast_ne", v_epilogue="_no_v_descale"),
         ),
-        ("h200-bf16", dict(row_sums="_sums_rows_tree", exp="_exp_table", p_codes="_pc_cast")),
+        ("h200-bf16", dict(row_sums="_sums_rows_tree", exp="_exp_table", p_codes="_pc_cast_ne")),
+        ("triton-fp32", dict(qk_rows="_rows_fma32", p_codes="_pc_cast", out_cast="_cast_f32")),
+        ("flashattn-triton-bf16", dict(exp="_exp_tl", lse_scale="_lse_scale")),
         ("fa4-bf16", dict(exp="_exp_mixed")),  # its exp2 mix is laid out over a 128-key tile
         ("int8-reference", dict(dequant="_dequant_scores", p_codes="_pc_quant", update="_update")),
-        ("sage3-fp4", dict(p_codes="_pc_block", p_operand="_pin_block", update="_update")),
+        ("sage3-fp4", dict(qk_rows="_rows_block", p_codes="_pc_block", p_operand="_pin_block", update="_update",
+                           v_epilogue="_v_descale")),
     ],
 )  # fmt: skip
 def test_each_plan_gets_the_variants_its_dataflow_names(plan, want, monkeypatch):

@@ -24,6 +24,10 @@ from simfloat.attention._engine import (
     SCALE_BY_FORMS,
     SCALED_FORMS,
     _cast,
+    _cast_f32,
+    _cast_lane,
+    _cast_ne,
+    _cast_scalar,
     _divide,
     _exp_of,
     _scale_by,
@@ -290,16 +294,43 @@ def _p_codes(p, pc, nv, eng):
             pc[j] = _int_rule(mul(pc[j], qm, o), qm, rule)
 
 
-@kjit
-def _pc_cast(g, eng, sc):
-    """T12 of the float plans: pc[:nv] = p(p), zeros past nv."""
+@ljit
+def _pc_cast_with(g, eng, sc, cast):
+    """T12 of the float plans: pc[:nv] = p(p) by ``cast`` (a form of :func:`_cast`), zeros past nv."""
     for r in range(g):
         p, pc, nv = sc.p[r], sc.pc[r], sc.nv[r]
         for jj in range(nv):
             pc[jj] = p[jj]
-        _cast(pc, 0, nv, eng.ln.p_code, eng.pp.p_code)
+        cast(pc, 0, nv, eng.ln.p_code, eng.pp.p_code)
         for jj in range(nv, eng.bn):
             pc[jj] = 0.0
+
+
+@kjit
+def _pc_cast(g, eng, sc):
+    """T12 of the float plans whose P op has a float32 lane."""
+    _pc_cast_with(g, eng, sc, _cast_f32)
+
+
+@kjit
+def _pc_cast_ne(g, eng, sc):
+    """T12 of the float plans whose P op has a nearest-even lane."""
+    _pc_cast_with(g, eng, sc, _cast_ne)
+
+
+@kjit
+def _pc_cast_lane(g, eng, sc):
+    """T12 of the float plans whose P op has a lane of another mode."""
+    _pc_cast_with(g, eng, sc, _cast_lane)
+
+
+@kjit
+def _pc_cast_scalar(g, eng, sc):
+    """T12 of the float plans whose P op has no lane form."""
+    _pc_cast_with(g, eng, sc, _cast_scalar)
+
+
+_PC_CASTS = (_pc_cast, _pc_cast_ne, _pc_cast_lane, _pc_cast_scalar)  # by lane_form
 
 
 @kjit
@@ -349,6 +380,18 @@ def _sums_tree(g, n, eng, sc):
             sc.lij[r] = tl_sum_mma_f32(x, sc.nv[r], eng.wn)
         else:
             sc.lij[r] = row_sum(x, eng.bn, pp.l_ij, 1, eng.wn)
+
+
+@kjit
+def _sums_f32(g, n, eng, sc):
+    """T8 of the plans whose l_ij is float32 additions left to right, unchunked (``eng.l_native32``): each
+    row's p[:nv] (or its codes, ``consistent``) summed in float32 (:func:`_sums_seq`'s native branch)."""
+    for r in range(g):
+        x = sc.pc[r] if eng.pp.consistent else sc.p[r]
+        s32 = np.float32(0.0)
+        for j in range(sc.nv[r]):
+            s32 = s32 + np.float32(x[j])
+        sc.lij[r] = np.float64(s32)
 
 
 @kjit
@@ -472,12 +515,14 @@ def variants(eng: Engine) -> tuple[Any, ...]:
     if pp["p_kind"] == K_BLOCK:
         p_codes, p_operand = _pc_block, _pin_block
     else:
-        p_codes = _pc_cast if pp["p_kind"] == K_FLOAT and not pp["p_pre"] else _pc_quant
+        plain = pp["p_kind"] == K_FLOAT and not pp["p_pre"]
+        p_codes = _PC_CASTS[lane_form(ln["p_code"])] if plain else _pc_quant
         p_operand = _pin_plain
     if rows_tree(eng):
         sums = _sums_rows_tree
     else:
-        sums = _sums_tree if pp["sum_order"] != 0 else _sums_seq
+        f32 = eng.l_native32 and pp["l_ij_chunk"] == 0 and not (pp["consistent"] and pp["p_kind"] == K_INT)
+        sums = _sums_tree if pp["sum_order"] != 0 else (_sums_f32 if f32 else _sums_seq)
     return (
         rows_form(eng.qk),
         rows_form(eng.pv),
