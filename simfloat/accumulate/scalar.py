@@ -182,7 +182,7 @@ def dot_scaled_acc(a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray,
         The accumulated value.
     """
     n = a.shape[0]
-    k = 0
+    k = n - n  # an int64, not the literal 0: _scaled_block_step compiles once
     while k < n:
         kend = min(n, k + ap.block)
         c = _scaled_block_step(c, a, b, sa, sb, k, kend, ap)

@@ -111,8 +111,9 @@ def baseline_engine(
     """
     mqk, mpv = mma(pl.qk), mma(pl.pv)
     qi, ki, vi = round_operands(q, mqk), round_operands(k, mqk), round_operands(v, mpv)
-    # writable, as the P operand of the P.V dot is: numba compiles the row kernels once per read-only flag
-    qi = np.require(qi, requirements="W")
+    # writable, as the P operand of the P.V dot is: numba compiles the row kernels (and the whole baseline loop)
+    # once per read-only flag, and an operand the model does not round is the caller's read-only array
+    qi, vi = np.require(qi, requirements="W"), np.require(vi, requirements="W")
     mqk = for_operands(mqk, qi, ki)
     read = _dot_reads(pl.pv)
     p_fmt = pl.softmax.fmt if read is None else read  # P's values, as the P.V dot reads them

@@ -196,7 +196,7 @@ def _block3(A, a0, a1, B, b0, b1, c, ap):
     products, without its per-product ldexp; non-finite values and extreme exponents continue in the
     generic code from the current block."""
     n = A.shape[2]
-    lo = 0
+    lo = np.int64(0)  # not the literal 0: numba would compile accumulate_range for it too
     while lo < n:
         hi = min(n, lo + ap.block)
         if c - c != 0.0:

@@ -76,7 +76,7 @@ def float_operands(q: np.ndarray, k: np.ndarray, v: np.ndarray, bn: int, mk: Key
     """
     n_kv = -(-k.shape[1] // bn)
     return Operands(
-        np.ascontiguousarray(q),
+        np.require(q, np.float64, ["C", "W"]),  # writable, as P's scratch is: the dots compile once for both
         _ONES2,
         _ONES3,
         key_rows(k, n_kv, bn),

@@ -33,10 +33,12 @@ LOGICAL_OPS = (
     "normalize",
     "out",
 )
+# int64 scalars, not Python ints: numba compiles a function once per literal int argument, so rec and srec would
+# compile once per op
 R_QK, R_DEQUANT, R_SCALE, R_EXP, R_M_I, R_ALPHA, R_L_IJ, R_L_I, R_ACC, R_P, R_PV, R_PV_DEQUANT, R_NORMALIZE, R_OUT = (
-    range(len(LOGICAL_OPS))
+    np.int64(i) for i in range(len(LOGICAL_OPS))
 )
-S_M, S_L, S_ACC, S_OUT = (STATES.index(n) for n in ("m_i", "l_i", "acc", "out"))
+S_M, S_L, S_ACC, S_OUT = (np.int64(STATES.index(n)) for n in ("m_i", "l_i", "acc", "out"))
 #: a plan with quantizers records its row sum as l_i and its P as p_quant (QUANT_OPS)
 _QUANT_NAMES = {"l_ij": "l_i", "p": "p_quant"}
 

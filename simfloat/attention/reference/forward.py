@@ -91,6 +91,9 @@ __all__ = ["LOGICAL_OPS", "Operands", "Trace", "float_operands", "key_rows", "ru
 
 _NINF = -np.inf
 _LOG2E = math.log2(math.e)
+# The scratch's one row (P as a (1, 1, block_n) matrix), a range's start, key tile 0: an int64, not the literal 0
+# (numba compiles a function once per literal argument: the P.V dots would compile again beside the scores').
+_ROW0 = np.int64(0)
 
 
 class _Scratch(NamedTuple):
@@ -222,7 +225,7 @@ def _tile_sum(w, nv, pp, tr, at, wn):
             rec(tr, at, R_L_IJ, l_ij, ex)
         return l_ij
     if pp.l_ij_chunk == 0:
-        return _seq(src, 0, nv, pp.l_ij, tr, at)
+        return _seq(src, _ROW0, nv, pp.l_ij, tr, at)
     l_ij = 0.0
     for c0 in range(0, nv, pp.l_ij_chunk):
         cs = _seq(src, c0, min(nv, c0 + pp.l_ij_chunk), pp.l_ij, tr, at)
@@ -252,9 +255,9 @@ def _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1):
     b, _, jt = at
     acc = w.acc
     if pp.pv_mode == PV_TWO_LEVEL:  # a fresh P.V per key tile, added to the fp32 accumulator
-        pv = sdot(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, 0.0, pp.pv, pp.pv_kind)
+        pv = sdot(w.pc3, _ROW0, _ROW0, w.psc3, o.vt, vrow, d, o.vb, 0.0, pp.pv, pp.pv_kind)
         if tr is not None:
-            rec(tr, at, R_PV, pv, sdot64(w.pc3, 0, 0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
+            rec(tr, at, R_PV, pv, sdot64(w.pc3, _ROW0, _ROW0, w.psc3, o.vt, vrow, d, o.vb, pp.pv_kind == DOT_SCALED))
         if pp.p_kind == K_BLOCK and pp.p_two_level:  # SageAttention3: P's per-row scale folded back
             y = mul(pv, s1, pp.pv_dequant)
             rec(tr, at, R_PV_DEQUANT, y, pv * s1)
@@ -262,7 +265,7 @@ def _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1):
         return _acc_update(acc[d], alpha, pv, pp, tr, at)
     vs = o.vs[b, jt, d]
     if pp.pv_mode == PV_SEPARATE:
-        pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+        pv = dot3(w.pc3, _ROW0, _ROW0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
         y = mul(pv, vs, pp.pv_dequant)
         if tr is not None:
             rec(tr, at, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
@@ -274,7 +277,7 @@ def _pv_quant(o, w, pp, tr, at, vrow, d, alpha, s1):
         return _acc_update(acc[d], alpha, y, pp, tr, at)
     a0 = mul(acc[d], alpha, pp.acc)  # PV_SCALED
     rec(tr, at, R_ACC, a0, acc[d] * alpha)
-    pv = dot3(w.pc3, 0, 0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
+    pv = dot3(w.pc3, _ROW0, _ROW0, o.vt, vrow, d, 0.0, pp.pv, pp.pv_kind)
     a = fma(pv, vs, a0, pp.pv_dequant)
     if tr is not None:
         rec(tr, at, R_PV, pv, dot64(w.pc, o.vt[vrow, d], 0.0))
@@ -450,7 +453,7 @@ def _tile(o, w, pp, tr, geo, at, i, m_i, l_i, qss):
     for d in range(acc.shape[0]):  # T13: tl.dot(p, v, acc) (+ FA1 normalization)
         a0 = mul(acc[d], sc, pp.acc)
         rec(tr, at, R_ACC, a0, acc[d] * sc)
-        y = dot3(w.pc3, 0, 0, o.vt, vrow, d, a0, pp.pv, pp.pv_kind)
+        y = dot3(w.pc3, _ROW0, _ROW0, o.vt, vrow, d, a0, pp.pv, pp.pv_kind)
         if tr is not None:
             rec(tr, at, R_PV, y, dot64(w.pc, o.vt[vrow, d], a0))
         if pp.per_step:
@@ -547,7 +550,7 @@ def units(lo, hi, o, pp, geo, tr, out, m_out, l_out):
             qss = pp.qk_scale
             if pp.folded:  # FP8 K2: qs_scale = qk_scale * q_scale (per q tile)
                 qss = mul(pp.qk_scale, o.qs[b, i], pp.scale)
-                rec(tr, (b, t, 0), R_SCALE, qss, pp.qk_scale * o.qs[b, i])
+                rec(tr, (b, t, _ROW0), R_SCALE, qss, pp.qk_scale * o.qs[b, i])
             m_i, l_i, ms, ls = _NINF, 0.0, _NINF, (_NINF if pp.lse else 0.0)  # lse form: ls is the shadow's lse_i
             w.lse[0] = _NINF
             w.mr[0] = _NINF
