@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from simfloat._jit import jit, kjit, ljit
+from simfloat._jit import jit, ljit
 from simfloat._lanes import (
     Lane,
     ladd,
@@ -111,8 +111,9 @@ class Operands(NamedTuple):
 
 
 # Each op over a row comes in the forms of its lane (:func:`lane_form`: float32, nearest-even lanes, lanes of the
-# other modes, the scalar ops); its dispatcher picks one at run time, and a loop that takes the op as a kernel
-# (the forward's Steps) is passed the one form its plan needs, so it compiles that form alone.
+# other modes, the scalar ops); its dispatcher picks one at run time (the forms inlined into it: one compilation),
+# and a loop that takes the op as a kernel (the forward's Steps) is passed the one form its plan needs, compiled
+# on its own, so it compiles that form alone.
 F32, NE, LANE, SCALAR = 0, 1, 2, 3
 
 
@@ -126,27 +127,27 @@ def lane_form(lane: Any) -> int:
     return SCALAR
 
 
-@kjit
+@ljit
 def _cast_f32(x, lo, n, lane, o):
     for j in range(lo, lo + n):
         x[j] = lround_f32(x[j])
 
 
-@kjit
+@ljit
 def _cast_ne(x, lo, n, lane, o):
     r = lane_of(lane)  # (a record's fields, read once)
     for j in range(lo, lo + n):
         x[j] = lround_ne(x[j], r)
 
 
-@kjit
+@ljit
 def _cast_lane(x, lo, n, lane, o):
     r = lane_of(lane)
     for j in range(lo, lo + n):
         x[j] = lround(x[j], r)
 
 
-@kjit
+@ljit
 def _cast_scalar(x, lo, n, lane, o):
     for j in range(lo, lo + n):
         x[j] = rnd(x[j], o)
@@ -168,27 +169,27 @@ def _cast(x, lo, n, lane, o):
         _cast_scalar(x, lo, n, lane, o)
 
 
-@kjit
+@ljit
 def _scale_by_f32(x, n, w, lane, o):
     for j in range(n):
         x[j] = lmul_f32(x[j], w)
 
 
-@kjit
+@ljit
 def _scale_by_ne(x, n, w, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = lmul_ne(x[j], w, r)
 
 
-@kjit
+@ljit
 def _scale_by_lane(x, n, w, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = lmul(x[j], w, r)
 
 
-@kjit
+@ljit
 def _scale_by_scalar(x, n, w, lane, o):
     for j in range(n):
         x[j] = mul(x[j], w, o)
@@ -210,27 +211,27 @@ def _scale_by(x, n, w, lane, o):
         _scale_by_scalar(x, n, w, lane, o)
 
 
-@kjit
+@ljit
 def _divide_f32(x, n, d, lane, o):
     for j in range(n):
         x[j] = ldiv_f32(x[j], d)
 
 
-@kjit
+@ljit
 def _divide_ne(x, n, d, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = ldiv_ne(x[j], d, r)
 
 
-@kjit
+@ljit
 def _divide_lane(x, n, d, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = ldiv(x[j], d, r)
 
 
-@kjit
+@ljit
 def _divide_scalar(x, n, d, lane, o):
     for j in range(n):
         x[j] = div(x[j], d, o)
@@ -326,7 +327,7 @@ def _row_max(x, lo, n):
 KEY_CHUNK = 256  # keys per K^T tile in the baseline layout
 
 
-@kjit
+@ljit
 def _scaled_f32(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
     """:func:`_scaled` of a float32 lane."""
     if contract and fma_exact:
@@ -340,7 +341,7 @@ def _scaled_f32(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
             x[jj] = ladd_f32(lmul_f32(s[jj], qs), -m_sub)
 
 
-@kjit
+@ljit
 def _scaled_ne(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
     """:func:`_scaled` of a lane rounding to nearest-even."""
     r = lane_of(lane)  # (a record's fields, read once)
@@ -355,7 +356,7 @@ def _scaled_ne(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
             x[jj] = ladd_ne(lmul_ne(s[jj], qs, r), -m_sub, r)
 
 
-@kjit
+@ljit
 def _scaled_lane(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
     """:func:`_scaled` of a lane of another rounding mode."""
     r = lane_of(lane)  # (a record's fields, read once)
@@ -370,7 +371,7 @@ def _scaled_lane(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
             x[jj] = ladd(lmul(s[jj], qs, r), -m_sub, r)
 
 
-@kjit
+@ljit
 def _scaled_scalar(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
     """:func:`_scaled` of an op without a lane form (the scalar ops)."""
     if contract:
