@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from simfloat._jit import jit, ljit
+from simfloat._jit import jit, kjit, ljit
 from simfloat._lanes import (
     Lane,
     ladd,
@@ -111,9 +111,10 @@ class Operands(NamedTuple):
 
 
 # Each op over a row comes in the forms of its lane (:func:`lane_form`: float32, nearest-even lanes, lanes of the
-# other modes, the scalar ops); its dispatcher picks one at run time (the forms inlined into it: one compilation),
-# and a loop that takes the op as a kernel (the forward's Steps) is passed the one form its plan needs, compiled
-# on its own, so it compiles that form alone.
+# other modes, the scalar ops): a loop that takes the op as a kernel (the forward's Steps) is passed the one form
+# its plan needs and compiles that form alone. The other loops (the baseline, the backward) call the op itself,
+# which branches on the lane at run time over the same loops written out once more: numba inlining the four forms
+# into it instead compiled 3 s longer for a first baseline (measured side by side).
 F32, NE, LANE, SCALAR = 0, 1, 2, 3
 
 
@@ -127,27 +128,27 @@ def lane_form(lane: Any) -> int:
     return SCALAR
 
 
-@ljit
+@kjit
 def _cast_f32(x, lo, n, lane, o):
     for j in range(lo, lo + n):
         x[j] = lround_f32(x[j])
 
 
-@ljit
+@kjit
 def _cast_ne(x, lo, n, lane, o):
     r = lane_of(lane)  # (a record's fields, read once)
     for j in range(lo, lo + n):
         x[j] = lround_ne(x[j], r)
 
 
-@ljit
+@kjit
 def _cast_lane(x, lo, n, lane, o):
     r = lane_of(lane)
     for j in range(lo, lo + n):
         x[j] = lround(x[j], r)
 
 
-@ljit
+@kjit
 def _cast_scalar(x, lo, n, lane, o):
     for j in range(lo, lo + n):
         x[j] = rnd(x[j], o)
@@ -158,38 +159,43 @@ CAST_FORMS = (_cast_f32, _cast_ne, _cast_lane, _cast_scalar)
 
 @jit
 def _cast(x, lo, n, lane, o):
-    """x[lo:lo+n] = op(x[lo:lo+n]) (a cast), in the form of the op's lane."""
-    if lane.f32:
-        _cast_f32(x, lo, n, lane, o)
-    elif lane.fast and lane.mode == RoundingMode.NEAREST_EVEN:
-        _cast_ne(x, lo, n, lane, o)
-    elif lane.fast:
-        _cast_lane(x, lo, n, lane, o)
+    """x[lo:lo+n] = op(x[lo:lo+n]) (a cast)."""
+    r = lane_of(lane)  # (a record's fields, read once)
+    if r.f32:
+        for j in range(lo, lo + n):
+            x[j] = lround_f32(x[j])
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
+        for j in range(lo, lo + n):
+            x[j] = lround_ne(x[j], r)
+    elif r.fast:
+        for j in range(lo, lo + n):
+            x[j] = lround(x[j], r)
     else:
-        _cast_scalar(x, lo, n, lane, o)
+        for j in range(lo, lo + n):
+            x[j] = rnd(x[j], o)
 
 
-@ljit
+@kjit
 def _scale_by_f32(x, n, w, lane, o):
     for j in range(n):
         x[j] = lmul_f32(x[j], w)
 
 
-@ljit
+@kjit
 def _scale_by_ne(x, n, w, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = lmul_ne(x[j], w, r)
 
 
-@ljit
+@kjit
 def _scale_by_lane(x, n, w, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = lmul(x[j], w, r)
 
 
-@ljit
+@kjit
 def _scale_by_scalar(x, n, w, lane, o):
     for j in range(n):
         x[j] = mul(x[j], w, o)
@@ -200,38 +206,43 @@ SCALE_BY_FORMS = (_scale_by_f32, _scale_by_ne, _scale_by_lane, _scale_by_scalar)
 
 @jit
 def _scale_by(x, n, w, lane, o):
-    """x[:n] = op(x[:n] * w), in the form of the op's lane."""
-    if lane.f32:
-        _scale_by_f32(x, n, w, lane, o)
-    elif lane.fast and lane.mode == RoundingMode.NEAREST_EVEN:
-        _scale_by_ne(x, n, w, lane, o)
-    elif lane.fast:
-        _scale_by_lane(x, n, w, lane, o)
+    """x[:n] = op(x[:n] * w)."""
+    r = lane_of(lane)  # (a record's fields, read once)
+    if r.f32:
+        for j in range(n):
+            x[j] = lmul_f32(x[j], w)
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
+        for j in range(n):
+            x[j] = lmul_ne(x[j], w, r)
+    elif r.fast:
+        for j in range(n):
+            x[j] = lmul(x[j], w, r)
     else:
-        _scale_by_scalar(x, n, w, lane, o)
+        for j in range(n):
+            x[j] = mul(x[j], w, o)
 
 
-@ljit
+@kjit
 def _divide_f32(x, n, d, lane, o):
     for j in range(n):
         x[j] = ldiv_f32(x[j], d)
 
 
-@ljit
+@kjit
 def _divide_ne(x, n, d, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = ldiv_ne(x[j], d, r)
 
 
-@ljit
+@kjit
 def _divide_lane(x, n, d, lane, o):
     r = lane_of(lane)
     for j in range(n):
         x[j] = ldiv(x[j], d, r)
 
 
-@ljit
+@kjit
 def _divide_scalar(x, n, d, lane, o):
     for j in range(n):
         x[j] = div(x[j], d, o)
@@ -242,15 +253,20 @@ DIVIDE_FORMS = (_divide_f32, _divide_ne, _divide_lane, _divide_scalar)
 
 @jit
 def _divide(x, n, d, lane, o):
-    """x[:n] = op(x[:n] / d), in the form of the op's lane."""
-    if lane.f32:
-        _divide_f32(x, n, d, lane, o)
-    elif lane.fast and lane.mode == RoundingMode.NEAREST_EVEN:
-        _divide_ne(x, n, d, lane, o)
-    elif lane.fast:
-        _divide_lane(x, n, d, lane, o)
+    """x[:n] = op(x[:n] / d)."""
+    r = lane_of(lane)  # (a record's fields, read once)
+    if r.f32:
+        for j in range(n):
+            x[j] = ldiv_f32(x[j], d)
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
+        for j in range(n):
+            x[j] = ldiv_ne(x[j], d, r)
+    elif r.fast:
+        for j in range(n):
+            x[j] = ldiv(x[j], d, r)
     else:
-        _divide_scalar(x, n, d, lane, o)
+        for j in range(n):
+            x[j] = div(x[j], d, o)
 
 
 @jit
@@ -327,53 +343,45 @@ def _row_max(x, lo, n):
 KEY_CHUNK = 256  # keys per K^T tile in the baseline layout
 
 
-@ljit
+@kjit
 def _scaled_f32(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
-    """:func:`_scaled` of a float32 lane."""
-    if contract and fma_exact:
+    """:func:`_scaled` of a float32 lane (``contract``: its fused multiply-add gives the op's bits)."""
+    if contract:
         for jj in range(nv):
             x[jj] = lfma_f32(s[jj], qs, -m_sub)
-    elif contract:
-        for jj in range(nv):
-            x[jj] = fma(s[jj], qs, -m_sub, o)
     else:
         for jj in range(nv):
             x[jj] = ladd_f32(lmul_f32(s[jj], qs), -m_sub)
 
 
-@ljit
+@kjit
 def _scaled_ne(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
-    """:func:`_scaled` of a lane rounding to nearest-even."""
+    """:func:`_scaled` of a lane rounding to nearest-even (as :func:`_scaled_f32`)."""
     r = lane_of(lane)  # (a record's fields, read once)
-    if contract and fma_exact:
+    if contract:
         for jj in range(nv):
             x[jj] = lfma_ne(s[jj], qs, -m_sub, r)
-    elif contract:
-        for jj in range(nv):
-            x[jj] = fma(s[jj], qs, -m_sub, o)
     else:
         for jj in range(nv):
             x[jj] = ladd_ne(lmul_ne(s[jj], qs, r), -m_sub, r)
 
 
-@ljit
+@kjit
 def _scaled_lane(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
-    """:func:`_scaled` of a lane of another rounding mode."""
-    r = lane_of(lane)  # (a record's fields, read once)
-    if contract and fma_exact:
+    """:func:`_scaled` of a lane of another rounding mode (as :func:`_scaled_f32`)."""
+    r = lane_of(lane)
+    if contract:
         for jj in range(nv):
             x[jj] = lfma(s[jj], qs, -m_sub, r)
-    elif contract:
-        for jj in range(nv):
-            x[jj] = fma(s[jj], qs, -m_sub, o)
     else:
         for jj in range(nv):
             x[jj] = ladd(lmul(s[jj], qs, r), -m_sub, r)
 
 
-@ljit
+@kjit
 def _scaled_scalar(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
-    """:func:`_scaled` of an op without a lane form (the scalar ops)."""
+    """:func:`_scaled` by the scalar ops: an op without a lane form, or a fused multiply-add the lanes do not give
+    exactly (the same bits as the lanes where they apply)."""
     if contract:
         for jj in range(nv):
             x[jj] = fma(s[jj], qs, -m_sub, o)
@@ -384,16 +392,41 @@ def _scaled_scalar(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
 
 @jit
 def _scaled(x, s, nv, qs, m_sub, contract, fma_exact, lane, o):
-    """T6: x[:nv] = scale(fma(s, qs, -m_sub)) (``contract``; by the lane's fused multiply-add where it gives the
-    op's bits, ``fma_exact``) or scale(scale(s * qs) - m_sub), in the form of the op's lane."""
-    if lane.f32:
-        _scaled_f32(x, s, nv, qs, m_sub, contract, fma_exact, lane, o)
-    elif lane.fast and lane.mode == RoundingMode.NEAREST_EVEN:
-        _scaled_ne(x, s, nv, qs, m_sub, contract, fma_exact, lane, o)
-    elif lane.fast:
-        _scaled_lane(x, s, nv, qs, m_sub, contract, fma_exact, lane, o)
+    """T6: x[:nv] = scale(fma(s, qk_scale, -m_sub)) (or scale(scale(s * qk_scale) - m_sub))."""
+    r = lane_of(lane)  # (a record's fields, read once)
+    if contract:
+        if fma_exact and r.f32:
+            for jj in range(nv):
+                x[jj] = lfma_f32(s[jj], qs, -m_sub)
+        elif fma_exact and r.fast and r.mode == RoundingMode.NEAREST_EVEN:
+            for jj in range(nv):
+                x[jj] = lfma_ne(s[jj], qs, -m_sub, r)
+        elif fma_exact and r.fast:
+            for jj in range(nv):
+                x[jj] = lfma(s[jj], qs, -m_sub, r)
+        else:
+            for jj in range(nv):
+                x[jj] = fma(s[jj], qs, -m_sub, o)
+    elif r.f32:
+        for jj in range(nv):
+            x[jj] = ladd_f32(lmul_f32(s[jj], qs), -m_sub)
+    elif r.fast and r.mode == RoundingMode.NEAREST_EVEN:
+        for jj in range(nv):
+            x[jj] = ladd_ne(lmul_ne(s[jj], qs, r), -m_sub, r)
+    elif r.fast:
+        for jj in range(nv):
+            x[jj] = ladd(lmul(s[jj], qs, r), -m_sub, r)
     else:
-        _scaled_scalar(x, s, nv, qs, m_sub, contract, fma_exact, lane, o)
+        for jj in range(nv):
+            x[jj] = sub(mul(s[jj], qs, o), m_sub, o)
+
+
+def scaled_form(lane: Any, contract: bool, fma_exact: bool) -> Any:
+    """:func:`_scaled`'s form for a loop whose op has the lane ``lane`` (a numpy record), for a plan that fuses
+    (``contract``) with or without an exact lane fma: the choice of the dispatcher, made once."""
+    if contract and not fma_exact:
+        return _scaled_scalar
+    return SCALED_FORMS[lane_form(lane)]
 
 
 SCALED_FORMS = (_scaled_f32, _scaled_ne, _scaled_lane, _scaled_scalar)

@@ -22,7 +22,6 @@ from simfloat.attention._engine import (
     CAST_FORMS,
     DIVIDE_FORMS,
     SCALE_BY_FORMS,
-    SCALED_FORMS,
     _cast,
     _cast_f32,
     _cast_lane,
@@ -34,6 +33,7 @@ from simfloat.attention._engine import (
     _seq_sum,
     _weights_of,
     lane_form,
+    scaled_form,
 )
 from simfloat.attention._kernels import add, div, exp2_hw, exp_op, fma, mul, rnd, row_sum, sub
 from simfloat.attention._quant_kernels import (
@@ -532,7 +532,7 @@ def variants(eng: Engine) -> tuple[Any, ...]:
         sums,
         p_operand,
         _no_update if pp["pv_mode"] == PV_INTO_ACC else _update,
-        SCALED_FORMS[lane_form(ln["scale"])],
+        scaled_form(ln["scale"], bool(pp["contract"]), bool(eng.fma_exact)),
         SCALE_BY_FORMS[lane_form(ln["acc"])],
         DIVIDE_FORMS[lane_form(ln["normalize"])],
         _lse_scale if pp["lse"] else _no_lse_scale,
