@@ -43,7 +43,7 @@ __all__ = [
 
 _Z = np.uint64(0)
 
-_D0 = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
+_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
 
 
 @jit

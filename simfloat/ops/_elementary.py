@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from simfloat.rounding import RoundingMode, round_exact, sticky
 
 __all__ = ["exp_scalar", "exp2_scalar", "log_scalar", "exp_dd", "exp2_dd", "log_dd"]
 
-_D0 = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
+_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
 
 
 def _ln2_fraction(bits: int = 320) -> Fraction:

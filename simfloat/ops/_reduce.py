@@ -32,6 +32,8 @@ Orders:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from simfloat._jit import jit
@@ -43,7 +45,7 @@ __all__ = ["sum_sequential", "sum_pairwise", "sum_chunked", "sum_numpy", "sum_sl
 
 _Z = np.uint64(0)
 
-_D0 = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
+_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
 
 
 @jit

@@ -18,6 +18,7 @@ always overflows instead of rounding down to the largest finite value with some 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ _FMA_HUGE = 2.0**1000  # at or above: the three-term sum of fma could overflow i
 _TINY_C = 2.0**-900  # an addend of fma at or above this dwarfs a product below _SAFE_LO
 _NEGLIGIBLE = 2.0**-800
 
-_D0 = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
+_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
 
 
 @jit

@@ -5,6 +5,8 @@ counter-based random bits of stochastic rounding (:func:`rand_bits`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from simfloat._jit import bits_f64, f64_bits, jit
@@ -16,7 +18,7 @@ _FRAC_MASK = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
-_D0 = np.int64(0)  # 0 typed int64, not the literal 0: round_exact compiles once for its callers
+_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: round_exact compiles once for its callers
 _QUIET = np.uint64(1 << 51)  # float64's quiet-NaN bit (the top fraction bit)
 
 
