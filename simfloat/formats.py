@@ -279,6 +279,12 @@ class FloatFormat:
         Returns:
             A bool array of ``x``'s shape.
         """
+        if self == float32:  # IEEE float32: numpy's own conversion, a few times faster
+            x = np.asarray(x)
+            if x.dtype == np.float32:
+                return np.ones(x.shape, dtype=np.bool_)
+            with np.errstate(over="ignore", invalid="ignore"):
+                return (x.astype(np.float32) == x) | np.isnan(x)
         a = np.abs(np.asarray(x, dtype=np.float64))
         with np.errstate(invalid="ignore"):
             exp = np.frexp(a)[1] - 1  # a in [2**exp, 2**(exp + 1)); 0 and non-finite values give something

@@ -21,6 +21,7 @@ from simfloat.hardware import ex2_approx_f32, mma_tree_sum
 from simfloat.ops._elementary import exp2_scalar, exp_scalar, log_scalar
 from simfloat.ops._scalar import add_scalar, div_scalar, fma_scalar, mul_scalar, sub_scalar
 from simfloat.rounding import round_exact
+from simfloat.rounding._exact import TAIL0
 
 __all__ = [
     "add",
@@ -43,13 +44,11 @@ __all__ = [
 
 _Z = np.uint64(0)
 
-_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
-
 
 @jit
 def rnd(x, o):
     """``x`` rounded into the op's format (a cast)."""
-    return round_exact(x, _D0, o.p, o.mode, _Z)
+    return round_exact(x, TAIL0, o.p, o.mode, _Z)
 
 
 def host_rnd(x: float, o: Any) -> float:

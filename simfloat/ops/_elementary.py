@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
@@ -41,10 +40,9 @@ from simfloat._jit import jit
 from simfloat.formats import FormatParams
 from simfloat.ops._scalar import overflow_value, round_scaled
 from simfloat.rounding import RoundingMode, round_exact, sticky
+from simfloat.rounding._exact import TAIL0
 
 __all__ = ["exp_scalar", "exp2_scalar", "log_scalar", "exp_dd", "exp2_dd", "log_dd"]
-
-_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
 
 
 def _ln2_fraction(bits: int = 320) -> Fraction:
@@ -176,10 +174,10 @@ def _libm_decides(y: float, p: FormatParams, mode: int, rbits: np.uint64) -> tup
     if mode == RoundingMode.STOCHASTIC:
         return False, 0.0
     if p.mantissa_bits >= 52:
-        return True, round_exact(y, _D0, p, mode, rbits)
+        return True, round_exact(y, TAIL0, p, mode, rbits)
     w = abs(y) * _REL_LIBM
-    r1 = round_exact(y - w, _D0, p, mode, rbits)
-    r2 = round_exact(y + w, _D0, p, mode, rbits)
+    r1 = round_exact(y - w, TAIL0, p, mode, rbits)
+    r2 = round_exact(y + w, TAIL0, p, mode, rbits)
     return r1 == r2 or (r1 != r1 and r2 != r2), r1
 
 
@@ -187,19 +185,19 @@ def _libm_decides(y: float, p: FormatParams, mode: int, rbits: np.uint64) -> tup
 def exp_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``exp(x)`` rounded once into ``p`` (see the module docstring for the accuracy contract)."""
     if x != x:
-        return round_exact(x, _D0, p, mode, rbits)
+        return round_exact(x, TAIL0, p, mode, rbits)
     if x == 0.0:
-        return round_exact(1.0, _D0, p, mode, rbits)
+        return round_exact(1.0, TAIL0, p, mode, rbits)
     if abs(x) < _TINY:
         return round_exact(1.0, 1 if x > 0.0 else -1, p, mode, rbits)
     if x > 711.0:
         if x == np.inf:
-            return round_exact(x, _D0, p, mode, rbits)
+            return round_exact(x, TAIL0, p, mode, rbits)
         return overflow_value(False, p, mode)
     if x < -746.0:
         if x == -np.inf:
-            return round_exact(0.0, _D0, p, mode, rbits)
-        return round_exact(0.0, _D0 + 1, p, mode, rbits)  # 0 < exp(x) < 2**-1076
+            return round_exact(0.0, TAIL0, p, mode, rbits)
+        return round_exact(0.0, TAIL0 + 1, p, mode, rbits)  # 0 < exp(x) < 2**-1076
     if x > -708.0 and x < 709.0:
         ok, r = _libm_decides(math.exp(x), p, mode, rbits)
         if ok:
@@ -212,17 +210,17 @@ def exp_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
 def exp2_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``2**x`` rounded once into ``p`` (exact for integer ``x``; see the module docstring)."""
     if x != x:
-        return round_exact(x, _D0, p, mode, rbits)
+        return round_exact(x, TAIL0, p, mode, rbits)
     if x >= 1025.0:
         if x == np.inf:
-            return round_exact(x, _D0, p, mode, rbits)
+            return round_exact(x, TAIL0, p, mode, rbits)
         return overflow_value(False, p, mode)
     if x < -1100.0:
         if x == -np.inf:
-            return round_exact(0.0, _D0, p, mode, rbits)
-        return round_exact(0.0, _D0 + 1, p, mode, rbits)
+            return round_exact(0.0, TAIL0, p, mode, rbits)
+        return round_exact(0.0, TAIL0 + 1, p, mode, rbits)
     if x == math.floor(x):
-        return round_scaled(1.0, _D0, int(x), p, mode, rbits)
+        return round_scaled(1.0, TAIL0, int(x), p, mode, rbits)
     if abs(x) < _TINY:
         return round_exact(1.0, 1 if x > 0.0 else -1, p, mode, rbits)
     if x > -1020.0 and x < 1023.0:
@@ -237,15 +235,15 @@ def exp2_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float
 def log_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """``log(x)`` (natural) rounded once into ``p`` (see the module docstring)."""
     if x != x or x < 0.0:
-        return round_exact(np.nan, _D0, p, mode, rbits)
+        return round_exact(np.nan, TAIL0, p, mode, rbits)
     if x == 0.0:
-        return round_exact(-np.inf, _D0, p, mode, rbits)
+        return round_exact(-np.inf, TAIL0, p, mode, rbits)
     if x == np.inf:
-        return round_exact(x, _D0, p, mode, rbits)
+        return round_exact(x, TAIL0, p, mode, rbits)
     if x == 1.0:
-        return round_exact(0.0, _D0, p, mode, rbits)
+        return round_exact(0.0, TAIL0, p, mode, rbits)
     ok, r = _libm_decides(math.log(x), p, mode, rbits)
     if ok:
         return r
     h, lo = log_dd(x)
-    return _round_dd(h, lo, _D0, p, mode, rbits)
+    return _round_dd(h, lo, TAIL0, p, mode, rbits)

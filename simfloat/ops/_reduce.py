@@ -32,26 +32,23 @@ Orders:
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from simfloat._jit import jit
 from simfloat.formats import FormatParams
 from simfloat.ops._scalar import add_scalar, max2
 from simfloat.rounding import RoundingMode, rand_bits, round_exact
+from simfloat.rounding._exact import TAIL0
 
 __all__ = ["sum_sequential", "sum_pairwise", "sum_chunked", "sum_numpy", "sum_slice", "max_slice"]
 
 _Z = np.uint64(0)
 
-_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
-
 
 @jit
 def _load(x, i: int, p: FormatParams, mode: int, seed: np.uint64, counter0: np.uint64) -> float:
     rb = rand_bits(seed, counter0 + np.uint64(i)) if mode == RoundingMode.STOCHASTIC else _Z
-    return round_exact(np.float64(x[i]), _D0, p, mode, rb)
+    return round_exact(np.float64(x[i]), TAIL0, p, mode, rb)
 
 
 @jit

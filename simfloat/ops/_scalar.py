@@ -18,7 +18,6 @@ always overflows instead of rounding down to the largest finite value with some 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from simfloat._eft import exponent, next_away, pow2, scale, split, two_prod, two
 from simfloat._jit import f64_bits, fma64, jit
 from simfloat.formats import FormatParams
 from simfloat.rounding import RoundingMode, overflow_value, round_exact, sticky
+from simfloat.rounding._exact import TAIL0
 
 __all__ = [
     "round_scaled",
@@ -47,8 +47,6 @@ _SAFE_LO = 2.0**-960  # at or above: products, quotients and square roots have e
 _FMA_HUGE = 2.0**1000  # at or above: the three-term sum of fma could overflow in float64
 _TINY_C = 2.0**-900  # an addend of fma at or above this dwarfs a product below _SAFE_LO
 _NEGLIGIBLE = 2.0**-800
-
-_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: the rounding steps it is passed to compile once
 
 
 @jit
@@ -109,9 +107,9 @@ def add_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64)
     if not abs(s) <= _DBL_MAX:
         if abs(a) <= _DBL_MAX and abs(b) <= _DBL_MAX:  # both finite: the exact sum is beyond float64's range
             return overflow_value(s < 0.0, p, mode)
-        return round_exact(s, _D0, p, mode, rbits)  # NaN or an infinite operand: IEEE's result is exact
+        return round_exact(s, TAIL0, p, mode, rbits)  # NaN or an infinite operand: IEEE's result is exact
     if s == 0.0:
-        return round_exact(_zero_sum(a, b, mode), _D0, p, mode, rbits)
+        return round_exact(_zero_sum(a, b, mode), TAIL0, p, mode, rbits)
     if abs(a) >= abs(b):
         e = b - (s - a)  # Fast2Sum: never overflows when s does not
     else:
@@ -128,7 +126,7 @@ def sub_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64)
 @jit
 def _mul_slow(a: float, b: float, pr: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     if pr != pr or not (abs(a) <= _DBL_MAX and abs(b) <= _DBL_MAX) or a == 0.0 or b == 0.0:
-        return round_exact(pr, _D0, p, mode, rbits)  # NaN, infinities, exact signed zeros: IEEE's result is exact
+        return round_exact(pr, TAIL0, p, mode, rbits)  # NaN, infinities, exact signed zeros: IEEE's result is exact
     ma, ea = split(a)
     mb, eb = split(b)
     ph, pl = two_prod(ma, mb)  # 1 <= |ph| <= 4: exact residual
@@ -167,10 +165,10 @@ def div_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64)
     if aq >= 2.0**-1021 and aq <= _DBL_MAX and aa >= _SAFE_LO and aa <= _DBL_MAX and abs(b) <= _DBL_MAX:
         r = fma64(-q, b, a)
         if r == 0.0:
-            return round_exact(q, _D0, p, mode, rbits)
+            return round_exact(q, TAIL0, p, mode, rbits)
         return round_exact(q, 1 if (r > 0.0) == (b > 0.0) else -1, p, mode, rbits)
     if q != q or not (aa <= _DBL_MAX and abs(b) <= _DBL_MAX) or a == 0.0 or b == 0.0:
-        return round_exact(q, _D0, p, mode, rbits)  # NaN, infinities, zeros: IEEE's result is exact
+        return round_exact(q, TAIL0, p, mode, rbits)  # NaN, infinities, zeros: IEEE's result is exact
     ma, ea = split(a)
     mb, eb = split(b)
     q = ma / mb  # 1/2 < |q| < 2
@@ -192,9 +190,9 @@ def sqrt_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float
         res = fma64(-r, r, x)
         return round_exact(r, 0 if res == 0.0 else (1 if res > 0.0 else -1), p, mode, rbits)
     if x != x or x < 0.0:
-        return round_exact(np.nan, _D0, p, mode, rbits)
+        return round_exact(np.nan, TAIL0, p, mode, rbits)
     if x == 0.0 or x > _DBL_MAX:
-        return round_exact(x, _D0, p, mode, rbits)
+        return round_exact(x, TAIL0, p, mode, rbits)
     m, e = split(x)
     if e % 2 != 0:
         m *= 2.0
@@ -263,12 +261,12 @@ def fma_scalar(a: float, b: float, c: float, p: FormatParams, mode: int, rbits: 
     huge ones down by 2**128, and :func:`round_scaled` maps the result back exactly.
     """
     if not (abs(a) <= _DBL_MAX and abs(b) <= _DBL_MAX and abs(c) <= _DBL_MAX):
-        return round_exact(fma64(a, b, c), _D0, p, mode, rbits)  # NaN or infinity among the operands
+        return round_exact(fma64(a, b, c), TAIL0, p, mode, rbits)  # NaN or infinity among the operands
     if a == 0.0 or b == 0.0:
         z = a * b  # exact signed zero
         if c == 0.0:
-            return round_exact(_zero_sum(z, c, mode), _D0, p, mode, rbits)
-        return round_exact(c, _D0, p, mode, rbits)
+            return round_exact(_zero_sum(z, c, mode), TAIL0, p, mode, rbits)
+        return round_exact(c, TAIL0, p, mode, rbits)
     if c == 0.0:
         return mul_scalar(a, b, p, mode, rbits)
     pr = a * b
@@ -299,11 +297,11 @@ def fma_scalar(a: float, b: float, c: float, p: FormatParams, mode: int, rbits: 
             b = scale(b, 1100)
         c = scale(c, 1100)  # |c| < 2**-900: exact, below 2**200
         if abs(a * b) < _SAFE_LO:  # still tiny; then |c| >= 2**26 (c != 0) dwarfs it
-            return round_scaled(c, sab, _D0 - 1100, p, mode, rbits)
+            return round_scaled(c, sab, TAIL0 - 1100, p, mode, rbits)
         k = -1100
     s, d = _fma_core(a, b, c)
     if s == 0.0 and d == 0:
-        return round_exact(-0.0 if mode == RoundingMode.DOWN else 0.0, _D0, p, mode, rbits)  # exact cancellation
+        return round_exact(-0.0 if mode == RoundingMode.DOWN else 0.0, TAIL0, p, mode, rbits)  # exact cancellation
     return round_scaled(s, d, k, p, mode, rbits)
 
 
@@ -323,4 +321,4 @@ def max2(a: float, b: float) -> float:
 def maximum_scalar(a: float, b: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """IEEE 754-2019 ``maximum`` (NaN propagating, -0 < +0), rounded into ``p`` (exact for operands of
     ``p``)."""
-    return round_exact(max2(a, b), _D0, p, mode, rbits)
+    return round_exact(max2(a, b), TAIL0, p, mode, rbits)

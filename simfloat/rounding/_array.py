@@ -11,7 +11,7 @@ from numba import prange
 from simfloat._jit import jit, pjit
 from simfloat.formats import FloatFormat
 from simfloat.rounding._bits import _bit_params, _round_chunk_bits
-from simfloat.rounding._exact import _D0, _ZERO, overflow_value, quiet_nan, rand_bits, round_exact
+from simfloat.rounding._exact import _ZERO, TAIL0, overflow_value, quiet_nan, rand_bits, round_exact
 from simfloat.rounding._inputs import checked_seed, fits_float32, real_input, resolve_format
 from simfloat.rounding._modes import RoundingMode, mode_code
 
@@ -25,10 +25,10 @@ def _round_chunk_exact(x, out, lo, p, mode, seed):
     if mode == RoundingMode.STOCHASTIC:
         for i in range(x.size):
             rb = rand_bits(seed, np.uint64(lo + i))
-            out[i] = quiet_nan(round_exact(np.float64(x[i]), _D0, p, RoundingMode.STOCHASTIC, rb))
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), TAIL0, p, RoundingMode.STOCHASTIC, rb))
     else:
         for i in range(x.size):
-            out[i] = quiet_nan(round_exact(np.float64(x[i]), _D0, p, mode, _ZERO))
+            out[i] = quiet_nan(round_exact(np.float64(x[i]), TAIL0, p, mode, _ZERO))
 
 
 @pjit

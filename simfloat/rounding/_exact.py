@@ -18,7 +18,8 @@ _FRAC_MASK = np.uint64((1 << 52) - 1)
 _HIDDEN = np.uint64(1 << 52)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
-_D0: Any = np.int64(0)  # 0 typed int64, not the literal 0: round_exact compiles once for its callers
+# 0 typed int64, not the literal 0: round_exact (and what takes a tail or an exponent) compiles once for its callers
+TAIL0: Any = np.int64(0)
 _QUIET = np.uint64(1 << 51)  # float64's quiet-NaN bit (the top fraction bit)
 
 
@@ -227,7 +228,7 @@ def round_exact(s: float, d: int, p: FormatParams, mode: int, rbits: np.uint64) 
 @jit
 def round_scalar(x: float, p: FormatParams, mode: int, rbits: np.uint64) -> float:
     """Round one float64 into format ``p`` (see :func:`round_exact`)."""
-    return round_exact(x, _D0, p, mode, rbits)
+    return round_exact(x, TAIL0, p, mode, rbits)
 
 
 @jit
